@@ -1,0 +1,1147 @@
+/*
+ * table.c - the cuckoo hash parts, the lock-free read path and the write paths.
+ *
+ * Cuckoo hashing (Pagh & Rodler 2001), bucketized as in MemC3 / libcuckoo (Fan et al. 2013,
+ * Li et al. 2014): every id may live in one of 4 slots of bucket b1 = h1 & mask or of
+ * bucket b2 = h2 & mask, h1 and h2 being XXH3 with two seeds. With 4-slot buckets and two
+ * choices the table fills to ~95% before an insert fails; we grow a part at max_load (0.9 by
+ * default) or when a breadth-first search for a displacement path (at most MT__BFS_NODES
+ * buckets, i.e. depth ~4) finds no free slot. The part index comes from the top bits of h1
+ * and the buckets from its low bits, so they are independent.
+ *
+ * Concurrency (see docs/locking.md):
+ *  - Writers take the part's mutex. Around any change that readers could observe half-done
+ *    (placing or moving a key, changing an embedding, freeing a row), the writer makes the
+ *    part's seq odd, then even again (a seqlock). Metadata only writers read (count, touch)
+ *    changes without touching seq.
+ *  - Readers take no lock: they read seq, the bucket array, the row, then seq again, and
+ *    retry if it moved. Rows are never unmapped before mt_table_destroy(), so reading a row
+ *    that was freed meanwhile is harmless: the seq check throws the copy away.
+ *  - A grow builds the new bucket array beside the old one while holding the part's mutex;
+ *    readers keep using the old array (unchanged) until the new pointer is published. The
+ *    old array is freed after a grace period of the sleepable-RCU scheme below: readers
+ *    count themselves in lanes[cpu].cnt[idx] for the current idx (once per chunk of a
+ *    batch); the reclaimer flips idx and waits for the old idx's counters to reach zero.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "table_int.h"
+
+#define MT__BFS_NODES 512
+#define MT__READ_CHUNK 256   /* ids per reader grace-period section */
+#define MT__PREFETCH 12      /* pipeline distance of the batched lookup */
+#define MT__CHUNK_MAX_BYTES (256u << 10)
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* ============================== configuration ============================== */
+
+void mt_table_slot_config_init(mt_table_slot_config_t *s, uint16_t slot, uint32_t dim) {
+    memset(s, 0, sizeof(*s));
+    s->slot = slot;
+    s->dim = dim;
+    s->init = MT_INIT_UNIFORM;
+    s->init_scale = 0.01f;
+    s->init_mean = 0.0f;
+    s->init_seed = 0x6d6f6e6f6c697468ull;
+    s->opt = MT_OPT_ADAGRAD;
+    s->lr = 0.01f;
+    s->eps = 1e-8f;
+    s->init_accum = 0.1f;
+    s->beta1 = 0.9f;
+    s->beta2 = 0.999f;
+    s->ftrl_beta = 1.0f;
+    s->l1 = 0.0f;
+    s->l2 = 0.0f;
+    s->min_count = 0;
+    s->ttl_s = 0;
+    s->precision = MT_PREC_FP32;
+}
+
+void mt_table_config_init(mt_table_config_t *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->shards_log2 = 10;
+    cfg->initial_rows = 0;
+    cfg->max_load = 0.9;
+    cfg->filter_bytes = 8u << 20;
+    cfg->filter_depth = 4;
+    cfg->changelog_entries = 1u << 20;
+    cfg->hash_seed = 0x9ae16a3b2f90404full;
+}
+
+#define CFG_FAIL(...)                                                                        \
+    do {                                                                                     \
+        if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__);                         \
+        return MT_CONFIG;                                                                    \
+    } while (0)
+
+static int finite_pos(float x) { return x == x && x > 0.0f && x < 1e30f; }
+
+mt_err_t mt_table_config_validate(const mt_table_config_t *cfg, char *errbuf, size_t errlen) {
+    if (!cfg) CFG_FAIL("config is NULL");
+    if (!cfg->slots || cfg->nslots == 0) CFG_FAIL("slots: at least one slot is required");
+    if (cfg->nslots > 65536) CFG_FAIL("slots: at most 65536 slots");
+    if (cfg->shards_log2 > 16) CFG_FAIL("shards_log2: %u is out of range 0..16", cfg->shards_log2);
+    if (!(cfg->max_load >= 0.5 && cfg->max_load <= 0.97))
+        CFG_FAIL("max_load: %g is out of range 0.5..0.97", cfg->max_load);
+    if (cfg->filter_depth < 1 || cfg->filter_depth > 8)
+        CFG_FAIL("filter_depth: %u is out of range 1..8", cfg->filter_depth);
+    uint64_t nparts = 1ull << cfg->shards_log2;
+    if (cfg->changelog_entries < 64 * nparts)
+        CFG_FAIL("changelog_entries: %llu is below 64 per part (%llu)",
+                 (unsigned long long)cfg->changelog_entries, (unsigned long long)(64 * nparts));
+    if (cfg->filter_bytes && cfg->filter_bytes < (uint64_t)cfg->filter_depth * 64 * nparts)
+        CFG_FAIL("filter_bytes: %llu is below 64 counters per row per part",
+                 (unsigned long long)cfg->filter_bytes);
+    if (cfg->filter_bytes / nparts / cfg->filter_depth > UINT32_MAX)
+        CFG_FAIL("filter_bytes: too large for this many parts");
+    if (cfg->initial_rows > (1ull << 40)) CFG_FAIL("initial_rows: above 2^40");
+    uint8_t *seen = calloc(65536, 1);
+    if (!seen) return MT_NOMEM;
+    for (size_t i = 0; i < cfg->nslots; i++) {
+        const mt_table_slot_config_t *s = &cfg->slots[i];
+        const char *bad = NULL;
+        if (seen[s->slot]) bad = "slot id appears twice";
+        else if (s->dim < 1 || s->dim > MT_TABLE_MAX_DIM) bad = "dim out of range 1..1024";
+        else if (s->init > MT_INIT_NORMAL) bad = "init: unknown initializer";
+        else if (!(s->init_scale >= 0.0f && s->init_scale < 1e30f)) bad = "init_scale: not finite";
+        else if (s->init_mean != s->init_mean) bad = "init_mean: NaN";
+        else if (s->opt > MT_OPT_ADAM) bad = "opt: unknown optimizer";
+        else if (!finite_pos(s->lr)) bad = "lr: must be > 0 and finite";
+        else if (!(s->eps >= 0.0f && s->eps < 1.0f)) bad = "eps: out of range [0, 1)";
+        else if (s->opt == MT_OPT_ADAGRAD && !(s->init_accum >= 0.0f && s->init_accum < 1e30f))
+            bad = "init_accum: must be >= 0";
+        else if (s->opt == MT_OPT_ADAGRAD && s->init_accum == 0.0f && s->eps == 0.0f)
+            bad = "init_accum and eps are both 0: division by zero";
+        else if (s->opt == MT_OPT_ADAM && !(s->beta1 >= 0.0f && s->beta1 < 1.0f))
+            bad = "beta1: out of range [0, 1)";
+        else if (s->opt == MT_OPT_ADAM && !(s->beta2 >= 0.0f && s->beta2 < 1.0f))
+            bad = "beta2: out of range [0, 1)";
+        else if (s->opt == MT_OPT_ADAM && s->eps == 0.0f) bad = "eps: Adam needs eps > 0";
+        else if (s->opt == MT_OPT_FTRL && !(s->ftrl_beta >= 0.0f && s->ftrl_beta < 1e30f))
+            bad = "ftrl_beta: must be >= 0";
+        else if (!(s->l1 >= 0.0f && s->l1 < 1e30f) || !(s->l2 >= 0.0f && s->l2 < 1e30f))
+            bad = "l1/l2: must be >= 0";
+        else if (s->min_count > 255) bad = "min_count: at most 255";
+        else if (s->min_count > 1 && cfg->filter_bytes == 0)
+            bad = "min_count > 1 needs filter_bytes > 0";
+        else if (s->precision > MT_PREC_FP16) bad = "precision: unknown";
+        if (bad) {
+            free(seen);
+            CFG_FAIL("slot %u: %s", s->slot, bad);
+        }
+        seen[s->slot] = 1;
+    }
+    free(seen);
+    return MT_OK;
+}
+
+/* ============================== fp16 ============================== */
+
+uint16_t mt_fp16_from_float(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t exp = (x >> 23) & 0xFFu;
+    uint32_t man = x & 0x7FFFFFu;
+    if (exp == 0xFF) return (uint16_t)(sign | 0x7C00u | (man ? 0x200u | (man >> 13) : 0));
+    int32_t e = (int32_t)exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7C00u); /* overflow: infinity */
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)sign; /* underflow: signed zero */
+        man |= 0x800000u;                   /* subnormal half */
+        uint32_t shift = (uint32_t)(14 - e);
+        uint32_t h = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (man >> 13);
+    uint32_t rem = man & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* may carry into exp: correct */
+    return (uint16_t)(sign | h);
+}
+
+float mt_fp16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, x;
+    if (exp == 0) {
+        if (man == 0) {
+            x = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400u));
+            x = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3FFu) << 13);
+        }
+    } else if (exp == 31) {
+        x = sign | 0x7F800000u | (man << 13);
+    } else {
+        x = sign | ((exp - 15 + 127) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+void mt__row_read_emb(const mt__slot_t *s, const void *row, float *out) {
+    const char *e = (const char *)row + MT__ROW_HDR;
+    if (s->cfg.precision == MT_PREC_FP32) {
+        memcpy(out, e, s->cfg.dim * sizeof(float));
+    } else {
+        uint16_t h[MT_TABLE_MAX_DIM];
+        memcpy(h, e, s->cfg.dim * sizeof(uint16_t));
+        for (uint32_t i = 0; i < s->cfg.dim; i++) out[i] = mt_fp16_to_float(h[i]);
+    }
+}
+
+void mt__row_write_emb(const mt__slot_t *s, void *row, const float *in) {
+    char *e = (char *)row + MT__ROW_HDR;
+    if (s->cfg.precision == MT_PREC_FP32) {
+        memcpy(e, in, s->cfg.dim * sizeof(float));
+    } else {
+        uint16_t *h = (uint16_t *)(void *)e;
+        for (uint32_t i = 0; i < s->cfg.dim; i++) h[i] = mt_fp16_from_float(in[i]);
+    }
+}
+
+/* ============================== hashing ============================== */
+
+typedef struct hpair {
+    uint64_t h1, h2;
+} hpair_t;
+
+static inline hpair_t hash_fid(const mt_table_t *t, uint64_t fid) {
+    hpair_t h = {XXH3_64bits_withSeed(&fid, sizeof(fid), t->seed1),
+                 XXH3_64bits_withSeed(&fid, sizeof(fid), t->seed2)};
+    return h;
+}
+
+static inline uint32_t part_index(const mt_table_t *t, uint64_t h1) {
+    return t->nparts > 1 ? (uint32_t)(h1 >> t->part_shift) : 0;
+}
+
+uint32_t mt__part_of(const mt_table_t *t, uint64_t fid) {
+    return part_index(t, XXH3_64bits_withSeed(&fid, sizeof(fid), t->seed1));
+}
+
+static inline void bucket_pair(uint64_t mask, hpair_t h, uint64_t *b1, uint64_t *b2) {
+    *b1 = h.h1 & mask;
+    *b2 = h.h2 & mask;
+    if (*b2 == *b1) *b2 = *b1 ^ 1;
+}
+
+/* ============================== grace periods ============================== */
+
+static inline unsigned lane_of(void) {
+    int c = sched_getcpu();
+    return c < 0 ? 0 : (unsigned)c & (MT__LANES - 1);
+}
+
+static inline unsigned rcu_enter(mt_table_t *t, unsigned *lane) {
+    unsigned l = lane_of();
+    for (;;) {
+        unsigned idx = atomic_load(&t->rcu_idx) & 1u;
+        atomic_fetch_add(&t->lanes[l].cnt[idx], 1);
+        if ((atomic_load(&t->rcu_idx) & 1u) == idx) {
+            *lane = l;
+            return idx;
+        }
+        atomic_fetch_sub(&t->lanes[l].cnt[idx], 1);
+    }
+}
+
+static inline void rcu_exit(mt_table_t *t, unsigned lane, unsigned idx) {
+    atomic_fetch_sub_explicit(&t->lanes[lane].cnt[idx], 1, memory_order_release);
+}
+
+static void rcu_synchronize(mt_table_t *t) {
+    pthread_mutex_lock(&t->rcu_lock);
+    unsigned idx = atomic_load(&t->rcu_idx) & 1u;
+    atomic_store(&t->rcu_idx, idx ^ 1u);
+    for (unsigned spins = 0;; spins++) {
+        uint64_t sum = 0;
+        for (unsigned l = 0; l < MT__LANES; l++) sum += atomic_load(&t->lanes[l].cnt[idx]);
+        if (sum == 0) break;
+        if (spins > 64) sched_yield();
+        else cpu_relax();
+    }
+    pthread_mutex_unlock(&t->rcu_lock);
+}
+
+void mt__retire(mt_table_t *t, mt__barray_t *old) {
+    if (!old) return;
+    rcu_synchronize(t);
+    free(old);
+}
+
+/* ============================== seqlock ============================== */
+
+static inline void seq_write_begin(mt__part_t *p) {
+    uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
+    atomic_store_explicit(&p->seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+static inline void seq_write_end(mt__part_t *p) {
+    uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
+    atomic_store_explicit(&p->seq, s + 1, memory_order_release);
+}
+
+/* ============================== slabs ============================== */
+
+static void *slab_alloc(mt__slab_t *sl, uint32_t row_bytes) {
+    if (sl->free) {
+        void *r = sl->free;
+        void *next;
+        memcpy(&next, (char *)r + MT__ROW_HDR, sizeof(next));
+        sl->free = next;
+        return r;
+    }
+    if (sl->left == 0) {
+        uint32_t rows = sl->next_rows ? sl->next_rows : 4;
+        size_t bytes = 16 + (size_t)rows * row_bytes;
+        char *chunk = malloc(bytes);
+        if (!chunk) return NULL;
+        memcpy(chunk, &sl->chunks, sizeof(void *));
+        sl->chunks = chunk;
+        sl->bytes += bytes;
+        sl->cur = chunk + 16;
+        sl->left = rows;
+        uint32_t cap = MT__CHUNK_MAX_BYTES / row_bytes;
+        if (cap < 1) cap = 1;
+        sl->next_rows = rows * 2 < cap ? rows * 2 : cap;
+    }
+    void *r = sl->cur;
+    sl->cur += row_bytes;
+    sl->left--;
+    return r;
+}
+
+/* The row keeps its version (the removal's), so stale log entries see it changed. */
+static void slab_free(mt__slab_t *sl, void *row) {
+    memcpy((char *)row + MT__ROW_HDR, &sl->free, sizeof(void *));
+    sl->free = row;
+}
+
+static void slab_destroy(mt__slab_t *sl) {
+    void *c = sl->chunks;
+    while (c) {
+        void *next;
+        memcpy(&next, c, sizeof(next));
+        free(c);
+        c = next;
+    }
+    memset(sl, 0, sizeof(*sl));
+}
+
+/* ============================== versions and the change log ============================== */
+
+uint64_t mt__part_version(mt_table_t *t, mt__part_t *p) {
+    uint64_t g = atomic_load_explicit(&t->clock, memory_order_relaxed);
+    p->clock = (p->clock > g ? p->clock : g) + 1;
+    return p->clock;
+}
+
+static int log_live(const mt__logent_t *e) {
+    return !e->row || ((const mt__row_t *)e->row)->version == e->version;
+}
+
+/* Drops superseded entries; if more than half the ring is still live, drops the oldest live
+ * ones down to half and raises log_floor past them (incremental syncs from before that
+ * version then answer MT_FULL_SYNC). Amortized O(1) per append. */
+static void log_compact(mt_table_t *t, mt__part_t *p) {
+    uint64_t cap = t->log_cap, kept = 0;
+    for (uint64_t i = p->log_start; i < p->log_end; i++) {
+        mt__logent_t *e = &p->log[i % cap];
+        if (log_live(e)) p->log[(p->log_start + kept++) % cap] = *e;
+    }
+    p->log_end = p->log_start + kept;
+    uint64_t keep_max = cap / 2;
+    if (kept > keep_max) {
+        uint64_t drop = kept - keep_max;
+        p->log_floor = p->log[(p->log_start + drop - 1) % cap].version;
+        p->log_start += drop;
+        p->n_log_drops += drop;
+    }
+}
+
+void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version, void *row) {
+    if (p->log_end - p->log_start == t->log_cap) log_compact(t, p);
+    mt__logent_t *e = &p->log[p->log_end++ % t->log_cap];
+    e->fid = fid;
+    e->version = version;
+    e->row = row;
+}
+
+/* ============================== cuckoo core (writers, lock held) ============================== */
+
+static inline int bucket_find(const mt__bucket_t *b, uint64_t fid) {
+    for (int i = 0; i < MT__BUCKET_SLOTS; i++)
+        if (b->row[i] && b->key[i] == fid) return i;
+    return -1;
+}
+
+static inline int bucket_free_slot(const mt__bucket_t *b) {
+    for (int i = 0; i < MT__BUCKET_SLOTS; i++)
+        if (!b->row[i]) return i;
+    return -1;
+}
+
+/* Finds fid in arr: @returns the row pointer and its position, or NULL. */
+static void *arr_find(const mt__barray_t *a, hpair_t h, uint64_t fid, uint64_t *pb, int *ps) {
+    uint64_t b1, b2;
+    bucket_pair(a->mask, h, &b1, &b2);
+    int s = bucket_find(&a->b[b1], fid);
+    if (s >= 0) {
+        *pb = b1;
+        *ps = s;
+        return a->b[b1].row[s];
+    }
+    s = bucket_find(&a->b[b2], fid);
+    if (s >= 0) {
+        *pb = b2;
+        *ps = s;
+        return a->b[b2].row[s];
+    }
+    return NULL;
+}
+
+void *mt__part_find(mt_table_t *t, mt__part_t *p, uint64_t fid) {
+    uint64_t b;
+    int slot;
+    return arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), hash_fid(t, fid), fid,
+                    &b, &slot);
+}
+
+static mt__barray_t *arr_new(uint64_t nbuckets) {
+    size_t bytes = sizeof(mt__barray_t) + nbuckets * sizeof(mt__bucket_t);
+    mt__barray_t *a = aligned_alloc(MT__CACHELINE, bytes);
+    if (!a) return NULL;
+    memset(a, 0, bytes);
+    a->mask = nbuckets - 1;
+    return a;
+}
+
+static inline uint64_t arr_bytes(const mt__barray_t *a) {
+    return sizeof(mt__barray_t) + (a->mask + 1) * sizeof(mt__bucket_t);
+}
+
+typedef struct bfs_node {
+    uint64_t bucket;
+    int32_t parent; /* index of the parent node, -1 for a root */
+    int32_t slot;   /* slot in the parent bucket whose entry moves into this bucket */
+} bfs_node_t;
+
+/* Places (fid, row) in a, displacing entries along a BFS path if needed. The caller has
+ * made seq odd if a is visible to readers. @returns 0 on success, -1 if no path exists. */
+static int arr_place(const mt_table_t *t, mt__barray_t *a, uint64_t fid, hpair_t h, void *row) {
+    uint64_t b1, b2;
+    bucket_pair(a->mask, h, &b1, &b2);
+    int s = bucket_free_slot(&a->b[b1]);
+    uint64_t b = b1;
+    if (s < 0) {
+        s = bucket_free_slot(&a->b[b2]);
+        b = b2;
+    }
+    if (s >= 0) {
+        a->b[b].key[s] = fid;
+        __atomic_store_n(&a->b[b].row[s], row, __ATOMIC_RELEASE);
+        return 0;
+    }
+    bfs_node_t q[MT__BFS_NODES];
+    int head = 0, tail = 0, found = -1;
+    q[tail++] = (bfs_node_t){b1, -1, -1};
+    q[tail++] = (bfs_node_t){b2, -1, -1};
+    while (head < tail && found < 0) {
+        int cur = head++;
+        const mt__bucket_t *cb = &a->b[q[cur].bucket];
+        for (int i = 0; i < MT__BUCKET_SLOTS && tail < MT__BFS_NODES; i++) {
+            uint64_t k = cb->key[i], x1, x2;
+            bucket_pair(a->mask, hash_fid(t, k), &x1, &x2);
+            uint64_t alt = x1 == q[cur].bucket ? x2 : x1;
+            q[tail] = (bfs_node_t){alt, cur, i};
+            if (bucket_free_slot(&a->b[alt]) >= 0) {
+                found = tail++;
+                break;
+            }
+            tail++;
+        }
+    }
+    if (found < 0) return -1;
+    /* Walk back from the free bucket, moving each entry one step along the path. */
+    int n = found;
+    int free_slot = bucket_free_slot(&a->b[q[n].bucket]);
+    while (q[n].parent >= 0) {
+        int par = q[n].parent;
+        mt__bucket_t *from = &a->b[q[par].bucket], *to = &a->b[q[n].bucket];
+        to->key[free_slot] = from->key[q[n].slot];
+        to->row[free_slot] = from->row[q[n].slot];
+        from->row[q[n].slot] = NULL;
+        free_slot = q[n].slot;
+        n = par;
+    }
+    mt__bucket_t *root = &a->b[q[n].bucket];
+    root->key[free_slot] = fid;
+    root->row[free_slot] = row;
+    return 0;
+}
+
+/* Builds a bigger array holding every entry of p's current one. */
+static mt__barray_t *arr_grow(const mt_table_t *t, const mt__barray_t *old) {
+    for (uint64_t nb = (old->mask + 1) * 2; nb <= (1ull << 40); nb *= 2) {
+        mt__barray_t *a = arr_new(nb);
+        if (!a) return NULL;
+        int ok = 1;
+        for (uint64_t b = 0; b <= old->mask && ok; b++)
+            for (int i = 0; i < MT__BUCKET_SLOTS && ok; i++)
+                if (old->b[b].row[i])
+                    ok = arr_place(t, a, old->b[b].key[i], hash_fid(t, old->b[b].key[i]),
+                                   old->b[b].row[i]) == 0;
+        if (ok) return a;
+        free(a);
+    }
+    return NULL;
+}
+
+static mt_err_t part_grow(mt_table_t *t, mt__part_t *p, mt__barray_t **retired) {
+    mt__barray_t *old = atomic_load_explicit(&p->arr, memory_order_relaxed);
+    mt__barray_t *a = arr_grow(t, old);
+    if (!a) return MT_NOMEM;
+    atomic_store_explicit(&p->arr, a, memory_order_release);
+    p->n_grows++;
+    /* A second grow during one insert (rare) frees the first retired array now: readers
+     * may hold it, so wait for a grace period (readers never take locks: no deadlock). */
+    mt__retire(t, *retired);
+    *retired = old;
+    return MT_OK;
+}
+
+static inline int part_over_load(const mt_table_t *t, const mt__part_t *p, const mt__barray_t *a) {
+    uint64_t cap = (a->mask + 1) * MT__BUCKET_SLOTS;
+    return (p->rows + 1) * t->max_rows_den > cap * t->max_rows_num;
+}
+
+mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
+                         const float *emb, const float *state, uint32_t touch_s,
+                         uint32_t count, uint64_t version, void **row_out,
+                         mt__barray_t **retired) {
+    mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+    if (part_over_load(t, p, a)) {
+        mt_err_t err = part_grow(t, p, retired);
+        if (err) return err;
+        a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+    }
+    void *row = slab_alloc(&p->slabs[s->klass], s->row_bytes);
+    if (!row) return MT_NOMEM;
+    mt__row_t *hdr = row;
+    hdr->version = version;
+    hdr->touch_s = touch_s;
+    hdr->count = count;
+    if (emb) {
+        mt__row_write_emb(s, row, emb);
+    } else {
+        float w[MT_TABLE_MAX_DIM];
+        mt__init_emb(&s->cfg, fid, w);
+        mt__row_write_emb(s, row, w);
+    }
+    if (s->state_floats) {
+        if (state) memcpy(mt__row_state(s, row), state, s->state_floats * sizeof(float));
+        else mt__opt_init_state(&s->cfg, mt__row_state(s, row));
+    }
+    hpair_t h = hash_fid(t, fid);
+    seq_write_begin(p);
+    int rc = arr_place(t, a, fid, h, row);
+    seq_write_end(p);
+    while (rc != 0) {
+        mt_err_t err = part_grow(t, p, retired);
+        if (err) {
+            slab_free(&p->slabs[s->klass], row);
+            return err;
+        }
+        a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+        seq_write_begin(p);
+        rc = arr_place(t, a, fid, h, row);
+        seq_write_end(p);
+    }
+    p->rows++;
+    p->n_inserts++;
+    if (row_out) *row_out = row;
+    return MT_OK;
+}
+
+/* Removes the entry at (b, slot), logs the deletion and frees the row (lock held). */
+static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64_t b, int slot) {
+    uint64_t fid = a->b[b].key[slot];
+    void *row = a->b[b].row[slot];
+    const mt__slot_t *s = mt__slot_of(t, fid);
+    uint64_t v = mt__part_version(t, p);
+    seq_write_begin(p);
+    a->b[b].row[slot] = NULL;
+    ((mt__row_t *)row)->version = v;
+    slab_free(&p->slabs[s->klass], row);
+    seq_write_end(p);
+    mt__log_append(t, p, fid, v, NULL);
+    p->rows--;
+}
+
+/* ============================== create / destroy ============================== */
+
+static mt_err_t part_init(mt_table_t *t, mt__part_t *p, uint64_t nbuckets) {
+    atomic_init(&p->seq, 0);
+    mt__barray_t *a = arr_new(nbuckets);
+    atomic_init(&p->arr, a);
+    p->slabs = calloc(t->nclasses, sizeof(mt__slab_t));
+    p->log = malloc(t->log_cap * sizeof(mt__logent_t));
+    if (t->cm_width) p->cm = calloc((size_t)t->cm_depth * t->cm_width, 1);
+    if (pthread_mutex_init(&p->lock, NULL) != 0) return MT_NOMEM;
+    if (!a || !p->slabs || !p->log || (t->cm_width && !p->cm)) return MT_NOMEM;
+    return MT_OK;
+}
+
+static void part_free(mt_table_t *t, mt__part_t *p) {
+    free(atomic_load_explicit(&p->arr, memory_order_relaxed));
+    if (p->slabs)
+        for (uint32_t c = 0; c < t->nclasses; c++) slab_destroy(&p->slabs[c]);
+    free(p->slabs);
+    free(p->log);
+    free(p->cm);
+    pthread_mutex_destroy(&p->lock);
+}
+
+mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
+    mt_err_t err = mt_table_config_validate(cfg, NULL, 0);
+    if (err) return err;
+    mt_table_t *t = calloc(1, sizeof(*t));
+    if (!t) return MT_NOMEM;
+    t->cfg = *cfg;
+    t->nslots = (uint32_t)cfg->nslots;
+    t->slots_cfg = malloc(cfg->nslots * sizeof(*cfg->slots));
+    t->slots = calloc(cfg->nslots, sizeof(mt__slot_t));
+    t->class_bytes = calloc(cfg->nslots, sizeof(uint32_t));
+    t->slot_index = calloc(65536, sizeof(uint16_t));
+    t->nparts = 1u << cfg->shards_log2;
+    t->part_shift = 64 - cfg->shards_log2;
+    pthread_mutex_init(&t->rcu_lock, NULL);
+    pthread_mutex_init(&t->expire_lock, NULL);
+    if (!t->slots_cfg || !t->slots || !t->class_bytes || !t->slot_index) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    memcpy(t->slots_cfg, cfg->slots, cfg->nslots * sizeof(*cfg->slots));
+    t->cfg.slots = t->slots_cfg;
+    for (uint32_t i = 0; i < t->nslots; i++) {
+        mt__slot_t *s = &t->slots[i];
+        s->cfg = cfg->slots[i];
+        s->state_floats = mt__opt_state_floats(&s->cfg);
+        s->emb_bytes = s->cfg.precision == MT_PREC_FP16 ? ((s->cfg.dim * 2 + 3) & ~3u)
+                                                         : s->cfg.dim * 4;
+        /* A free row stores a pointer in its embedding bytes. */
+        uint32_t body = s->emb_bytes + s->state_floats * 4;
+        if (body < sizeof(void *)) body = sizeof(void *);
+        s->row_bytes = (MT__ROW_HDR + body + 7) & ~7u;
+        uint32_t k = 0;
+        while (k < t->nclasses && t->class_bytes[k] != s->row_bytes) k++;
+        if (k == t->nclasses) t->class_bytes[t->nclasses++] = s->row_bytes;
+        s->klass = k;
+        t->slot_index[s->cfg.slot] = (uint16_t)(i + 1);
+    }
+    t->seed1 = cfg->hash_seed;
+    t->seed2 = cfg->hash_seed ^ 0x5851F42D4C957F2Dull;
+    t->seed_cm = cfg->hash_seed ^ 0x14057B7EF767814Full;
+    t->cm_depth = cfg->filter_depth;
+    t->cm_width = cfg->filter_bytes ? (uint32_t)(cfg->filter_bytes / t->nparts / cfg->filter_depth)
+                                    : 0;
+    t->log_cap = cfg->changelog_entries / t->nparts;
+    t->max_rows_num = (uint64_t)(cfg->max_load * 1000.0);
+    t->max_rows_den = 1000;
+    atomic_init(&t->rcu_idx, 0);
+    atomic_init(&t->clock, 0);
+    t->lanes = aligned_alloc(MT__CACHELINE, MT__LANES * sizeof(mt__lane_t));
+    t->parts = aligned_alloc(MT__CACHELINE, t->nparts * sizeof(mt__part_t));
+    if (!t->lanes || !t->parts) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    memset(t->lanes, 0, MT__LANES * sizeof(mt__lane_t));
+    memset(t->parts, 0, t->nparts * sizeof(mt__part_t));
+    /* Buckets per part for initial_rows at ~half of max_load, a power of two >= 2. */
+    uint64_t per_part = cfg->initial_rows / t->nparts + 1;
+    uint64_t nb = 2;
+    while ((double)nb * MT__BUCKET_SLOTS * cfg->max_load < (double)per_part) nb *= 2;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        err = part_init(t, &t->parts[i], nb);
+        if (err) {
+            /* parts after i are zeroed; part_free copes with a half-built part */
+            goto out;
+        }
+    }
+    *out = t;
+    return MT_OK;
+out:
+    mt_table_destroy(t);
+    return err;
+}
+
+void mt_table_destroy(mt_table_t *t) {
+    if (!t) return;
+    if (t->parts)
+        for (uint32_t i = 0; i < t->nparts; i++)
+            if (t->parts[i].slabs || t->parts[i].log) part_free(t, &t->parts[i]);
+    free(t->parts);
+    free(t->lanes);
+    free(t->slots_cfg);
+    free(t->slots);
+    free(t->class_bytes);
+    free(t->slot_index);
+    pthread_mutex_destroy(&t->rcu_lock);
+    pthread_mutex_destroy(&t->expire_lock);
+    free(t);
+}
+
+/* ============================== small queries ============================== */
+
+mt_err_t mt_table_dim(const mt_table_t *t, uint64_t fid, uint32_t *dim) {
+    const mt__slot_t *s = mt__slot_of(t, fid);
+    if (!s) return MT_UNKNOWN_SLOT;
+    *dim = s->cfg.dim;
+    return MT_OK;
+}
+
+mt_err_t mt_table_state_floats(const mt_table_t *t, uint64_t fid, uint32_t *nfloats) {
+    const mt__slot_t *s = mt__slot_of(t, fid);
+    if (!s) return MT_UNKNOWN_SLOT;
+    *nfloats = s->state_floats;
+    return MT_OK;
+}
+
+mt_err_t mt_table_row_bytes(const mt_table_t *t, uint64_t fid, uint32_t *bytes) {
+    const mt__slot_t *s = mt__slot_of(t, fid);
+    if (!s) return MT_UNKNOWN_SLOT;
+    *bytes = s->row_bytes;
+    return MT_OK;
+}
+
+mt_err_t mt_table_batch_floats(const mt_table_t *t, const uint64_t *fids, size_t n,
+                               size_t *nfloats) {
+    size_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mt__slot_t *s = mt__slot_of(t, fids[i]);
+        if (!s) return MT_UNKNOWN_SLOT;
+        sum += s->cfg.dim;
+    }
+    *nfloats = sum;
+    return MT_OK;
+}
+
+uint64_t mt_table_buckets(mt_table_t *t) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        mt__part_t *p = &t->parts[i];
+        pthread_mutex_lock(&p->lock);
+        n += atomic_load_explicit(&p->arr, memory_order_relaxed)->mask + 1;
+        pthread_mutex_unlock(&p->lock);
+    }
+    return n;
+}
+
+void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
+    memset(st, 0, sizeof(*st));
+    st->bytes_total = sizeof(*t) + t->nparts * sizeof(mt__part_t) +
+                      MT__LANES * sizeof(mt__lane_t) + 65536 * sizeof(uint16_t);
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        mt__part_t *p = &t->parts[i];
+        pthread_mutex_lock(&p->lock);
+        const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+        st->rows += p->rows;
+        st->capacity += (a->mask + 1) * MT__BUCKET_SLOTS;
+        st->bytes_buckets += arr_bytes(a);
+        for (uint32_t c = 0; c < t->nclasses; c++) st->bytes_rows += p->slabs[c].bytes;
+        st->bytes_filter += (uint64_t)t->cm_depth * t->cm_width;
+        st->bytes_changelog += t->log_cap * sizeof(mt__logent_t);
+        if (p->clock > st->version) st->version = p->clock;
+        if (p->log_floor > st->full_sync_below) st->full_sync_below = p->log_floor;
+        st->inserts += p->n_inserts;
+        st->removals += p->n_removals;
+        st->evictions += p->n_evictions;
+        st->grows += p->n_grows;
+        st->filtered += p->n_filtered;
+        st->changelog_drops += p->n_log_drops;
+        pthread_mutex_unlock(&p->lock);
+    }
+    st->bytes_total += st->bytes_rows + st->bytes_buckets + st->bytes_filter + st->bytes_changelog;
+    st->load_factor = st->capacity ? (double)st->rows / (double)st->capacity : 0.0;
+}
+
+/* ============================== lookup ============================== */
+
+/* Lock-free read of one id into out (dim floats); @returns 1 if found. */
+static inline int read_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpair_t h,
+                           float *out) {
+    mt__part_t *p = &t->parts[part_index(t, h.h1)];
+    for (;;) {
+        uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
+        if (s1 & 1) {
+            cpu_relax();
+            continue;
+        }
+        const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
+        uint64_t b1, b2;
+        bucket_pair(a->mask, h, &b1, &b2);
+        void *row = NULL;
+        const mt__bucket_t *bk = &a->b[b1];
+        for (int k = 0; k < 2 && !row; k++, bk = &a->b[b2]) {
+            for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
+                void *r = __atomic_load_n(&bk->row[i], __ATOMIC_RELAXED);
+                if (r && __atomic_load_n(&bk->key[i], __ATOMIC_RELAXED) == fid) {
+                    row = r;
+                    break;
+                }
+            }
+        }
+        if (row) mt__row_read_emb(s, row, out);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&p->seq, memory_order_relaxed) == s1) {
+            if (!row) memset(out, 0, s->cfg.dim * sizeof(float));
+            return row != NULL;
+        }
+    }
+}
+
+/* Unvalidated probe used only to prefetch the row (readers' stage 2). */
+static inline void prefetch_row(const mt_table_t *t, uint64_t fid, hpair_t h) {
+    const mt__part_t *p = &t->parts[part_index(t, h.h1)];
+    const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
+    uint64_t b1, b2;
+    bucket_pair(a->mask, h, &b1, &b2);
+    const mt__bucket_t *bk = &a->b[b1];
+    for (int k = 0; k < 2; k++, bk = &a->b[b2]) {
+        for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
+            if (__atomic_load_n(&bk->key[i], __ATOMIC_RELAXED) == fid) {
+                const char *r = __atomic_load_n(&bk->row[i], __ATOMIC_RELAXED);
+                if (r) {
+                    __builtin_prefetch(r);
+                    __builtin_prefetch(r + 64);
+                }
+                return;
+            }
+        }
+    }
+}
+
+static inline void prefetch_buckets(const mt_table_t *t, hpair_t h) {
+    const mt__part_t *p = &t->parts[part_index(t, h.h1)];
+    const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
+    uint64_t b1, b2;
+    bucket_pair(a->mask, h, &b1, &b2);
+    __builtin_prefetch(&a->b[b1]);
+    __builtin_prefetch(&a->b[b2]);
+}
+
+static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
+                            uint8_t *found, mt_table_op_stats_t *st) {
+    hpair_t hq[MT__READ_CHUNK + 2 * MT__PREFETCH];
+    uint64_t nfound = 0;
+    size_t off = 0;
+    for (size_t base = 0; base < n; base += MT__READ_CHUNK) {
+        size_t m = n - base < MT__READ_CHUNK ? n - base : MT__READ_CHUNK;
+        const uint64_t *f = fids + base;
+        unsigned lane, idx = rcu_enter(t, &lane);
+        /* Pipeline: hash and prefetch buckets D*2 ahead, find and prefetch rows D ahead. */
+        for (size_t i = 0; i < m && i < 2 * MT__PREFETCH; i++) {
+            hq[i] = hash_fid(t, f[i]);
+            prefetch_buckets(t, hq[i]);
+        }
+        for (size_t i = 0; i < m && i < MT__PREFETCH; i++) prefetch_row(t, f[i], hq[i]);
+        for (size_t i = 0; i < m; i++) {
+            if (i + 2 * MT__PREFETCH < m) {
+                hq[i + 2 * MT__PREFETCH] = hash_fid(t, f[i + 2 * MT__PREFETCH]);
+                prefetch_buckets(t, hq[i + 2 * MT__PREFETCH]);
+            }
+            if (i + MT__PREFETCH < m) prefetch_row(t, f[i + MT__PREFETCH], hq[i + MT__PREFETCH]);
+            const mt__slot_t *s = mt__slot_of(t, f[i]);
+            int ok = read_one(t, s, f[i], hq[i], out + off);
+            off += s->cfg.dim;
+            nfound += ok;
+            if (found) found[base + i] = (uint8_t)ok;
+        }
+        rcu_exit(t, lane, idx);
+    }
+    if (st) {
+        st->found += nfound;
+        st->missing += n - nfound;
+    }
+}
+
+/* Training lookup of one id under its part's lock. */
+static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, float *out,
+                                 uint32_t now_s, int *found, mt_table_op_stats_t *st) {
+    hpair_t h = hash_fid(t, fid);
+    mt__part_t *p = &t->parts[part_index(t, h.h1)];
+    mt__barray_t *retired = NULL;
+    mt_err_t err = MT_OK;
+    uint64_t b;
+    int slot;
+    pthread_mutex_lock(&p->lock);
+    mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+    mt__row_t *row = arr_find(a, h, fid, &b, &slot);
+    *found = 0;
+    if (row) {
+        if (row->count < UINT32_MAX) row->count++;
+        if (now_s > row->touch_s) row->touch_s = now_s;
+        mt__row_read_emb(s, row, out);
+        *found = 1;
+        goto out;
+    }
+    uint32_t seen = 1;
+    if (s->cfg.min_count > 1) {
+        seen = mt__cm_add(t, p, fid);
+        if (seen < s->cfg.min_count) {
+            p->n_filtered++;
+            if (st) st->filtered++;
+            memset(out, 0, s->cfg.dim * sizeof(float));
+            goto out;
+        }
+    }
+    uint64_t v = mt__part_version(t, p);
+    void *nrow;
+    err = mt__part_insert(t, p, fid, s, NULL, NULL, now_s, seen, v, &nrow, &retired);
+    if (err) {
+        memset(out, 0, s->cfg.dim * sizeof(float));
+        goto out;
+    }
+    mt__log_append(t, p, fid, v, nrow);
+    mt__row_read_emb(s, nrow, out);
+    *found = 1;
+    if (st) st->admitted++;
+out:
+    pthread_mutex_unlock(&p->lock);
+    mt__retire(t, retired);
+    return err;
+}
+
+mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
+                         size_t out_len, uint8_t *found, unsigned flags, uint32_t now_s,
+                         mt_table_op_stats_t *st) {
+    size_t need;
+    mt_err_t err = mt_table_batch_floats(t, fids, n, &need);
+    if (err) return err;
+    if (out_len < need) return MT_TOO_SMALL;
+    if (!(flags & MT_TABLE_TRAIN)) {
+        lookup_readonly(t, fids, n, out, found, st);
+        return MT_OK;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mt__slot_t *s = mt__slot_of(t, fids[i]);
+        int ok = 0;
+        err = lookup_train_one(t, s, fids[i], out + off, now_s, &ok, st);
+        if (found) found[i] = (uint8_t)ok;
+        if (st) {
+            st->found += ok;
+            st->missing += !ok;
+        }
+        if (err) {
+            /* Zero what is left so the caller never reads garbage. */
+            memset(out + off, 0, (need - off) * sizeof(float));
+            if (found) memset(found + i, 0, n - i);
+            return err;
+        }
+        off += s->cfg.dim;
+    }
+    return MT_OK;
+}
+
+/* ============================== apply / assign / remove ============================== */
+
+mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const float *grads,
+                        size_t grads_len, uint32_t now_s, mt_table_op_stats_t *st) {
+    size_t need;
+    mt_err_t err = mt_table_batch_floats(t, fids, n, &need);
+    if (err) return err;
+    if (grads_len != need) return MT_TOO_SMALL;
+    size_t off = 0;
+    uint64_t nfound = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t fid = fids[i];
+        const mt__slot_t *s = mt__slot_of(t, fid);
+        const float *g = grads + off;
+        off += s->cfg.dim;
+        hpair_t h = hash_fid(t, fid);
+        mt__part_t *p = &t->parts[part_index(t, h.h1)];
+        uint64_t b;
+        int slot;
+        pthread_mutex_lock(&p->lock);
+        mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+        mt__row_t *row = arr_find(a, h, fid, &b, &slot);
+        if (row) {
+            uint64_t v = mt__part_version(t, p);
+            seq_write_begin(p);
+            if (s->cfg.precision == MT_PREC_FP32) {
+                mt__opt_apply(&s->cfg, (float *)mt__row_emb(row), mt__row_state(s, row), g);
+            } else {
+                float w[MT_TABLE_MAX_DIM];
+                mt__row_read_emb(s, row, w);
+                mt__opt_apply(&s->cfg, w, mt__row_state(s, row), g);
+                mt__row_write_emb(s, row, w);
+            }
+            row->version = v;
+            seq_write_end(p);
+            if (now_s > row->touch_s) row->touch_s = now_s;
+            mt__log_append(t, p, fid, v, row);
+            nfound++;
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    if (st) {
+        st->found += nfound;
+        st->missing += n - nfound;
+    }
+    return MT_OK;
+}
+
+mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const float *values,
+                         size_t values_len, uint32_t now_s, mt_table_op_stats_t *st) {
+    size_t need;
+    mt_err_t err = mt_table_batch_floats(t, fids, n, &need);
+    if (err) return err;
+    if (values_len != need) return MT_TOO_SMALL;
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t fid = fids[i];
+        const mt__slot_t *s = mt__slot_of(t, fid);
+        const float *val = values + off;
+        off += s->cfg.dim;
+        hpair_t h = hash_fid(t, fid);
+        mt__part_t *p = &t->parts[part_index(t, h.h1)];
+        mt__barray_t *retired = NULL;
+        uint64_t b;
+        int slot;
+        pthread_mutex_lock(&p->lock);
+        mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+        mt__row_t *row = arr_find(a, h, fid, &b, &slot);
+        uint64_t v = mt__part_version(t, p);
+        if (row) {
+            seq_write_begin(p);
+            mt__row_write_emb(s, row, val);
+            row->version = v;
+            seq_write_end(p);
+            if (now_s > row->touch_s) row->touch_s = now_s;
+            mt__log_append(t, p, fid, v, row);
+            if (st) st->found++;
+        } else {
+            void *nrow;
+            err = mt__part_insert(t, p, fid, s, val, NULL, now_s, 1, v, &nrow, &retired);
+            if (!err) {
+                mt__log_append(t, p, fid, v, nrow);
+                if (st) st->admitted++;
+            }
+        }
+        pthread_mutex_unlock(&p->lock);
+        mt__retire(t, retired);
+        if (err) return err;
+    }
+    return MT_OK;
+}
+
+mt_err_t mt_table_remove(mt_table_t *t, const uint64_t *fids, size_t n, uint64_t *removed) {
+    uint64_t cnt = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!mt__slot_of(t, fids[i])) return MT_UNKNOWN_SLOT;
+    }
+    for (size_t i = 0; i < n; i++) {
+        hpair_t h = hash_fid(t, fids[i]);
+        mt__part_t *p = &t->parts[part_index(t, h.h1)];
+        uint64_t b;
+        int slot;
+        pthread_mutex_lock(&p->lock);
+        mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+        if (arr_find(a, h, fids[i], &b, &slot)) {
+            part_remove_at(t, p, a, b, slot);
+            p->n_removals++;
+            cnt++;
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    if (removed) *removed = cnt;
+    return MT_OK;
+}
+
+mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state,
+                          size_t state_len, uint32_t *touch_s, uint32_t *count,
+                          uint64_t *version) {
+    const mt__slot_t *s = mt__slot_of(t, fid);
+    if (!s) return MT_UNKNOWN_SLOT;
+    if (state && state_len < s->state_floats) return MT_TOO_SMALL;
+    hpair_t h = hash_fid(t, fid);
+    mt__part_t *p = &t->parts[part_index(t, h.h1)];
+    uint64_t b;
+    int slot;
+    mt_err_t err = MT_OK;
+    pthread_mutex_lock(&p->lock);
+    mt__row_t *row = arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), h, fid, &b,
+                              &slot);
+    if (!row) {
+        err = MT_NOT_FOUND;
+    } else {
+        if (emb) mt__row_read_emb(s, row, emb);
+        if (state && s->state_floats)
+            memcpy(state, mt__row_state(s, row), s->state_floats * sizeof(float));
+        if (touch_s) *touch_s = row->touch_s;
+        if (count) *count = row->count;
+        if (version) *version = row->version;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return err;
+}
+
+/* ============================== expiry ============================== */
+
+mt_err_t mt_table_expire(mt_table_t *t, uint32_t now_s, size_t max_buckets, uint64_t *evicted) {
+    uint64_t cnt = 0;
+    size_t budget = max_buckets;
+    pthread_mutex_lock(&t->expire_lock);
+    /* Visit at most every part once per call so an empty table does not spin. */
+    for (uint32_t visited = 0; budget > 0 && visited <= t->nparts; visited++) {
+        mt__part_t *p = &t->parts[t->expire_part];
+        pthread_mutex_lock(&p->lock);
+        mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+        uint64_t nb = a->mask + 1, b = t->expire_bucket;
+        for (; b < nb && budget > 0; b++, budget--) {
+            for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
+                mt__row_t *row = a->b[b].row[i];
+                if (!row) continue;
+                const mt__slot_t *s = mt__slot_of(t, a->b[b].key[i]);
+                if (s->cfg.ttl_s && (uint64_t)row->touch_s + s->cfg.ttl_s < now_s) {
+                    part_remove_at(t, p, a, b, i);
+                    p->n_evictions++;
+                    cnt++;
+                }
+            }
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (b >= nb) {
+            t->expire_bucket = 0;
+            t->expire_part = (t->expire_part + 1) & (t->nparts - 1);
+        } else {
+            t->expire_bucket = b;
+        }
+    }
+    pthread_mutex_unlock(&t->expire_lock);
+    if (evicted) *evicted = cnt;
+    return MT_OK;
+}

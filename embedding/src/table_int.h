@@ -1,0 +1,176 @@
+/*
+ * table_int.h - internals of the embedding table shared by table.c, changes.c, serialize.c,
+ * optim.c and sketch.c. Nothing here is part of the public API.
+ *
+ * Memory layout
+ * -------------
+ *   mt_table_t
+ *     slot_index[65536]   slot id -> 1 + index into slots[] (0: slot not configured)
+ *     slots[]             slot_t: the user's config plus derived sizes and slab class
+ *     parts[2^k]          part_t, cache-line aligned, see below
+ *     lanes[MT__LANES]    reader counters of the sleepable-RCU scheme (one line each)
+ *
+ *   part_t (one cuckoo hash, guarded by its mutex except for the reader fields)
+ *     seq        even: stable; odd: a writer is changing what readers see
+ *     arr        barray_t*: {mask, nbuckets} then nbuckets 64-byte buckets
+ *     slabs[c]   rows of slab class c (one class per distinct row size)
+ *     cm         this part's count-min sketch region (depth rows of width u8 counters)
+ *     log        ring of change entries {fid, version, row (NULL: deletion)}
+ *
+ *   bucket (64 bytes): key[4] (uint64 fids) | row[4] (pointers, NULL = empty slot)
+ *
+ *   row (row_bytes, 8-aligned, inside a slab chunk; rows never move and slab memory is only
+ *   returned at mt_table_destroy(), so a reader may always dereference a row pointer it
+ *   read; the seqlock tells it whether what it read is valid):
+ *     offset 0   uint64 version   version of the last change (of the removal once freed)
+ *     offset 8   uint32 touch_s   last touch time
+ *     offset 12  uint32 count     occurrences seen (saturating)
+ *     offset 16  embedding        dim floats (fp32) or dim halves (fp16, padded to 4 bytes)
+ *     then       optimizer state  state_floats floats
+ *   A free row keeps its version; its first embedding bytes hold the free-list link.
+ */
+#ifndef MT_TABLE_INT_H
+#define MT_TABLE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "mt/table.h"
+
+#define MT__BUCKET_SLOTS 4
+#define MT__LANES 64
+#define MT__ROW_HDR 16u
+#define MT__CACHELINE 64
+
+typedef struct mt__bucket {
+    uint64_t key[MT__BUCKET_SLOTS];
+    void *row[MT__BUCKET_SLOTS];
+} mt__bucket_t;
+
+typedef struct mt__barray {
+    uint64_t mask;     /* nbuckets - 1; nbuckets is a power of two >= 2 */
+    uint64_t pad[7];   /* buckets start on the next cache line */
+    mt__bucket_t b[];
+} mt__barray_t;
+
+typedef struct mt__row {
+    uint64_t version;
+    uint32_t touch_s;
+    uint32_t count;
+} mt__row_t;
+
+typedef struct mt__slot {
+    mt_table_slot_config_t cfg;
+    uint32_t state_floats; /* optimizer state per row */
+    uint32_t emb_bytes;    /* embedding bytes in the row (fp16 padded to 4) */
+    uint32_t row_bytes;    /* whole row, multiple of 8 */
+    uint32_t klass;        /* slab class (index into part slabs) */
+} mt__slot_t;
+
+typedef struct mt__slab {
+    void *free;            /* free rows, linked through their embedding bytes */
+    char *cur;             /* next never-used row in the newest chunk */
+    uint32_t left;         /* never-used rows left in the newest chunk */
+    uint32_t next_rows;    /* rows in the next chunk (doubles up to a cap) */
+    void *chunks;          /* chunk list (first word of a chunk links the next) */
+    uint64_t bytes;        /* bytes of all chunks */
+} mt__slab_t;
+
+typedef struct mt__logent {
+    uint64_t fid;
+    uint64_t version;
+    void *row;             /* NULL: deletion; else live iff row->version == version */
+} mt__logent_t;
+
+typedef struct mt__part {
+    /* Read by lock-free readers; written by writers holding lock. */
+    _Alignas(MT__CACHELINE) _Atomic uint64_t seq;
+    mt__barray_t *_Atomic arr;
+    /* Everything below is guarded by lock. */
+    _Alignas(MT__CACHELINE) pthread_mutex_t lock;
+    uint64_t rows;
+    uint64_t clock;        /* last version handed out in this part */
+    mt__slab_t *slabs;     /* [t->nclasses] */
+    uint8_t *cm;           /* [cm_depth * cm_width] */
+    uint64_t cm_nonzero;   /* non-zero counters in cm (aging trigger) */
+    mt__logent_t *log;     /* ring of log_cap entries */
+    uint64_t log_start, log_end; /* entries [log_start, log_end) live at index % log_cap */
+    uint64_t log_floor;    /* since < log_floor cannot be served incrementally */
+    /* Counters (guarded by lock). */
+    uint64_t n_inserts, n_removals, n_evictions, n_grows, n_filtered, n_log_drops;
+} mt__part_t;
+
+typedef struct mt__lane {
+    _Alignas(MT__CACHELINE) _Atomic uint64_t cnt[2];
+} mt__lane_t;
+
+struct mt_table {
+    mt_table_config_t cfg;     /* cfg.slots points to slots_cfg */
+    mt_table_slot_config_t *slots_cfg;
+    mt__slot_t *slots;
+    uint32_t nslots;
+    uint32_t nclasses;
+    uint32_t *class_bytes;     /* row bytes of each slab class */
+    uint16_t *slot_index;      /* [65536] */
+    uint32_t nparts;
+    uint32_t part_shift;       /* part = h1 >> part_shift (nparts > 1) */
+    uint64_t seed1, seed2, seed_cm;
+    uint32_t cm_depth, cm_width;
+    uint64_t log_cap;          /* entries per part */
+    uint64_t max_rows_num, max_rows_den; /* grow when rows * den > cap * num */
+    mt__part_t *parts;
+    mt__lane_t *lanes;
+    _Atomic unsigned rcu_idx;
+    pthread_mutex_t rcu_lock;  /* one grace period at a time */
+    _Atomic uint64_t clock;    /* global version clock (see mt__part_version) */
+    pthread_mutex_t expire_lock;
+    uint32_t expire_part;      /* clock hand of mt_table_expire(), under expire_lock */
+    uint64_t expire_bucket;
+};
+
+/* ---- shared helpers (table.c) ---- */
+static inline const mt__slot_t *mt__slot_of(const mt_table_t *t, uint64_t fid) {
+    uint16_t i = t->slot_index[MT_FID_SLOT(fid)];
+    return i ? &t->slots[i - 1] : NULL;
+}
+static inline float *mt__row_state(const mt__slot_t *s, void *row) {
+    return (float *)((char *)row + MT__ROW_HDR + s->emb_bytes);
+}
+static inline void *mt__row_emb(void *row) { return (char *)row + MT__ROW_HDR; }
+
+/** Copies a row's embedding out as fp32. */
+void mt__row_read_emb(const mt__slot_t *s, const void *row, float *out);
+/** Stores fp32 values into a row's embedding (converting to fp16 if configured). */
+void mt__row_write_emb(const mt__slot_t *s, void *row, const float *in);
+/** Next version for a change in part p (caller holds p->lock). */
+uint64_t mt__part_version(mt_table_t *t, mt__part_t *p);
+/** Appends a change-log entry (caller holds p->lock). */
+void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version, void *row);
+/** Allocates and places a row for fid in part p with the given content (caller holds lock);
+ *  emb/state NULL mean "initialize as a new row". */
+mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
+                         const float *emb, const float *state, uint32_t touch_s,
+                         uint32_t count, uint64_t version, void **row_out,
+                         mt__barray_t **retired);
+/** Frees a bucket array retired by a grow once no reader can hold it (no lock held). */
+void mt__retire(mt_table_t *t, mt__barray_t *old);
+uint32_t mt__part_of(const mt_table_t *t, uint64_t fid);
+/** The row of fid in part p or NULL (caller holds p->lock). */
+void *mt__part_find(mt_table_t *t, mt__part_t *p, uint64_t fid);
+
+/* ---- optimizers (optim.c) ---- */
+uint32_t mt__opt_state_floats(const mt_table_slot_config_t *s);
+void mt__opt_init_state(const mt_table_slot_config_t *s, float *state);
+/** One step on w[0..dim) with its state and gradient g. */
+void mt__opt_apply(const mt_table_slot_config_t *s, float *w, float *state, const float *g);
+/** Deterministic initial embedding of fid. */
+void mt__init_emb(const mt_table_slot_config_t *s, uint64_t fid, float *w);
+
+/* ---- count-min sketch (sketch.c), on one part's region, caller holds its lock ---- */
+/** Counts one sighting with conservative update; @returns the new estimate (<= 255). */
+uint32_t mt__cm_add(const mt_table_t *t, mt__part_t *p, uint64_t fid);
+/** Current estimate without counting. */
+uint32_t mt__cm_estimate(const mt_table_t *t, const mt__part_t *p, uint64_t fid);
+
+#endif /* MT_TABLE_INT_H */
