@@ -24,6 +24,7 @@
  *    batch); the reclaimer flips idx and waits for the old idx's counters to reach zero.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,7 @@
 #define MT__BFS_NODES 512
 #define MT__READ_CHUNK 256   /* ids per reader grace-period section */
 #define MT__PREFETCH 12      /* pipeline distance of the batched lookup */
-#define MT__CHUNK_MAX_BYTES (256u << 10)
+#define MT__CHUNK_MAX_BYTES (64u << 10) /* bounds a part's unused tail: ~3 B/row at 10M rows */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -361,31 +362,45 @@ static int log_live(const mt__logent_t *e) {
     return !e->row || ((const mt__row_t *)e->row)->version == e->version;
 }
 
-/* Drops superseded entries; if more than half the ring is still live, drops the oldest live
- * ones down to half and raises log_floor past them (incremental syncs from before that
- * version then answer MT_FULL_SYNC). Amortized O(1) per append. */
-static void log_compact(mt_table_t *t, mt__part_t *p) {
-    uint64_t cap = t->log_cap, kept = 0;
-    for (uint64_t i = p->log_start; i < p->log_end; i++) {
-        mt__logent_t *e = &p->log[i % cap];
-        if (log_live(e)) p->log[(p->log_start + kept++) % cap] = *e;
+/* Makes room in a full log. When at least half the entries are known to be superseded
+ * (log_dead counts them), drops those, checking each against its row; otherwise (or if the
+ * log is still more than half full) drops the oldest entries down to half and raises
+ * log_floor past them, so incremental syncs from before then answer MT_FULL_SYNC: changes
+ * are never lost silently. The dead count spares us dereferencing rows (a cache miss each)
+ * when a scan would not pay; either way the cost is amortized O(1) per append. */
+static void log_make_room(mt_table_t *t, mt__part_t *p) {
+    uint64_t cap = t->log_cap, kept = p->log_end - p->log_start;
+    if (2 * p->log_dead >= cap) {
+        kept = 0;
+        for (uint64_t i = p->log_start; i < p->log_end; i++) {
+            mt__logent_t *e = &p->log[i % cap];
+            if (log_live(e)) p->log[(p->log_start + kept++) % cap] = *e;
+        }
+        p->log_end = p->log_start + kept;
+        p->log_dead = 0;
     }
-    p->log_end = p->log_start + kept;
     uint64_t keep_max = cap / 2;
     if (kept > keep_max) {
         uint64_t drop = kept - keep_max;
         p->log_floor = p->log[(p->log_start + drop - 1) % cap].version;
         p->log_start += drop;
         p->n_log_drops += drop;
+        p->log_dead -= p->log_dead * drop / kept; /* estimate: dead spread evenly */
     }
 }
 
 void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version, void *row) {
-    if (p->log_end - p->log_start == t->log_cap) log_compact(t, p);
+    if (p->log_end - p->log_start == t->log_cap) log_make_room(t, p);
     mt__logent_t *e = &p->log[p->log_end++ % t->log_cap];
     e->fid = fid;
     e->version = version;
     e->row = row;
+}
+
+/* A row whose last change was at old_version changes again: its log entry (if the log still
+ * holds it) is now dead. */
+static inline void log_supersede(mt__part_t *p, uint64_t old_version) {
+    if (old_version > p->log_floor) p->log_dead++;
 }
 
 /* ============================== cuckoo core (writers, lock held) ============================== */
@@ -523,6 +538,7 @@ static mt_err_t part_grow(mt_table_t *t, mt__part_t *p, mt__barray_t **retired) 
     mt__barray_t *a = arr_grow(t, old);
     if (!a) return MT_NOMEM;
     atomic_store_explicit(&p->arr, a, memory_order_release);
+    atomic_store_explicit(&p->mask_hint, a->mask, memory_order_relaxed);
     p->n_grows++;
     /* A second grow during one insert (rare) frees the first retired array now: readers
      * may hold it, so wait for a grace period (readers never take locks: no deadlock). */
@@ -590,6 +606,7 @@ static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64
     void *row = a->b[b].row[slot];
     const mt__slot_t *s = mt__slot_of(t, fid);
     uint64_t v = mt__part_version(t, p);
+    log_supersede(p, ((mt__row_t *)row)->version);
     seq_write_begin(p);
     a->b[b].row[slot] = NULL;
     ((mt__row_t *)row)->version = v;
@@ -605,6 +622,7 @@ static mt_err_t part_init(mt_table_t *t, mt__part_t *p, uint64_t nbuckets) {
     atomic_init(&p->seq, 0);
     mt__barray_t *a = arr_new(nbuckets);
     atomic_init(&p->arr, a);
+    atomic_init(&p->mask_hint, nbuckets - 1);
     p->slabs = calloc(t->nclasses, sizeof(mt__slab_t));
     p->log = malloc(t->log_cap * sizeof(mt__logent_t));
     if (t->cm_width) p->cm = calloc((size_t)t->cm_depth * t->cm_width, 1);
@@ -822,57 +840,61 @@ static inline int read_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpa
     }
 }
 
-/* Unvalidated probe used only to prefetch the row (readers' stage 2). */
+/* Prefetches bucket `which` (1 or 2) of an id without dereferencing anything that may have
+ * been freed: the array pointer and its mask are read from the part header, which lives as
+ * long as the table; a stale pair only wastes the prefetch. Safe outside a read section. */
+static inline void prefetch_bucket(const mt_table_t *t, hpair_t h, int which) {
+    const mt__part_t *p = &t->parts[part_index(t, h.h1)];
+    const char *a = (const char *)atomic_load_explicit(&p->arr, memory_order_relaxed);
+    uint64_t mask = atomic_load_explicit(&p->mask_hint, memory_order_relaxed), b1, b2;
+    bucket_pair(mask, h, &b1, &b2);
+    __builtin_prefetch(a + offsetof(mt__barray_t, b) + (which == 1 ? b1 : b2) * sizeof(mt__bucket_t));
+}
+
+/* Read-side stage 2 (inside a read section): looks for the id in its first bucket; found,
+ * prefetches its row, else prefetches the second bucket. Unvalidated: only a hint. */
 static inline void prefetch_row(const mt_table_t *t, uint64_t fid, hpair_t h) {
     const mt__part_t *p = &t->parts[part_index(t, h.h1)];
     const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
     uint64_t b1, b2;
     bucket_pair(a->mask, h, &b1, &b2);
     const mt__bucket_t *bk = &a->b[b1];
-    for (int k = 0; k < 2; k++, bk = &a->b[b2]) {
-        for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
-            if (__atomic_load_n(&bk->key[i], __ATOMIC_RELAXED) == fid) {
-                const char *r = __atomic_load_n(&bk->row[i], __ATOMIC_RELAXED);
-                if (r) {
-                    __builtin_prefetch(r);
-                    __builtin_prefetch(r + 64);
-                }
+    for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
+        if (__atomic_load_n(&bk->key[i], __ATOMIC_RELAXED) == fid) {
+            const char *r = __atomic_load_n(&bk->row[i], __ATOMIC_RELAXED);
+            if (r) {
+                __builtin_prefetch(r + MT__ROW_HDR);
+                __builtin_prefetch(r + MT__ROW_HDR + 63);
                 return;
             }
         }
     }
-}
-
-static inline void prefetch_buckets(const mt_table_t *t, hpair_t h) {
-    const mt__part_t *p = &t->parts[part_index(t, h.h1)];
-    const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
-    uint64_t b1, b2;
-    bucket_pair(a->mask, h, &b1, &b2);
-    __builtin_prefetch(&a->b[b1]);
     __builtin_prefetch(&a->b[b2]);
 }
 
 static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
                             uint8_t *found, mt_table_op_stats_t *st) {
-    hpair_t hq[MT__READ_CHUNK + 2 * MT__PREFETCH];
+    hpair_t hq[MT__READ_CHUNK];
     uint64_t nfound = 0;
     size_t off = 0;
+    const size_t D = MT__PREFETCH;
     for (size_t base = 0; base < n; base += MT__READ_CHUNK) {
         size_t m = n - base < MT__READ_CHUNK ? n - base : MT__READ_CHUNK;
         const uint64_t *f = fids + base;
         unsigned lane, idx = rcu_enter(t, &lane);
-        /* Pipeline: hash and prefetch buckets D*2 ahead, find and prefetch rows D ahead. */
-        for (size_t i = 0; i < m && i < 2 * MT__PREFETCH; i++) {
+        /* Pipeline: hash and prefetch the first bucket 2D ids ahead, probe it and prefetch
+         * the row (or the second bucket) D ids ahead, read validated at distance 0. */
+        for (size_t i = 0; i < m && i < 2 * D; i++) {
             hq[i] = hash_fid(t, f[i]);
-            prefetch_buckets(t, hq[i]);
+            prefetch_bucket(t, hq[i], 1);
         }
-        for (size_t i = 0; i < m && i < MT__PREFETCH; i++) prefetch_row(t, f[i], hq[i]);
+        for (size_t i = 0; i < m && i < D; i++) prefetch_row(t, f[i], hq[i]);
         for (size_t i = 0; i < m; i++) {
-            if (i + 2 * MT__PREFETCH < m) {
-                hq[i + 2 * MT__PREFETCH] = hash_fid(t, f[i + 2 * MT__PREFETCH]);
-                prefetch_buckets(t, hq[i + 2 * MT__PREFETCH]);
+            if (i + 2 * D < m) {
+                hq[i + 2 * D] = hash_fid(t, f[i + 2 * D]);
+                prefetch_bucket(t, hq[i + 2 * D], 1);
             }
-            if (i + MT__PREFETCH < m) prefetch_row(t, f[i + MT__PREFETCH], hq[i + MT__PREFETCH]);
+            if (i + D < m) prefetch_row(t, f[i + D], hq[i + D]);
             const mt__slot_t *s = mt__slot_of(t, f[i]);
             int ok = read_one(t, s, f[i], hq[i], out + off);
             off += s->cfg.dim;
@@ -887,10 +909,34 @@ static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float
     }
 }
 
+/* Writers' pipeline: hashes ids MT__WPREFETCH ahead and prefetches both their buckets, so
+ * the cache misses of a batch overlap although each id is then handled under its lock. */
+#define MT__WPREFETCH 8
+#define MT__WRING 16 /* power of two > MT__WPREFETCH */
+
+static inline void wpipe_start(const mt_table_t *t, const uint64_t *fids, size_t n, hpair_t *hq) {
+    for (size_t i = 0; i < n && i < MT__WPREFETCH; i++) {
+        hq[i] = hash_fid(t, fids[i]);
+        prefetch_bucket(t, hq[i], 1);
+        prefetch_bucket(t, hq[i], 2);
+    }
+}
+
+static inline hpair_t wpipe_next(const mt_table_t *t, const uint64_t *fids, size_t n,
+                                 hpair_t *hq, size_t i) {
+    size_t j = i + MT__WPREFETCH;
+    if (j < n) {
+        hq[j % MT__WRING] = hash_fid(t, fids[j]);
+        prefetch_bucket(t, hq[j % MT__WRING], 1);
+        prefetch_bucket(t, hq[j % MT__WRING], 2);
+    }
+    return hq[i % MT__WRING];
+}
+
 /* Training lookup of one id under its part's lock. */
-static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, float *out,
-                                 uint32_t now_s, int *found, mt_table_op_stats_t *st) {
-    hpair_t h = hash_fid(t, fid);
+static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpair_t h,
+                                 float *out, uint32_t now_s, int *found,
+                                 mt_table_op_stats_t *st) {
     mt__part_t *p = &t->parts[part_index(t, h.h1)];
     mt__barray_t *retired = NULL;
     mt_err_t err = MT_OK;
@@ -946,10 +992,13 @@ mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *o
         return MT_OK;
     }
     size_t off = 0;
+    hpair_t hq[MT__WRING];
+    wpipe_start(t, fids, n, hq);
     for (size_t i = 0; i < n; i++) {
         const mt__slot_t *s = mt__slot_of(t, fids[i]);
         int ok = 0;
-        err = lookup_train_one(t, s, fids[i], out + off, now_s, &ok, st);
+        hpair_t h = wpipe_next(t, fids, n, hq, i);
+        err = lookup_train_one(t, s, fids[i], h, out + off, now_s, &ok, st);
         if (found) found[i] = (uint8_t)ok;
         if (st) {
             st->found += ok;
@@ -976,12 +1025,14 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
     if (grads_len != need) return MT_TOO_SMALL;
     size_t off = 0;
     uint64_t nfound = 0;
+    hpair_t hq[MT__WRING];
+    wpipe_start(t, fids, n, hq);
     for (size_t i = 0; i < n; i++) {
         uint64_t fid = fids[i];
         const mt__slot_t *s = mt__slot_of(t, fid);
         const float *g = grads + off;
         off += s->cfg.dim;
-        hpair_t h = hash_fid(t, fid);
+        hpair_t h = wpipe_next(t, fids, n, hq, i);
         mt__part_t *p = &t->parts[part_index(t, h.h1)];
         uint64_t b;
         int slot;
@@ -990,6 +1041,7 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
         mt__row_t *row = arr_find(a, h, fid, &b, &slot);
         if (row) {
             uint64_t v = mt__part_version(t, p);
+            log_supersede(p, row->version);
             seq_write_begin(p);
             if (s->cfg.precision == MT_PREC_FP32) {
                 mt__opt_apply(&s->cfg, (float *)mt__row_emb(row), mt__row_state(s, row), g);
@@ -1036,6 +1088,7 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
         mt__row_t *row = arr_find(a, h, fid, &b, &slot);
         uint64_t v = mt__part_version(t, p);
         if (row) {
+            log_supersede(p, row->version);
             seq_write_begin(p);
             mt__row_write_emb(s, row, val);
             row->version = v;

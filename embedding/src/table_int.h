@@ -87,6 +87,7 @@ typedef struct mt__part {
     /* Read by lock-free readers; written by writers holding lock. */
     _Alignas(MT__CACHELINE) _Atomic uint64_t seq;
     mt__barray_t *_Atomic arr;
+    _Atomic uint64_t mask_hint; /* arr's mask, for prefetching without touching arr */
     /* Everything below is guarded by lock. */
     _Alignas(MT__CACHELINE) pthread_mutex_t lock;
     uint64_t rows;
@@ -97,6 +98,7 @@ typedef struct mt__part {
     mt__logent_t *log;     /* ring of log_cap entries */
     uint64_t log_start, log_end; /* entries [log_start, log_end) live at index % log_cap */
     uint64_t log_floor;    /* since < log_floor cannot be served incrementally */
+    uint64_t log_dead;     /* entries known superseded (estimate after drops) */
     /* Counters (guarded by lock). */
     uint64_t n_inserts, n_removals, n_evictions, n_grows, n_filtered, n_log_drops;
 } mt__part_t;

@@ -6,5 +6,5 @@ C_DEFINES =
 
 C_INCLUDES = -I/work/main/common/include -I/work/main/common/src
 
-C_FLAGS = -O2 -g -DNDEBUG -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2 -Wmissing-prototypes -Wno-unused-parameter -D_GNU_SOURCE -fvisibility=hidden -std=c11
+C_FLAGS = -O3 -DNDEBUG -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2 -Wmissing-prototypes -Wno-unused-parameter -D_GNU_SOURCE -fvisibility=hidden -std=c11
 

@@ -1,0 +1,322 @@
+/*
+ * table_bench.c - throughput and memory of the embedding table.
+ *
+ * Prints one JSON object per line: {"bench":"table","metric":...,"value":...,"unit":...,
+ * plus parameters}. Never asserts on time. What it measures (issue #2):
+ *   - the floor: random gather of 64-byte rows from a 640 MB array (1 and 2 threads);
+ *   - inserts/s while growing from empty (training lookups admitting new ids), 1 and 2
+ *     threads, and pre-sized;
+ *   - batched read-only lookups/s with uniform and Zipf(1.05) keys, 1 and 2 threads;
+ *   - a 90% lookup / 10% gradient-update mix, 1 and 2 threads;
+ *   - bytes per row against the payload (key + embedding + optimizer state + metadata).
+ *
+ * Usage: table_bench [--rows N] [--dim D] [--batch B] [--ops N] [--quick]
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mt/jemalloc_conf.h"
+#include "mt/table.h"
+
+typedef struct opts {
+    uint64_t rows;
+    uint32_t dim;
+    uint32_t batch;
+    uint64_t ops; /* lookups per measurement per thread */
+    uint64_t gather_bytes;
+} opts_t;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rand01(uint64_t *x) { return (double)(splitmix64(x) >> 11) * (1.0 / 9007199254740992.0); }
+
+static void emit(const char *metric, double value, const char *unit, const char *extra) {
+    printf("{\"bench\":\"table\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
+           value, unit, extra && *extra ? "," : "", extra ? extra : "");
+    fflush(stdout);
+}
+
+/* ---------------- Zipf by rejection-inversion (Hörmann & Derflinger 1996) ---------------- */
+
+typedef struct zipf {
+    double e, n, hx1, hn, s;
+} zipf_t;
+
+static double z_helper1(double x) { return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x)); }
+static double z_helper2(double x) { return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x)); }
+static double z_h(const zipf_t *z, double x) { return exp(-z->e * log(x)); }
+static double z_hint(const zipf_t *z, double x) {
+    double lx = log(x);
+    return z_helper2((1 - z->e) * lx) * lx;
+}
+static double z_hinv(const zipf_t *z, double x) {
+    double t = x * (1 - z->e);
+    if (t < -1) t = -1;
+    return exp(z_helper1(t) * x);
+}
+static void zipf_init(zipf_t *z, uint64_t n, double e) {
+    z->e = e;
+    z->n = (double)n;
+    z->hx1 = z_hint(z, 1.5) - 1;
+    z->hn = z_hint(z, z->n + 0.5);
+    z->s = 2 - z_hinv(z, z_hint(z, 2.5) - z_h(z, 2));
+}
+static uint64_t zipf_next(const zipf_t *z, uint64_t *rng) {
+    for (;;) {
+        double u = z->hn + rand01(rng) * (z->hx1 - z->hn);
+        double x = z_hinv(z, u);
+        double k = floor(x + 0.5);
+        if (k < 1) k = 1;
+        else if (k > z->n) k = z->n;
+        if (k - x <= z->s || u >= z_hint(z, k + 0.5) - z_h(z, k)) return (uint64_t)k - 1;
+    }
+}
+
+/* ---------------- threads ---------------- */
+
+typedef struct job {
+    const opts_t *o;
+    mt_table_t *t;
+    const uint64_t *keys;   /* inserted ids */
+    const uint64_t *queries;
+    uint64_t nqueries;
+    int kind;               /* 0 insert, 1 lookup, 2 mix, 3 gather */
+    const char *gather;     /* kind 3 */
+    uint64_t seed;
+    double sink;
+    uint64_t done;
+} job_t;
+
+enum { JOB_INSERT, JOB_LOOKUP, JOB_MIX, JOB_GATHER };
+
+static void *job_run(void *arg) {
+    job_t *j = arg;
+    const opts_t *o = j->o;
+    uint32_t B = o->batch;
+    float *out = malloc((size_t)B * o->dim * sizeof(float));
+    float *grads = malloc((size_t)B * o->dim * sizeof(float));
+    for (size_t i = 0; i < (size_t)B * o->dim; i++) grads[i] = 0.001f * (float)(i % 7);
+    double sink = 0;
+    if (j->kind == JOB_INSERT) {
+        for (uint64_t i = 0; i < j->nqueries; i += B) {
+            uint32_t m = (uint32_t)(j->nqueries - i < B ? j->nqueries - i : B);
+            mt_err_t err = mt_table_lookup(j->t, j->queries + i, m, out, (size_t)m * o->dim, NULL,
+                                           MT_TABLE_TRAIN, 1000, NULL);
+            if (err) {
+                fprintf(stderr, "insert: %s\n", mt_strerror(err));
+                exit(1);
+            }
+            sink += out[0];
+        }
+    } else if (j->kind == JOB_LOOKUP) {
+        for (uint64_t i = 0; i < j->nqueries; i += B) {
+            uint32_t m = (uint32_t)(j->nqueries - i < B ? j->nqueries - i : B);
+            mt_table_lookup(j->t, j->queries + i, m, out, (size_t)m * o->dim, NULL, 0, 0, NULL);
+            sink += out[(m - 1) * o->dim];
+        }
+    } else if (j->kind == JOB_MIX) {
+        /* Per batch: 90% of B ids looked up, 10% updated with Adagrad. */
+        uint32_t nu = B / 10, nl = B - nu;
+        for (uint64_t i = 0; i + B <= j->nqueries; i += B) {
+            mt_table_lookup(j->t, j->queries + i, nl, out, (size_t)nl * o->dim, NULL, 0, 0, NULL);
+            mt_table_apply(j->t, j->queries + i + nl, nu, grads, (size_t)nu * o->dim, 1001, NULL);
+            sink += out[0];
+        }
+    } else {
+        uint64_t rows = o->gather_bytes / 64, x = j->seed;
+        float acc[16] = {0};
+        for (uint64_t i = 0; i < j->nqueries; i++) {
+            const float *r = (const float *)(const void *)(j->gather + (splitmix64(&x) % rows) * 64);
+            for (int k = 0; k < 16; k++) acc[k] += r[k];
+        }
+        sink = acc[3];
+    }
+    j->sink = sink;
+    j->done = j->nqueries;
+    free(out);
+    free(grads);
+    return NULL;
+}
+
+/* Runs nthreads copies of a job; each gets its own slice or stream. @returns seconds. */
+static double run_threads(job_t *jobs, int nthreads) {
+    pthread_t th[8];
+    double t0 = now_s();
+    for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, job_run, &jobs[i]);
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    return now_s() - t0;
+}
+
+static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows) {
+    mt_table_slot_config_t s;
+    mt_table_slot_config_init(&s, 1, o->dim);
+    s.opt = MT_OPT_ADAGRAD;
+    mt_table_config_t c;
+    mt_table_config_init(&c);
+    c.slots = &s;
+    c.nslots = 1;
+    c.initial_rows = initial_rows;
+    mt_table_t *t;
+    mt_err_t err = mt_table_create(&c, &t);
+    if (err) {
+        fprintf(stderr, "create: %s\n", mt_strerror(err));
+        exit(1);
+    }
+    return t;
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: table_bench [--rows N] [--dim D] [--batch B] [--ops N] [--quick]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    opts_t o = {.rows = 10000000, .dim = 16, .batch = 1000, .ops = 20000000,
+                .gather_bytes = 640ull << 20};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            o.rows = 200000;
+            o.ops = 1000000;
+            o.gather_bytes = 64ull << 20;
+        } else if (i + 1 < argc && !strcmp(argv[i], "--rows")) {
+            o.rows = strtoull(argv[++i], NULL, 10);
+        } else if (i + 1 < argc && !strcmp(argv[i], "--dim")) {
+            o.dim = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (i + 1 < argc && !strcmp(argv[i], "--batch")) {
+            o.batch = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (i + 1 < argc && !strcmp(argv[i], "--ops")) {
+            o.ops = strtoull(argv[++i], NULL, 10);
+        } else {
+            usage();
+        }
+    }
+    if (o.rows < 1000 || o.dim < 1 || o.dim > MT_TABLE_MAX_DIM || o.batch < 10 || o.ops < o.batch)
+        usage();
+    char extra[256];
+    job_t jobs[2];
+    memset(jobs, 0, sizeof(jobs));
+
+    /* Floor: random 64-byte gathers from a big array. */
+    {
+        char *arr = malloc(o.gather_bytes);
+        memset(arr, 1, o.gather_bytes);
+        for (int nt = 1; nt <= 2; nt++) {
+            for (int i = 0; i < nt; i++)
+                jobs[i] = (job_t){.o = &o, .kind = JOB_GATHER, .gather = arr, .nqueries = o.ops,
+                                  .seed = 77 + (uint64_t)i};
+            double sec = run_threads(jobs, nt);
+            snprintf(extra, sizeof(extra), "\"threads\":%d,\"array_mb\":%llu", nt,
+                     (unsigned long long)(o.gather_bytes >> 20));
+            emit("gather_floor_rows_per_s", (double)o.ops * nt / sec, "rows/s", extra);
+        }
+        free(arr);
+    }
+
+    /* Keys and query streams. */
+    uint64_t *keys = malloc(o.rows * sizeof(uint64_t));
+    uint64_t rng = 12345;
+    for (uint64_t i = 0; i < o.rows; i++) keys[i] = MT_FID_MAKE(1, splitmix64(&rng));
+    uint64_t *uq[2], *zq[2];
+    zipf_t z;
+    zipf_init(&z, o.rows, 1.05);
+    for (int t = 0; t < 2; t++) {
+        uq[t] = malloc(o.ops * sizeof(uint64_t));
+        zq[t] = malloc(o.ops * sizeof(uint64_t));
+        uint64_t r = 999 + (uint64_t)t;
+        for (uint64_t i = 0; i < o.ops; i++) {
+            uq[t][i] = keys[splitmix64(&r) % o.rows];
+            zq[t][i] = keys[zipf_next(&z, &r)];
+        }
+    }
+
+    /* Inserts while growing from empty, 1 and 2 threads; then pre-sized. */
+    mt_table_t *t = NULL;
+    for (int mode = 0; mode < 3; mode++) {
+        int nt = mode == 1 ? 2 : 1;
+        int presized = mode == 2;
+        mt_table_destroy(t);
+        t = new_table(&o, presized ? o.rows : 0);
+        uint64_t per = o.rows / (uint64_t)nt;
+        for (int i = 0; i < nt; i++)
+            jobs[i] = (job_t){.o = &o, .t = t, .kind = JOB_INSERT, .queries = keys + per * (uint64_t)i,
+                              .nqueries = i == nt - 1 ? o.rows - per * (uint64_t)i : per};
+        double sec = run_threads(jobs, nt);
+        snprintf(extra, sizeof(extra), "\"threads\":%d,\"rows\":%llu,\"dim\":%u,\"presized\":%s",
+                 nt, (unsigned long long)o.rows, o.dim, presized ? "true" : "false");
+        emit("insert_rate", (double)o.rows / sec, "ids/s", extra);
+    }
+
+    /* Memory of the grown table (rebuild it grown, like production: from empty). */
+    mt_table_destroy(t);
+    t = new_table(&o, 0);
+    jobs[0] = (job_t){.o = &o, .t = t, .kind = JOB_INSERT, .queries = keys, .nqueries = o.rows};
+    run_threads(jobs, 1);
+    mt_table_stats_t st;
+    mt_table_stats(t, &st);
+    uint32_t row_bytes;
+    mt_table_row_bytes(t, keys[0], &row_bytes);
+    double payload = 8.0 + 4.0 * o.dim + 4.0 * o.dim + 16.0; /* key, emb, adagrad, metadata */
+    double per_row = (double)st.bytes_total / (double)st.rows;
+    snprintf(extra, sizeof(extra),
+             "\"rows\":%llu,\"dim\":%u,\"payload_bytes\":%.0f,\"load_factor\":%.3f,"
+             "\"bucket_bytes_per_row\":%.1f,\"slab_bytes_per_row\":%.1f,\"row_bytes\":%u",
+             (unsigned long long)st.rows, o.dim, payload, st.load_factor,
+             (double)st.bytes_buckets / (double)st.rows, (double)st.bytes_rows / (double)st.rows,
+             row_bytes);
+    emit("bytes_per_row", per_row, "bytes", extra);
+    emit("bytes_per_row_over_payload", per_row / payload, "ratio", extra);
+
+    /* Lookups (read-only, batched). */
+    const char *names[2] = {"uniform", "zipf1.05"};
+    for (int d = 0; d < 2; d++) {
+        for (int nt = 1; nt <= 2; nt++) {
+            for (int i = 0; i < nt; i++)
+                jobs[i] = (job_t){.o = &o, .t = t, .kind = JOB_LOOKUP,
+                                  .queries = d ? zq[i] : uq[i], .nqueries = o.ops};
+            double sec = run_threads(jobs, nt);
+            snprintf(extra, sizeof(extra),
+                     "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u", nt,
+                     names[d], (unsigned long long)o.rows, o.dim, o.batch);
+            emit("lookup_rate", (double)o.ops * nt / sec, "ids/s", extra);
+        }
+    }
+
+    /* 90% lookup / 10% update. */
+    for (int d = 0; d < 2; d++) {
+        for (int nt = 1; nt <= 2; nt++) {
+            for (int i = 0; i < nt; i++)
+                jobs[i] = (job_t){.o = &o, .t = t, .kind = JOB_MIX,
+                                  .queries = d ? zq[i] : uq[i], .nqueries = o.ops / 2};
+            double sec = run_threads(jobs, nt);
+            uint64_t done = (o.ops / 2 / o.batch) * o.batch;
+            snprintf(extra, sizeof(extra),
+                     "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u,"
+                     "\"update_share\":0.1", nt, names[d], (unsigned long long)o.rows, o.dim,
+                     o.batch);
+            emit("mix_rate", (double)done * nt / sec, "ops/s", extra);
+        }
+    }
+
+    mt_table_destroy(t);
+    free(keys);
+    for (int i = 0; i < 2; i++) {
+        free(uq[i]);
+        free(zq[i]);
+    }
+    return 0;
+}
