@@ -651,7 +651,7 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     t->slots_cfg = malloc(cfg->nslots * sizeof(*cfg->slots));
     t->slots = calloc(cfg->nslots, sizeof(mt__slot_t));
     t->class_bytes = calloc(cfg->nslots, sizeof(uint32_t));
-    t->slot_index = calloc(65536, sizeof(uint16_t));
+    t->slot_index = calloc(65536, sizeof(uint32_t));
     t->nparts = 1u << cfg->shards_log2;
     t->part_shift = 64 - cfg->shards_log2;
     pthread_mutex_init(&t->rcu_lock, NULL);
@@ -676,7 +676,7 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
         while (k < t->nclasses && t->class_bytes[k] != s->row_bytes) k++;
         if (k == t->nclasses) t->class_bytes[t->nclasses++] = s->row_bytes;
         s->klass = k;
-        t->slot_index[s->cfg.slot] = (uint16_t)(i + 1);
+        t->slot_index[s->cfg.slot] = i + 1;
     }
     t->seed1 = cfg->hash_seed;
     t->seed2 = cfg->hash_seed ^ 0x5851F42D4C957F2Dull;
@@ -780,7 +780,7 @@ uint64_t mt_table_buckets(mt_table_t *t) {
 void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
     memset(st, 0, sizeof(*st));
     st->bytes_total = sizeof(*t) + t->nparts * sizeof(mt__part_t) +
-                      MT__LANES * sizeof(mt__lane_t) + 65536 * sizeof(uint16_t);
+                      MT__LANES * sizeof(mt__lane_t) + 65536 * sizeof(uint32_t);
     for (uint32_t i = 0; i < t->nparts; i++) {
         mt__part_t *p = &t->parts[i];
         pthread_mutex_lock(&p->lock);

@@ -114,7 +114,7 @@ struct mt_table {
     uint32_t nslots;
     uint32_t nclasses;
     uint32_t *class_bytes;     /* row bytes of each slab class */
-    uint16_t *slot_index;      /* [65536] */
+    uint32_t *slot_index;      /* [65536]: 1 + index into slots, 0 = not configured */
     uint32_t nparts;
     uint32_t part_shift;       /* part = h1 >> part_shift (nparts > 1) */
     uint64_t seed1, seed2, seed_cm;
@@ -133,7 +133,7 @@ struct mt_table {
 
 /* ---- shared helpers (table.c) ---- */
 static inline const mt__slot_t *mt__slot_of(const mt_table_t *t, uint64_t fid) {
-    uint16_t i = t->slot_index[MT_FID_SLOT(fid)];
+    uint32_t i = t->slot_index[MT_FID_SLOT(fid)];
     return i ? &t->slots[i - 1] : NULL;
 }
 static inline float *mt__row_state(const mt__slot_t *s, void *row) {

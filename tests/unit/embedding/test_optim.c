@@ -71,8 +71,8 @@ static void check_row(mt_table_t *t, uint64_t fid, const double *emb, uint32_t d
         cr_assert(fabs((double)e[i] - emb[i]) <= tol, "%s: emb[%u] = %.9g, want %.9g", what, i,
                   (double)e[i], emb[i]);
     for (uint32_t i = 0; i < nstate; i++)
-        cr_assert(fabs((double)s[i] - state[i]) <= tol, "%s: state[%u] = %.9g, want %.9g",
-                  what, i, (double)s[i], state[i]);
+        cr_assert(fabs((double)s[i] - state[i]) <= tol, "%s: state[%u] = %.9g, want %.9g", what, i,
+                  (double)s[i], state[i]);
     uint8_t found = 0;
     cr_assert_eq(mt_table_lookup(t, &fid, 1, l, dim, &found, 0, 0, NULL), MT_OK);
     cr_assert_eq(found, 1);
@@ -153,8 +153,8 @@ Test(optim, adagrad_by_hand_with_init_accum) {
     mt_table_slot_config_init(&s, 2, 3);
     s.opt = MT_OPT_ADAGRAD;
     s.lr = 2.0f;
-    s.eps = 0.0f;          /* allowed since init_accum > 0; keeps the arithmetic exact */
-    s.init_accum = 7.0f;   /* chosen so that 7 + 3^2 = 16 and 16 + 3^2 = 25 */
+    s.eps = 0.0f;        /* allowed since init_accum > 0; keeps the arithmetic exact */
+    s.init_accum = 7.0f; /* chosen so that 7 + 3^2 = 16 and 16 + 3^2 = 25 */
     mt_table_t *t = mk_table(&s, 1, 3);
     uint64_t a = MT_FID_MAKE(2, 99);
 
@@ -177,8 +177,8 @@ Test(optim, adagrad_by_hand_with_init_accum) {
      *   w1 =  1.5 - 0          =  1.5
      *   w2 = 0.25 - 2 * -3 / 4 = 0.25 + 1.5 = 1.75 */
     apply1(t, a, (const float[]){3.0f, 0.0f, -3.0f}, 3, 11);
-    check_row(t, a, (const double[]){-1.7, 1.5, 1.75}, 3, (const double[]){25, 16, 16}, 3,
-              2e-7, "adagrad step 2");
+    check_row(t, a, (const double[]){-1.7, 1.5, 1.75}, 3, (const double[]){25, 16, 16}, 3, 2e-7,
+              "adagrad step 2");
     mt_table_destroy(t);
 }
 
@@ -198,8 +198,8 @@ Test(optim, adagrad_defaults) {
     check_row(t, f, (const double[]){0, 0}, 2, (const double[]){0.1, 0.1}, 2, 2e-8,
               "adagrad default start");
     apply1(t, f, (const float[]){0.3f, -0.3f}, 2, 2);
-    check_row(t, f, (const double[]){-0.00688247, 0.00688247}, 2,
-              (const double[]){0.19, 0.19}, 2, 2e-8, "adagrad default step");
+    check_row(t, f, (const double[]){-0.00688247, 0.00688247}, 2, (const double[]){0.19, 0.19}, 2,
+              2e-8, "adagrad default step");
     mt_table_destroy(t);
 }
 
@@ -259,8 +259,7 @@ Test(optim, ftrl_by_hand_l1_zeroes_weights) {
     check_row(t, f[0], (const double[]){-0.230769231, -0.971428571, 0}, 3,
               (const double[]){1.75, 7.8, -0.2, 1.5625, 25, 25}, 6, 4e-7, "ftrl l1 step 2");
     cr_assert_eq(mt_table_get_row(t, f[0], e, NULL, 0, NULL, NULL, NULL), MT_OK);
-    cr_assert_eq(f2u(e[2]) & 0x7FFFFFFFu, 0u, "l1 must zero w2 exactly, got %.9g",
-                 (double)e[2]);
+    cr_assert_eq(f2u(e[2]) & 0x7FFFFFFFu, 0u, "l1 must zero w2 exactly, got %.9g", (double)e[2]);
     mt_table_destroy(t);
 }
 
@@ -292,8 +291,8 @@ Test(optim, adam_by_hand_per_row_bias_correction) {
      *   m/c1 = [2, -1]; v/c2 = [4, 1]; sqrt = [2, 1]
      *   w = [1 - 0.1 * 2 / 2, -1 - 0.1 * -1 / 1] = [0.9, -0.9] */
     apply1(t, A, (const float[]){2.0f, -1.0f}, 2, 10);
-    check_row(t, A, (const double[]){0.9, -0.9}, 2,
-              (const double[]){1, -0.5, 1, 0.25, 0.5, 0.75}, 6, 1e-7, "adam A step 1");
+    check_row(t, A, (const double[]){0.9, -0.9}, 2, (const double[]){1, -0.5, 1, 0.25, 0.5, 0.75},
+              6, 1e-7, "adam A step 1");
 
     /* Step 2: one apply call with A and B, both g = [0, 3].
      * Row A, its 2nd step: b1^t = 0.25, b2^t = 0.5625, c1 = 0.75, c2 = 0.4375
@@ -311,10 +310,9 @@ Test(optim, adam_by_hand_per_row_bias_correction) {
     const float g2[4] = {0.0f, 3.0f, 0.0f, 3.0f};
     cr_assert_eq(mt_table_apply(t, AB, 2, g2, 4, 11, NULL), MT_OK);
     check_row(t, A, (const double[]){0.849082493, -0.970609879}, 2,
-              (const double[]){0.5, 1.25, 0.75, 2.4375, 0.25, 0.5625}, 6, 3e-7,
-              "adam A step 2");
-    check_row(t, B, (const double[]){1, -1.1}, 2,
-              (const double[]){0, 1.5, 0, 2.25, 0.5, 0.75}, 6, 3e-7, "adam B step 1");
+              (const double[]){0.5, 1.25, 0.75, 2.4375, 0.25, 0.5625}, 6, 3e-7, "adam A step 2");
+    check_row(t, B, (const double[]){1, -1.1}, 2, (const double[]){0, 1.5, 0, 2.25, 0.5, 0.75}, 6,
+              3e-7, "adam B step 1");
     mt_table_destroy(t);
 }
 
@@ -329,7 +327,9 @@ static double half_ref(uint16_t h) {
     return sgn * ldexp(1024 + m, e - 25);
 }
 
-static int half_is_nan(uint16_t h) { return (h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0; }
+static int half_is_nan(uint16_t h) {
+    return (h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0;
+}
 
 Test(fp16, known_values) {
     static const struct {
@@ -341,25 +341,25 @@ Test(fp16, known_values) {
         {0.5f, 0x3800},
         {0.0f, 0x0000},
         {-0.0f, 0x8000},
-        {65504.0f, 0x7BFF},            /* largest finite half */
+        {65504.0f, 0x7BFF}, /* largest finite half */
         {-65504.0f, 0xFBFF},
-        {0x1p-14f, 0x0400},            /* smallest normal */
-        {0x1p-24f, 0x0001},            /* smallest subnormal */
+        {0x1p-14f, 0x0400}, /* smallest normal */
+        {0x1p-24f, 0x0001}, /* smallest subnormal */
         {-0x1p-24f, 0x8001},
-        {0x3FFp-24f, 0x03FF},          /* largest subnormal */
-        {0.1f, 0x2E66},                /* 0.0999755859375 */
-        {1.0f / 3.0f, 0x3555},         /* 0.333251953125 */
+        {0x3FFp-24f, 0x03FF},  /* largest subnormal */
+        {0.1f, 0x2E66},        /* 0.0999755859375 */
+        {1.0f / 3.0f, 0x3555}, /* 0.333251953125 */
         /* ties go to the even neighbour */
-        {1.0f + 0x1p-11f, 0x3C00},     /* halfway 0x3C00 / 0x3C01 -> 0x3C00 */
-        {1.0f + 0x3p-11f, 0x3C02},     /* halfway 0x3C01 / 0x3C02 -> 0x3C02 */
+        {1.0f + 0x1p-11f, 0x3C00},            /* halfway 0x3C00 / 0x3C01 -> 0x3C00 */
+        {1.0f + 0x3p-11f, 0x3C02},            /* halfway 0x3C01 / 0x3C02 -> 0x3C02 */
         {1.0f + 0x1p-11f + 0x1p-23f, 0x3C01}, /* just above halfway -> up */
         {1.0f + 0x3p-11f - 0x1p-23f, 0x3C01}, /* just below halfway -> down */
-        {0x1p-25f, 0x0000},            /* halfway 0 / 2^-24 -> 0 */
-        {0x3p-25f, 0x0002},            /* halfway 1 / 2 subnormal -> 2 */
-        {0x1p-25f + 0x1p-40f, 0x0001}, /* just above -> smallest subnormal */
-        {0x7FFp-25f, 0x0400},          /* rounds up from subnormal into the smallest normal */
-        {65519.0f, 0x7BFF},            /* below the halfway point to 2^16 */
-        {65520.0f, 0x7C00},            /* halfway, 0x7BFF is odd -> overflows to inf */
+        {0x1p-25f, 0x0000},                   /* halfway 0 / 2^-24 -> 0 */
+        {0x3p-25f, 0x0002},                   /* halfway 1 / 2 subnormal -> 2 */
+        {0x1p-25f + 0x1p-40f, 0x0001},        /* just above -> smallest subnormal */
+        {0x7FFp-25f, 0x0400}, /* rounds up from subnormal into the smallest normal */
+        {65519.0f, 0x7BFF},   /* below the halfway point to 2^16 */
+        {65520.0f, 0x7C00},   /* halfway, 0x7BFF is odd -> overflows to inf */
         /* overflow and infinities */
         {1e5f, 0x7C00},
         {-1e5f, 0xFC00},
@@ -370,12 +370,12 @@ Test(fp16, known_values) {
         {1e-10f, 0x0000},
         {-1e-10f, 0x8000},
         {0x1p-26f, 0x0000},
-        {1e-45f, 0x0000},              /* float subnormal */
+        {1e-45f, 0x0000}, /* float subnormal */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         uint16_t h = mt_fp16_from_float(cases[i].f);
-        cr_assert_eq(h, cases[i].h, "from_float(%a) = 0x%04X, want 0x%04X", (double)cases[i].f,
-                     h, cases[i].h);
+        cr_assert_eq(h, cases[i].h, "from_float(%a) = 0x%04X, want 0x%04X", (double)cases[i].f, h,
+                     cases[i].h);
     }
     /* to_float on known patterns */
     cr_assert_eq(f2u(mt_fp16_to_float(0x3C00)), f2u(1.0f));
@@ -435,8 +435,8 @@ Test(fp16, every_midpoint_rounds_to_nearest_even) {
         cr_assert_eq(mt_fp16_from_float(mid), even, "mid of 0x%04X/0x%04X", h, h + 1);
         cr_assert_eq(mt_fp16_from_float(-mid), even | 0x8000);
         cr_assert_eq(mt_fp16_from_float(nextafterf(mid, 0.0f)), h, "below mid of 0x%04X", h);
-        cr_assert_eq(mt_fp16_from_float(nextafterf(mid, INFINITY)), h + 1,
-                     "above mid of 0x%04X", h);
+        cr_assert_eq(mt_fp16_from_float(nextafterf(mid, INFINITY)), h + 1, "above mid of 0x%04X",
+                     h);
         cr_assert_eq(mt_fp16_from_float(-nextafterf(mid, INFINITY)), (h + 1) | 0x8000);
     }
     /* Past the largest finite half: the midpoint to 2^16 overflows, just below does not. */
@@ -475,14 +475,13 @@ Test(fp16, table_slot_stores_halves) {
      *   -1.25 -> exact */
     uint64_t a = MT_FID_MAKE(7, 1);
     const float v[5] = {0.1f, 1.0f / 3.0f, 1000.7f, -2e-6f, -1.25f};
-    const float want[5] = {0.0999755859375f, 0.333251953125f, 1000.5f, -34.0f * 0x1p-24f,
-                           -1.25f};
+    const float want[5] = {0.0999755859375f, 0.333251953125f, 1000.5f, -34.0f * 0x1p-24f, -1.25f};
     assign1(t, a, v, 5);
     float out[5];
     cr_assert_eq(mt_table_lookup(t, &a, 1, out, 5, NULL, 0, 0, NULL), MT_OK);
     for (int i = 0; i < 5; i++) {
-        cr_assert_eq(f2u(out[i]), f2u(want[i]), "fp16 slot [%d] = %a, want %a", i,
-                     (double)out[i], (double)want[i]);
+        cr_assert_eq(f2u(out[i]), f2u(want[i]), "fp16 slot [%d] = %a, want %a", i, (double)out[i],
+                     (double)want[i]);
         cr_assert_eq(f2u(out[i]), f2u(mt_fp16_to_float(mt_fp16_from_float(v[i]))));
     }
 
@@ -503,8 +502,8 @@ Test(fp16, table_slot_stores_halves) {
     apply1(t, b32, g1, 5, 2);
     check_row(t, b, (const double[]){1.0, 1.0 - 0x1p-10, 0.25, 0, 0}, 5, NULL, 0, 0,
               "fp16 sgd step 1");
-    check_row(t, b32, (const double[]){1.0 - 0x1p-12, 1.0 - 0x1p-10, 0.25, 0, 0}, 5, NULL, 0,
-              0, "fp32 twin step 1");
+    check_row(t, b32, (const double[]){1.0 - 0x1p-12, 1.0 - 0x1p-10, 0.25, 0, 0}, 5, NULL, 0, 0,
+              "fp32 twin step 1");
     apply1(t, b, g2, 5, 3);
     check_row(t, b, (const double[]){1.0, 1.0 - 0x1p-10, 0.35009765625, 0, 0}, 5, NULL, 0, 0,
               "fp16 sgd step 2");
@@ -542,8 +541,7 @@ Test(fp16, table_slot_stores_halves) {
         uint64_t fid = MT_FID_MAKE(7, i);
         float x16[5], x32[5];
         cr_assert_eq(mt_table_lookup(t, &fid, 1, x16, 5, NULL, MT_TABLE_TRAIN, 1, NULL), MT_OK);
-        cr_assert_eq(mt_table_lookup(t32, &fid, 1, x32, 5, NULL, MT_TABLE_TRAIN, 1, NULL),
-                     MT_OK);
+        cr_assert_eq(mt_table_lookup(t32, &fid, 1, x32, 5, NULL, MT_TABLE_TRAIN, 1, NULL), MT_OK);
         for (int k = 0; k < 5; k++)
             cr_assert_eq(f2u(x16[k]), f2u(mt_fp16_to_float(mt_fp16_from_float(x32[k]))),
                          "fid %llu [%d]: %a vs %a", (unsigned long long)i, k, (double)x16[k],
@@ -562,7 +560,8 @@ static float *init_rows(mt_table_t *t, uint16_t slot, uint32_t dim, size_t n) {
     uint64_t *fids = malloc(n * sizeof(uint64_t));
     float *out = malloc(n * dim * sizeof(float));
     cr_assert(fids && out);
-    for (size_t i = 0; i < n; i++) fids[i] = MT_FID_MAKE(slot, 1000003ull * i + 17);
+    for (size_t i = 0; i < n; i++)
+        fids[i] = MT_FID_MAKE(slot, 1000003ull * i + 17);
     mt_table_op_stats_t st = {0};
     cr_assert_eq(mt_table_lookup(t, fids, n, out, n * dim, NULL, MT_TABLE_TRAIN, 1, &st), MT_OK);
     cr_assert_eq(st.admitted, n);
@@ -612,8 +611,7 @@ Test(init, deterministic_per_fid_and_seed) {
             }
             if (i + 1 < n) same_next += memcmp(ra + i * dim, ra + (i + 1) * dim, dim * 4) == 0;
         }
-        cr_assert_eq(same_c, 0, "slot %u: %zu values equal under another seed", s[k].slot,
-                     same_c);
+        cr_assert_eq(same_c, 0, "slot %u: %zu values equal under another seed", s[k].slot, same_c);
         cr_assert_eq(same_next, 0, "slot %u: neighbouring fids share a row", s[k].slot);
         cr_assert_eq(nonzero, n * dim);
         free(ra);
@@ -709,7 +707,8 @@ Test(init, normal_distribution) {
         cr_assert(fabs(cm) < 0.016, "coordinate %u mean %g", j, mu + cm);
         cr_assert(fabs(csd / sd - 1.0) < 0.08, "coordinate %u stddev %g", j, csd);
     }
-    for (size_t i = 0; i < INIT_N; i++) sxy += (r[i * dim] - mu) * (r[i * dim + 1] - mu);
+    for (size_t i = 0; i < INIT_N; i++)
+        sxy += (r[i * dim] - mu) * (r[i * dim + 1] - mu);
     double corr = sxy / INIT_N / (sd * sd);
     cr_assert(fabs(corr) < 0.07, "corr(w0, w1) = %g", corr);
     free(r);
@@ -723,7 +722,8 @@ Test(init, zeros) {
     s.init_scale = 3.0f; /* ignored */
     mt_table_t *t = mk_table(&s, 1, 2);
     float *r = init_rows(t, 5, 7, 300);
-    for (size_t i = 0; i < 300 * 7; i++) cr_assert_eq(f2u(r[i]), 0u, "value %zu", i);
+    for (size_t i = 0; i < 300 * 7; i++)
+        cr_assert_eq(f2u(r[i]), 0u, "value %zu", i);
     free(r);
     mt_table_destroy(t);
 }
@@ -747,8 +747,8 @@ static void expect_bad(const mt_table_config_t *c, const char *field, const char
     cr_assert(strstr(buf, field) != NULL, "%s: message \"%s\" does not name \"%s\"", what, buf,
               field);
     if (field2)
-        cr_assert(strstr(buf, field2) != NULL, "%s: message \"%s\" does not name \"%s\"", what,
-                  buf, field2);
+        cr_assert(strstr(buf, field2) != NULL, "%s: message \"%s\" does not name \"%s\"", what, buf,
+                  field2);
     cr_assert_eq(mt_table_config_validate(c, NULL, 0), MT_CONFIG, "%s: no errbuf", what);
     mt_table_t *t = NULL;
     cr_assert_eq(mt_table_create(c, &t), MT_CONFIG, "%s: create accepted it", what);
@@ -768,22 +768,22 @@ static void expect_ok(const mt_table_config_t *c, int create, const char *what) 
 
 /* Applies the statement(s) to a fresh valid config (c, s[2]) and expects MT_CONFIG with a
  * message naming field (and field2 if not NULL). Slot mutations go to s[1], slot 2. */
-#define BAD(field, field2, ...)                                                              \
-    do {                                                                                     \
-        mt_table_config_t c;                                                                 \
-        mt_table_slot_config_t s[2];                                                         \
-        base_cfg(&c, s);                                                                     \
-        __VA_ARGS__;                                                                         \
-        expect_bad(&c, field, field2, #__VA_ARGS__);                                         \
+#define BAD(field, field2, ...)                      \
+    do {                                             \
+        mt_table_config_t c;                         \
+        mt_table_slot_config_t s[2];                 \
+        base_cfg(&c, s);                             \
+        __VA_ARGS__;                                 \
+        expect_bad(&c, field, field2, #__VA_ARGS__); \
     } while (0)
 
-#define GOOD(create, ...)                                                                    \
-    do {                                                                                     \
-        mt_table_config_t c;                                                                 \
-        mt_table_slot_config_t s[2];                                                         \
-        base_cfg(&c, s);                                                                     \
-        __VA_ARGS__;                                                                         \
-        expect_ok(&c, create, #__VA_ARGS__);                                                 \
+#define GOOD(create, ...)                    \
+    do {                                     \
+        mt_table_config_t c;                 \
+        mt_table_slot_config_t s[2];         \
+        base_cfg(&c, s);                     \
+        __VA_ARGS__;                         \
+        expect_ok(&c, create, #__VA_ARGS__); \
     } while (0)
 
 Test(config, bad_fields_are_named) {
@@ -832,7 +832,7 @@ Test(config, bad_fields_are_named) {
 }
 
 Test(config, defaults_and_bounds_are_accepted) {
-    GOOD(1, (void)0);                                        /* defaults (1024 parts) too: */
+    GOOD(1, (void)0); /* defaults (1024 parts) too: */
     {
         mt_table_config_t c;
         mt_table_slot_config_t s[2];
@@ -856,9 +856,9 @@ Test(config, defaults_and_bounds_are_accepted) {
          c.filter_bytes = 4ull * 64 << 16);
     GOOD(1, s[1].opt = MT_OPT_ADAM);
     GOOD(1, s[1].opt = MT_OPT_FTRL, s[1].l1 = 1.0f, s[1].l2 = 0.5f);
-    GOOD(1, s[1].opt = MT_OPT_ADAGRAD, s[1].eps = 0.0f);            /* init_accum 0.1 > 0 */
-    GOOD(1, s[1].opt = MT_OPT_ADAGRAD, s[1].init_accum = 0.0f);     /* eps 1e-8 > 0 */
-    GOOD(1, s[1].opt = MT_OPT_SGD, s[1].init_accum = -1.0f);        /* unused by SGD */
+    GOOD(1, s[1].opt = MT_OPT_ADAGRAD, s[1].eps = 0.0f);        /* init_accum 0.1 > 0 */
+    GOOD(1, s[1].opt = MT_OPT_ADAGRAD, s[1].init_accum = 0.0f); /* eps 1e-8 > 0 */
+    GOOD(1, s[1].opt = MT_OPT_SGD, s[1].init_accum = -1.0f);    /* unused by SGD */
     GOOD(1, s[1].precision = MT_PREC_FP16);
     GOOD(1, s[1].slot = 65535);
 }
@@ -873,7 +873,8 @@ Test(config, short_errbuf_is_truncated_safely) {
     cr_assert_eq(mt_table_config_validate(&c, buf, 5), MT_CONFIG);
     cr_assert_eq(buf[4], '\0');
     cr_assert_eq(strlen(buf), 4);
-    for (size_t i = 5; i < sizeof(buf); i++) cr_assert_eq(buf[i], 'x', "wrote past errlen");
+    for (size_t i = 5; i < sizeof(buf); i++)
+        cr_assert_eq(buf[i], 'x', "wrote past errlen");
 }
 
 Test(config, all_65536_slots_are_usable) {
@@ -906,8 +907,8 @@ Test(config, all_65536_slots_are_usable) {
     mt_table_destroy(t);
     for (size_t i = 0; i < 5; i++) {
         for (int k = 0; k < 4; k++)
-            cr_assert_eq(err[i][k], MT_OK, "slot %u is configured but call %d gives %s",
-                         probe[i], k, mt_err_name(err[i][k]));
+            cr_assert_eq(err[i][k], MT_OK, "slot %u is configured but call %d gives %s", probe[i],
+                         k, mt_err_name(err[i][k]));
         cr_assert_eq(dims[i], 1);
         cr_assert(ws[i] == -0.02f, "slot %u: w = %g", probe[i], (double)ws[i]); /* -0.01 * 2 */
     }
@@ -923,8 +924,7 @@ typedef struct row_snap {
 
 static void snap(mt_table_t *t, uint64_t fid, row_snap_t *r) {
     memset(r, 0, sizeof(*r));
-    cr_assert_eq(mt_table_get_row(t, fid, r->emb, r->state, 8, &r->touch, &r->count,
-                                  &r->version),
+    cr_assert_eq(mt_table_get_row(t, fid, r->emb, r->state, 8, &r->touch, &r->count, &r->version),
                  MT_OK);
 }
 
@@ -941,7 +941,7 @@ Test(config, unknown_slot_does_nothing) {
     s[1].min_count = 3;
     mt_table_t *t = mk_table(s, 2, 2);
     const uint64_t a1 = MT_FID_MAKE(1, 1), a2 = MT_FID_MAKE(1, 2), a3 = MT_FID_MAKE(1, 3);
-    const uint64_t f = MT_FID_MAKE(2, 7);                       /* filtered, seen once */
+    const uint64_t f = MT_FID_MAKE(2, 7);                         /* filtered, seen once */
     const uint64_t u = MT_FID_MAKE(9, 1), u0 = MT_FID_MAKE(0, 1); /* slots 9, 0: unknown */
     float out[16];
     uint64_t pre[3] = {a1, a2, f};
@@ -960,13 +960,16 @@ Test(config, unknown_slot_does_nothing) {
     for (int train = 0; train < 2; train++) {
         float o[16];
         uint8_t found[4] = {7, 7, 7, 7};
-        for (int i = 0; i < 16; i++) o[i] = 42.0f;
+        for (int i = 0; i < 16; i++)
+            o[i] = 42.0f;
         mt_table_op_stats_t st = {0};
-        mt_err_t err = mt_table_lookup(t, batch, 4, o, 16, found, train ? MT_TABLE_TRAIN : 0,
-                                       200, &st);
+        mt_err_t err =
+            mt_table_lookup(t, batch, 4, o, 16, found, train ? MT_TABLE_TRAIN : 0, 200, &st);
         cr_assert_eq(err, MT_UNKNOWN_SLOT, "train=%d: %d", train, err);
-        for (int i = 0; i < 16; i++) cr_assert(o[i] == 42.0f, "train=%d: out[%d] written", train, i);
-        for (int i = 0; i < 4; i++) cr_assert_eq(found[i], 7, "found[%d] written", i);
+        for (int i = 0; i < 16; i++)
+            cr_assert(o[i] == 42.0f, "train=%d: out[%d] written", train, i);
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(found[i], 7, "found[%d] written", i);
         cr_assert(st.found == 0 && st.missing == 0 && st.admitted == 0 && st.filtered == 0);
     }
     cr_assert_eq(mt_table_lookup(t, &u0, 1, out, 16, NULL, MT_TABLE_TRAIN, 200, NULL),
