@@ -6,7 +6,7 @@
  *   offset  size  field
  *   0       8     magic "MTTABLE\0"
  *   8       4     format version (MT__SER_VERSION)
- *   12      4     0 (reserved)
+ *   12      4     0 (reserved; a non-zero value is rejected)
  *   16      ...   blocks, each:
  *                   4  tag ('HEAD', 'ROWS', 'FILT' or 'END.' as a little-endian u32)
  *                   4  payload length n (<= MT__SER_MAX_BLOCK)
@@ -42,6 +42,7 @@
 #define MT__SER_MAX_BLOCK (16u << 20)
 #define MT__SER_ROWS_BLOCK (1u << 20)
 #define MT__CLOCK_JUMP (1ull << 40)
+#define MT__PRESIZE_MAX (1ull << 24) /* rows a stream's hint may pre-size for */
 
 #define TAG(a, b, c, d) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
 #define TAG_HEAD TAG('H', 'E', 'A', 'D')
@@ -378,6 +379,10 @@ mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *
         err = MT_VERSION;
         goto out;
     }
+    if (get_le(hdr16 + 12, 4) != 0) { /* reserved: a later format must bump the version */
+        err = MT_CORRUPT;
+        goto out;
+    }
     uint32_t tag;
     err = read_block(fn, ud, &tag, &pl);
     if (err) goto out;
@@ -388,7 +393,9 @@ mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *
     err = parse_head(&pl, cfg, &h);
     if (err) goto out;
     mt_table_config_t c2 = *cfg;
-    if (c2.initial_rows < h.rows && h.rows < (1ull << 40)) c2.initial_rows = h.rows;
+    /* The row count only pre-sizes the table, and it is input: cap what it may allocate
+     * before any row has been read (larger tables grow as they load). */
+    if (c2.initial_rows < h.rows) c2.initial_rows = h.rows < MT__PRESIZE_MAX ? h.rows : MT__PRESIZE_MAX;
     err = mt_table_create(&c2, &t);
     if (err) goto out;
     int same_filter = t->cm_width && h.nparts == t->nparts && h.depth == t->cm_depth &&
