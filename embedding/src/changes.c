@@ -7,7 +7,8 @@
  * memory it holds is bounded by one part's rows, and each part's entries are consistent
  * and in version order.
  *
- * Why `upto` is safe to resume from: begin() bumps the global clock to upto; a writer that
+ * Why `upto` is safe to resume from: begin() raises the global clock to upto, above every
+ * version handed out before; a writer that
  * changes part P after the iterator copied P does so under P's lock, after the copy, so it
  * reads a clock >= upto and its version is > upto (mt__part_version takes max(part, global)
  * + 1). Changes made before the copy of P are in the copy.
@@ -93,6 +94,7 @@ static mt_err_t load_part(mt_table_changes_t *it, mt__part_t *p) {
     } else {
         for (uint64_t i = log_search(t, p, it->since); i < p->log_end && !err; i++) {
             const mt__logent_t *e = &p->log[i % t->log_cap];
+            /* A row entry whose row changed since is superseded by a later entry. */
             if (!e->row) err = push(it, e->fid, e->version, NULL);
             else if (((const mt__row_t *)e->row)->version == e->version)
                 err = push(it, e->fid, e->version, e->row);
@@ -108,14 +110,22 @@ mt_err_t mt_table_changes_begin(mt_table_t *t, uint64_t since, mt_table_changes_
     if (!it) return MT_NOMEM;
     it->t = t;
     it->since = since;
-    *upto = atomic_fetch_add(&t->clock, 1) + 1;
     it->full = since == 0;
-    for (uint32_t i = 0; i < t->nparts && !it->full; i++) {
+    /* upto = 1 + the highest version handed out so far, published as the global clock, so
+     * that every later change in any part gets a higher one (see the top of this file). */
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < t->nparts; i++) {
         mt__part_t *p = &t->parts[i];
         pthread_mutex_lock(&p->lock);
         if (since < p->log_floor) it->full = 1;
+        if (p->clock > m) m = p->clock;
         pthread_mutex_unlock(&p->lock);
     }
+    uint64_t g = atomic_load(&t->clock), up;
+    do {
+        up = (g > m ? g : m) + 1;
+    } while (!atomic_compare_exchange_weak(&t->clock, &g, up));
+    *upto = up;
     *full = it->full;
     *out = it;
     return MT_OK;
@@ -136,7 +146,7 @@ mt_err_t mt_table_changes_next(mt_table_changes_t *it, mt_table_change_t *out, s
             if (k == 0) return MT_TOO_SMALL;
             break;
         }
-        memcpy(values + voff, it->vals + it->vpos, c->dim * sizeof(float));
+        if (c->dim) memcpy(values + voff, it->vals + it->vpos, c->dim * sizeof(float));
         voff += c->dim;
         it->vpos += c->dim;
         out[k++] = *c;

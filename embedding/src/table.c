@@ -24,6 +24,7 @@
  *    batch); the reclaimer flips idx and waits for the old idx's counters to reach zero.
  */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <sched.h>
 #include <stdio.h>
@@ -358,34 +359,59 @@ uint64_t mt__part_version(mt_table_t *t, mt__part_t *p) {
     return p->clock;
 }
 
-static int log_live(const mt__logent_t *e) {
-    return !e->row || ((const mt__row_t *)e->row)->version == e->version;
+/* Marks, in dead[0..n), the entries of p's log that a newer entry for the same fid
+ * supersedes (a newer change, a deletion, or a re-insert after a deletion): scanning from
+ * the newest, an entry is live iff its fid was not seen yet. No row is dereferenced.
+ * @returns NULL if out of memory. */
+static uint8_t *log_superseded(const mt_table_t *t, const mt__part_t *p, uint64_t n) {
+    uint64_t sz = 16;
+    while (sz < 2 * n) sz *= 2;
+    uint64_t *keys = malloc(sz * sizeof(uint64_t));
+    uint8_t *used = calloc(sz, 1), *dead = calloc(n ? n : 1, 1);
+    if (!keys || !used || !dead) {
+        free(keys);
+        free(used);
+        free(dead);
+        return NULL;
+    }
+    for (uint64_t k = n; k-- > 0;) {
+        uint64_t fid = p->log[(p->log_start + k) % t->log_cap].fid;
+        uint64_t h = ((fid * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
+        while (used[h] && keys[h] != fid) h = (h + 1) & (sz - 1);
+        if (used[h]) {
+            dead[k] = 1;
+        } else {
+            used[h] = 1;
+            keys[h] = fid;
+        }
+    }
+    free(keys);
+    free(used);
+    return dead;
 }
 
-/* Makes room in a full log. When at least half the entries are known to be superseded
- * (log_dead counts them), drops those, checking each against its row; otherwise (or if the
- * log is still more than half full) drops the oldest entries down to half and raises
- * log_floor past them, so incremental syncs from before then answer MT_FULL_SYNC: changes
- * are never lost silently. The dead count spares us dereferencing rows (a cache miss each)
- * when a scan would not pay; either way the cost is amortized O(1) per append. */
+/* Makes room in a full log: drops every superseded entry, and if more than 3/4 of the
+ * ring still holds live entries (distinct ids), drops the oldest of them down to 3/4 and
+ * raises log_floor past them, so that incremental syncs from before then answer
+ * MT_FULL_SYNC: changes are never lost silently. Each call frees at least a quarter of the
+ * ring for O(ring) work: amortized O(1) per append. */
 static void log_make_room(mt_table_t *t, mt__part_t *p) {
-    uint64_t cap = t->log_cap, kept = p->log_end - p->log_start;
-    if (2 * p->log_dead >= cap) {
+    uint64_t cap = t->log_cap, n = p->log_end - p->log_start, kept = n;
+    uint8_t *dead = log_superseded(t, p, n);
+    if (dead) { /* out of memory: skip compaction, the drop below still makes room */
         kept = 0;
-        for (uint64_t i = p->log_start; i < p->log_end; i++) {
-            mt__logent_t *e = &p->log[i % cap];
-            if (log_live(e)) p->log[(p->log_start + kept++) % cap] = *e;
-        }
+        for (uint64_t k = 0; k < n; k++)
+            if (!dead[k])
+                p->log[(p->log_start + kept++) % cap] = p->log[(p->log_start + k) % cap];
         p->log_end = p->log_start + kept;
-        p->log_dead = 0;
+        free(dead);
     }
-    uint64_t keep_max = cap / 2;
+    uint64_t keep_max = cap - cap / 4;
     if (kept > keep_max) {
         uint64_t drop = kept - keep_max;
         p->log_floor = p->log[(p->log_start + drop - 1) % cap].version;
         p->log_start += drop;
         p->n_log_drops += drop;
-        p->log_dead -= p->log_dead * drop / kept; /* estimate: dead spread evenly */
     }
 }
 
@@ -395,12 +421,6 @@ void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version
     e->fid = fid;
     e->version = version;
     e->row = row;
-}
-
-/* A row whose last change was at old_version changes again: its log entry (if the log still
- * holds it) is now dead. */
-static inline void log_supersede(mt__part_t *p, uint64_t old_version) {
-    if (old_version > p->log_floor) p->log_dead++;
 }
 
 /* ============================== cuckoo core (writers, lock held) ============================== */
@@ -606,7 +626,6 @@ static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64
     void *row = a->b[b].row[slot];
     const mt__slot_t *s = mt__slot_of(t, fid);
     uint64_t v = mt__part_version(t, p);
-    log_supersede(p, ((mt__row_t *)row)->version);
     seq_write_begin(p);
     a->b[b].row[slot] = NULL;
     ((mt__row_t *)row)->version = v;
@@ -697,8 +716,10 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     }
     memset(t->lanes, 0, MT__LANES * sizeof(mt__lane_t));
     memset(t->parts, 0, t->nparts * sizeof(mt__part_t));
-    /* Buckets per part for initial_rows at ~half of max_load, a power of two >= 2. */
+    /* Buckets per part so that initial_rows fit under max_load even in parts that get more
+     * than their share (~4 standard deviations of slack), a power of two >= 2. */
     uint64_t per_part = cfg->initial_rows / t->nparts + 1;
+    if (cfg->initial_rows) per_part += (uint64_t)(4.0 * sqrt((double)per_part)) + 8;
     uint64_t nb = 2;
     while ((double)nb * MT__BUCKET_SLOTS * cfg->max_load < (double)per_part) nb *= 2;
     for (uint32_t i = 0; i < t->nparts; i++) {
@@ -1041,7 +1062,6 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
         mt__row_t *row = arr_find(a, h, fid, &b, &slot);
         if (row) {
             uint64_t v = mt__part_version(t, p);
-            log_supersede(p, row->version);
             seq_write_begin(p);
             if (s->cfg.precision == MT_PREC_FP32) {
                 mt__opt_apply(&s->cfg, (float *)mt__row_emb(row), mt__row_state(s, row), g);
@@ -1088,7 +1108,6 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
         mt__row_t *row = arr_find(a, h, fid, &b, &slot);
         uint64_t v = mt__part_version(t, p);
         if (row) {
-            log_supersede(p, row->version);
             seq_write_begin(p);
             mt__row_write_emb(s, row, val);
             row->version = v;

@@ -80,7 +80,7 @@ typedef struct mt__slab {
 typedef struct mt__logent {
     uint64_t fid;
     uint64_t version;
-    void *row;             /* NULL: deletion; else live iff row->version == version */
+    void *row;             /* NULL: deletion; live iff no newer entry has the same fid */
 } mt__logent_t;
 
 typedef struct mt__part {
@@ -98,7 +98,6 @@ typedef struct mt__part {
     mt__logent_t *log;     /* ring of log_cap entries */
     uint64_t log_start, log_end; /* entries [log_start, log_end) live at index % log_cap */
     uint64_t log_floor;    /* since < log_floor cannot be served incrementally */
-    uint64_t log_dead;     /* entries known superseded (estimate after drops) */
     /* Counters (guarded by lock). */
     uint64_t n_inserts, n_removals, n_evictions, n_grows, n_filtered, n_log_drops;
 } mt__part_t;

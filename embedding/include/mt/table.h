@@ -19,9 +19,10 @@
  *    count-min sketch with conservative update whose memory is fixed by configuration.
  *  - Expiry: mt_table_expire() sweeps a bounded number of buckets per call (a clock hand).
  *  - Change tracking: every insert, update and removal takes a new version; each part keeps
- *    a bounded log of (fid, version) entries, compacted when full; entries are only dropped
- *    when more distinct ids changed than the log holds, and then the part records a
- *    watermark below which an incremental sync answers MT_FULL_SYNC.
+ *    a bounded log of (fid, version) entries, compacted when full (only the newest entry of
+ *    an id is kept); entries are only dropped when more than 3/4 of a part's log holds
+ *    distinct ids, and then the part records a watermark below which an incremental sync
+ *    answers with a full stream (or MT_FULL_SYNC).
  *
  * Thread safety: all functions taking an mt_table_t are thread-safe and may run concurrently
  * with one another, except mt_table_destroy(), which needs exclusive access. Lookups without

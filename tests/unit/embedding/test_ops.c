@@ -30,21 +30,21 @@
 #include "mt/table.h"
 
 #ifdef MT_SANITIZED
-#define OPS_SCALE_DIV 4
+#define OPS_SCALE_DIV 2
 #else
 #define OPS_SCALE_DIV 1
 #endif
 
 /* Cheap on the passing path: Criterion's assert macros do more work per call. */
-#define CHECK(cond, ...)                                                                      \
-    do {                                                                                      \
-        if (!(cond)) cr_assert_fail(__VA_ARGS__);                                             \
+#define CHECK(cond, ...)                          \
+    do {                                          \
+        if (!(cond)) cr_assert_fail(__VA_ARGS__); \
     } while (0)
 
-#define NSLOTS 4
-#define MAXDIM 16
+#define NSLOTS   4
+#define MAXDIM   16
 #define MAXBATCH 16
-#define M48 0xFFFFFFFFFFFFull
+#define M48      0xFFFFFFFFFFFFull
 
 typedef struct slotdef {
     uint16_t slot;
@@ -99,10 +99,14 @@ static uint64_t rnd64(run_t *r) {
     return z ^ (z >> 31);
 }
 
-static uint32_t rnd(run_t *r, uint32_t n) { return (uint32_t)(rnd64(r) % n); }
+static uint32_t rnd(run_t *r, uint32_t n) {
+    return (uint32_t)(rnd64(r) % n);
+}
 
 /* A multiple of 1/8 in [-2, 2]: sums and differences of a few stay exact in fp32 and fp16. */
-static float rnd_q8(run_t *r) { return (float)((int)rnd(r, 33) - 16) / 8.0f; }
+static float rnd_q8(run_t *r) {
+    return (float)((int)rnd(r, 33) - 16) / 8.0f;
+}
 
 /* Index i of slot si -> fid; multiplying by an odd constant is a bijection mod 2^48. */
 static uint64_t fid_of(int si, uint32_t i) {
@@ -172,7 +176,8 @@ static void run_init(run_t *r, uint32_t shards_log2, uint64_t initial_rows, uint
 
 static void run_fini(run_t *r) {
     mt_table_destroy(r->t);
-    for (int si = 0; si < NSLOTS; si++) free(r->m.rows[si]);
+    for (int si = 0; si < NSLOTS; si++)
+        free(r->m.rows[si]);
 }
 
 /* ============================== checks ============================== */
@@ -216,8 +221,7 @@ static void check_stats(run_t *r) {
     CHECK(st.bytes_rows >= live_row_bytes, "bytes_rows %llu below live rows' %llu",
           (unsigned long long)st.bytes_rows, (unsigned long long)live_row_bytes);
     if (m->inserts) CHECK(st.bytes_rows > 0, "bytes_rows 0 after inserts");
-    CHECK(st.bytes_total >=
-              st.bytes_rows + st.bytes_buckets + st.bytes_filter + st.bytes_changelog,
+    CHECK(st.bytes_total >= st.bytes_rows + st.bytes_buckets + st.bytes_filter + st.bytes_changelog,
           "bytes_total %llu below the sum of its parts", (unsigned long long)st.bytes_total);
     CHECK(st.version >= r->last_version, "version went back from %llu to %llu",
           (unsigned long long)r->last_version, (unsigned long long)st.version);
@@ -259,16 +263,18 @@ static void verify_ids(run_t *r, size_t n, const int *sis, const uint32_t *ixs) 
             CHECK(found[j] == w->present, "slot %d id %u: found %u, model present %u", si,
                   ixs[base + j], found[j], w->present);
             if (w->present)
-                CHECK(same_floats(out + off, w->emb, d), "slot %d id %u: embedding differs "
-                      "(%g vs %g)", si, ixs[base + j], out[off], w->emb[0]);
-            else CHECK(all_zero(out + off, d), "slot %d id %u: absent id reads non-zero", si,
-                       ixs[base + j]);
+                CHECK(same_floats(out + off, w->emb, d),
+                      "slot %d id %u: embedding differs "
+                      "(%g vs %g)",
+                      si, ixs[base + j], out[off], w->emb[0]);
+            else
+                CHECK(all_zero(out + off, d), "slot %d id %u: absent id reads non-zero", si,
+                      ixs[base + j]);
             nf += w->present;
             off += d;
         }
         CHECK(st.found == nf && st.missing == k - nf, "read-only op stats %llu/%llu, want %llu",
-              (unsigned long long)st.found, (unsigned long long)st.missing,
-              (unsigned long long)nf);
+              (unsigned long long)st.found, (unsigned long long)st.missing, (unsigned long long)nf);
     }
 }
 
@@ -298,11 +304,10 @@ static void verify_all(run_t *r) {
             CHECK(same_floats(emb, w->emb, SLOTS[si].dim), "get_row embedding differs");
             CHECK(touch_s == w->touch_s, "slot %d id %u: touch %u, model %u", si, i, touch_s,
                   w->touch_s);
-            CHECK(count == w->count, "slot %d id %u: count %u, model %u", si, i, count,
-                  w->count);
+            CHECK(count == w->count, "slot %d id %u: count %u, model %u", si, i, count, w->count);
             CHECK(version > 0 && version <= r->last_version,
-                  "row version %llu out of range (table version %llu)",
-                  (unsigned long long)version, (unsigned long long)r->last_version);
+                  "row version %llu out of range (table version %llu)", (unsigned long long)version,
+                  (unsigned long long)r->last_version);
         }
     }
 }
@@ -335,8 +340,10 @@ static void op_train(run_t *r, size_t n, const int *sis, const uint32_t *ixs, ui
         rrow_t *w = &r->m.rows[si][ixs[k]];
         CHECK(found[k] == 1, "training lookup with min_count 0: found[%zu] = %u", k, found[k]);
         if (w->present) {
-            CHECK(same_floats(out + off, w->emb, d), "slot %d id %u: training lookup value "
-                  "%g, model %g", si, ixs[k], out[off], w->emb[0]);
+            CHECK(same_floats(out + off, w->emb, d),
+                  "slot %d id %u: training lookup value "
+                  "%g, model %g",
+                  si, ixs[k], out[off], w->emb[0]);
             if (w->count < UINT32_MAX) w->count++;
             touch(w, now_s);
         } else {
@@ -377,7 +384,8 @@ static void op_apply(run_t *r, size_t n, const int *sis, const uint32_t *ixs, ui
     uint64_t fids[MAXBATCH] = {0};
     float g[MAXBATCH * MAXDIM];
     size_t len = batch_fids(n, sis, ixs, fids);
-    for (size_t j = 0; j < len; j++) g[j] = rnd_q8(r);
+    for (size_t j = 0; j < len; j++)
+        g[j] = rnd_q8(r);
     mt_table_op_stats_t st = {0};
     CHECK(mt_table_apply(r->t, fids, n, g, len, now_s, &st) == MT_OK, "apply failed");
     uint64_t nf = 0;
@@ -387,7 +395,8 @@ static void op_apply(run_t *r, size_t n, const int *sis, const uint32_t *ixs, ui
         uint32_t d = SLOTS[si].dim;
         rrow_t *w = &r->m.rows[si][ixs[k]];
         if (w->present) {
-            for (uint32_t j = 0; j < d; j++) w->emb[j] = round_slot(si, w->emb[j] - g[off + j]);
+            for (uint32_t j = 0; j < d; j++)
+                w->emb[j] = round_slot(si, w->emb[j] - g[off + j]);
             touch(w, now_s);
             nf++;
         }
@@ -403,7 +412,8 @@ static void op_assign(run_t *r, size_t n, const int *sis, const uint32_t *ixs, u
     uint64_t fids[MAXBATCH] = {0};
     float v[MAXBATCH * MAXDIM];
     size_t len = batch_fids(n, sis, ixs, fids);
-    for (size_t j = 0; j < len; j++) v[j] = 2.0f * rnd_q8(r);
+    for (size_t j = 0; j < len; j++)
+        v[j] = 2.0f * rnd_q8(r);
     mt_table_op_stats_t st = {0};
     CHECK(mt_table_assign(r->t, fids, n, v, len, now_s, &st) == MT_OK, "assign failed");
     uint64_t nf = 0, adm = 0;
@@ -419,13 +429,13 @@ static void op_assign(run_t *r, size_t n, const int *sis, const uint32_t *ixs, u
             model_insert(&r->m, si, w, now_s);
             adm++;
         }
-        for (uint32_t j = 0; j < d; j++) w->emb[j] = round_slot(si, v[off + j]);
+        for (uint32_t j = 0; j < d; j++)
+            w->emb[j] = round_slot(si, v[off + j]);
         off += d;
     }
     CHECK(st.found == nf && st.admitted == adm && st.missing == 0,
-          "assign op stats found %llu admitted %llu (want %llu/%llu)",
-          (unsigned long long)st.found, (unsigned long long)st.admitted,
-          (unsigned long long)nf, (unsigned long long)adm);
+          "assign op stats found %llu admitted %llu (want %llu/%llu)", (unsigned long long)st.found,
+          (unsigned long long)st.admitted, (unsigned long long)nf, (unsigned long long)adm);
     verify_ids(r, n, sis, ixs);
 }
 
@@ -525,13 +535,20 @@ static void random_run(run_t *r, uint64_t target_ops) {
         uint32_t now_s = rnd(r, 10) == 0 ? r->now - rnd(r, 30) : r->now;
         size_t n = pick_batch(r, sis, ixs);
         uint32_t op = rnd(r, 1000);
-        if (op < 350) op_train(r, n, sis, ixs, now_s);
-        else if (op < 480) op_read(r, n, sis, ixs);
-        else if (op < 730) op_apply(r, n, sis, ixs, now_s);
-        else if (op < 840) op_assign(r, n, sis, ixs, now_s);
-        else if (op < 960) op_remove(r, n, sis, ixs);
-        else if (op < 995) op_expire(r, now_s, rnd(r, 65), 0);
-        else op_expire(r, now_s, (size_t)mt_table_buckets(r->t) + rnd(r, 3), 1);
+        if (op < 350)
+            op_train(r, n, sis, ixs, now_s);
+        else if (op < 480)
+            op_read(r, n, sis, ixs);
+        else if (op < 730)
+            op_apply(r, n, sis, ixs, now_s);
+        else if (op < 840)
+            op_assign(r, n, sis, ixs, now_s);
+        else if (op < 960)
+            op_remove(r, n, sis, ixs);
+        else if (op < 995)
+            op_expire(r, now_s, rnd(r, 65), 0);
+        else
+            op_expire(r, now_s, (size_t)mt_table_buckets(r->t) + rnd(r, 3), 1);
         r->ops += n;
         r->batches++;
         if (r->check_rows_each_batch || r->batches % 256 == 0) check_rows_count(r);
@@ -576,8 +593,8 @@ static void log_figures(const run_t *r, const char *name) {
                 (unsigned long long)st.version);
 }
 
-static void random_case(uint32_t shards_log2, uint64_t initial_rows, uint64_t ops,
-                        uint64_t seed, const char *name) {
+static void random_case(uint32_t shards_log2, uint64_t initial_rows, uint64_t ops, uint64_t seed,
+                        const char *name) {
     run_t r;
     run_init(&r, shards_log2, initial_rows, seed);
     random_run(&r, ops / OPS_SCALE_DIV);
@@ -586,7 +603,8 @@ static void random_case(uint32_t shards_log2, uint64_t initial_rows, uint64_t op
     if (initial_rows == 0)
         cr_assert_gt(st.grows, (uint64_t)(2u << shards_log2) / 2,
                      "parts grown from empty: %llu grows", (unsigned long long)st.grows);
-    cr_assert_gt(r.m.evictions, 1000, "expiry evicted %llu rows", (unsigned long long)r.m.evictions);
+    cr_assert_gt(r.m.evictions, 1000, "expiry evicted %llu rows",
+                 (unsigned long long)r.m.evictions);
     cr_assert_gt(r.m.removals, 1000);
     cr_assert_gt(r.full_sweeps, 10);
     log_figures(&r, name);
@@ -642,7 +660,8 @@ static void presized_fill(uint32_t shards_log2, uint64_t n) {
         size_t k = n - i < 256 ? (size_t)(n - i) : 256;
         for (size_t j = 0; j < k; j++) {
             fids[j] = MT_FID_MAKE(5, (i + j) * 0x9E3779B97F4A7C15ull);
-            for (int d = 0; d < 4; d++) v[4 * j + d] = (float)(i + j) + (float)d / 4.0f;
+            for (int d = 0; d < 4; d++)
+                v[4 * j + d] = (float)(i + j) + (float)d / 4.0f;
         }
         cr_assert_eq(mt_table_assign(t, fids, k, v, 4 * k, 1, NULL), MT_OK);
     }
@@ -660,7 +679,8 @@ static void presized_fill(uint32_t shards_log2, uint64_t n) {
         uint64_t fid = MT_FID_MAKE(5, i * 0x9E3779B97F4A7C15ull);
         float out[4];
         cr_assert_eq(mt_table_lookup(t, &fid, 1, out, 4, NULL, 0, 1, NULL), MT_OK);
-        for (int d = 0; d < 4; d++) cr_assert_eq(out[d], (float)i + (float)d / 4.0f);
+        for (int d = 0; d < 4; d++)
+            cr_assert_eq(out[d], (float)i + (float)d / 4.0f);
     }
     mt_table_destroy(t);
 }
@@ -793,8 +813,7 @@ static void expire_incremental(uint32_t shards_log2, size_t budget) {
     static uint8_t found[N];
     for (uint64_t c = 0; c < calls; c++) {
         cr_assert_eq(mt_table_expire(t, now_s, budget, &ev), MT_OK);
-        cr_assert_leq(ev, 4 * budget, "budget %zu evicted %llu", budget,
-                      (unsigned long long)ev);
+        cr_assert_leq(ev, 4 * budget, "budget %zu evicted %llu", budget, (unsigned long long)ev);
         total += ev;
         if (c % 16 == 0 || c + 1 == calls) {
             cr_assert_eq(mt_table_lookup(t, fids, N, out, 4 * N, found, 0, now_s, NULL), MT_OK);
