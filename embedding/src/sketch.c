@@ -6,16 +6,18 @@
  * equal the current minimum (conservative update, Estan & Varghese 2002), which cuts the
  * overestimate of plain count-min by a large factor for skewed streams.
  *
- * The estimate never undercounts, so an id that reached min_count is always admitted; an id
- * below it is admitted early only when all its depth counters were raised by other ids
- * (over-admission). With n distinct ids counted in a part of width w and depth d, the
+ * Between two halvings the estimate never undercounts, so an id whose min_count sightings
+ * fall within one aging period is always admitted; an id below it is admitted early only
+ * when all its depth counters were raised by other ids (over-admission). With n distinct ids counted in a part of width w and depth d, the
  * chance is at most about (n * c / w)^d for c the mean sightings per id; docs/table.md gives
  * the figures measured by the filter test.
  *
  * Aging: when more than half of a part's counters are non-zero, the part halves all of them
  * (TinyLFU's reset, triggered by occupancy rather than by a sample count), so the sketch
  * never saturates on an endless stream of new ids, and ids that are counted but stop coming
- * fade out. Counts of ids that keep coming survive a halving at half their value.
+ * fade out. Counts of ids that keep coming survive a halving at half their value. The price:
+ * an id whose sightings are spread wider than about 0.7 x width one-off ids of its part
+ * (1.4M ids over the table with the defaults) may never reach min_count.
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>

@@ -161,7 +161,8 @@ Test(filter, min_count_three_admits_on_third_training_sighting) {
         cr_assert_eq(s2.found, 1u);
     }
     /* Read-only lookups do not count. */
-    for (int k = 0; k < 10; k++) cr_assert_eq(lookup1(t, fid, 0, 200, out, NULL), 1);
+    for (int k = 0; k < 10; k++)
+        cr_assert_eq(lookup1(t, fid, 0, 200, out, NULL), 1);
     cr_assert_eq(mt_table_get_row(t, fid, NULL, NULL, 0, &touch, &count, NULL), MT_OK);
     cr_assert_eq(count, 5u);
     cr_assert_eq(touch, 102u, "read-only lookups do not touch");
@@ -214,7 +215,8 @@ Test(filter, apply_on_unadmitted_id_drops_gradient_and_does_not_count) {
     cr_assert_eq(s2.found, 1u);
     float emb[DIM];
     cr_assert_eq(mt_table_get_row(t, fid, emb, NULL, 0, NULL, NULL, NULL), MT_OK);
-    for (int i = 0; i < DIM; i++) cr_assert_eq(emb[i], want[i] - g[i]);
+    for (int i = 0; i < DIM; i++)
+        cr_assert_eq(emb[i], want[i] - g[i]);
     mt_table_destroy(t);
 }
 
@@ -235,12 +237,14 @@ Test(filter, read_only_lookups_never_count) {
     uint64_t fids[50];
     float outs[50 * DIM];
     uint8_t found[50];
-    for (int k = 0; k < 50; k++) fids[k] = fid;
+    for (int k = 0; k < 50; k++)
+        fids[k] = fid;
     mt_table_op_stats_t st = {0};
     cr_assert_eq(mt_table_lookup(t, fids, 50, outs, 50 * DIM, found, 0, 10, &st), MT_OK);
     cr_assert_eq(st.missing, 50u);
     cr_assert_eq(st.filtered, 0u);
-    for (int k = 0; k < 50; k++) cr_assert_eq(found[k], 0);
+    for (int k = 0; k < 50; k++)
+        cr_assert_eq(found[k], 0);
     cr_assert(all_zero(outs, 50 * DIM));
 
     mt_table_stats_t ts;
@@ -309,22 +313,26 @@ Test(filter, per_slot_thresholds_share_one_sketch) {
     /* Slots 1, 2, 3, 4 with min_count 2, 5, 0 and 255 in one table and one sketch. */
     const uint32_t mc[4] = {2, 5, 0, 255};
     mt_table_slot_config_t sc[4];
-    for (int i = 0; i < 4; i++) slot_cfg(&sc[i], (uint16_t)(i + 1), DIM + (uint32_t)i, mc[i], 0);
+    for (int i = 0; i < 4; i++)
+        slot_cfg(&sc[i], (uint16_t)(i + 1), DIM + (uint32_t)i, mc[i], 0);
     mt_table_t *t = mk_table(4, 8u << 20, 4, sc, 4);
     enum { PER = 64, N = 4 * PER };
     uint64_t fids[N];
     size_t nfloats = 0;
-    for (int i = 0; i < N; i++) fids[i] = MT_FID_MAKE(i % 4 + 1, 1000 + i);
+    for (int i = 0; i < N; i++)
+        fids[i] = MT_FID_MAKE(i % 4 + 1, 1000 + i);
     cr_assert_eq(mt_table_batch_floats(t, fids, N, &nfloats), MT_OK);
     float *out = malloc(nfloats * sizeof(float));
     cr_assert_not_null(out);
     uint8_t found[N];
     int admitted_round[N];
-    for (int i = 0; i < N; i++) admitted_round[i] = 0;
+    for (int i = 0; i < N; i++)
+        admitted_round[i] = 0;
     for (int round = 1; round <= 6; round++) {
         mt_table_op_stats_t st = {0};
-        cr_assert_eq(mt_table_lookup(t, fids, N, out, nfloats, found, MT_TABLE_TRAIN,
-                                     (uint32_t)round, &st), MT_OK);
+        cr_assert_eq(
+            mt_table_lookup(t, fids, N, out, nfloats, found, MT_TABLE_TRAIN, (uint32_t)round, &st),
+            MT_OK);
         uint64_t fresh = 0;
         for (int i = 0; i < N; i++) {
             if (found[i] && !admitted_round[i]) {
@@ -338,8 +346,8 @@ Test(filter, per_slot_thresholds_share_one_sketch) {
     for (int i = 0; i < N; i++) {
         int slot = i % 4;
         int want = mc[slot] <= 1 ? 1 : mc[slot] > 6 ? 0 : (int)mc[slot];
-        cr_assert_eq(admitted_round[i], want, "id %d of slot %d (min_count %u): admitted at %d",
-                     i, slot + 1, mc[slot], admitted_round[i]);
+        cr_assert_eq(admitted_round[i], want, "id %d of slot %d (min_count %u): admitted at %d", i,
+                     slot + 1, mc[slot], admitted_round[i]);
         uint32_t count = 0;
         mt_err_t e = mt_table_get_row(t, fids[i], NULL, NULL, 0, NULL, &count, NULL);
         if (want) {
@@ -372,17 +380,20 @@ static double model_rate(uint64_t n_per_part, uint32_t w, uint32_t d) {
     for (uint64_t k = 0; k < n_per_part; k++) {
         double surv[MODEL_V + 2];
         surv[MODEL_V + 1] = 0.0;
-        for (int v = MODEL_V; v >= 0; v--) surv[v] = surv[v + 1] + p[v];
+        for (int v = MODEL_V; v >= 0; v--)
+            surv[v] = surv[v + 1] + p[v];
         sum += pow(surv[1], d);
         double moved[MODEL_V + 1];
-        for (int v = 0; v < MODEL_V; v++) moved[v] = p[v] * pow(surv[v], d - 1) / w;
+        for (int v = 0; v < MODEL_V; v++)
+            moved[v] = p[v] * pow(surv[v], d - 1) / w;
         for (int v = 0; v < MODEL_V; v++) {
             p[v] -= moved[v];
             p[v + 1] += moved[v];
         }
         if (1.0 - p[0] > 0.5) {
             double h[MODEL_V + 1] = {0};
-            for (int v = 0; v <= MODEL_V; v++) h[v / 2] += p[v];
+            for (int v = 0; v <= MODEL_V; v++)
+                h[v / 2] += p[v];
             memcpy(p, h, sizeof(h));
         }
     }
@@ -407,7 +418,8 @@ static oa_result_t over_admission(uint32_t shards_log2, uint64_t filter_bytes, u
     oa_result_t r = {n, 0, 0, 0, t->cm_width};
     for (uint64_t base = 0; base < n; base += B) {
         size_t m = n - base < B ? (size_t)(n - base) : B;
-        for (size_t i = 0; i < m; i++) fids[i] = MT_FID_MAKE(1, 0x100000000ull + base + i);
+        for (size_t i = 0; i < m; i++)
+            fids[i] = MT_FID_MAKE(1, 0x100000000ull + base + i);
         mt_table_op_stats_t st = {0};
         cr_assert_eq(mt_table_lookup(t, fids, m, out, m, NULL, MT_TABLE_TRAIN, 1, &st), MT_OK);
         cr_assert_eq(st.admitted + st.filtered, m);
@@ -418,7 +430,8 @@ static oa_result_t over_admission(uint32_t shards_log2, uint64_t filter_bytes, u
     for (uint32_t i = 0; i < t->nparts; i++) {
         mt__part_t *p = &t->parts[i];
         uint64_t nz = 0;
-        for (size_t j = 0; j < (size_t)t->cm_depth * t->cm_width; j++) nz += p->cm[j] != 0;
+        for (size_t j = 0; j < (size_t)t->cm_depth * t->cm_width; j++)
+            nz += p->cm[j] != 0;
         cr_assert_eq(nz, p->cm_nonzero, "part %u: cm_nonzero is exact", i);
         cr_assert_leq(2 * nz, (uint64_t)t->cm_depth * t->cm_width, "part %u over half full", i);
     }
@@ -434,14 +447,13 @@ static oa_result_t over_admission(uint32_t shards_log2, uint64_t filter_bytes, u
 }
 
 static void check_against_model(const oa_result_t *r, uint32_t depth) {
-    cr_assert_leq(r->rate, pow(0.5, depth), "rate %.5f above the hard bound 2^-%u", r->rate,
-                  depth);
+    cr_assert_leq(r->rate, pow(0.5, depth), "rate %.5f above the hard bound 2^-%u", r->rate, depth);
     /* Binomial noise (4 sigma) plus 15% model error. */
     double sigma = sqrt(r->model * (1 - r->model) / (double)r->n);
-    cr_assert_leq(r->rate, 1.15 * r->model + 4 * sigma + 1e-4, "rate %.5f vs model %.5f",
-                  r->rate, r->model);
-    cr_assert_geq(r->rate, 0.85 * r->model - 4 * sigma - 1e-4, "rate %.5f vs model %.5f",
-                  r->rate, r->model);
+    cr_assert_leq(r->rate, 1.15 * r->model + 4 * sigma + 1e-4, "rate %.5f vs model %.5f", r->rate,
+                  r->model);
+    cr_assert_geq(r->rate, 0.85 * r->model - 4 * sigma - 1e-4, "rate %.5f vs model %.5f", r->rate,
+                  r->model);
 }
 
 Test(filter, over_admission_rate_is_bounded, .timeout = 300) {
@@ -489,16 +501,19 @@ Test(filter, endless_one_off_stream_never_saturates) {
     /* 10x the sketch width of one-off ids (per part). */
     const uint64_t stream = 10 * w * parts;
     for (uint64_t done = 0; done < stream; done += B) {
-        for (size_t i = 0; i < B; i++) fids[i] = MT_FID_MAKE(1, next++);
+        for (size_t i = 0; i < B; i++)
+            fids[i] = MT_FID_MAKE(1, next++);
         cr_assert_eq(mt_table_lookup(t, fids, B, out, B, NULL, MT_TABLE_TRAIN, 1, NULL), MT_OK);
     }
     /* Then fresh ids, each seen once: nearly all must stay out. */
     const uint64_t probes = 20 * B;
     uint64_t admitted = 0;
     for (uint64_t done = 0; done < probes; done += B) {
-        for (size_t i = 0; i < B; i++) fids[i] = MT_FID_MAKE(1, (1ull << 40) + next++);
+        for (size_t i = 0; i < B; i++)
+            fids[i] = MT_FID_MAKE(1, (1ull << 40) + next++);
         cr_assert_eq(mt_table_lookup(t, fids, B, out, B, found, MT_TABLE_TRAIN, 2, NULL), MT_OK);
-        for (size_t i = 0; i < B; i++) admitted += found[i];
+        for (size_t i = 0; i < B; i++)
+            admitted += found[i];
     }
     double r = (double)admitted / (double)probes;
     cr_log_info("aging: after %llu one-off ids (10 x width %llu x %llu parts), %llu of %llu "
@@ -534,21 +549,22 @@ static void recurring(uint64_t gap, int rounds, int *hist, uint32_t *width) {
     const uint64_t warm = 3 * (uint64_t)t->cm_width * t->nparts + 1234;
     for (int round = 0; round <= rounds; round++) {
         if (round > 0) {
-            cr_assert_eq(mt_table_lookup(t, rec, R, out, R, found, MT_TABLE_TRAIN, 1, NULL),
-                         MT_OK);
+            cr_assert_eq(mt_table_lookup(t, rec, R, out, R, found, MT_TABLE_TRAIN, 1, NULL), MT_OK);
             for (int i = 0; i < R; i++)
                 if (found[i] && !round_of[i]) round_of[i] = round;
         }
         uint64_t g = round == 0 ? warm : gap;
         for (uint64_t done = 0; done < g; done += B) {
             size_t m = g - done < B ? (size_t)(g - done) : B;
-            for (size_t i = 0; i < m; i++) fids[i] = MT_FID_MAKE(1, next++);
-            cr_assert_eq(mt_table_lookup(t, fids, m, out, m, NULL, MT_TABLE_TRAIN, 1, NULL),
-                         MT_OK);
+            for (size_t i = 0; i < m; i++)
+                fids[i] = MT_FID_MAKE(1, next++);
+            cr_assert_eq(mt_table_lookup(t, fids, m, out, m, NULL, MT_TABLE_TRAIN, 1, NULL), MT_OK);
         }
     }
-    for (int r = 0; r <= rounds; r++) hist[r] = 0;
-    for (int i = 0; i < R; i++) hist[round_of[i]]++;
+    for (int r = 0; r <= rounds; r++)
+        hist[r] = 0;
+    for (int i = 0; i < R; i++)
+        hist[round_of[i]]++;
     mt_table_destroy(t);
 }
 
@@ -561,27 +577,29 @@ Test(filter, recurring_ids_are_admitted_amid_one_off_traffic) {
      * ids, so few windows hold one): admission at exactly min_count for nearly all. */
     recurring(parts * 4096 / 64, ROUNDS, hist, &w);
     cr_log_info("recurring, gap w/64 per part: never %d, r1 %d r2 %d r3 %d r4 %d r5 %d r6 %d "
-                "r7 %d r8 %d", hist[0], hist[1], hist[2], hist[3], hist[4], hist[5], hist[6],
-                hist[7], hist[8]);
+                "r7 %d r8 %d",
+                hist[0], hist[1], hist[2], hist[3], hist[4], hist[5], hist[6], hist[7], hist[8]);
     cr_assert_eq(w, 4096u);
     cr_assert_eq(hist[0], 0);
     cr_assert_geq(hist[3], 256 * 9 / 10);
-    for (int r = 5; r <= ROUNDS; r++) cr_assert_eq(hist[r], 0);
+    for (int r = 5; r <= ROUNDS; r++)
+        cr_assert_eq(hist[r], 0);
     /* Heavy traffic: w/4 per part between sightings (a halving every ~3 rounds): still all
      * admitted, a halving costing a round or two (which rounds depends on the phase of the
      * halvings, so only the latest round is checked). */
     recurring(parts * 4096 / 4, ROUNDS, hist, &w);
     cr_log_info("recurring, gap w/4 per part: never %d, r1 %d r2 %d r3 %d r4 %d r5 %d r6 %d "
-                "r7 %d r8 %d", hist[0], hist[1], hist[2], hist[3], hist[4], hist[5], hist[6],
-                hist[7], hist[8]);
+                "r7 %d r8 %d",
+                hist[0], hist[1], hist[2], hist[3], hist[4], hist[5], hist[6], hist[7], hist[8]);
     cr_assert_eq(hist[0], 0);
-    for (int r = 7; r <= ROUNDS; r++) cr_assert_eq(hist[r], 0);
+    for (int r = 7; r <= ROUNDS; r++)
+        cr_assert_eq(hist[r], 0);
     /* Measured only (TinyLFU's trade-off, see the report): an id recurring less often than
      * a halving period (gap 2 w per part) is treated as one-off traffic. */
     recurring(parts * 4096 * 2, ROUNDS, hist, &w);
     cr_log_info("recurring, gap 2w per part: never %d, r1 %d r2 %d r3 %d r4 %d r5 %d r6 %d "
-                "r7 %d r8 %d", hist[0], hist[1], hist[2], hist[3], hist[4], hist[5], hist[6],
-                hist[7], hist[8]);
+                "r7 %d r8 %d",
+                hist[0], hist[1], hist[2], hist[3], hist[4], hist[5], hist[6], hist[7], hist[8]);
 }
 
 /* ============================== expiry and removal ============================== */
@@ -625,12 +643,14 @@ Test(filter, expired_and_removed_ids_can_be_admitted_again) {
     cr_log_info("expired id re-admitted at training sighting %d (row count %u)", k, count);
 
     /* b: re-admit it, remove it, and it can be admitted again. */
-    for (k = 0, got = 0; k < 3 && !got; k++) got = lookup1(t, b, MT_TABLE_TRAIN, 300, out, NULL);
+    for (k = 0, got = 0; k < 3 && !got; k++)
+        got = lookup1(t, b, MT_TABLE_TRAIN, 300, out, NULL);
     cr_assert_eq(got, 1);
     uint64_t removed = 0;
     cr_assert_eq(mt_table_remove(t, &b, 1, &removed), MT_OK);
     cr_assert_eq(removed, 1u);
-    for (k = 0, got = 0; k < 3 && !got; k++) got = lookup1(t, b, MT_TABLE_TRAIN, 301, out, NULL);
+    for (k = 0, got = 0; k < 3 && !got; k++)
+        got = lookup1(t, b, MT_TABLE_TRAIN, 301, out, NULL);
     cr_assert_eq(got, 1, "a removed id must be admissible again");
 
     /* After the sketch forgot everything (a flood of one-off ids), it takes min_count
@@ -642,7 +662,8 @@ Test(filter, expired_and_removed_ids_can_be_admitted_again) {
     float o2[B * DIM];
     uint64_t next = 1ull << 30;
     for (int rep = 0; rep < 64; rep++) {
-        for (size_t i = 0; i < B; i++) fids[i] = MT_FID_MAKE(1, next++);
+        for (size_t i = 0; i < B; i++)
+            fids[i] = MT_FID_MAKE(1, next++);
         cr_assert_eq(mt_table_lookup(t, fids, B, o2, B * DIM, NULL, MT_TABLE_TRAIN, 1000, NULL),
                      MT_OK);
     }
@@ -651,7 +672,8 @@ Test(filter, expired_and_removed_ids_can_be_admitted_again) {
     uint32_t est = mt__cm_estimate(t, p, a);
     pthread_mutex_unlock(&p->lock);
     cr_assert_leq(est, 1u, "a flood halves old counts away");
-    for (k = 0, got = 0; k < 3 && !got; k++) got = lookup1(t, a, MT_TABLE_TRAIN, 1001, out, NULL);
+    for (k = 0, got = 0; k < 3 && !got; k++)
+        got = lookup1(t, a, MT_TABLE_TRAIN, 1001, out, NULL);
     cr_assert_eq(got, 1);
     cr_assert_geq(k, 2, "a forgotten id needs sightings again");
     mt_table_destroy(t);
