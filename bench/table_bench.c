@@ -138,13 +138,15 @@ static void *job_run(void *arg) {
             sink += out[0];
         }
     } else {
+        /* Independent loads (no division, one add per row) so that only memory limits it. */
         uint64_t rows = o->gather_bytes / 64, x = j->seed;
-        float acc[16] = {0};
+        float acc = 0;
         for (uint64_t i = 0; i < j->nqueries; i++) {
-            const float *r = (const float *)(const void *)(j->gather + (splitmix64(&x) % rows) * 64);
-            for (int k = 0; k < 16; k++) acc[k] += r[k];
+            uint64_t r = ((splitmix64(&x) & 0xFFFFFFFFu) * rows) >> 32;
+            const float *row = (const float *)(const void *)(j->gather + r * 64);
+            acc += row[0] + row[15];
         }
-        sink = acc[3];
+        sink = acc;
     }
     j->sink = sink;
     j->done = j->nqueries;
@@ -216,10 +218,13 @@ int main(int argc, char **argv) {
         char *arr = malloc(o.gather_bytes);
         memset(arr, 1, o.gather_bytes);
         for (int nt = 1; nt <= 2; nt++) {
-            for (int i = 0; i < nt; i++)
-                jobs[i] = (job_t){.o = &o, .kind = JOB_GATHER, .gather = arr, .nqueries = o.ops,
-                                  .seed = 77 + (uint64_t)i};
-            double sec = run_threads(jobs, nt);
+            double sec = 0;
+            for (int rep = 0; rep < 2; rep++) { /* the first pass warms TLB and caches */
+                for (int i = 0; i < nt; i++)
+                    jobs[i] = (job_t){.o = &o, .kind = JOB_GATHER, .gather = arr,
+                                      .nqueries = o.ops, .seed = 77 + (uint64_t)i};
+                sec = run_threads(jobs, nt);
+            }
             snprintf(extra, sizeof(extra), "\"threads\":%d,\"array_mb\":%llu", nt,
                      (unsigned long long)(o.gather_bytes >> 20));
             emit("gather_floor_rows_per_s", (double)o.ops * nt / sec, "rows/s", extra);

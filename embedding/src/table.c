@@ -38,7 +38,9 @@
 
 #define MT__BFS_NODES 512
 #define MT__READ_CHUNK 256   /* ids per reader grace-period section */
-#define MT__PREFETCH 12      /* pipeline distance of the batched lookup */
+#ifndef MT__PREFETCH
+#define MT__PREFETCH 8 /* pipeline stage distance of the batched lookup */
+#endif
 #define MT__CHUNK_MAX_BYTES (64u << 10) /* bounds a part's unused tail: ~3 B/row at 10M rows */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -872,30 +874,38 @@ static inline void prefetch_bucket(const mt_table_t *t, hpair_t h, int which) {
     __builtin_prefetch(a + offsetof(mt__barray_t, b) + (which == 1 ? b1 : b2) * sizeof(mt__bucket_t));
 }
 
-/* Read-side stage 2 (inside a read section): looks for the id in its first bucket; found,
- * prefetches its row, else prefetches the second bucket. Unvalidated: only a hint. */
-static inline void prefetch_row(const mt_table_t *t, uint64_t fid, hpair_t h) {
+/* Read-side probe of bucket `which` (inside a read section, unvalidated: only a hint):
+ * @returns 1 and prefetches the row if the id is there, else 0. */
+static inline int probe_prefetch(const mt_table_t *t, uint64_t fid, hpair_t h, int which) {
     const mt__part_t *p = &t->parts[part_index(t, h.h1)];
     const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
     uint64_t b1, b2;
     bucket_pair(a->mask, h, &b1, &b2);
-    const mt__bucket_t *bk = &a->b[b1];
+    const mt__bucket_t *bk = &a->b[which == 1 ? b1 : b2];
     for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
         if (__atomic_load_n(&bk->key[i], __ATOMIC_RELAXED) == fid) {
             const char *r = __atomic_load_n(&bk->row[i], __ATOMIC_RELAXED);
             if (r) {
                 __builtin_prefetch(r + MT__ROW_HDR);
                 __builtin_prefetch(r + MT__ROW_HDR + 63);
-                return;
+                return 1;
             }
         }
     }
-    __builtin_prefetch(&a->b[b2]);
+    return 0;
 }
 
+/* Batched read-only lookup, a 4-stage software pipeline over each chunk of the batch:
+ *   id i+3D: hash, prefetch its first bucket
+ *   id i+2D: probe the first bucket; found: prefetch the row; else prefetch the second bucket
+ *   id i+D:  if it was not in the first bucket, probe the second and prefetch the row
+ *   id i:    validated read (read_one), everything it touches now in cache
+ * so that the misses of about 3D ids are in flight at once and an id living in its second
+ * bucket costs one more overlapped miss, not a serialized one. */
 static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
                             uint8_t *found, mt_table_op_stats_t *st) {
     hpair_t hq[MT__READ_CHUNK];
+    uint8_t in_b1[MT__READ_CHUNK];
     uint64_t nfound = 0;
     size_t off = 0;
     const size_t D = MT__PREFETCH;
@@ -903,19 +913,29 @@ static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float
         size_t m = n - base < MT__READ_CHUNK ? n - base : MT__READ_CHUNK;
         const uint64_t *f = fids + base;
         unsigned lane, idx = rcu_enter(t, &lane);
-        /* Pipeline: hash and prefetch the first bucket 2D ids ahead, probe it and prefetch
-         * the row (or the second bucket) D ids ahead, read validated at distance 0. */
-        for (size_t i = 0; i < m && i < 2 * D; i++) {
+        for (size_t i = 0; i < m && i < 3 * D; i++) {
             hq[i] = hash_fid(t, f[i]);
             prefetch_bucket(t, hq[i], 1);
         }
-        for (size_t i = 0; i < m && i < D; i++) prefetch_row(t, f[i], hq[i]);
+        for (size_t i = 0; i < m && i < 2 * D; i++) {
+            in_b1[i] = (uint8_t)probe_prefetch(t, f[i], hq[i], 1);
+            if (!in_b1[i]) prefetch_bucket(t, hq[i], 2);
+        }
+        for (size_t i = 0; i < m && i < D; i++)
+            if (!in_b1[i]) probe_prefetch(t, f[i], hq[i], 2);
         for (size_t i = 0; i < m; i++) {
-            if (i + 2 * D < m) {
-                hq[i + 2 * D] = hash_fid(t, f[i + 2 * D]);
-                prefetch_bucket(t, hq[i + 2 * D], 1);
+            size_t j = i + 3 * D;
+            if (j < m) {
+                hq[j] = hash_fid(t, f[j]);
+                prefetch_bucket(t, hq[j], 1);
             }
-            if (i + D < m) prefetch_row(t, f[i + D], hq[i + D]);
+            j = i + 2 * D;
+            if (j < m) {
+                in_b1[j] = (uint8_t)probe_prefetch(t, f[j], hq[j], 1);
+                if (!in_b1[j]) prefetch_bucket(t, hq[j], 2);
+            }
+            j = i + D;
+            if (j < m && !in_b1[j]) probe_prefetch(t, f[j], hq[j], 2);
             const mt__slot_t *s = mt__slot_of(t, f[i]);
             int ok = read_one(t, s, f[i], hq[i], out + off);
             off += s->cfg.dim;
