@@ -87,7 +87,8 @@ static mt_err_t load_part(mt_table_changes_t *it, mt__part_t *p) {
         for (uint64_t b = 0; b <= a->mask && !err; b++)
             for (int i = 0; i < MT__BUCKET_SLOTS && !err; i++)
                 if (a->b[b].row[i])
-                    err = push(it, a->b[b].key[i], ((mt__row_t *)a->b[b].row[i])->version,
+                    err = push(it, a->b[b].key[i],
+                               mt__row_hdr(mt__slot_of(t, a->b[b].key[i]), a->b[b].row[i])->version,
                                a->b[b].row[i]);
     } else if (it->since < p->log_floor) {
         err = MT_FULL_SYNC;
@@ -96,7 +97,7 @@ static mt_err_t load_part(mt_table_changes_t *it, mt__part_t *p) {
             const mt__logent_t *e = &p->log[i % t->log_cap];
             /* A row entry whose row changed since is superseded by a later entry. */
             if (!e->row) err = push(it, e->fid, e->version, NULL);
-            else if (((const mt__row_t *)e->row)->version == e->version)
+            else if (mt__row_hdr(mt__slot_of(t, e->fid), e->row)->version == e->version)
                 err = push(it, e->fid, e->version, e->row);
         }
     }

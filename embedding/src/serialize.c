@@ -110,15 +110,21 @@ static mt_err_t write_block(mt_table_write_fn fn, void *ud, uint32_t tag, const 
 
 /* ---------------- save ---------------- */
 
-static size_t ser_row_bytes(const mt__slot_t *s) { return 24 + s->emb_bytes + 4u * s->state_floats; }
+/* Embedding bytes in the stream: fp32 dim * 4, fp16 dim * 2 padded to 4 (the in-memory
+ * embedding may be padded further). */
+static uint32_t ser_emb_bytes(const mt__slot_t *s) {
+    return s->cfg.precision == MT_PREC_FP16 ? (s->cfg.dim * 2 + 3) & ~3u : s->cfg.dim * 4;
+}
+
+static size_t ser_row_bytes(const mt__slot_t *s) { return 24 + ser_emb_bytes(s) + 4u * s->state_floats; }
 
 static void put_row(buf_t *b, const mt__slot_t *s, uint64_t fid, const void *row) {
-    const mt__row_t *h = row;
+    const mt__row_t *h = mt__row_hdr(s, row);
     buf_put(b, fid, 8);
     buf_put(b, h->version, 8);
     buf_put(b, h->touch_s, 4);
     buf_put(b, h->count, 4);
-    buf_put_words(b, mt__row_emb((void *)row), s->emb_bytes / 4);
+    buf_put_words(b, mt__row_emb((void *)row), ser_emb_bytes(s) / 4);
     buf_put_words(b, mt__row_state(s, (void *)row), s->state_floats);
 }
 
@@ -326,13 +332,13 @@ static mt_err_t load_rows(mt_table_t *t, const buf_t *pl, uint64_t *nrows) {
         if (!s) return MT_CORRUPT; /* HEAD listed the slots: an unknown one is damage */
         if (pl->len - off < ser_row_bytes(s)) return MT_CORRUPT;
         q += 24;
-        /* Decode into a scratch row so fp16 stays bit-exact. */
-        uint8_t raw[MT__ROW_HDR + 4 * (3 * MT_TABLE_MAX_DIM + 2)];
-        for (uint32_t w = 0; w < s->emb_bytes / 4; w++) {
+        /* Decode the stored embedding bytes as they are, so fp16 stays bit-exact. */
+        uint8_t raw[4 * MT_TABLE_MAX_DIM];
+        for (uint32_t w = 0; w < ser_emb_bytes(s) / 4; w++) {
             uint32_t x = (uint32_t)get_le(q + 4 * w, 4);
-            memcpy(raw + MT__ROW_HDR + 4 * w, &x, 4);
+            memcpy(raw + 4 * w, &x, 4);
         }
-        q += s->emb_bytes;
+        q += ser_emb_bytes(s);
         for (uint32_t w = 0; w < s->state_floats; w++) {
             uint32_t x = (uint32_t)get_le(q + 4 * w, 4);
             memcpy(&state[w], &x, 4);
@@ -350,7 +356,7 @@ static mt_err_t load_rows(mt_table_t *t, const buf_t *pl, uint64_t *nrows) {
         else
             err = mt__part_insert(t, p, fid, s, emb, state, touch, count, version, &row, &retired);
         if (!err && s->cfg.precision == MT_PREC_FP16)
-            memcpy(mt__row_emb(row), raw + MT__ROW_HDR, s->emb_bytes);
+            memcpy(mt__row_emb(row), raw, ser_emb_bytes(s));
         pthread_mutex_unlock(&p->lock);
         mt__retire(t, retired);
         if (err) return err;

@@ -41,7 +41,6 @@
 #ifndef MT__PREFETCH
 #define MT__PREFETCH 8 /* pipeline stage distance of the batched lookup */
 #endif
-#define MT__CHUNK_MAX_BYTES (64u << 10) /* bounds a part's unused tail: ~3 B/row at 10M rows */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -203,7 +202,7 @@ float mt_fp16_to_float(uint16_t h) {
 }
 
 void mt__row_read_emb(const mt__slot_t *s, const void *row, float *out) {
-    const char *e = (const char *)row + MT__ROW_HDR;
+    const char *e = row;
     if (s->cfg.precision == MT_PREC_FP32) {
         memcpy(out, e, s->cfg.dim * sizeof(float));
     } else {
@@ -214,7 +213,7 @@ void mt__row_read_emb(const mt__slot_t *s, const void *row, float *out) {
 }
 
 void mt__row_write_emb(const mt__slot_t *s, void *row, const float *in) {
-    char *e = (char *)row + MT__ROW_HDR;
+    char *e = row;
     if (s->cfg.precision == MT_PREC_FP32) {
         memcpy(e, in, s->cfg.dim * sizeof(float));
     } else {
@@ -308,37 +307,32 @@ static inline void seq_write_end(mt__part_t *p) {
 
 /* ============================== slabs ============================== */
 
-static void *slab_alloc(mt__slab_t *sl, uint32_t row_bytes) {
+static void *slab_alloc(mt__slab_t *sl, const mt__slot_t *s) {
     if (sl->free) {
         void *r = sl->free;
         void *next;
-        memcpy(&next, (char *)r + MT__ROW_HDR, sizeof(next));
+        memcpy(&next, r, sizeof(next));
         sl->free = next;
         return r;
     }
     if (sl->left == 0) {
-        uint32_t rows = sl->next_rows ? sl->next_rows : 4;
-        size_t bytes = 16 + (size_t)rows * row_bytes;
-        char *chunk = malloc(bytes);
+        char *chunk = aligned_alloc(s->chunk_bytes, s->chunk_bytes);
         if (!chunk) return NULL;
         memcpy(chunk, &sl->chunks, sizeof(void *));
         sl->chunks = chunk;
-        sl->bytes += bytes;
-        sl->cur = chunk + 16;
-        sl->left = rows;
-        uint32_t cap = MT__CHUNK_MAX_BYTES / row_bytes;
-        if (cap < 1) cap = 1;
-        sl->next_rows = rows * 2 < cap ? rows * 2 : cap;
+        sl->bytes += s->chunk_bytes;
+        sl->cur = chunk + MT__CHUNK_HDR;
+        sl->left = s->chunk_rows;
     }
     void *r = sl->cur;
-    sl->cur += row_bytes;
+    sl->cur += s->emb_bytes;
     sl->left--;
     return r;
 }
 
 /* The row keeps its version (the removal's), so stale log entries see it changed. */
 static void slab_free(mt__slab_t *sl, void *row) {
-    memcpy((char *)row + MT__ROW_HDR, &sl->free, sizeof(void *));
+    memcpy(row, &sl->free, sizeof(void *));
     sl->free = row;
 }
 
@@ -584,9 +578,9 @@ mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__s
         if (err) return err;
         a = atomic_load_explicit(&p->arr, memory_order_relaxed);
     }
-    void *row = slab_alloc(&p->slabs[s->klass], s->row_bytes);
+    void *row = slab_alloc(&p->slabs[s->klass], s);
     if (!row) return MT_NOMEM;
-    mt__row_t *hdr = row;
+    mt__row_t *hdr = mt__row_hdr(s, row);
     hdr->version = version;
     hdr->touch_s = touch_s;
     hdr->count = count;
@@ -630,7 +624,7 @@ static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64
     uint64_t v = mt__part_version(t, p);
     seq_write_begin(p);
     a->b[b].row[slot] = NULL;
-    ((mt__row_t *)row)->version = v;
+    mt__row_hdr(s, row)->version = v;
     slab_free(&p->slabs[s->klass], row);
     seq_write_end(p);
     mt__log_append(t, p, fid, v, NULL);
@@ -671,13 +665,13 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     t->nslots = (uint32_t)cfg->nslots;
     t->slots_cfg = malloc(cfg->nslots * sizeof(*cfg->slots));
     t->slots = calloc(cfg->nslots, sizeof(mt__slot_t));
-    t->class_bytes = calloc(cfg->nslots, sizeof(uint32_t));
+    t->class_slot = calloc(cfg->nslots, sizeof(uint32_t));
     t->slot_index = calloc(65536, sizeof(uint32_t));
     t->nparts = 1u << cfg->shards_log2;
     t->part_shift = 64 - cfg->shards_log2;
     pthread_mutex_init(&t->rcu_lock, NULL);
     pthread_mutex_init(&t->expire_lock, NULL);
-    if (!t->slots_cfg || !t->slots || !t->class_bytes || !t->slot_index) {
+    if (!t->slots_cfg || !t->slots || !t->class_slot || !t->slot_index) {
         err = MT_NOMEM;
         goto out;
     }
@@ -689,13 +683,19 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
         s->state_floats = mt__opt_state_floats(&s->cfg);
         s->emb_bytes = s->cfg.precision == MT_PREC_FP16 ? ((s->cfg.dim * 2 + 3) & ~3u)
                                                          : s->cfg.dim * 4;
-        /* A free row stores a pointer in its embedding bytes. */
-        uint32_t body = s->emb_bytes + s->state_floats * 4;
-        if (body < sizeof(void *)) body = sizeof(void *);
-        s->row_bytes = (MT__ROW_HDR + body + 7) & ~7u;
+        if (s->emb_bytes < sizeof(void *)) s->emb_bytes = sizeof(void *); /* free-list link */
+        s->tail_bytes = (uint32_t)((sizeof(mt__row_t) + s->state_floats * 4 + 7) & ~7u);
+        s->row_bytes = s->emb_bytes + s->tail_bytes;
+        /* Chunks: at least 16 KiB and 4 rows, a power of two, aligned to their size. */
+        s->chunk_bytes = MT__CHUNK_MIN;
+        while (s->chunk_bytes < MT__CHUNK_HDR + 8 + 4 * s->row_bytes) s->chunk_bytes *= 2;
+        s->chunk_rows = (s->chunk_bytes - MT__CHUNK_HDR - 8) / s->row_bytes;
+        s->tail_off = (MT__CHUNK_HDR + s->chunk_rows * s->emb_bytes + 7) & ~7u;
         uint32_t k = 0;
-        while (k < t->nclasses && t->class_bytes[k] != s->row_bytes) k++;
-        if (k == t->nclasses) t->class_bytes[t->nclasses++] = s->row_bytes;
+        while (k < t->nclasses && (t->slots[t->class_slot[k]].emb_bytes != s->emb_bytes ||
+                                   t->slots[t->class_slot[k]].tail_bytes != s->tail_bytes))
+            k++;
+        if (k == t->nclasses) t->class_slot[t->nclasses++] = i;
         s->klass = k;
         t->slot_index[s->cfg.slot] = i + 1;
     }
@@ -747,7 +747,7 @@ void mt_table_destroy(mt_table_t *t) {
     free(t->lanes);
     free(t->slots_cfg);
     free(t->slots);
-    free(t->class_bytes);
+    free(t->class_slot);
     free(t->slot_index);
     pthread_mutex_destroy(&t->rcu_lock);
     pthread_mutex_destroy(&t->expire_lock);
@@ -830,10 +830,69 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
 
 /* ============================== lookup ============================== */
 
-/* Lock-free read of one id into out (dim floats); @returns 1 if found. */
-static inline int read_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpair_t h,
-                           float *out) {
-    mt__part_t *p = &t->parts[part_index(t, h.h1)];
+/* What the read pipeline knows about one id of a batch (see lookup_readonly). */
+typedef struct probe {
+    hpair_t h;
+    const mt__part_t *p;
+    uint64_t mask;      /* bucket mask b1, b2 were computed with */
+    uint64_t b1, b2;
+    const void *row;    /* row found by the unvalidated probe, or NULL */
+    uint64_t bucket;    /* where it was found */
+    int slot;
+} probe_t;
+
+/* Stage 1: hash, locate, prefetch the first bucket. The array pointer and its mask are read
+ * from the part header without dereferencing the array: a stale pair only wastes the
+ * prefetch, and later stages recompute against the array they load. */
+static inline void probe_start(const mt_table_t *t, uint64_t fid, probe_t *q) {
+    q->h = hash_fid(t, fid);
+    q->p = &t->parts[part_index(t, q->h.h1)];
+    const char *a = (const char *)atomic_load_explicit(&q->p->arr, memory_order_relaxed);
+    q->mask = atomic_load_explicit(&q->p->mask_hint, memory_order_relaxed);
+    bucket_pair(q->mask, q->h, &q->b1, &q->b2);
+    q->row = NULL;
+    __builtin_prefetch(a + offsetof(mt__barray_t, b) + q->b1 * sizeof(mt__bucket_t));
+}
+
+/* Looks for fid in bucket b of a; @returns the slot or -1. Relaxed atomic loads: a writer
+ * may be changing the bucket, the seqlock decides later whether what we saw counts. */
+static inline int bucket_probe(const mt__barray_t *a, uint64_t b, uint64_t fid) {
+    const mt__bucket_t *bk = &a->b[b];
+    for (int i = 0; i < MT__BUCKET_SLOTS; i++)
+        if (__atomic_load_n(&bk->key[i], __ATOMIC_RELAXED) == fid &&
+            __atomic_load_n(&bk->row[i], __ATOMIC_RELAXED))
+            return i;
+    return -1;
+}
+
+/* Stages 2 and 3 (inside a read section): probe bucket 1 or 2; found, remember where and
+ * prefetch the embedding; not found in bucket 1, prefetch bucket 2. */
+static inline void probe_bucket(const mt_table_t *t, uint64_t fid, probe_t *q, int which) {
+    const mt__barray_t *a = atomic_load_explicit(&q->p->arr, memory_order_acquire);
+    if (a->mask != q->mask) {
+        q->mask = a->mask;
+        bucket_pair(q->mask, q->h, &q->b1, &q->b2);
+    }
+    uint64_t b = which == 1 ? q->b1 : q->b2;
+    int i = bucket_probe(a, b, fid);
+    if (i >= 0) {
+        const char *r = __atomic_load_n(&a->b[b].row[i], __ATOMIC_RELAXED);
+        const mt__slot_t *s = mt__slot_of(t, fid);
+        q->row = r;
+        q->bucket = b;
+        q->slot = i;
+        __builtin_prefetch(r);
+        __builtin_prefetch(r + s->emb_bytes - 1);
+    } else if (which == 1) {
+        __builtin_prefetch(&a->b[q->b2]);
+    }
+}
+
+/* Stage 4: the validated read of one id into out (dim floats); @returns 1 if found. Tries
+ * the position the probe found first (one compare), else probes both buckets; either way
+ * the copy counts only if the part's seq did not move. */
+static inline int read_one(const mt__slot_t *s, uint64_t fid, probe_t *q, float *out) {
+    const mt__part_t *p = q->p;
     for (;;) {
         uint64_t s1 = atomic_load_explicit(&p->seq, memory_order_acquire);
         if (s1 & 1) {
@@ -841,18 +900,23 @@ static inline int read_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpa
             continue;
         }
         const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
-        uint64_t b1, b2;
-        bucket_pair(a->mask, h, &b1, &b2);
-        void *row = NULL;
-        const mt__bucket_t *bk = &a->b[b1];
-        for (int k = 0; k < 2 && !row; k++, bk = &a->b[b2]) {
-            for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
-                void *r = __atomic_load_n(&bk->row[i], __ATOMIC_RELAXED);
-                if (r && __atomic_load_n(&bk->key[i], __ATOMIC_RELAXED) == fid) {
-                    row = r;
-                    break;
-                }
+        const void *row = NULL;
+        if (q->row && a->mask == q->mask &&
+            __atomic_load_n(&a->b[q->bucket].key[q->slot], __ATOMIC_RELAXED) == fid &&
+            __atomic_load_n(&a->b[q->bucket].row[q->slot], __ATOMIC_RELAXED) == q->row) {
+            row = q->row;
+        } else {
+            if (a->mask != q->mask) {
+                q->mask = a->mask;
+                bucket_pair(q->mask, q->h, &q->b1, &q->b2);
             }
+            int i = bucket_probe(a, q->b1, fid);
+            uint64_t b = q->b1;
+            if (i < 0) {
+                i = bucket_probe(a, q->b2, fid);
+                b = q->b2;
+            }
+            if (i >= 0) row = __atomic_load_n(&a->b[b].row[i], __ATOMIC_RELAXED);
         }
         if (row) mt__row_read_emb(s, row, out);
         atomic_thread_fence(memory_order_acquire);
@@ -860,39 +924,17 @@ static inline int read_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpa
             if (!row) memset(out, 0, s->cfg.dim * sizeof(float));
             return row != NULL;
         }
+        q->row = NULL; /* the hint may be stale: probe in full next time */
     }
 }
 
-/* Prefetches bucket `which` (1 or 2) of an id without dereferencing anything that may have
- * been freed: the array pointer and its mask are read from the part header, which lives as
- * long as the table; a stale pair only wastes the prefetch. Safe outside a read section. */
+/* Prefetches bucket `which` (1 or 2) of an id for writers, like probe_start. */
 static inline void prefetch_bucket(const mt_table_t *t, hpair_t h, int which) {
     const mt__part_t *p = &t->parts[part_index(t, h.h1)];
     const char *a = (const char *)atomic_load_explicit(&p->arr, memory_order_relaxed);
     uint64_t mask = atomic_load_explicit(&p->mask_hint, memory_order_relaxed), b1, b2;
     bucket_pair(mask, h, &b1, &b2);
     __builtin_prefetch(a + offsetof(mt__barray_t, b) + (which == 1 ? b1 : b2) * sizeof(mt__bucket_t));
-}
-
-/* Read-side probe of bucket `which` (inside a read section, unvalidated: only a hint):
- * @returns 1 and prefetches the row if the id is there, else 0. */
-static inline int probe_prefetch(const mt_table_t *t, uint64_t fid, hpair_t h, int which) {
-    const mt__part_t *p = &t->parts[part_index(t, h.h1)];
-    const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
-    uint64_t b1, b2;
-    bucket_pair(a->mask, h, &b1, &b2);
-    const mt__bucket_t *bk = &a->b[which == 1 ? b1 : b2];
-    for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
-        if (__atomic_load_n(&bk->key[i], __ATOMIC_RELAXED) == fid) {
-            const char *r = __atomic_load_n(&bk->row[i], __ATOMIC_RELAXED);
-            if (r) {
-                __builtin_prefetch(r + MT__ROW_HDR);
-                __builtin_prefetch(r + MT__ROW_HDR + 63);
-                return 1;
-            }
-        }
-    }
-    return 0;
 }
 
 /* Batched read-only lookup, a 4-stage software pipeline over each chunk of the batch:
@@ -904,8 +946,7 @@ static inline int probe_prefetch(const mt_table_t *t, uint64_t fid, hpair_t h, i
  * bucket costs one more overlapped miss, not a serialized one. */
 static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
                             uint8_t *found, mt_table_op_stats_t *st) {
-    hpair_t hq[MT__READ_CHUNK];
-    uint8_t in_b1[MT__READ_CHUNK];
+    probe_t pq[MT__READ_CHUNK];
     uint64_t nfound = 0;
     size_t off = 0;
     const size_t D = MT__PREFETCH;
@@ -913,31 +954,19 @@ static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float
         size_t m = n - base < MT__READ_CHUNK ? n - base : MT__READ_CHUNK;
         const uint64_t *f = fids + base;
         unsigned lane, idx = rcu_enter(t, &lane);
-        for (size_t i = 0; i < m && i < 3 * D; i++) {
-            hq[i] = hash_fid(t, f[i]);
-            prefetch_bucket(t, hq[i], 1);
-        }
-        for (size_t i = 0; i < m && i < 2 * D; i++) {
-            in_b1[i] = (uint8_t)probe_prefetch(t, f[i], hq[i], 1);
-            if (!in_b1[i]) prefetch_bucket(t, hq[i], 2);
-        }
+        for (size_t i = 0; i < m && i < 3 * D; i++) probe_start(t, f[i], &pq[i]);
+        for (size_t i = 0; i < m && i < 2 * D; i++) probe_bucket(t, f[i], &pq[i], 1);
         for (size_t i = 0; i < m && i < D; i++)
-            if (!in_b1[i]) probe_prefetch(t, f[i], hq[i], 2);
+            if (!pq[i].row) probe_bucket(t, f[i], &pq[i], 2);
         for (size_t i = 0; i < m; i++) {
             size_t j = i + 3 * D;
-            if (j < m) {
-                hq[j] = hash_fid(t, f[j]);
-                prefetch_bucket(t, hq[j], 1);
-            }
+            if (j < m) probe_start(t, f[j], &pq[j]);
             j = i + 2 * D;
-            if (j < m) {
-                in_b1[j] = (uint8_t)probe_prefetch(t, f[j], hq[j], 1);
-                if (!in_b1[j]) prefetch_bucket(t, hq[j], 2);
-            }
+            if (j < m) probe_bucket(t, f[j], &pq[j], 1);
             j = i + D;
-            if (j < m && !in_b1[j]) probe_prefetch(t, f[j], hq[j], 2);
+            if (j < m && !pq[j].row) probe_bucket(t, f[j], &pq[j], 2);
             const mt__slot_t *s = mt__slot_of(t, f[i]);
-            int ok = read_one(t, s, f[i], hq[i], out + off);
+            int ok = read_one(s, f[i], &pq[i], out + off);
             off += s->cfg.dim;
             nfound += ok;
             if (found) found[base + i] = (uint8_t)ok;
@@ -985,11 +1014,12 @@ static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fi
     int slot;
     pthread_mutex_lock(&p->lock);
     mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
-    mt__row_t *row = arr_find(a, h, fid, &b, &slot);
+    void *row = arr_find(a, h, fid, &b, &slot);
     *found = 0;
     if (row) {
-        if (row->count < UINT32_MAX) row->count++;
-        if (now_s > row->touch_s) row->touch_s = now_s;
+        mt__row_t *hdr = mt__row_hdr(s, row);
+        if (hdr->count < UINT32_MAX) hdr->count++;
+        if (now_s > hdr->touch_s) hdr->touch_s = now_s;
         mt__row_read_emb(s, row, out);
         *found = 1;
         goto out;
@@ -1079,21 +1109,23 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
         int slot;
         pthread_mutex_lock(&p->lock);
         mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
-        mt__row_t *row = arr_find(a, h, fid, &b, &slot);
+        void *row = arr_find(a, h, fid, &b, &slot);
         if (row) {
+            mt__row_t *hdr = mt__row_hdr(s, row);
+            float *state = (float *)(void *)(hdr + 1);
             uint64_t v = mt__part_version(t, p);
             seq_write_begin(p);
             if (s->cfg.precision == MT_PREC_FP32) {
-                mt__opt_apply(&s->cfg, (float *)mt__row_emb(row), mt__row_state(s, row), g);
+                mt__opt_apply(&s->cfg, (float *)row, state, g);
             } else {
                 float w[MT_TABLE_MAX_DIM];
                 mt__row_read_emb(s, row, w);
-                mt__opt_apply(&s->cfg, w, mt__row_state(s, row), g);
+                mt__opt_apply(&s->cfg, w, state, g);
                 mt__row_write_emb(s, row, w);
             }
-            row->version = v;
+            hdr->version = v;
             seq_write_end(p);
-            if (now_s > row->touch_s) row->touch_s = now_s;
+            if (now_s > hdr->touch_s) hdr->touch_s = now_s;
             mt__log_append(t, p, fid, v, row);
             nfound++;
         }
@@ -1125,14 +1157,15 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
         int slot;
         pthread_mutex_lock(&p->lock);
         mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
-        mt__row_t *row = arr_find(a, h, fid, &b, &slot);
+        void *row = arr_find(a, h, fid, &b, &slot);
         uint64_t v = mt__part_version(t, p);
         if (row) {
+            mt__row_t *hdr = mt__row_hdr(s, row);
             seq_write_begin(p);
             mt__row_write_emb(s, row, val);
-            row->version = v;
+            hdr->version = v;
             seq_write_end(p);
-            if (now_s > row->touch_s) row->touch_s = now_s;
+            if (now_s > hdr->touch_s) hdr->touch_s = now_s;
             mt__log_append(t, p, fid, v, row);
             if (st) st->found++;
         } else {
@@ -1185,17 +1218,17 @@ mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state,
     int slot;
     mt_err_t err = MT_OK;
     pthread_mutex_lock(&p->lock);
-    mt__row_t *row = arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), h, fid, &b,
-                              &slot);
+    void *row = arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), h, fid, &b, &slot);
     if (!row) {
         err = MT_NOT_FOUND;
     } else {
+        const mt__row_t *hdr = mt__row_hdr(s, row);
         if (emb) mt__row_read_emb(s, row, emb);
         if (state && s->state_floats)
             memcpy(state, mt__row_state(s, row), s->state_floats * sizeof(float));
-        if (touch_s) *touch_s = row->touch_s;
-        if (count) *count = row->count;
-        if (version) *version = row->version;
+        if (touch_s) *touch_s = hdr->touch_s;
+        if (count) *count = hdr->count;
+        if (version) *version = hdr->version;
     }
     pthread_mutex_unlock(&p->lock);
     return err;
@@ -1215,10 +1248,11 @@ mt_err_t mt_table_expire(mt_table_t *t, uint32_t now_s, size_t max_buckets, uint
         uint64_t nb = a->mask + 1, b = t->expire_bucket;
         for (; b < nb && budget > 0; b++, budget--) {
             for (int i = 0; i < MT__BUCKET_SLOTS; i++) {
-                mt__row_t *row = a->b[b].row[i];
+                void *row = a->b[b].row[i];
                 if (!row) continue;
                 const mt__slot_t *s = mt__slot_of(t, a->b[b].key[i]);
-                if (s->cfg.ttl_s && (uint64_t)row->touch_s + s->cfg.ttl_s < now_s) {
+                if (s->cfg.ttl_s &&
+                    (uint64_t)mt__row_hdr(s, row)->touch_s + s->cfg.ttl_s < now_s) {
                     part_remove_at(t, p, a, b, i);
                     p->n_evictions++;
                     cnt++;

@@ -19,15 +19,24 @@
  *
  *   bucket (64 bytes): key[4] (uint64 fids) | row[4] (pointers, NULL = empty slot)
  *
- *   row (row_bytes, 8-aligned, inside a slab chunk; rows never move and slab memory is only
- *   returned at mt_table_destroy(), so a reader may always dereference a row pointer it
- *   read; the seqlock tells it whether what it read is valid):
- *     offset 0   uint64 version   version of the last change (of the removal once freed)
- *     offset 8   uint32 touch_s   last touch time
- *     offset 12  uint32 count     occurrences seen (saturating)
- *     offset 16  embedding        dim floats (fp32) or dim halves (fp16, padded to 4 bytes)
- *     then       optimizer state  state_floats floats
- *   A free row keeps its version; its first embedding bytes hold the free-list link.
+ *   rows live in slab chunks, split in two arrays so that a lookup reads only the
+ *   embedding (one cache line for dim 16 fp32) and never the optimizer state:
+ *
+ *     chunk (chunk_bytes, a power of two, aligned to chunk_bytes)
+ *     offset 0          chunk header (64 bytes: link to the next chunk)
+ *     offset 64         emb[chunk_rows]   emb_bytes each: dim floats or dim halves (padded)
+ *     offset tail_off   tail[chunk_rows]  tail_bytes each:
+ *                         uint64 version   version of the last change (of the removal)
+ *                         uint32 touch_s   last touch time
+ *                         uint32 count     occurrences seen (saturating)
+ *                         float  state[state_floats]  optimizer state
+ *
+ *   A row handle (what buckets and the change log point to) is the address of its embedding;
+ *   its tail is found from the chunk base (handle rounded down to chunk_bytes) and the
+ *   index of the embedding in its array. Rows never move and slab memory is only returned
+ *   at mt_table_destroy(), so a reader may always dereference a handle it read; the
+ *   seqlock tells it whether what it read is valid. A free row keeps its version; the first
+ *   8 bytes of its embedding hold the free-list link.
  */
 #ifndef MT_TABLE_INT_H
 #define MT_TABLE_INT_H
@@ -40,7 +49,8 @@
 
 #define MT__BUCKET_SLOTS 4
 #define MT__LANES 64
-#define MT__ROW_HDR 16u
+#define MT__CHUNK_HDR 64u
+#define MT__CHUNK_MIN (16u << 10)
 #define MT__CACHELINE 64
 
 typedef struct mt__bucket {
@@ -63,16 +73,19 @@ typedef struct mt__row {
 typedef struct mt__slot {
     mt_table_slot_config_t cfg;
     uint32_t state_floats; /* optimizer state per row */
-    uint32_t emb_bytes;    /* embedding bytes in the row (fp16 padded to 4) */
-    uint32_t row_bytes;    /* whole row, multiple of 8 */
-    uint32_t klass;        /* slab class (index into part slabs) */
+    uint32_t emb_bytes;    /* embedding bytes (fp16 padded to 4), at least 8 */
+    uint32_t tail_bytes;   /* header + optimizer state, multiple of 8 */
+    uint32_t row_bytes;    /* emb_bytes + tail_bytes: what a row costs in a chunk */
+    uint32_t klass;        /* slab class (index into part slabs): same geometry, same class */
+    uint32_t chunk_bytes;  /* power of two; chunks are aligned to it */
+    uint32_t chunk_rows;   /* rows per chunk */
+    uint32_t tail_off;     /* offset of the tail array in a chunk */
 } mt__slot_t;
 
 typedef struct mt__slab {
     void *free;            /* free rows, linked through their embedding bytes */
-    char *cur;             /* next never-used row in the newest chunk */
+    char *cur;             /* next never-used embedding in the newest chunk */
     uint32_t left;         /* never-used rows left in the newest chunk */
-    uint32_t next_rows;    /* rows in the next chunk (doubles up to a cap) */
     void *chunks;          /* chunk list (first word of a chunk links the next) */
     uint64_t bytes;        /* bytes of all chunks */
 } mt__slab_t;
@@ -112,7 +125,7 @@ struct mt_table {
     mt__slot_t *slots;
     uint32_t nslots;
     uint32_t nclasses;
-    uint32_t *class_bytes;     /* row bytes of each slab class */
+    uint32_t *class_slot;      /* a slot of each slab class (they share its geometry) */
     uint32_t *slot_index;      /* [65536]: 1 + index into slots, 0 = not configured */
     uint32_t nparts;
     uint32_t part_shift;       /* part = h1 >> part_shift (nparts > 1) */
@@ -135,10 +148,16 @@ static inline const mt__slot_t *mt__slot_of(const mt_table_t *t, uint64_t fid) {
     uint32_t i = t->slot_index[MT_FID_SLOT(fid)];
     return i ? &t->slots[i - 1] : NULL;
 }
-static inline float *mt__row_state(const mt__slot_t *s, void *row) {
-    return (float *)((char *)row + MT__ROW_HDR + s->emb_bytes);
+/** The header of a row (in its chunk's tail array). */
+static inline mt__row_t *mt__row_hdr(const mt__slot_t *s, const void *row) {
+    uintptr_t r = (uintptr_t)row, base = r & ~(uintptr_t)(s->chunk_bytes - 1);
+    uintptr_t i = (r - base - MT__CHUNK_HDR) / s->emb_bytes;
+    return (mt__row_t *)(base + s->tail_off + i * s->tail_bytes);
 }
-static inline void *mt__row_emb(void *row) { return (char *)row + MT__ROW_HDR; }
+static inline float *mt__row_state(const mt__slot_t *s, void *row) {
+    return (float *)(void *)(mt__row_hdr(s, row) + 1);
+}
+static inline void *mt__row_emb(void *row) { return row; }
 
 /** Copies a row's embedding out as fp32. */
 void mt__row_read_emb(const mt__slot_t *s, const void *row, float *out);
