@@ -10,7 +10,8 @@
  *   - a 90% lookup / 10% gradient-update mix, 1 and 2 threads;
  *   - bytes per row against the payload (key + embedding + optimizer state + metadata).
  *
- * Usage: table_bench [--rows N] [--dim D] [--batch B] [--ops N] [--quick]
+ * Usage: table_bench [--rows N] [--dim D] [--batch B] [--ops N] [--reps R] [--quick]
+ * Each figure is the median of R runs (default 3), with min and max beside it.
  */
 #include <math.h>
 #include <pthread.h>
@@ -28,6 +29,7 @@ typedef struct opts {
     uint32_t batch;
     uint64_t ops; /* lookups per measurement per thread */
     uint64_t gather_bytes;
+    int reps; /* each figure is the median of this many runs (min and max printed too) */
 } opts_t;
 
 static double now_s(void) {
@@ -43,12 +45,37 @@ static uint64_t splitmix64(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-static double rand01(uint64_t *x) { return (double)(splitmix64(x) >> 11) * (1.0 / 9007199254740992.0); }
+static double rand01(uint64_t *x) {
+    return (double)(splitmix64(x) >> 11) * (1.0 / 9007199254740992.0);
+}
 
 static void emit(const char *metric, double value, const char *unit, const char *extra) {
     printf("{\"bench\":\"table\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
            value, unit, extra && *extra ? "," : "", extra ? extra : "");
     fflush(stdout);
+}
+
+/* Rates of repeated runs: median, min, max (the machine is shared and noisy). */
+typedef struct rates {
+    double v[16];
+    int n;
+} rates_t;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double rates_median(rates_t *r) {
+    qsort(r->v, (size_t)r->n, sizeof(double), cmp_double);
+    return r->v[r->n / 2];
+}
+
+/* Appends ,"min":..,"max":..,"reps":.. to extra (r sorted by rates_median). */
+static void rates_extra(const rates_t *r, char *extra, size_t len) {
+    size_t l = strlen(extra);
+    snprintf(extra + l, len - l, ",\"min\":%.6g,\"max\":%.6g,\"reps\":%d", r->v[0], r->v[r->n - 1],
+             r->n);
 }
 
 /* ---------------- Zipf by rejection-inversion (Hörmann & Derflinger 1996) ---------------- */
@@ -57,9 +84,15 @@ typedef struct zipf {
     double e, n, hx1, hn, s;
 } zipf_t;
 
-static double z_helper1(double x) { return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x)); }
-static double z_helper2(double x) { return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x)); }
-static double z_h(const zipf_t *z, double x) { return exp(-z->e * log(x)); }
+static double z_helper1(double x) {
+    return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x));
+}
+static double z_helper2(double x) {
+    return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x));
+}
+static double z_h(const zipf_t *z, double x) {
+    return exp(-z->e * log(x));
+}
 static double z_hint(const zipf_t *z, double x) {
     double lx = log(x);
     return z_helper2((1 - z->e) * lx) * lx;
@@ -81,8 +114,10 @@ static uint64_t zipf_next(const zipf_t *z, uint64_t *rng) {
         double u = z->hn + rand01(rng) * (z->hx1 - z->hn);
         double x = z_hinv(z, u);
         double k = floor(x + 0.5);
-        if (k < 1) k = 1;
-        else if (k > z->n) k = z->n;
+        if (k < 1)
+            k = 1;
+        else if (k > z->n)
+            k = z->n;
         if (k - x <= z->s || u >= z_hint(z, k + 0.5) - z_h(z, k)) return (uint64_t)k - 1;
     }
 }
@@ -92,11 +127,11 @@ static uint64_t zipf_next(const zipf_t *z, uint64_t *rng) {
 typedef struct job {
     const opts_t *o;
     mt_table_t *t;
-    const uint64_t *keys;   /* inserted ids */
+    const uint64_t *keys; /* inserted ids */
     const uint64_t *queries;
     uint64_t nqueries;
-    int kind;               /* 0 insert, 1 lookup, 2 mix, 3 gather */
-    const char *gather;     /* kind 3 */
+    int kind;           /* 0 insert, 1 lookup, 2 mix, 3 gather */
+    const char *gather; /* kind 3 */
     uint64_t seed;
     double sink;
     uint64_t done;
@@ -110,7 +145,8 @@ static void *job_run(void *arg) {
     uint32_t B = o->batch;
     float *out = malloc((size_t)B * o->dim * sizeof(float));
     float *grads = malloc((size_t)B * o->dim * sizeof(float));
-    for (size_t i = 0; i < (size_t)B * o->dim; i++) grads[i] = 0.001f * (float)(i % 7);
+    for (size_t i = 0; i < (size_t)B * o->dim; i++)
+        grads[i] = 0.001f * (float)(i % 7);
     double sink = 0;
     if (j->kind == JOB_INSERT) {
         for (uint64_t i = 0; i < j->nqueries; i += B) {
@@ -159,8 +195,10 @@ static void *job_run(void *arg) {
 static double run_threads(job_t *jobs, int nthreads) {
     pthread_t th[8];
     double t0 = now_s();
-    for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, job_run, &jobs[i]);
-    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < nthreads; i++)
+        pthread_create(&th[i], NULL, job_run, &jobs[i]);
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(th[i], NULL);
     return now_s() - t0;
 }
 
@@ -183,13 +221,18 @@ static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: table_bench [--rows N] [--dim D] [--batch B] [--ops N] [--quick]\n");
+    fprintf(stderr,
+            "usage: table_bench [--rows N] [--dim D] [--batch B] [--ops N] [--reps R] [--quick]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    opts_t o = {.rows = 10000000, .dim = 16, .batch = 1000, .ops = 20000000,
-                .gather_bytes = 640ull << 20};
+    opts_t o = {.rows = 10000000,
+                .dim = 16,
+                .batch = 1000,
+                .ops = 20000000,
+                .gather_bytes = 640ull << 20,
+                .reps = 3};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             o.rows = 200000;
@@ -201,41 +244,51 @@ int main(int argc, char **argv) {
             o.dim = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else if (i + 1 < argc && !strcmp(argv[i], "--batch")) {
             o.batch = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (i + 1 < argc && !strcmp(argv[i], "--reps")) {
+            o.reps = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(argv[i], "--ops")) {
             o.ops = strtoull(argv[++i], NULL, 10);
         } else {
             usage();
         }
     }
-    if (o.rows < 1000 || o.dim < 1 || o.dim > MT_TABLE_MAX_DIM || o.batch < 10 || o.ops < o.batch)
+    if (o.reps < 1 || o.reps > 16 || o.rows < 1000 || o.dim < 1 || o.dim > MT_TABLE_MAX_DIM ||
+        o.batch < 10 || o.ops < o.batch)
         usage();
-    char extra[256];
+    char extra[512];
+    double floor_rate[2] = {0, 0};
     job_t jobs[2];
     memset(jobs, 0, sizeof(jobs));
 
-    /* Floor: random 64-byte gathers from a big array. */
+    /* Floor: random 64-byte gathers from a big array (kept until the end, see below). */
+    char *arr = malloc(o.gather_bytes);
     {
-        char *arr = malloc(o.gather_bytes);
         memset(arr, 1, o.gather_bytes);
         for (int nt = 1; nt <= 2; nt++) {
-            double sec = 0;
-            for (int rep = 0; rep < 2; rep++) { /* the first pass warms TLB and caches */
+            rates_t r = {.n = 0};
+            for (int rep = 0; rep <= o.reps; rep++) { /* pass 0 warms TLB and caches */
                 for (int i = 0; i < nt; i++)
-                    jobs[i] = (job_t){.o = &o, .kind = JOB_GATHER, .gather = arr,
-                                      .nqueries = o.ops, .seed = 77 + (uint64_t)i};
-                sec = run_threads(jobs, nt);
+                    jobs[i] = (job_t){.o = &o,
+                                      .kind = JOB_GATHER,
+                                      .gather = arr,
+                                      .nqueries = o.ops,
+                                      .seed = 77 + (uint64_t)i};
+                double sec = run_threads(jobs, nt);
+                if (rep) r.v[r.n++] = (double)o.ops * nt / sec;
             }
+            floor_rate[nt - 1] = rates_median(&r);
             snprintf(extra, sizeof(extra), "\"threads\":%d,\"array_mb\":%llu", nt,
                      (unsigned long long)(o.gather_bytes >> 20));
-            emit("gather_floor_rows_per_s", (double)o.ops * nt / sec, "rows/s", extra);
+            rates_extra(&r, extra, sizeof(extra));
+            emit("gather_floor_rows_per_s", floor_rate[nt - 1], "rows/s", extra);
         }
-        free(arr);
     }
 
     /* Keys and query streams. */
     uint64_t *keys = malloc(o.rows * sizeof(uint64_t));
     uint64_t rng = 12345;
-    for (uint64_t i = 0; i < o.rows; i++) keys[i] = MT_FID_MAKE(1, splitmix64(&rng));
+    for (uint64_t i = 0; i < o.rows; i++)
+        keys[i] = MT_FID_MAKE(1, splitmix64(&rng));
     uint64_t *uq[2], *zq[2];
     zipf_t z;
     zipf_init(&z, o.rows, 1.05);
@@ -249,26 +302,10 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* Inserts while growing from empty, 1 and 2 threads; then pre-sized. */
-    mt_table_t *t = NULL;
-    for (int mode = 0; mode < 3; mode++) {
-        int nt = mode == 1 ? 2 : 1;
-        int presized = mode == 2;
-        mt_table_destroy(t);
-        t = new_table(&o, presized ? o.rows : 0);
-        uint64_t per = o.rows / (uint64_t)nt;
-        for (int i = 0; i < nt; i++)
-            jobs[i] = (job_t){.o = &o, .t = t, .kind = JOB_INSERT, .queries = keys + per * (uint64_t)i,
-                              .nqueries = i == nt - 1 ? o.rows - per * (uint64_t)i : per};
-        double sec = run_threads(jobs, nt);
-        snprintf(extra, sizeof(extra), "\"threads\":%d,\"rows\":%llu,\"dim\":%u,\"presized\":%s",
-                 nt, (unsigned long long)o.rows, o.dim, presized ? "true" : "false");
-        emit("insert_rate", (double)o.rows / sec, "ids/s", extra);
-    }
-
-    /* Memory of the grown table (rebuild it grown, like production: from empty). */
-    mt_table_destroy(t);
-    t = new_table(&o, 0);
+    /* The table read by the lookup and mix figures, grown from empty like in production,
+     * in a fresh heap: a table built from memory that earlier tables gave back to the
+     * allocator sits partly on 4 KiB pages and reads slower (its TLB misses). */
+    mt_table_t *t = new_table(&o, 0);
     jobs[0] = (job_t){.o = &o, .t = t, .kind = JOB_INSERT, .queries = keys, .nqueries = o.rows};
     run_threads(jobs, 1);
     mt_table_stats_t st;
@@ -290,34 +327,79 @@ int main(int argc, char **argv) {
     const char *names[2] = {"uniform", "zipf1.05"};
     for (int d = 0; d < 2; d++) {
         for (int nt = 1; nt <= 2; nt++) {
-            for (int i = 0; i < nt; i++)
-                jobs[i] = (job_t){.o = &o, .t = t, .kind = JOB_LOOKUP,
-                                  .queries = d ? zq[i] : uq[i], .nqueries = o.ops};
-            double sec = run_threads(jobs, nt);
+            rates_t r = {.n = 0};
+            for (int rep = 0; rep < o.reps; rep++) {
+                for (int i = 0; i < nt; i++)
+                    jobs[i] = (job_t){.o = &o,
+                                      .t = t,
+                                      .kind = JOB_LOOKUP,
+                                      .queries = d ? zq[i] : uq[i],
+                                      .nqueries = o.ops};
+                r.v[r.n++] = (double)o.ops * nt / run_threads(jobs, nt);
+            }
+            double med = rates_median(&r);
             snprintf(extra, sizeof(extra),
-                     "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u", nt,
-                     names[d], (unsigned long long)o.rows, o.dim, o.batch);
-            emit("lookup_rate", (double)o.ops * nt / sec, "ids/s", extra);
+                     "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u,"
+                     "\"vs_gather_floor\":%.3f",
+                     nt, names[d], (unsigned long long)o.rows, o.dim, o.batch,
+                     med / floor_rate[nt - 1]);
+            rates_extra(&r, extra, sizeof(extra));
+            emit("lookup_rate", med, "ids/s", extra);
         }
     }
 
     /* 90% lookup / 10% update. */
     for (int d = 0; d < 2; d++) {
         for (int nt = 1; nt <= 2; nt++) {
-            for (int i = 0; i < nt; i++)
-                jobs[i] = (job_t){.o = &o, .t = t, .kind = JOB_MIX,
-                                  .queries = d ? zq[i] : uq[i], .nqueries = o.ops / 2};
-            double sec = run_threads(jobs, nt);
+            rates_t r = {.n = 0};
             uint64_t done = (o.ops / 2 / o.batch) * o.batch;
+            for (int rep = 0; rep < o.reps; rep++) {
+                for (int i = 0; i < nt; i++)
+                    jobs[i] = (job_t){.o = &o,
+                                      .t = t,
+                                      .kind = JOB_MIX,
+                                      .queries = d ? zq[i] : uq[i],
+                                      .nqueries = o.ops / 2};
+                r.v[r.n++] = (double)done * nt / run_threads(jobs, nt);
+            }
+            double med = rates_median(&r);
             snprintf(extra, sizeof(extra),
                      "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u,"
-                     "\"update_share\":0.1", nt, names[d], (unsigned long long)o.rows, o.dim,
-                     o.batch);
-            emit("mix_rate", (double)done * nt / sec, "ops/s", extra);
+                     "\"update_share\":0.1",
+                     nt, names[d], (unsigned long long)o.rows, o.dim, o.batch);
+            rates_extra(&r, extra, sizeof(extra));
+            emit("mix_rate", med, "ops/s", extra);
         }
     }
 
+    /* Inserts while growing from empty, 1 and 2 threads; then pre-sized. */
     mt_table_destroy(t);
+    t = NULL;
+    for (int mode = 0; mode < 3; mode++) {
+        int nt = mode == 1 ? 2 : 1;
+        int presized = mode == 2;
+        rates_t r = {.n = 0};
+        for (int rep = 0; rep < o.reps; rep++) {
+            mt_table_destroy(t);
+            t = new_table(&o, presized ? o.rows : 0);
+            uint64_t per = o.rows / (uint64_t)nt;
+            for (int i = 0; i < nt; i++)
+                jobs[i] = (job_t){.o = &o,
+                                  .t = t,
+                                  .kind = JOB_INSERT,
+                                  .queries = keys + per * (uint64_t)i,
+                                  .nqueries = i == nt - 1 ? o.rows - per * (uint64_t)i : per};
+            r.v[r.n++] = (double)o.rows / run_threads(jobs, nt);
+        }
+        double med = rates_median(&r);
+        snprintf(extra, sizeof(extra), "\"threads\":%d,\"rows\":%llu,\"dim\":%u,\"presized\":%s",
+                 nt, (unsigned long long)o.rows, o.dim, presized ? "true" : "false");
+        rates_extra(&r, extra, sizeof(extra));
+        emit("insert_rate", med, "ids/s", extra);
+    }
+
+    mt_table_destroy(t);
+    free(arr);
     free(keys);
     for (int i = 0; i < 2; i++) {
         free(uq[i]);

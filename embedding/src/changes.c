@@ -32,7 +32,8 @@ struct mt_table_changes {
 static mt_err_t grow_buf(mt_table_changes_t *it, size_t ents, size_t vals) {
     if (ents > it->ecap) {
         size_t c = it->ecap ? it->ecap : 256;
-        while (c < ents) c *= 2;
+        while (c < ents)
+            c *= 2;
         mt_table_change_t *e = realloc(it->ents, c * sizeof(*e));
         if (!e) return MT_NOMEM;
         it->ents = e;
@@ -40,7 +41,8 @@ static mt_err_t grow_buf(mt_table_changes_t *it, size_t ents, size_t vals) {
     }
     if (vals > it->vcap) {
         size_t c = it->vcap ? it->vcap : 4096;
-        while (c < vals) c *= 2;
+        while (c < vals)
+            c *= 2;
         float *v = realloc(it->vals, c * sizeof(*v));
         if (!v) return MT_NOMEM;
         it->vals = v;
@@ -71,8 +73,10 @@ static uint64_t log_search(const mt_table_t *t, const mt__part_t *p, uint64_t si
     uint64_t lo = p->log_start, hi = p->log_end;
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (p->log[mid % t->log_cap].version <= since) lo = mid + 1;
-        else hi = mid;
+        if (p->log[mid % t->log_cap].version <= since)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -96,7 +100,8 @@ static mt_err_t load_part(mt_table_changes_t *it, mt__part_t *p) {
         for (uint64_t i = log_search(t, p, it->since); i < p->log_end && !err; i++) {
             const mt__logent_t *e = &p->log[i % t->log_cap];
             /* A row entry whose row changed since is superseded by a later entry. */
-            if (!e->row) err = push(it, e->fid, e->version, NULL);
+            if (!e->row)
+                err = push(it, e->fid, e->version, NULL);
             else if (mt__row_hdr(mt__slot_of(t, e->fid), e->row)->version == e->version)
                 err = push(it, e->fid, e->version, e->row);
         }

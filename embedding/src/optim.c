@@ -36,7 +36,8 @@ void mt__opt_init_state(const mt_table_slot_config_t *s, float *state) {
     switch (s->opt) {
     case MT_OPT_SGD: break;
     case MT_OPT_ADAGRAD:
-        for (uint32_t i = 0; i < n; i++) state[i] = s->init_accum;
+        for (uint32_t i = 0; i < n; i++)
+            state[i] = s->init_accum;
         break;
     case MT_OPT_FTRL: memset(state, 0, n * sizeof(float)); break;
     case MT_OPT_ADAM:
@@ -49,7 +50,8 @@ void mt__opt_init_state(const mt_table_slot_config_t *s, float *state) {
 
 static void opt_sgd(const mt_table_slot_config_t *s, float *w, const float *g) {
     const float lr = s->lr;
-    for (uint32_t i = 0; i < s->dim; i++) w[i] -= lr * g[i];
+    for (uint32_t i = 0; i < s->dim; i++)
+        w[i] -= lr * g[i];
 }
 
 static void opt_adagrad(const mt_table_slot_config_t *s, float *w, float *a, const float *g) {

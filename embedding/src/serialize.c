@@ -38,17 +38,18 @@
 
 #include "table_int.h"
 
-#define MT__SER_VERSION 1u
-#define MT__SER_MAX_BLOCK (16u << 20)
+#define MT__SER_VERSION    1u
+#define MT__SER_MAX_BLOCK  (16u << 20)
 #define MT__SER_ROWS_BLOCK (1u << 20)
-#define MT__CLOCK_JUMP (1ull << 40)
-#define MT__PRESIZE_MAX (1ull << 24) /* rows a stream's hint may pre-size for */
+#define MT__CLOCK_JUMP     (1ull << 40)
+#define MT__PRESIZE_MAX    (1ull << 24) /* rows a stream's hint may pre-size for */
 
-#define TAG(a, b, c, d) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
+#define TAG(a, b, c, d) \
+    ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
 #define TAG_HEAD TAG('H', 'E', 'A', 'D')
 #define TAG_ROWS TAG('R', 'O', 'W', 'S')
 #define TAG_FILT TAG('F', 'I', 'L', 'T')
-#define TAG_END TAG('E', 'N', 'D', '.')
+#define TAG_END  TAG('E', 'N', 'D', '.')
 
 static const char ser_magic[8] = {'M', 'T', 'T', 'A', 'B', 'L', 'E', 0};
 
@@ -62,7 +63,8 @@ typedef struct buf {
 static int buf_reserve(buf_t *b, size_t more) {
     if (b->len + more <= b->cap) return 0;
     size_t c = b->cap ? b->cap : 4096;
-    while (c < b->len + more) c *= 2;
+    while (c < b->len + more)
+        c *= 2;
     uint8_t *n = realloc(b->p, c);
     if (!n) return -1;
     b->p = n;
@@ -71,12 +73,14 @@ static int buf_reserve(buf_t *b, size_t more) {
 }
 
 static void put_le(uint8_t *d, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) d[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < n; i++)
+        d[i] = (uint8_t)(v >> (8 * i));
 }
 
 static uint64_t get_le(const uint8_t *s, int n) {
     uint64_t v = 0;
-    for (int i = 0; i < n; i++) v |= (uint64_t)s[i] << (8 * i);
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)s[i] << (8 * i);
     return v;
 }
 
@@ -116,7 +120,9 @@ static uint32_t ser_emb_bytes(const mt__slot_t *s) {
     return s->cfg.precision == MT_PREC_FP16 ? (s->cfg.dim * 2 + 3) & ~3u : s->cfg.dim * 4;
 }
 
-static size_t ser_row_bytes(const mt__slot_t *s) { return 24 + ser_emb_bytes(s) + 4u * s->state_floats; }
+static size_t ser_row_bytes(const mt__slot_t *s) {
+    return 24 + ser_emb_bytes(s) + 4u * s->state_floats;
+}
 
 static void put_row(buf_t *b, const mt__slot_t *s, uint64_t fid, const void *row) {
     const mt__row_t *h = mt__row_hdr(s, row);
@@ -129,8 +135,7 @@ static void put_row(buf_t *b, const mt__slot_t *s, uint64_t fid, const void *row
 }
 
 /* Emits rows buffered in b (rows serialized after a 4-byte count placeholder). */
-static mt_err_t flush_rows(mt_table_write_fn fn, void *ud, buf_t *b, uint32_t n,
-                           uint64_t *blocks) {
+static mt_err_t flush_rows(mt_table_write_fn fn, void *ud, buf_t *b, uint32_t n, uint64_t *blocks) {
     if (n == 0) return MT_OK;
     put_le(b->p, n, 4);
     (*blocks)++;
@@ -401,7 +406,8 @@ mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *
     mt_table_config_t c2 = *cfg;
     /* The row count only pre-sizes the table, and it is input: cap what it may allocate
      * before any row has been read (larger tables grow as they load). */
-    if (c2.initial_rows < h.rows) c2.initial_rows = h.rows < MT__PRESIZE_MAX ? h.rows : MT__PRESIZE_MAX;
+    if (c2.initial_rows < h.rows)
+        c2.initial_rows = h.rows < MT__PRESIZE_MAX ? h.rows : MT__PRESIZE_MAX;
     err = mt_table_create(&c2, &t);
     if (err) goto out;
     int same_filter = t->cm_width && h.nparts == t->nparts && h.depth == t->cm_depth &&
@@ -424,7 +430,8 @@ mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *
                     mt__part_t *p = &t->parts[pi];
                     memcpy(p->cm, pl.p + 8, cm);
                     p->cm_nonzero = 0;
-                    for (size_t i = 0; i < cm; i++) p->cm_nonzero += p->cm[i] != 0;
+                    for (size_t i = 0; i < cm; i++)
+                        p->cm_nonzero += p->cm[i] != 0;
                 }
             }
         } else if (tag == TAG_END) {

@@ -36,8 +36,8 @@
 
 #include "table_int.h"
 
-#define MT__BFS_NODES 512
-#define MT__READ_CHUNK 256   /* ids per reader grace-period section */
+#define MT__BFS_NODES  512
+#define MT__READ_CHUNK 256 /* ids per reader grace-period section */
 #ifndef MT__PREFETCH
 #define MT__PREFETCH 8 /* pipeline stage distance of the batched lookup */
 #endif
@@ -84,13 +84,15 @@ void mt_table_config_init(mt_table_config_t *cfg) {
     cfg->hash_seed = 0x9ae16a3b2f90404full;
 }
 
-#define CFG_FAIL(...)                                                                        \
-    do {                                                                                     \
-        if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__);                         \
-        return MT_CONFIG;                                                                    \
+#define CFG_FAIL(...)                                                \
+    do {                                                             \
+        if (errbuf && errlen) snprintf(errbuf, errlen, __VA_ARGS__); \
+        return MT_CONFIG;                                            \
     } while (0)
 
-static int finite_pos(float x) { return x == x && x > 0.0f && x < 1e30f; }
+static int finite_pos(float x) {
+    return x == x && x > 0.0f && x < 1e30f;
+}
 
 mt_err_t mt_table_config_validate(const mt_table_config_t *cfg, char *errbuf, size_t errlen) {
     if (!cfg) CFG_FAIL("config is NULL");
@@ -116,14 +118,22 @@ mt_err_t mt_table_config_validate(const mt_table_config_t *cfg, char *errbuf, si
     for (size_t i = 0; i < cfg->nslots; i++) {
         const mt_table_slot_config_t *s = &cfg->slots[i];
         const char *bad = NULL;
-        if (seen[s->slot]) bad = "slot id appears twice";
-        else if (s->dim < 1 || s->dim > MT_TABLE_MAX_DIM) bad = "dim out of range 1..1024";
-        else if (s->init > MT_INIT_NORMAL) bad = "init: unknown initializer";
-        else if (!(s->init_scale >= 0.0f && s->init_scale < 1e30f)) bad = "init_scale: not finite";
-        else if (s->init_mean != s->init_mean) bad = "init_mean: NaN";
-        else if (s->opt > MT_OPT_ADAM) bad = "opt: unknown optimizer";
-        else if (!finite_pos(s->lr)) bad = "lr: must be > 0 and finite";
-        else if (!(s->eps >= 0.0f && s->eps < 1.0f)) bad = "eps: out of range [0, 1)";
+        if (seen[s->slot])
+            bad = "slot id appears twice";
+        else if (s->dim < 1 || s->dim > MT_TABLE_MAX_DIM)
+            bad = "dim out of range 1..1024";
+        else if (s->init > MT_INIT_NORMAL)
+            bad = "init: unknown initializer";
+        else if (!(s->init_scale >= 0.0f && s->init_scale < 1e30f))
+            bad = "init_scale: not finite";
+        else if (s->init_mean != s->init_mean)
+            bad = "init_mean: NaN";
+        else if (s->opt > MT_OPT_ADAM)
+            bad = "opt: unknown optimizer";
+        else if (!finite_pos(s->lr))
+            bad = "lr: must be > 0 and finite";
+        else if (!(s->eps >= 0.0f && s->eps < 1.0f))
+            bad = "eps: out of range [0, 1)";
         else if (s->opt == MT_OPT_ADAGRAD && !(s->init_accum >= 0.0f && s->init_accum < 1e30f))
             bad = "init_accum: must be >= 0";
         else if (s->opt == MT_OPT_ADAGRAD && s->init_accum == 0.0f && s->eps == 0.0f)
@@ -132,15 +142,18 @@ mt_err_t mt_table_config_validate(const mt_table_config_t *cfg, char *errbuf, si
             bad = "beta1: out of range [0, 1)";
         else if (s->opt == MT_OPT_ADAM && !(s->beta2 >= 0.0f && s->beta2 < 1.0f))
             bad = "beta2: out of range [0, 1)";
-        else if (s->opt == MT_OPT_ADAM && s->eps == 0.0f) bad = "eps: Adam needs eps > 0";
+        else if (s->opt == MT_OPT_ADAM && s->eps == 0.0f)
+            bad = "eps: Adam needs eps > 0";
         else if (s->opt == MT_OPT_FTRL && !(s->ftrl_beta >= 0.0f && s->ftrl_beta < 1e30f))
             bad = "ftrl_beta: must be >= 0";
         else if (!(s->l1 >= 0.0f && s->l1 < 1e30f) || !(s->l2 >= 0.0f && s->l2 < 1e30f))
             bad = "l1/l2: must be >= 0";
-        else if (s->min_count > 255) bad = "min_count: at most 255";
+        else if (s->min_count > 255)
+            bad = "min_count: at most 255";
         else if (s->min_count > 1 && cfg->filter_bytes == 0)
             bad = "min_count > 1 needs filter_bytes > 0";
-        else if (s->precision > MT_PREC_FP16) bad = "precision: unknown";
+        else if (s->precision > MT_PREC_FP16)
+            bad = "precision: unknown";
         if (bad) {
             free(seen);
             CFG_FAIL("slot %u: %s", s->slot, bad);
@@ -208,7 +221,8 @@ void mt__row_read_emb(const mt__slot_t *s, const void *row, float *out) {
     } else {
         uint16_t h[MT_TABLE_MAX_DIM];
         memcpy(h, e, s->cfg.dim * sizeof(uint16_t));
-        for (uint32_t i = 0; i < s->cfg.dim; i++) out[i] = mt_fp16_to_float(h[i]);
+        for (uint32_t i = 0; i < s->cfg.dim; i++)
+            out[i] = mt_fp16_to_float(h[i]);
     }
 }
 
@@ -218,7 +232,8 @@ void mt__row_write_emb(const mt__slot_t *s, void *row, const float *in) {
         memcpy(e, in, s->cfg.dim * sizeof(float));
     } else {
         uint16_t *h = (uint16_t *)(void *)e;
-        for (uint32_t i = 0; i < s->cfg.dim; i++) h[i] = mt_fp16_from_float(in[i]);
+        for (uint32_t i = 0; i < s->cfg.dim; i++)
+            h[i] = mt_fp16_from_float(in[i]);
     }
 }
 
@@ -278,10 +293,13 @@ static void rcu_synchronize(mt_table_t *t) {
     atomic_store(&t->rcu_idx, idx ^ 1u);
     for (unsigned spins = 0;; spins++) {
         uint64_t sum = 0;
-        for (unsigned l = 0; l < MT__LANES; l++) sum += atomic_load(&t->lanes[l].cnt[idx]);
+        for (unsigned l = 0; l < MT__LANES; l++)
+            sum += atomic_load(&t->lanes[l].cnt[idx]);
         if (sum == 0) break;
-        if (spins > 64) sched_yield();
-        else cpu_relax();
+        if (spins > 64)
+            sched_yield();
+        else
+            cpu_relax();
     }
     pthread_mutex_unlock(&t->rcu_lock);
 }
@@ -361,7 +379,8 @@ uint64_t mt__part_version(mt_table_t *t, mt__part_t *p) {
  * @returns NULL if out of memory. */
 static uint8_t *log_superseded(const mt_table_t *t, const mt__part_t *p, uint64_t n) {
     uint64_t sz = 16;
-    while (sz < 2 * n) sz *= 2;
+    while (sz < 2 * n)
+        sz *= 2;
     uint64_t *keys = malloc(sz * sizeof(uint64_t));
     uint8_t *used = calloc(sz, 1), *dead = calloc(n ? n : 1, 1);
     if (!keys || !used || !dead) {
@@ -373,7 +392,8 @@ static uint8_t *log_superseded(const mt_table_t *t, const mt__part_t *p, uint64_
     for (uint64_t k = n; k-- > 0;) {
         uint64_t fid = p->log[(p->log_start + k) % t->log_cap].fid;
         uint64_t h = ((fid * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
-        while (used[h] && keys[h] != fid) h = (h + 1) & (sz - 1);
+        while (used[h] && keys[h] != fid)
+            h = (h + 1) & (sz - 1);
         if (used[h]) {
             dead[k] = 1;
         } else {
@@ -397,8 +417,7 @@ static void log_make_room(mt_table_t *t, mt__part_t *p) {
     if (dead) { /* out of memory: skip compaction, the drop below still makes room */
         kept = 0;
         for (uint64_t k = 0; k < n; k++)
-            if (!dead[k])
-                p->log[(p->log_start + kept++) % cap] = p->log[(p->log_start + k) % cap];
+            if (!dead[k]) p->log[(p->log_start + kept++) % cap] = p->log[(p->log_start + k) % cap];
         p->log_end = p->log_start + kept;
         free(dead);
     }
@@ -455,8 +474,8 @@ static void *arr_find(const mt__barray_t *a, hpair_t h, uint64_t fid, uint64_t *
 void *mt__part_find(mt_table_t *t, mt__part_t *p, uint64_t fid) {
     uint64_t b;
     int slot;
-    return arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), hash_fid(t, fid), fid,
-                    &b, &slot);
+    return arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), hash_fid(t, fid), fid, &b,
+                    &slot);
 }
 
 static mt__barray_t *arr_new(uint64_t nbuckets) {
@@ -569,9 +588,8 @@ static inline int part_over_load(const mt_table_t *t, const mt__part_t *p, const
 }
 
 mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
-                         const float *emb, const float *state, uint32_t touch_s,
-                         uint32_t count, uint64_t version, void **row_out,
-                         mt__barray_t **retired) {
+                         const float *emb, const float *state, uint32_t touch_s, uint32_t count,
+                         uint64_t version, void **row_out, mt__barray_t **retired) {
     mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
     if (part_over_load(t, p, a)) {
         mt_err_t err = part_grow(t, p, retired);
@@ -592,8 +610,10 @@ mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__s
         mt__row_write_emb(s, row, w);
     }
     if (s->state_floats) {
-        if (state) memcpy(mt__row_state(s, row), state, s->state_floats * sizeof(float));
-        else mt__opt_init_state(&s->cfg, mt__row_state(s, row));
+        if (state)
+            memcpy(mt__row_state(s, row), state, s->state_floats * sizeof(float));
+        else
+            mt__opt_init_state(&s->cfg, mt__row_state(s, row));
     }
     hpair_t h = hash_fid(t, fid);
     seq_write_begin(p);
@@ -649,7 +669,8 @@ static mt_err_t part_init(mt_table_t *t, mt__part_t *p, uint64_t nbuckets) {
 static void part_free(mt_table_t *t, mt__part_t *p) {
     free(atomic_load_explicit(&p->arr, memory_order_relaxed));
     if (p->slabs)
-        for (uint32_t c = 0; c < t->nclasses; c++) slab_destroy(&p->slabs[c]);
+        for (uint32_t c = 0; c < t->nclasses; c++)
+            slab_destroy(&p->slabs[c]);
     free(p->slabs);
     free(p->log);
     free(p->cm);
@@ -681,14 +702,15 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
         mt__slot_t *s = &t->slots[i];
         s->cfg = cfg->slots[i];
         s->state_floats = mt__opt_state_floats(&s->cfg);
-        s->emb_bytes = s->cfg.precision == MT_PREC_FP16 ? ((s->cfg.dim * 2 + 3) & ~3u)
-                                                         : s->cfg.dim * 4;
+        s->emb_bytes =
+            s->cfg.precision == MT_PREC_FP16 ? ((s->cfg.dim * 2 + 3) & ~3u) : s->cfg.dim * 4;
         if (s->emb_bytes < sizeof(void *)) s->emb_bytes = sizeof(void *); /* free-list link */
         s->tail_bytes = (uint32_t)((sizeof(mt__row_t) + s->state_floats * 4 + 7) & ~7u);
         s->row_bytes = s->emb_bytes + s->tail_bytes;
         /* Chunks: at least 16 KiB and 4 rows, a power of two, aligned to their size. */
         s->chunk_bytes = MT__CHUNK_MIN;
-        while (s->chunk_bytes < MT__CHUNK_HDR + 8 + 4 * s->row_bytes) s->chunk_bytes *= 2;
+        while (s->chunk_bytes < MT__CHUNK_HDR + 8 + 4 * s->row_bytes)
+            s->chunk_bytes *= 2;
         s->chunk_rows = (s->chunk_bytes - MT__CHUNK_HDR - 8) / s->row_bytes;
         s->tail_off = (MT__CHUNK_HDR + s->chunk_rows * s->emb_bytes + 7) & ~7u;
         uint32_t k = 0;
@@ -703,8 +725,8 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     t->seed2 = cfg->hash_seed ^ 0x5851F42D4C957F2Dull;
     t->seed_cm = cfg->hash_seed ^ 0x14057B7EF767814Full;
     t->cm_depth = cfg->filter_depth;
-    t->cm_width = cfg->filter_bytes ? (uint32_t)(cfg->filter_bytes / t->nparts / cfg->filter_depth)
-                                    : 0;
+    t->cm_width =
+        cfg->filter_bytes ? (uint32_t)(cfg->filter_bytes / t->nparts / cfg->filter_depth) : 0;
     t->log_cap = cfg->changelog_entries / t->nparts;
     t->max_rows_num = (uint64_t)(cfg->max_load * 1000.0);
     t->max_rows_den = 1000;
@@ -723,7 +745,8 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     uint64_t per_part = cfg->initial_rows / t->nparts + 1;
     if (cfg->initial_rows) per_part += (uint64_t)(4.0 * sqrt((double)per_part)) + 8;
     uint64_t nb = 2;
-    while ((double)nb * MT__BUCKET_SLOTS * cfg->max_load < (double)per_part) nb *= 2;
+    while ((double)nb * MT__BUCKET_SLOTS * cfg->max_load < (double)per_part)
+        nb *= 2;
     for (uint32_t i = 0; i < t->nparts; i++) {
         err = part_init(t, &t->parts[i], nb);
         if (err) {
@@ -802,8 +825,8 @@ uint64_t mt_table_buckets(mt_table_t *t) {
 
 void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
     memset(st, 0, sizeof(*st));
-    st->bytes_total = sizeof(*t) + t->nparts * sizeof(mt__part_t) +
-                      MT__LANES * sizeof(mt__lane_t) + 65536 * sizeof(uint32_t);
+    st->bytes_total = sizeof(*t) + t->nparts * sizeof(mt__part_t) + MT__LANES * sizeof(mt__lane_t) +
+                      65536 * sizeof(uint32_t);
     for (uint32_t i = 0; i < t->nparts; i++) {
         mt__part_t *p = &t->parts[i];
         pthread_mutex_lock(&p->lock);
@@ -811,7 +834,8 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
         st->rows += p->rows;
         st->capacity += (a->mask + 1) * MT__BUCKET_SLOTS;
         st->bytes_buckets += arr_bytes(a);
-        for (uint32_t c = 0; c < t->nclasses; c++) st->bytes_rows += p->slabs[c].bytes;
+        for (uint32_t c = 0; c < t->nclasses; c++)
+            st->bytes_rows += p->slabs[c].bytes;
         st->bytes_filter += (uint64_t)t->cm_depth * t->cm_width;
         st->bytes_changelog += t->log_cap * sizeof(mt__logent_t);
         if (p->clock > st->version) st->version = p->clock;
@@ -834,10 +858,10 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
 typedef struct probe {
     hpair_t h;
     const mt__part_t *p;
-    uint64_t mask;      /* bucket mask b1, b2 were computed with */
+    uint64_t mask; /* bucket mask b1, b2 were computed with */
     uint64_t b1, b2;
-    const void *row;    /* row found by the unvalidated probe, or NULL */
-    uint64_t bucket;    /* where it was found */
+    const void *row; /* row found by the unvalidated probe, or NULL */
+    uint64_t bucket; /* where it was found */
     int slot;
 } probe_t;
 
@@ -934,7 +958,8 @@ static inline void prefetch_bucket(const mt_table_t *t, hpair_t h, int which) {
     const char *a = (const char *)atomic_load_explicit(&p->arr, memory_order_relaxed);
     uint64_t mask = atomic_load_explicit(&p->mask_hint, memory_order_relaxed), b1, b2;
     bucket_pair(mask, h, &b1, &b2);
-    __builtin_prefetch(a + offsetof(mt__barray_t, b) + (which == 1 ? b1 : b2) * sizeof(mt__bucket_t));
+    __builtin_prefetch(a + offsetof(mt__barray_t, b) +
+                       (which == 1 ? b1 : b2) * sizeof(mt__bucket_t));
 }
 
 /* Batched read-only lookup, a 4-stage software pipeline over each chunk of the batch:
@@ -954,8 +979,10 @@ static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float
         size_t m = n - base < MT__READ_CHUNK ? n - base : MT__READ_CHUNK;
         const uint64_t *f = fids + base;
         unsigned lane, idx = rcu_enter(t, &lane);
-        for (size_t i = 0; i < m && i < 3 * D; i++) probe_start(t, f[i], &pq[i]);
-        for (size_t i = 0; i < m && i < 2 * D; i++) probe_bucket(t, f[i], &pq[i], 1);
+        for (size_t i = 0; i < m && i < 3 * D; i++)
+            probe_start(t, f[i], &pq[i]);
+        for (size_t i = 0; i < m && i < 2 * D; i++)
+            probe_bucket(t, f[i], &pq[i], 1);
         for (size_t i = 0; i < m && i < D; i++)
             if (!pq[i].row) probe_bucket(t, f[i], &pq[i], 2);
         for (size_t i = 0; i < m; i++) {
@@ -982,7 +1009,7 @@ static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float
 /* Writers' pipeline: hashes ids MT__WPREFETCH ahead and prefetches both their buckets, so
  * the cache misses of a batch overlap although each id is then handled under its lock. */
 #define MT__WPREFETCH 8
-#define MT__WRING 16 /* power of two > MT__WPREFETCH */
+#define MT__WRING     16 /* power of two > MT__WPREFETCH */
 
 static inline void wpipe_start(const mt_table_t *t, const uint64_t *fids, size_t n, hpair_t *hq) {
     for (size_t i = 0; i < n && i < MT__WPREFETCH; i++) {
@@ -992,8 +1019,8 @@ static inline void wpipe_start(const mt_table_t *t, const uint64_t *fids, size_t
     }
 }
 
-static inline hpair_t wpipe_next(const mt_table_t *t, const uint64_t *fids, size_t n,
-                                 hpair_t *hq, size_t i) {
+static inline hpair_t wpipe_next(const mt_table_t *t, const uint64_t *fids, size_t n, hpair_t *hq,
+                                 size_t i) {
     size_t j = i + MT__WPREFETCH;
     if (j < n) {
         hq[j % MT__WRING] = hash_fid(t, fids[j]);
@@ -1005,8 +1032,7 @@ static inline hpair_t wpipe_next(const mt_table_t *t, const uint64_t *fids, size
 
 /* Training lookup of one id under its part's lock. */
 static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpair_t h,
-                                 float *out, uint32_t now_s, int *found,
-                                 mt_table_op_stats_t *st) {
+                                 float *out, uint32_t now_s, int *found, mt_table_op_stats_t *st) {
     mt__part_t *p = &t->parts[part_index(t, h.h1)];
     mt__barray_t *retired = NULL;
     mt_err_t err = MT_OK;
@@ -1051,9 +1077,8 @@ out:
     return err;
 }
 
-mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
-                         size_t out_len, uint8_t *found, unsigned flags, uint32_t now_s,
-                         mt_table_op_stats_t *st) {
+mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *out, size_t out_len,
+                         uint8_t *found, unsigned flags, uint32_t now_s, mt_table_op_stats_t *st) {
     size_t need;
     mt_err_t err = mt_table_batch_floats(t, fids, n, &need);
     if (err) return err;
@@ -1206,9 +1231,8 @@ mt_err_t mt_table_remove(mt_table_t *t, const uint64_t *fids, size_t n, uint64_t
     return MT_OK;
 }
 
-mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state,
-                          size_t state_len, uint32_t *touch_s, uint32_t *count,
-                          uint64_t *version) {
+mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state, size_t state_len,
+                          uint32_t *touch_s, uint32_t *count, uint64_t *version) {
     const mt__slot_t *s = mt__slot_of(t, fid);
     if (!s) return MT_UNKNOWN_SLOT;
     if (state && state_len < s->state_floats) return MT_TOO_SMALL;
@@ -1251,8 +1275,7 @@ mt_err_t mt_table_expire(mt_table_t *t, uint32_t now_s, size_t max_buckets, uint
                 void *row = a->b[b].row[i];
                 if (!row) continue;
                 const mt__slot_t *s = mt__slot_of(t, a->b[b].key[i]);
-                if (s->cfg.ttl_s &&
-                    (uint64_t)mt__row_hdr(s, row)->touch_s + s->cfg.ttl_s < now_s) {
+                if (s->cfg.ttl_s && (uint64_t)mt__row_hdr(s, row)->touch_s + s->cfg.ttl_s < now_s) {
                     part_remove_at(t, p, a, b, i);
                     p->n_evictions++;
                     cnt++;

@@ -48,10 +48,10 @@
 #include "mt/table.h"
 
 #define MT__BUCKET_SLOTS 4
-#define MT__LANES 64
-#define MT__CHUNK_HDR 64u
-#define MT__CHUNK_MIN (16u << 10)
-#define MT__CACHELINE 64
+#define MT__LANES        64
+#define MT__CHUNK_HDR    64u
+#define MT__CHUNK_MIN    (16u << 10)
+#define MT__CACHELINE    64
 
 typedef struct mt__bucket {
     uint64_t key[MT__BUCKET_SLOTS];
@@ -59,8 +59,8 @@ typedef struct mt__bucket {
 } mt__bucket_t;
 
 typedef struct mt__barray {
-    uint64_t mask;     /* nbuckets - 1; nbuckets is a power of two >= 2 */
-    uint64_t pad[7];   /* buckets start on the next cache line */
+    uint64_t mask;   /* nbuckets - 1; nbuckets is a power of two >= 2 */
+    uint64_t pad[7]; /* buckets start on the next cache line */
     mt__bucket_t b[];
 } mt__barray_t;
 
@@ -83,17 +83,17 @@ typedef struct mt__slot {
 } mt__slot_t;
 
 typedef struct mt__slab {
-    void *free;            /* free rows, linked through their embedding bytes */
-    char *cur;             /* next never-used embedding in the newest chunk */
-    uint32_t left;         /* never-used rows left in the newest chunk */
-    void *chunks;          /* chunk list (first word of a chunk links the next) */
-    uint64_t bytes;        /* bytes of all chunks */
+    void *free;     /* free rows, linked through their embedding bytes */
+    char *cur;      /* next never-used embedding in the newest chunk */
+    uint32_t left;  /* never-used rows left in the newest chunk */
+    void *chunks;   /* chunk list (first word of a chunk links the next) */
+    uint64_t bytes; /* bytes of all chunks */
 } mt__slab_t;
 
 typedef struct mt__logent {
     uint64_t fid;
     uint64_t version;
-    void *row;             /* NULL: deletion; live iff no newer entry has the same fid */
+    void *row; /* NULL: deletion; live iff no newer entry has the same fid */
 } mt__logent_t;
 
 typedef struct mt__part {
@@ -104,13 +104,13 @@ typedef struct mt__part {
     /* Everything below is guarded by lock. */
     _Alignas(MT__CACHELINE) pthread_mutex_t lock;
     uint64_t rows;
-    uint64_t clock;        /* last version handed out in this part */
-    mt__slab_t *slabs;     /* [t->nclasses] */
-    uint8_t *cm;           /* [cm_depth * cm_width] */
-    uint64_t cm_nonzero;   /* non-zero counters in cm (aging trigger) */
-    mt__logent_t *log;     /* ring of log_cap entries */
+    uint64_t clock;              /* last version handed out in this part */
+    mt__slab_t *slabs;           /* [t->nclasses] */
+    uint8_t *cm;                 /* [cm_depth * cm_width] */
+    uint64_t cm_nonzero;         /* non-zero counters in cm (aging trigger) */
+    mt__logent_t *log;           /* ring of log_cap entries */
     uint64_t log_start, log_end; /* entries [log_start, log_end) live at index % log_cap */
-    uint64_t log_floor;    /* since < log_floor cannot be served incrementally */
+    uint64_t log_floor;          /* since < log_floor cannot be served incrementally */
     /* Counters (guarded by lock). */
     uint64_t n_inserts, n_removals, n_evictions, n_grows, n_filtered, n_log_drops;
 } mt__part_t;
@@ -120,26 +120,26 @@ typedef struct mt__lane {
 } mt__lane_t;
 
 struct mt_table {
-    mt_table_config_t cfg;     /* cfg.slots points to slots_cfg */
+    mt_table_config_t cfg; /* cfg.slots points to slots_cfg */
     mt_table_slot_config_t *slots_cfg;
     mt__slot_t *slots;
     uint32_t nslots;
     uint32_t nclasses;
-    uint32_t *class_slot;      /* a slot of each slab class (they share its geometry) */
-    uint32_t *slot_index;      /* [65536]: 1 + index into slots, 0 = not configured */
+    uint32_t *class_slot; /* a slot of each slab class (they share its geometry) */
+    uint32_t *slot_index; /* [65536]: 1 + index into slots, 0 = not configured */
     uint32_t nparts;
-    uint32_t part_shift;       /* part = h1 >> part_shift (nparts > 1) */
+    uint32_t part_shift; /* part = h1 >> part_shift (nparts > 1) */
     uint64_t seed1, seed2, seed_cm;
     uint32_t cm_depth, cm_width;
-    uint64_t log_cap;          /* entries per part */
+    uint64_t log_cap;                    /* entries per part */
     uint64_t max_rows_num, max_rows_den; /* grow when rows * den > cap * num */
     mt__part_t *parts;
     mt__lane_t *lanes;
     _Atomic unsigned rcu_idx;
-    pthread_mutex_t rcu_lock;  /* one grace period at a time */
-    _Atomic uint64_t clock;    /* global version clock (see mt__part_version) */
+    pthread_mutex_t rcu_lock; /* one grace period at a time */
+    _Atomic uint64_t clock;   /* global version clock (see mt__part_version) */
     pthread_mutex_t expire_lock;
-    uint32_t expire_part;      /* clock hand of mt_table_expire(), under expire_lock */
+    uint32_t expire_part; /* clock hand of mt_table_expire(), under expire_lock */
     uint64_t expire_bucket;
 };
 
@@ -157,7 +157,9 @@ static inline mt__row_t *mt__row_hdr(const mt__slot_t *s, const void *row) {
 static inline float *mt__row_state(const mt__slot_t *s, void *row) {
     return (float *)(void *)(mt__row_hdr(s, row) + 1);
 }
-static inline void *mt__row_emb(void *row) { return row; }
+static inline void *mt__row_emb(void *row) {
+    return row;
+}
 
 /** Copies a row's embedding out as fp32. */
 void mt__row_read_emb(const mt__slot_t *s, const void *row, float *out);
@@ -170,9 +172,8 @@ void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version
 /** Allocates and places a row for fid in part p with the given content (caller holds lock);
  *  emb/state NULL mean "initialize as a new row". */
 mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
-                         const float *emb, const float *state, uint32_t touch_s,
-                         uint32_t count, uint64_t version, void **row_out,
-                         mt__barray_t **retired);
+                         const float *emb, const float *state, uint32_t touch_s, uint32_t count,
+                         uint64_t version, void **row_out, mt__barray_t **retired);
 /** Frees a bucket array retired by a grow once no reader can hold it (no lock held). */
 void mt__retire(mt_table_t *t, mt__barray_t *old);
 uint32_t mt__part_of(const mt_table_t *t, uint64_t fid);

@@ -12,25 +12,25 @@
 #define MT_ERR_H
 
 /* X(name, value, grpc_status, message) */
-#define MT_ERR_MAP(X)                                                                       \
-    X(OK, 0, 0, "success")                                                                  \
-    X(NOMEM, -1, 8, "out of memory")                                                        \
-    X(INVALID, -2, 3, "invalid argument")                                                   \
-    X(UNKNOWN_SLOT, -3, 3, "feature id belongs to a slot that is not configured")          \
-    X(TOO_SMALL, -4, 3, "output buffer too small")                                          \
-    X(FULL_SYNC, -5, 9, "version too old for an incremental sync: full sync needed")       \
-    X(IO, -6, 14, "input/output error")                                                     \
-    X(TRUNCATED, -7, 3, "input ended early (truncated)")                                    \
-    X(CORRUPT, -8, 3, "input is corrupt (bad magic, checksum or field)")                    \
-    X(VERSION, -9, 3, "unsupported format version")                                         \
-    X(LIMIT, -10, 8, "a configured limit was reached")                                      \
-    X(NOT_FOUND, -11, 5, "not found")                                                       \
-    X(EXISTS, -12, 6, "already exists")                                                     \
-    X(MISMATCH, -13, 9, "input does not match the configuration")                           \
-    X(UNAVAILABLE, -14, 14, "temporarily unavailable")                                      \
-    X(INTERNAL, -15, 13, "internal error")                                                  \
-    X(CANCELLED, -16, 1, "cancelled")                                                       \
-    X(TIMEOUT, -17, 4, "deadline exceeded")                                                 \
+#define MT_ERR_MAP(X)                                                                \
+    X(OK, 0, 0, "success")                                                           \
+    X(NOMEM, -1, 8, "out of memory")                                                 \
+    X(INVALID, -2, 3, "invalid argument")                                            \
+    X(UNKNOWN_SLOT, -3, 3, "feature id belongs to a slot that is not configured")    \
+    X(TOO_SMALL, -4, 3, "output buffer too small")                                   \
+    X(FULL_SYNC, -5, 9, "version too old for an incremental sync: full sync needed") \
+    X(IO, -6, 14, "input/output error")                                              \
+    X(TRUNCATED, -7, 3, "input ended early (truncated)")                             \
+    X(CORRUPT, -8, 3, "input is corrupt (bad magic, checksum or field)")             \
+    X(VERSION, -9, 3, "unsupported format version")                                  \
+    X(LIMIT, -10, 8, "a configured limit was reached")                               \
+    X(NOT_FOUND, -11, 5, "not found")                                                \
+    X(EXISTS, -12, 6, "already exists")                                              \
+    X(MISMATCH, -13, 9, "input does not match the configuration")                    \
+    X(UNAVAILABLE, -14, 14, "temporarily unavailable")                               \
+    X(INTERNAL, -15, 13, "internal error")                                           \
+    X(CANCELLED, -16, 1, "cancelled")                                                \
+    X(TIMEOUT, -17, 4, "deadline exceeded")                                          \
     X(CONFIG, -18, 3, "bad configuration")
 
 typedef enum mt_err {

@@ -45,9 +45,9 @@
 extern "C" {
 #endif
 
-#define MT_TABLE_MAX_DIM 1024u
-#define MT_FID_SLOT(fid) ((uint16_t)((uint64_t)(fid) >> 48))
-#define MT_FID_MAKE(slot, value) (((uint64_t)(slot) << 48) | ((uint64_t)(value) & 0xFFFFFFFFFFFFull))
+#define MT_TABLE_MAX_DIM         1024u
+#define MT_FID_SLOT(fid)         ((uint16_t)((uint64_t)(fid) >> 48))
+#define MT_FID_MAKE(slot, value) (((uint64_t)(slot) << 48) | ((uint64_t)(value)&0xFFFFFFFFFFFFull))
 
 typedef struct mt_table mt_table_t;
 
@@ -71,22 +71,22 @@ typedef enum mt_table_precision {
 
 /** Per-slot settings. Initialize with mt_table_slot_config_init(), then set fields. */
 typedef struct mt_table_slot_config {
-    uint16_t slot;          /* slot id: top 16 bits of the fids it configures */
-    uint32_t dim;           /* embedding width, 1..MT_TABLE_MAX_DIM */
-    mt_table_init_t init;   /* initializer of a new row (deterministic per fid and init_seed) */
-    float init_scale;       /* uniform: half-width; normal: stddev (default 0.01) */
-    float init_mean;        /* normal: mean (default 0) */
-    uint64_t init_seed;     /* every replica with the same seed builds the same rows */
-    mt_table_opt_t opt;     /* optimizer applied in place by mt_table_apply() */
-    float lr;               /* learning rate (FTRL: alpha) (default 0.01) */
-    float eps;              /* Adagrad / Adam epsilon (default 1e-8) */
-    float init_accum;       /* Adagrad initial accumulator (default 0.1) */
-    float beta1, beta2;     /* Adam moments (default 0.9, 0.999) */
-    float ftrl_beta;        /* FTRL beta (default 1.0) */
-    float l1, l2;           /* FTRL regularization (default 0, 0) */
-    uint32_t min_count;     /* frequency filter: a row is created at the min_count-th training
+    uint16_t slot;        /* slot id: top 16 bits of the fids it configures */
+    uint32_t dim;         /* embedding width, 1..MT_TABLE_MAX_DIM */
+    mt_table_init_t init; /* initializer of a new row (deterministic per fid and init_seed) */
+    float init_scale;     /* uniform: half-width; normal: stddev (default 0.01) */
+    float init_mean;      /* normal: mean (default 0) */
+    uint64_t init_seed;   /* every replica with the same seed builds the same rows */
+    mt_table_opt_t opt;   /* optimizer applied in place by mt_table_apply() */
+    float lr;             /* learning rate (FTRL: alpha) (default 0.01) */
+    float eps;            /* Adagrad / Adam epsilon (default 1e-8) */
+    float init_accum;     /* Adagrad initial accumulator (default 0.1) */
+    float beta1, beta2;   /* Adam moments (default 0.9, 0.999) */
+    float ftrl_beta;      /* FTRL beta (default 1.0) */
+    float l1, l2;         /* FTRL regularization (default 0, 0) */
+    uint32_t min_count;   /* frequency filter: a row is created at the min_count-th training
                                sighting; 0 and 1 admit at once (default 0) */
-    uint32_t ttl_s;         /* rows idle longer than this are evicted; 0 never (default 0) */
+    uint32_t ttl_s;       /* rows idle longer than this are evicted; 0 never (default 0) */
     mt_table_precision_t precision; /* storage precision of the embedding (default fp32) */
 } mt_table_slot_config_t;
 
@@ -94,46 +94,46 @@ typedef struct mt_table_slot_config {
 typedef struct mt_table_config {
     const mt_table_slot_config_t *slots; /* borrowed during mt_table_create() (copied) */
     size_t nslots;                       /* number of entries in slots, >= 1, unique slot ids */
-    uint32_t shards_log2;        /* 2^shards_log2 independent parts, 0..16 (default 10) */
-    uint64_t initial_rows;       /* pre-size for this many rows; 0 grows from empty (default 0) */
-    double max_load;             /* part grows above this load factor, 0.5..0.97 (default 0.9) */
-    uint64_t filter_bytes;       /* count-min sketch memory, split over parts (default 8 MiB);
+    uint32_t shards_log2;                /* 2^shards_log2 independent parts, 0..16 (default 10) */
+    uint64_t initial_rows;      /* pre-size for this many rows; 0 grows from empty (default 0) */
+    double max_load;            /* part grows above this load factor, 0.5..0.97 (default 0.9) */
+    uint64_t filter_bytes;      /* count-min sketch memory, split over parts (default 8 MiB);
                                     0 only if every slot has min_count <= 1 */
-    uint32_t filter_depth;       /* count-min hash rows, 1..8 (default 4) */
-    uint64_t changelog_entries;  /* change-log capacity over all parts (default 1 Mi entries,
+    uint32_t filter_depth;      /* count-min hash rows, 1..8 (default 4) */
+    uint64_t changelog_entries; /* change-log capacity over all parts (default 1 Mi entries,
                                     24 bytes each); at least 64 per part */
-    uint64_t hash_seed;          /* seeds the cuckoo and sketch hashes (default fixed) */
+    uint64_t hash_seed;         /* seeds the cuckoo and sketch hashes (default fixed) */
 } mt_table_config_t;
 
 /** Per-call outcome counters (all optional: pass NULL). */
 typedef struct mt_table_op_stats {
-    uint64_t found;     /* ids that had a row */
-    uint64_t missing;   /* ids without a row (zeros returned / gradient dropped) */
-    uint64_t admitted;  /* rows created by this call */
-    uint64_t filtered;  /* training sightings counted by the filter without admission */
+    uint64_t found;    /* ids that had a row */
+    uint64_t missing;  /* ids without a row (zeros returned / gradient dropped) */
+    uint64_t admitted; /* rows created by this call */
+    uint64_t filtered; /* training sightings counted by the filter without admission */
 } mt_table_op_stats_t;
 
 /** Table-wide figures, read without stopping writers (each figure is exact for its part). */
 typedef struct mt_table_stats {
     uint64_t rows;
-    uint64_t capacity;           /* row slots in all bucket arrays */
-    double load_factor;          /* rows / capacity */
-    uint64_t bytes_rows;         /* slab memory holding rows (including free rows) */
-    uint64_t bytes_buckets;      /* bucket arrays */
-    uint64_t bytes_filter;       /* count-min sketch */
-    uint64_t bytes_changelog;    /* change logs */
-    uint64_t bytes_total;        /* all of the above plus part headers */
-    uint64_t version;            /* highest version handed out so far */
+    uint64_t capacity;        /* row slots in all bucket arrays */
+    double load_factor;       /* rows / capacity */
+    uint64_t bytes_rows;      /* slab memory holding rows (including free rows) */
+    uint64_t bytes_buckets;   /* bucket arrays */
+    uint64_t bytes_filter;    /* count-min sketch */
+    uint64_t bytes_changelog; /* change logs */
+    uint64_t bytes_total;     /* all of the above plus part headers */
+    uint64_t version;         /* highest version handed out so far */
     uint64_t inserts, removals, evictions, grows, filtered, changelog_drops;
-    uint64_t full_sync_below;    /* incremental sync from a version below this answers FULL_SYNC */
+    uint64_t full_sync_below; /* incremental sync from a version below this answers FULL_SYNC */
 } mt_table_stats_t;
 
 /** One entry of a change stream (see mt_table_changes_begin()). */
 typedef struct mt_table_change {
     uint64_t fid;
-    uint64_t version;  /* version of the change */
-    uint32_t dim;      /* floats this entry has in the values array (0 if deleted) */
-    uint8_t deleted;   /* 1: the id no longer has a row (removed or expired) */
+    uint64_t version; /* version of the change */
+    uint32_t dim;     /* floats this entry has in the values array (0 if deleted) */
+    uint8_t deleted;  /* 1: the id no longer has a row (removed or expired) */
 } mt_table_change_t;
 
 typedef struct mt_table_changes mt_table_changes_t;
@@ -188,9 +188,8 @@ mt_err_t mt_table_batch_floats(const mt_table_t *t, const uint64_t *fids, size_t
  *          MT_NOMEM (rows up to the failing one were admitted).
  * Thread safety: lock-free without MT_TABLE_TRAIN; with it, locks one part per id.
  */
-mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
-                         size_t out_len, uint8_t *found, unsigned flags, uint32_t now_s,
-                         mt_table_op_stats_t *st);
+mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *out, size_t out_len,
+                         uint8_t *found, unsigned flags, uint32_t now_s, mt_table_op_stats_t *st);
 
 /**
  * Applies gradients with each slot's optimizer, in place. @p grads is packed like lookup
@@ -228,9 +227,8 @@ uint64_t mt_table_buckets(mt_table_t *t);
  * metadata of one id. @p emb and @p state take the slot's dim and optimizer state floats
  * (pass NULL to skip). @returns MT_OK, MT_NOT_FOUND or MT_UNKNOWN_SLOT.
  */
-mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state,
-                          size_t state_len, uint32_t *touch_s, uint32_t *count,
-                          uint64_t *version);
+mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state, size_t state_len,
+                          uint32_t *touch_s, uint32_t *count, uint64_t *version);
 
 /** Optimizer-state floats per row of @p fid's slot. @returns MT_OK or MT_UNKNOWN_SLOT. */
 mt_err_t mt_table_state_floats(const mt_table_t *t, uint64_t fid, uint32_t *nfloats);

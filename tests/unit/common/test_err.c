@@ -9,9 +9,9 @@ Test(err, names_messages_and_grpc_codes) {
     cr_assert_str_eq(mt_strerror(MT_FULL_SYNC),
                      "version too old for an incremental sync: full sync needed");
     cr_assert_eq(mt_err_grpc_status(MT_OK), 0);
-    cr_assert_eq(mt_err_grpc_status(MT_INVALID), 3);        /* INVALID_ARGUMENT */
-    cr_assert_eq(mt_err_grpc_status(MT_LIMIT), 8);          /* RESOURCE_EXHAUSTED */
-    cr_assert_eq(mt_err_grpc_status(MT_UNAVAILABLE), 14);   /* UNAVAILABLE */
+    cr_assert_eq(mt_err_grpc_status(MT_INVALID), 3);      /* INVALID_ARGUMENT */
+    cr_assert_eq(mt_err_grpc_status(MT_LIMIT), 8);        /* RESOURCE_EXHAUSTED */
+    cr_assert_eq(mt_err_grpc_status(MT_UNAVAILABLE), 14); /* UNAVAILABLE */
     cr_assert_str_eq(mt_strerror((mt_err_t)-999), "unknown error");
     cr_assert_eq(mt_err_grpc_status((mt_err_t)-999), 13);
 }

@@ -1,2 +1,0 @@
-# Empty dependencies file for mt_common.
-# This may be replaced when dependencies are built.
