@@ -118,8 +118,14 @@ void mt__init_emb(const mt_table_slot_config_t *s, uint64_t fid, float *w) {
     switch (s->init) {
     case MT_INIT_ZEROS: memset(w, 0, s->dim * sizeof(float)); break;
     case MT_INIT_UNIFORM:
-        for (uint32_t i = 0; i < s->dim; i++)
-            w[i] = (float)((2.0 * unit_double(&x) - 1.0) * s->init_scale);
+        /* Two values per draw: 24 random bits each, uniform in [-scale, scale). */
+        for (uint32_t i = 0; i < s->dim; i += 2) {
+            uint64_t r = splitmix64(&x);
+            w[i] = ((float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f) * s->init_scale;
+            if (i + 1 < s->dim)
+                w[i + 1] =
+                    ((float)((r >> 8) & 0xFFFFFFu) * (2.0f / 16777216.0f) - 1.0f) * s->init_scale;
+        }
         break;
     case MT_INIT_NORMAL:
         for (uint32_t i = 0; i < s->dim; i += 2) {

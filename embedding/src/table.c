@@ -413,12 +413,21 @@ static uint8_t *log_superseded(const mt_table_t *t, const mt__part_t *p, uint64_
  * ring for O(ring) work: amortized O(1) per append. */
 static void log_make_room(mt_table_t *t, mt__part_t *p) {
     uint64_t cap = t->log_cap, n = p->log_end - p->log_start, kept = n;
-    uint8_t *dead = log_superseded(t, p, n);
-    if (dead) { /* out of memory: skip compaction, the drop below still makes room */
+    /* With no change since the last scan that could supersede an entry (a stream of new
+     * ids), every entry is live: skip the scan. */
+    uint8_t *dead = p->log_maybe_dead ? log_superseded(t, p, n) : NULL;
+    if (dead) { /* NULL (no scan, or out of memory): the drop below still makes room */
         kept = 0;
-        for (uint64_t k = 0; k < n; k++)
-            if (!dead[k]) p->log[(p->log_start + kept++) % cap] = p->log[(p->log_start + k) % cap];
+        int has_del = 0;
+        for (uint64_t k = 0; k < n; k++) {
+            if (dead[k]) continue;
+            mt__logent_t *e = &p->log[(p->log_start + kept++) % cap];
+            *e = p->log[(p->log_start + k) % cap];
+            has_del |= e->row == NULL;
+        }
         p->log_end = p->log_start + kept;
+        p->log_maybe_dead = 0;
+        p->log_has_del = has_del;
         free(dead);
     }
     uint64_t keep_max = cap - cap / 4;
@@ -432,10 +441,22 @@ static void log_make_room(mt_table_t *t, mt__part_t *p) {
 
 void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version, void *row) {
     if (p->log_end - p->log_start == t->log_cap) log_make_room(t, p);
+    p->log_has_del |= row == NULL;
     mt__logent_t *e = &p->log[p->log_end++ % t->log_cap];
     e->fid = fid;
     e->version = version;
     e->row = row;
+}
+
+/* An existing row changes or goes: the log entry of its previous version (if the log still
+ * holds it) becomes superseded. */
+static inline void log_note_change(mt__part_t *p, uint64_t old_version) {
+    if (old_version > p->log_floor) p->log_maybe_dead++;
+}
+
+/* A row is created: it supersedes the deletion entry of its id if the log holds one. */
+static inline void log_note_insert(mt__part_t *p) {
+    if (p->log_has_del) p->log_maybe_dead++;
 }
 
 /* ============================== cuckoo core (writers, lock held) ============================== */
@@ -587,9 +608,10 @@ static inline int part_over_load(const mt_table_t *t, const mt__part_t *p, const
     return (p->rows + 1) * t->max_rows_den > cap * t->max_rows_num;
 }
 
-mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
-                         const float *emb, const float *state, uint32_t touch_s, uint32_t count,
-                         uint64_t version, void **row_out, mt__barray_t **retired) {
+static mt_err_t part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, hpair_t h,
+                            const mt__slot_t *s, const float *emb, const float *state,
+                            uint32_t touch_s, uint32_t count, uint64_t version, void **row_out,
+                            mt__barray_t **retired) {
     mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
     if (part_over_load(t, p, a)) {
         mt_err_t err = part_grow(t, p, retired);
@@ -615,7 +637,6 @@ mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__s
         else
             mt__opt_init_state(&s->cfg, mt__row_state(s, row));
     }
-    hpair_t h = hash_fid(t, fid);
     seq_write_begin(p);
     int rc = arr_place(t, a, fid, h, row);
     seq_write_end(p);
@@ -631,9 +652,17 @@ mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__s
         seq_write_end(p);
     }
     p->rows++;
+    log_note_insert(p);
     p->n_inserts++;
     if (row_out) *row_out = row;
     return MT_OK;
+}
+
+mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
+                         const float *emb, const float *state, uint32_t touch_s, uint32_t count,
+                         uint64_t version, void **row_out, mt__barray_t **retired) {
+    return part_insert(t, p, fid, hash_fid(t, fid), s, emb, state, touch_s, count, version, row_out,
+                       retired);
 }
 
 /* Removes the entry at (b, slot), logs the deletion and frees the row (lock held). */
@@ -644,6 +673,7 @@ static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64
     uint64_t v = mt__part_version(t, p);
     seq_write_begin(p);
     a->b[b].row[slot] = NULL;
+    log_note_change(p, mt__row_hdr(s, row)->version);
     mt__row_hdr(s, row)->version = v;
     slab_free(&p->slabs[s->klass], row);
     seq_write_end(p);
@@ -1062,7 +1092,7 @@ static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fi
     }
     uint64_t v = mt__part_version(t, p);
     void *nrow;
-    err = mt__part_insert(t, p, fid, s, NULL, NULL, now_s, seen, v, &nrow, &retired);
+    err = part_insert(t, p, fid, h, s, NULL, NULL, now_s, seen, v, &nrow, &retired);
     if (err) {
         memset(out, 0, s->cfg.dim * sizeof(float));
         goto out;
@@ -1148,6 +1178,7 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
                 mt__opt_apply(&s->cfg, w, state, g);
                 mt__row_write_emb(s, row, w);
             }
+            log_note_change(p, hdr->version);
             hdr->version = v;
             seq_write_end(p);
             if (now_s > hdr->touch_s) hdr->touch_s = now_s;
@@ -1188,6 +1219,7 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
             mt__row_t *hdr = mt__row_hdr(s, row);
             seq_write_begin(p);
             mt__row_write_emb(s, row, val);
+            log_note_change(p, hdr->version);
             hdr->version = v;
             seq_write_end(p);
             if (now_s > hdr->touch_s) hdr->touch_s = now_s;
@@ -1195,7 +1227,7 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
             if (st) st->found++;
         } else {
             void *nrow;
-            err = mt__part_insert(t, p, fid, s, val, NULL, now_s, 1, v, &nrow, &retired);
+            err = part_insert(t, p, fid, h, s, val, NULL, now_s, 1, v, &nrow, &retired);
             if (!err) {
                 mt__log_append(t, p, fid, v, nrow);
                 if (st) st->admitted++;

@@ -111,6 +111,8 @@ typedef struct mt__part {
     mt__logent_t *log;           /* ring of log_cap entries */
     uint64_t log_start, log_end; /* entries [log_start, log_end) live at index % log_cap */
     uint64_t log_floor;          /* since < log_floor cannot be served incrementally */
+    uint64_t log_maybe_dead;     /* changes since the last scan that may supersede an entry */
+    int log_has_del;             /* the log may hold a deletion entry */
     /* Counters (guarded by lock). */
     uint64_t n_inserts, n_removals, n_evictions, n_grows, n_filtered, n_log_drops;
 } mt__part_t;
