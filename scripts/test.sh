@@ -2,9 +2,11 @@
 # The whole test suite, as CI runs it (.ci/run calls exactly this):
 #   1. installs the Debian packages (scripts/setup.sh, idempotent)
 #   2. checks the format of our sources (.clang-format)
-#   3. builds with -Werror and runs every test (ctest)
-#   4. builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs every test
-#   5. runs each benchmark in its quick mode (a smoke test: figures are printed, not judged)
+#   3. builds with -Werror and runs each benchmark in quick mode (a smoke test: figures are
+#      printed, not judged)
+#   4. runs every test (ctest)
+#   5. builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs every test
+# and ends with one line "tests: N passed, M failed" over both builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -12,14 +14,24 @@ bash scripts/setup.sh
 bash scripts/format.sh --check
 
 bash scripts/build.sh release
-(cd build/release && ctest --output-on-failure --timeout 900)
+echo "== benchmark smoke (quick mode) =="
+build/release/bench/table_bench --quick --reps 1
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+echo "== tests (release) =="
+(cd build/release && ctest --output-on-failure --timeout 900) 2>&1 | tee -a "$log" || status=1
 
 bash scripts/build.sh asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd build/asan && ctest --output-on-failure --timeout 1800)
+echo "== tests (ASan + UBSan) =="
+(cd build/asan && ctest --output-on-failure --timeout 1800) 2>&1 | tee -a "$log" || status=1
 
-echo "== benchmark smoke (quick mode) =="
-build/release/bench/table_bench --quick
-
-echo "test suite: all green in $(( $(date +%s) - start )) s"
+# ctest prints "NN% tests passed, F tests failed out of T" per build.
+read -r passed failed < <(awk '/tests passed, .* tests failed out of/ {
+    f += $4; t += $NF } END { printf "%d %d\n", t - f, f }' "$log")
+echo "suite time: $(( $(date +%s) - start )) s"
+echo "tests: $passed passed, $failed failed"
+[ "$status" -eq 0 ] && [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
