@@ -12,8 +12,10 @@
 #define MT_JEMALLOC_CONF_H
 
 #ifdef MT_HAVE_JEMALLOC
+/* Default visibility: we build with -fvisibility=hidden, and a hidden definition would not
+ * interpose jemalloc's own (weak) malloc_conf, silently leaving these options off. */
 extern const char *malloc_conf;
-const char *malloc_conf = "thp:always,metadata_thp:auto";
+__attribute__((visibility("default"))) const char *malloc_conf = "thp:always,metadata_thp:auto";
 #endif
 
 #endif /* MT_JEMALLOC_CONF_H */

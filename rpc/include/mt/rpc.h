@@ -1,0 +1,183 @@
+/*
+ * rpc.h - a small service layer over gRPC C core (<grpc/grpc.h>, no C++) for Monolith-C's
+ * daemons and clients. Messages are opaque bytes here (the callers use protobuf-c); gRPC
+ * types stay out of this header.
+ *
+ * Server: completion-queue driven. Worker threads wait for new calls on one notification
+ * queue; each call is bound to a completion queue of its own, so a handler runs to the end
+ * on the worker that received the call (sending its reply, or a stream of messages, and
+ * waiting for each send) without depending on the other workers. Every method keeps as
+ * many calls posted as there are workers. Calls to paths nobody registered are answered
+ * UNIMPLEMENTED. grpc.health.v1.Health/Check is always served.
+ *
+ * Client: one channel per target; unary calls with a deadline and retries with exponential
+ * backoff on UNAVAILABLE; several unary calls in flight at once (mt_rpc_call_many); and
+ * server-streaming calls read message by message.
+ *
+ * Thread safety: mt_rpc_server_* functions may be called from any thread; handlers run on
+ * worker threads, concurrently with each other (a handler is called for one call only, and
+ * its mt_rpc_call_t must not be used after it returns). A channel is thread-safe: many
+ * threads may make calls on it at once. A stream belongs to one thread at a time.
+ */
+#ifndef MT_RPC_H
+#define MT_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mt/err.h"
+
+/* gRPC status codes (same numbers as grpc_status_code). */
+enum {
+    MT_RPC_OK = 0,
+    MT_RPC_CANCELLED = 1,
+    MT_RPC_UNKNOWN = 2,
+    MT_RPC_INVALID_ARGUMENT = 3,
+    MT_RPC_DEADLINE_EXCEEDED = 4,
+    MT_RPC_NOT_FOUND = 5,
+    MT_RPC_ALREADY_EXISTS = 6,
+    MT_RPC_PERMISSION_DENIED = 7,
+    MT_RPC_RESOURCE_EXHAUSTED = 8,
+    MT_RPC_FAILED_PRECONDITION = 9,
+    MT_RPC_ABORTED = 10,
+    MT_RPC_OUT_OF_RANGE = 11,
+    MT_RPC_UNIMPLEMENTED = 12,
+    MT_RPC_INTERNAL = 13,
+    MT_RPC_UNAVAILABLE = 14,
+    MT_RPC_DATA_LOSS = 15,
+    MT_RPC_UNAUTHENTICATED = 16
+};
+
+/** The outcome of a call as the client saw it. */
+typedef struct mt_rpc_status {
+    int code;          /* MT_RPC_* */
+    char message[256]; /* the server's message, or the transport's */
+} mt_rpc_status_t;
+
+/* ============================== server ============================== */
+
+typedef struct mt_rpc_server mt_rpc_server_t;
+typedef struct mt_rpc_call mt_rpc_call_t;
+
+typedef struct mt_rpc_server_config {
+    const char *listen;          /* "127.0.0.1:0" picks a free port (default) */
+    uint32_t threads;            /* worker threads, 1..64 (default 4) */
+    uint32_t max_message_bytes;  /* receive and send limit (default 64 MiB) */
+    uint32_t grace_ms;           /* shutdown: how long in-flight calls may finish (default 5000) */
+} mt_rpc_server_config_t;
+
+/**
+ * A method handler. It reads the request (@p req, @p len: borrowed until it returns) and
+ * must finish the call with exactly one of mt_rpc_reply() or mt_rpc_fail(); a streaming
+ * handler may first call mt_rpc_send() any number of times, then mt_rpc_reply(c, NULL, 0)
+ * or mt_rpc_fail(). Returning without finishing answers INTERNAL.
+ */
+typedef void (*mt_rpc_handler_fn)(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len);
+
+void mt_rpc_server_config_init(mt_rpc_server_config_t *cfg);
+
+/** @param[out] out  caller frees with mt_rpc_server_destroy(). @returns MT_OK, MT_CONFIG. */
+mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t **out);
+
+/**
+ * Registers a method before mt_rpc_server_start(). @p path is "/package.Service/Method"
+ * (copied). @p streaming: the handler may mt_rpc_send() several messages.
+ * @returns MT_OK, MT_INVALID (after start, or a path registered twice), MT_NOMEM.
+ */
+mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int streaming,
+                           mt_rpc_handler_fn fn, void *ud);
+
+/** Binds, starts the workers. @param[out] port  the bound port. @returns MT_OK or MT_IO. */
+mt_err_t mt_rpc_server_start(mt_rpc_server_t *s, int *port);
+
+/** What Health/Check answers: 1 SERVING (default after start), 0 NOT_SERVING. */
+void mt_rpc_server_set_serving(mt_rpc_server_t *s, int serving);
+
+/**
+ * Graceful shutdown: stops accepting calls, lets in-flight calls finish for up to
+ * grace_ms, cancels what is left, joins the workers. Idempotent.
+ */
+void mt_rpc_server_shutdown(mt_rpc_server_t *s);
+
+/** Shuts down if needed and frees. NULL is a no-op. */
+void mt_rpc_server_destroy(mt_rpc_server_t *s);
+
+/** Finishes a call with OK and one message (@p buf borrowed; NULL/0 for a stream's end). */
+void mt_rpc_reply(mt_rpc_call_t *c, const uint8_t *buf, size_t len);
+
+/** Finishes a call with an error status and a printf-style message. */
+void mt_rpc_fail(mt_rpc_call_t *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/**
+ * Sends one message of a streaming reply and waits until gRPC took it.
+ * @returns MT_OK, or MT_CANCELLED when the client went away or the deadline passed (the
+ *          handler should then stop and call mt_rpc_fail()).
+ */
+mt_err_t mt_rpc_send(mt_rpc_call_t *c, const uint8_t *buf, size_t len);
+
+/** Milliseconds left before the call's deadline (INT64_MAX if none, <= 0 if passed). */
+int64_t mt_rpc_call_remaining_ms(const mt_rpc_call_t *c);
+
+/** The call's metadata value for @p key (e.g. "authorization"), or NULL. Valid in the handler. */
+const char *mt_rpc_call_metadata(const mt_rpc_call_t *c, const char *key);
+
+/* ============================== client ============================== */
+
+typedef struct mt_rpc_channel mt_rpc_channel_t;
+typedef struct mt_rpc_stream mt_rpc_stream_t;
+
+typedef struct mt_rpc_client_config {
+    uint32_t max_message_bytes;  /* default 64 MiB */
+    uint32_t retries;            /* extra attempts on UNAVAILABLE (default 3) */
+    uint32_t backoff_ms;         /* first backoff, doubled each retry (default 50) */
+    uint32_t backoff_max_ms;     /* cap of the backoff (default 2000) */
+} mt_rpc_client_config_t;
+
+void mt_rpc_client_config_init(mt_rpc_client_config_t *cfg);
+
+/** @param[out] out  caller frees with mt_rpc_channel_destroy(). Connects lazily. */
+mt_err_t mt_rpc_channel_create(const char *target, const mt_rpc_client_config_t *cfg,
+                               mt_rpc_channel_t **out);
+void mt_rpc_channel_destroy(mt_rpc_channel_t *ch);
+
+/**
+ * A unary call. On success (st->code == MT_RPC_OK) *resp is a malloc'd buffer the caller
+ * frees (NULL if the reply was empty). Retries on UNAVAILABLE within the deadline.
+ * @returns MT_OK when the call completed (whatever its status: see @p st), MT_TIMEOUT if
+ *          the deadline passed, MT_UNAVAILABLE if the server stayed unreachable, MT_NOMEM.
+ */
+mt_err_t mt_rpc_call(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
+                     int64_t deadline_ms, uint8_t **resp, size_t *resp_len,
+                     mt_rpc_status_t *st);
+
+/** One call of a batch (mt_rpc_call_many). Inputs borrowed; outputs as for mt_rpc_call. */
+typedef struct mt_rpc_batch_call {
+    mt_rpc_channel_t *ch;
+    const char *path;
+    const uint8_t *req;
+    size_t len;
+    uint8_t *resp;        /* out: malloc'd, caller frees */
+    size_t resp_len;      /* out */
+    mt_rpc_status_t st;   /* out */
+} mt_rpc_batch_call_t;
+
+/** Runs @p n unary calls in parallel (possibly on different channels), each with the same
+ *  deadline and retry policy. @returns MT_OK once all completed; see each call's st. */
+mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms);
+
+/** Opens a server-streaming call. @param[out] out  caller closes with mt_rpc_stream_close(). */
+mt_err_t mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_t *req,
+                            size_t len, int64_t deadline_ms, mt_rpc_stream_t **out);
+
+/**
+ * Next message of the stream: *buf is malloc'd (caller frees).
+ * @returns MT_OK with a message, MT_NOT_FOUND at the end of the stream (then read the
+ *          status with mt_rpc_stream_close()), or MT_CANCELLED on a broken stream.
+ */
+mt_err_t mt_rpc_stream_next(mt_rpc_stream_t *s, uint8_t **buf, size_t *len);
+
+/** Ends the stream (cancelling it if not finished) and gives its final status. */
+void mt_rpc_stream_close(mt_rpc_stream_t *s, mt_rpc_status_t *st);
+
+#endif /* MT_RPC_H */
