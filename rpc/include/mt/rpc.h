@@ -60,10 +60,10 @@ typedef struct mt_rpc_server mt_rpc_server_t;
 typedef struct mt_rpc_call mt_rpc_call_t;
 
 typedef struct mt_rpc_server_config {
-    const char *listen;          /* "127.0.0.1:0" picks a free port (default) */
-    uint32_t threads;            /* worker threads, 1..64 (default 4) */
-    uint32_t max_message_bytes;  /* receive and send limit (default 64 MiB) */
-    uint32_t grace_ms;           /* shutdown: how long in-flight calls may finish (default 5000) */
+    const char *listen;         /* "127.0.0.1:0" picks a free port (default) */
+    uint32_t threads;           /* worker threads, 1..64 (default 4) */
+    uint32_t max_message_bytes; /* receive and send limit (default 64 MiB) */
+    uint32_t grace_ms;          /* shutdown: how long in-flight calls may finish (default 5000) */
 } mt_rpc_server_config_t;
 
 /**
@@ -128,10 +128,10 @@ typedef struct mt_rpc_channel mt_rpc_channel_t;
 typedef struct mt_rpc_stream mt_rpc_stream_t;
 
 typedef struct mt_rpc_client_config {
-    uint32_t max_message_bytes;  /* default 64 MiB */
-    uint32_t retries;            /* extra attempts on UNAVAILABLE (default 3) */
-    uint32_t backoff_ms;         /* first backoff, doubled each retry (default 50) */
-    uint32_t backoff_max_ms;     /* cap of the backoff (default 2000) */
+    uint32_t max_message_bytes; /* default 64 MiB */
+    uint32_t retries;           /* extra attempts on UNAVAILABLE (default 3) */
+    uint32_t backoff_ms;        /* first backoff, doubled each retry (default 50) */
+    uint32_t backoff_max_ms;    /* cap of the backoff (default 2000) */
 } mt_rpc_client_config_t;
 
 void mt_rpc_client_config_init(mt_rpc_client_config_t *cfg);
@@ -148,8 +148,7 @@ void mt_rpc_channel_destroy(mt_rpc_channel_t *ch);
  *          the deadline passed, MT_UNAVAILABLE if the server stayed unreachable, MT_NOMEM.
  */
 mt_err_t mt_rpc_call(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
-                     int64_t deadline_ms, uint8_t **resp, size_t *resp_len,
-                     mt_rpc_status_t *st);
+                     int64_t deadline_ms, uint8_t **resp, size_t *resp_len, mt_rpc_status_t *st);
 
 /** One call of a batch (mt_rpc_call_many). Inputs borrowed; outputs as for mt_rpc_call. */
 typedef struct mt_rpc_batch_call {
@@ -157,9 +156,9 @@ typedef struct mt_rpc_batch_call {
     const char *path;
     const uint8_t *req;
     size_t len;
-    uint8_t *resp;        /* out: malloc'd, caller frees */
-    size_t resp_len;      /* out */
-    mt_rpc_status_t st;   /* out */
+    uint8_t *resp;      /* out: malloc'd, caller frees */
+    size_t resp_len;    /* out */
+    mt_rpc_status_t st; /* out */
 } mt_rpc_batch_call_t;
 
 /** Runs @p n unary calls in parallel (possibly on different channels), each with the same
@@ -167,8 +166,8 @@ typedef struct mt_rpc_batch_call {
 mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms);
 
 /** Opens a server-streaming call. @param[out] out  caller closes with mt_rpc_stream_close(). */
-mt_err_t mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_t *req,
-                            size_t len, int64_t deadline_ms, mt_rpc_stream_t **out);
+mt_err_t mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
+                            int64_t deadline_ms, mt_rpc_stream_t **out);
 
 /**
  * Next message of the stream: *buf is malloc'd (caller frees).

@@ -33,7 +33,8 @@ Test(wire, lookup_request_round_trip_and_fixed64_size) {
     Monolith__V1__LookupRequest *r = monolith__v1__lookup_request__unpack(NULL, len, buf);
     cr_assert_not_null(r);
     cr_assert_eq(r->n_fids, 5);
-    for (int i = 0; i < 5; i++) cr_assert_eq(r->fids[i], fids[i]);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(r->fids[i], fids[i]);
     cr_assert_eq(r->train, 1);
     cr_assert_eq(r->now_s, 1700000000);
     monolith__v1__lookup_request__free_unpacked(r, NULL);
@@ -61,8 +62,10 @@ Test(wire, truncated_and_garbage_input_is_refused) {
         size_t n = (size_t)(x % sizeof(junk));
         Monolith__V1__ApplyGradientsRequest *r =
             monolith__v1__apply_gradients_request__unpack(NULL, n, junk);
-        if (r) monolith__v1__apply_gradients_request__free_unpacked(r, NULL);
-        else refused++;
+        if (r)
+            monolith__v1__apply_gradients_request__free_unpacked(r, NULL);
+        else
+            refused++;
     }
     cr_assert_gt(refused, 1000, "garbage should mostly be refused, %d were", refused);
     free(buf);

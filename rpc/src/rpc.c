@@ -1,0 +1,841 @@
+/*
+ * rpc.c - the gRPC C core service layer (see mt/rpc.h).
+ *
+ * Server anatomy
+ * --------------
+ *   notification queue (cq, "next" type, registered with the server)
+ *     <- one posted request ("slot") per worker per method, plus a few generic slots for
+ *        paths nobody registered (they are answered UNIMPLEMENTED; without them such calls
+ *        would hang until their deadline).
+ *   slot: {method, call, deadline, metadata, payload, ccq}
+ *     ccq is a "pluck" queue bound to the slot's calls: every batch of a call completes
+ *     there, and only the worker handling the call plucks it. So a handler that streams
+ *     (send, wait, send, wait, ...) never needs another worker to make progress.
+ *
+ *   worker: next(cq) -> a slot whose call arrived -> run the handler -> the handler's last
+ *           batch (SEND_STATUS_FROM_SERVER + RECV_CLOSE_ON_SERVER) completes on ccq ->
+ *           release the call -> post the slot again (unless shutting down).
+ *
+ * Shutdown: grpc_server_shutdown_and_notify() stops new calls (clients get UNAVAILABLE)
+ * and fails the posted slots; in-flight handlers finish; the shutdown tag arrives once no
+ * call is left. If that takes longer than grace_ms, grpc_server_cancel_all_calls() makes
+ * every pending send fail so that handlers return. Then the queue is shut down and drained
+ * and the workers exit.
+ */
+#include "mt/rpc.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MT__GENERIC_SLOTS 2
+#define MT__HEALTH_PATH "/grpc.health.v1.Health/Check"
+
+/* ============================== small helpers ============================== */
+
+static gpr_timespec deadline_after_ms(int64_t ms) {
+    if (ms <= 0) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* Copies a byte buffer into one malloc'd block. @returns 0 or -1 (out of memory / bad). */
+static int bb_flatten(grpc_byte_buffer *bb, uint8_t **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    if (!bb) return 0;
+    grpc_byte_buffer_reader r;
+    if (!grpc_byte_buffer_reader_init(&r, bb)) return -1;
+    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    size_t n = GRPC_SLICE_LENGTH(s);
+    if (n) {
+        *out = malloc(n);
+        if (!*out) {
+            grpc_slice_unref(s);
+            return -1;
+        }
+        memcpy(*out, GRPC_SLICE_START_PTR(s), n);
+    }
+    *len = n;
+    grpc_slice_unref(s);
+    return 0;
+}
+
+static grpc_byte_buffer *bb_from(const uint8_t *buf, size_t len) {
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+static void status_set(mt_rpc_status_t *st, int code, grpc_slice details) {
+    st->code = code;
+    size_t n = GRPC_SLICE_LENGTH(details);
+    if (n >= sizeof(st->message)) n = sizeof(st->message) - 1;
+    memcpy(st->message, GRPC_SLICE_START_PTR(details), n);
+    st->message[n] = 0;
+}
+
+/* Shuts a pluck queue down, drains it and destroys it. */
+static void cq_destroy_pluck(grpc_completion_queue *cq) {
+    if (!cq) return;
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+}
+
+/* ============================== server ============================== */
+
+typedef struct method {
+    char *path;
+    char *service; /* "package.Service" */
+    int streaming;
+    mt_rpc_handler_fn fn;
+    void *ud;
+    void *handle; /* grpc_server_register_method's */
+} method_t;
+
+typedef struct slot {
+    struct mt_rpc_server *s;
+    method_t *m; /* NULL: generic slot (unknown paths) */
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_call_details details;
+    grpc_byte_buffer *payload;
+    grpc_completion_queue *ccq;
+    int posted;
+} slot_t;
+
+struct mt_rpc_call {
+    slot_t *slot;
+    int finished;
+    int sent_md;
+    int broken; /* a send failed: the client is gone */
+    char mdval[256];
+};
+
+struct mt_rpc_server {
+    mt_rpc_server_config_t cfg;
+    char *listen;
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    method_t *methods;
+    size_t nmethods, cap_methods;
+    slot_t *slots;
+    size_t nslots;
+    pthread_t *workers;
+    uint32_t nworkers;
+    _Atomic int serving;
+    _Atomic int stopping;
+    int started, shut;
+    int shutdown_seen;            /* the shutdown tag arrived (under lock) */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    char shutdown_tag;            /* its address is the tag */
+};
+
+void mt_rpc_server_config_init(mt_rpc_server_config_t *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->listen = "127.0.0.1:0";
+    cfg->threads = 4;
+    cfg->max_message_bytes = 64u << 20;
+    cfg->grace_ms = 5000;
+}
+
+static void health_check(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len);
+
+mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t **out) {
+    if (!cfg || !cfg->listen || cfg->threads < 1 || cfg->threads > 64 ||
+        cfg->max_message_bytes < 1024)
+        return MT_CONFIG;
+    mt_rpc_server_t *s = calloc(1, sizeof(*s));
+    if (!s) return MT_NOMEM;
+    s->cfg = *cfg;
+    s->listen = strdup(cfg->listen);
+    if (!s->listen) {
+        free(s);
+        return MT_NOMEM;
+    }
+    s->cfg.listen = s->listen;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    atomic_init(&s->serving, 1);
+    atomic_init(&s->stopping, 0);
+    grpc_init();
+    grpc_arg args[2];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)cfg->max_message_bytes;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = (int)cfg->max_message_bytes;
+    grpc_channel_args cargs = {2, args};
+    s->server = grpc_server_create(&cargs, NULL);
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->cq, NULL);
+    mt_err_t err = mt_rpc_server_add(s, MT__HEALTH_PATH, 0, health_check, s);
+    if (err) {
+        mt_rpc_server_destroy(s);
+        return err;
+    }
+    *out = s;
+    return MT_OK;
+}
+
+mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int streaming,
+                           mt_rpc_handler_fn fn, void *ud) {
+    if (s->started || !path || path[0] != '/' || !fn) return MT_INVALID;
+    const char *slash = strchr(path + 1, '/');
+    if (!slash || slash == path + 1 || !slash[1]) return MT_INVALID;
+    for (size_t i = 0; i < s->nmethods; i++)
+        if (!strcmp(s->methods[i].path, path)) return MT_INVALID;
+    if (s->nmethods == s->cap_methods) {
+        size_t c = s->cap_methods ? 2 * s->cap_methods : 16;
+        method_t *m = realloc(s->methods, c * sizeof(*m));
+        if (!m) return MT_NOMEM;
+        s->methods = m;
+        s->cap_methods = c;
+    }
+    method_t *m = &s->methods[s->nmethods];
+    memset(m, 0, sizeof(*m));
+    m->path = strdup(path);
+    m->service = strndup(path + 1, (size_t)(slash - path - 1));
+    if (!m->path || !m->service) {
+        free(m->path);
+        free(m->service);
+        return MT_NOMEM;
+    }
+    m->streaming = streaming;
+    m->fn = fn;
+    m->ud = ud;
+    m->handle = grpc_server_register_method(s->server, m->path, NULL,
+                                            GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    if (!m->handle) {
+        free(m->path);
+        free(m->service);
+        return MT_INVALID;
+    }
+    s->nmethods++;
+    return MT_OK;
+}
+
+/* Posts a slot for its next call. @returns 0, or -1 if gRPC refused (shutting down). */
+static int slot_post(slot_t *sl) {
+    mt_rpc_server_t *s = sl->s;
+    grpc_metadata_array_init(&sl->md);
+    sl->payload = NULL;
+    sl->call = NULL;
+    grpc_call_error e;
+    if (sl->m) {
+        e = grpc_server_request_registered_call(s->server, sl->m->handle, &sl->call,
+                                                &sl->deadline, &sl->md, &sl->payload, sl->ccq,
+                                                s->cq, sl);
+    } else {
+        grpc_call_details_init(&sl->details);
+        e = grpc_server_request_call(s->server, &sl->call, &sl->details, &sl->md, sl->ccq, s->cq,
+                                     sl);
+    }
+    sl->posted = e == GRPC_CALL_OK;
+    if (!sl->posted) {
+        grpc_metadata_array_destroy(&sl->md);
+        if (!sl->m) grpc_call_details_destroy(&sl->details);
+    }
+    return sl->posted ? 0 : -1;
+}
+
+/* Releases what a finished (or failed) request holds. */
+static void slot_release(slot_t *sl) {
+    if (sl->call) grpc_call_unref(sl->call);
+    sl->call = NULL;
+    if (sl->payload) grpc_byte_buffer_destroy(sl->payload);
+    sl->payload = NULL;
+    grpc_metadata_array_destroy(&sl->md);
+    if (!sl->m) grpc_call_details_destroy(&sl->details);
+    sl->posted = 0;
+}
+
+/* Runs one batch on the call and waits for it on the slot's queue. @returns 1 on success. */
+static int call_batch(mt_rpc_call_t *c, grpc_op *ops, size_t n) {
+    slot_t *sl = c->slot;
+    if (grpc_call_start_batch(sl->call, ops, n, ops, NULL) != GRPC_CALL_OK) return 0;
+    grpc_event ev = grpc_completion_queue_pluck(sl->ccq, ops, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                                NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+static void call_finish(mt_rpc_call_t *c, int code, const char *msg, const uint8_t *buf,
+                        size_t len, int with_message) {
+    if (c->finished) return;
+    c->finished = 1;
+    grpc_op ops[4];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    if (!c->sent_md) {
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        n++;
+        c->sent_md = 1;
+    }
+    grpc_byte_buffer *bb = NULL;
+    if (with_message && code == MT_RPC_OK && !c->broken) {
+        bb = bb_from(buf, len);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = bb;
+        n++;
+    }
+    grpc_slice details = grpc_slice_from_copied_string(msg ? msg : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)code;
+    ops[n].data.send_status_from_server.status_details = &details;
+    n++;
+    int cancelled = 0;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n].data.recv_close_on_server.cancelled = &cancelled;
+    n++;
+    call_batch(c, ops, n);
+    grpc_slice_unref(details);
+    if (bb) grpc_byte_buffer_destroy(bb);
+}
+
+void mt_rpc_reply(mt_rpc_call_t *c, const uint8_t *buf, size_t len) {
+    call_finish(c, MT_RPC_OK, NULL, buf, len, !c->slot->m || !c->slot->m->streaming || buf);
+}
+
+void mt_rpc_fail(mt_rpc_call_t *c, int code, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (code == MT_RPC_OK) code = MT_RPC_UNKNOWN;
+    call_finish(c, code, msg, NULL, 0, 0);
+}
+
+mt_err_t mt_rpc_send(mt_rpc_call_t *c, const uint8_t *buf, size_t len) {
+    if (c->finished || c->broken) return MT_CANCELLED;
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    if (!c->sent_md) {
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        n++;
+        c->sent_md = 1;
+    }
+    grpc_byte_buffer *bb = bb_from(buf, len);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = bb;
+    n++;
+    int ok = call_batch(c, ops, n);
+    grpc_byte_buffer_destroy(bb);
+    if (!ok) c->broken = 1;
+    return ok ? MT_OK : MT_CANCELLED;
+}
+
+int64_t mt_rpc_call_remaining_ms(const mt_rpc_call_t *c) {
+    gpr_timespec d = gpr_convert_clock_type(c->slot->deadline, GPR_CLOCK_MONOTONIC);
+    if (gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_MONOTONIC)) == 0) return INT64_MAX;
+    gpr_timespec left = gpr_time_sub(d, gpr_now(GPR_CLOCK_MONOTONIC));
+    return (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
+}
+
+const char *mt_rpc_call_metadata(const mt_rpc_call_t *c, const char *key) {
+    const grpc_metadata_array *md = &c->slot->md;
+    size_t klen = strlen(key);
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_metadata *m = &md->metadata[i];
+        if (GRPC_SLICE_LENGTH(m->key) == klen && !memcmp(GRPC_SLICE_START_PTR(m->key), key, klen)) {
+            mt_rpc_call_t *mc = (mt_rpc_call_t *)c;
+            size_t n = GRPC_SLICE_LENGTH(m->value);
+            if (n >= sizeof(mc->mdval)) n = sizeof(mc->mdval) - 1;
+            memcpy(mc->mdval, GRPC_SLICE_START_PTR(m->value), n);
+            mc->mdval[n] = 0;
+            return mc->mdval;
+        }
+    }
+    return NULL;
+}
+
+/* grpc.health.v1.Health/Check: "" (or a service of ours) answers SERVING / NOT_SERVING;
+ * another service name answers NOT_FOUND, as the protocol says. */
+static void health_check(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_rpc_server_t *s = ud;
+    if (len > 0) {
+        /* HealthCheckRequest: field 1 (tag 0x0A), length-delimited string. */
+        if (req[0] != 0x0A || len < 2 || req[1] > 127 || (size_t)req[1] + 2 != len) {
+            mt_rpc_fail(c, MT_RPC_INVALID_ARGUMENT, "malformed HealthCheckRequest");
+            return;
+        }
+        size_t n = req[1];
+        int known = n == 0;
+        for (size_t i = 0; i < s->nmethods && !known; i++)
+            known = strlen(s->methods[i].service) == n &&
+                    !memcmp(s->methods[i].service, req + 2, n);
+        if (!known) {
+            mt_rpc_fail(c, MT_RPC_NOT_FOUND, "unknown service %.*s", (int)n, (const char *)req + 2);
+            return;
+        }
+    }
+    uint8_t resp[2] = {0x08, (uint8_t)(atomic_load(&s->serving) ? 1 : 2)};
+    mt_rpc_reply(c, resp, sizeof(resp));
+}
+
+static void handle_call(slot_t *sl) {
+    mt_rpc_call_t c;
+    memset(&c, 0, sizeof(c));
+    c.slot = sl;
+    if (!sl->m) {
+        char path[256];
+        size_t n = GRPC_SLICE_LENGTH(sl->details.method);
+        if (n >= sizeof(path)) n = sizeof(path) - 1;
+        memcpy(path, GRPC_SLICE_START_PTR(sl->details.method), n);
+        path[n] = 0;
+        mt_rpc_fail(&c, MT_RPC_UNIMPLEMENTED, "unknown method %s", path);
+        return;
+    }
+    uint8_t *req = NULL;
+    size_t len = 0;
+    if (!sl->payload) {
+        mt_rpc_fail(&c, MT_RPC_INVALID_ARGUMENT, "%s: no request message", sl->m->path);
+        return;
+    }
+    if (bb_flatten(sl->payload, &req, &len) != 0) {
+        mt_rpc_fail(&c, MT_RPC_RESOURCE_EXHAUSTED, "%s: cannot read the request", sl->m->path);
+        return;
+    }
+    sl->m->fn(sl->m->ud, &c, req ? req : (const uint8_t *)"", len);
+    if (!c.finished) mt_rpc_fail(&c, MT_RPC_INTERNAL, "%s: handler did not answer", sl->m->path);
+    free(req);
+}
+
+static void *worker_main(void *arg) {
+    mt_rpc_server_t *s = arg;
+    for (;;) {
+        grpc_event ev =
+            grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+        if (ev.type != GRPC_OP_COMPLETE) continue;
+        if (ev.tag == &s->shutdown_tag) {
+            pthread_mutex_lock(&s->lock);
+            s->shutdown_seen = 1;
+            pthread_cond_broadcast(&s->cond);
+            pthread_mutex_unlock(&s->lock);
+            continue;
+        }
+        slot_t *sl = ev.tag;
+        if (!ev.success) { /* the server is shutting down: this request never got a call */
+            slot_release(sl);
+            continue;
+        }
+        handle_call(sl);
+        slot_release(sl);
+        if (!atomic_load(&s->stopping)) slot_post(sl);
+    }
+    return NULL;
+}
+
+mt_err_t mt_rpc_server_start(mt_rpc_server_t *s, int *port) {
+    if (s->started) return MT_INVALID;
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int p = grpc_server_add_http2_port(s->server, s->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (p <= 0) return MT_IO;
+    /* One slot per worker per method (health included) plus the generic ones. */
+    uint32_t per = s->cfg.threads;
+    s->nslots = s->nmethods * per + MT__GENERIC_SLOTS;
+    s->slots = calloc(s->nslots, sizeof(slot_t));
+    s->workers = calloc(s->cfg.threads, sizeof(pthread_t));
+    if (!s->slots || !s->workers) return MT_NOMEM;
+    for (size_t i = 0; i < s->nslots; i++) {
+        slot_t *sl = &s->slots[i];
+        sl->s = s;
+        sl->m = i < s->nmethods * per ? &s->methods[i / per] : NULL;
+        sl->ccq = grpc_completion_queue_create_for_pluck(NULL);
+        if (!sl->ccq) return MT_NOMEM;
+    }
+    grpc_server_start(s->server);
+    s->started = 1;
+    for (size_t i = 0; i < s->nslots; i++)
+        if (slot_post(&s->slots[i]) != 0) return MT_INTERNAL;
+    for (uint32_t i = 0; i < s->cfg.threads; i++) {
+        if (pthread_create(&s->workers[i], NULL, worker_main, s) != 0) break;
+        s->nworkers++;
+    }
+    if (s->nworkers == 0) return MT_NOMEM;
+    if (port) *port = p;
+    return MT_OK;
+}
+
+void mt_rpc_server_set_serving(mt_rpc_server_t *s, int serving) {
+    atomic_store(&s->serving, serving ? 1 : 0);
+}
+
+void mt_rpc_server_shutdown(mt_rpc_server_t *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->lock);
+    if (s->shut || !s->started) {
+        s->shut = 1;
+        pthread_mutex_unlock(&s->lock);
+        return;
+    }
+    s->shut = 1;
+    pthread_mutex_unlock(&s->lock);
+    atomic_store(&s->stopping, 1);
+    atomic_store(&s->serving, 0);
+    grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += s->cfg.grace_ms / 1000;
+    until.tv_nsec += (long)(s->cfg.grace_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->lock);
+    while (!s->shutdown_seen)
+        if (pthread_cond_timedwait(&s->cond, &s->lock, &until) != 0) break;
+    int done = s->shutdown_seen;
+    pthread_mutex_unlock(&s->lock);
+    if (!done) {
+        grpc_server_cancel_all_calls(s->server);
+        pthread_mutex_lock(&s->lock);
+        while (!s->shutdown_seen) pthread_cond_wait(&s->cond, &s->lock);
+        pthread_mutex_unlock(&s->lock);
+    }
+    grpc_completion_queue_shutdown(s->cq);
+    for (uint32_t i = 0; i < s->nworkers; i++) pthread_join(s->workers[i], NULL);
+    s->nworkers = 0;
+}
+
+void mt_rpc_server_destroy(mt_rpc_server_t *s) {
+    if (!s) return;
+    mt_rpc_server_shutdown(s);
+    if (!s->started && s->cq) grpc_completion_queue_shutdown(s->cq);
+    if (s->server) grpc_server_destroy(s->server);
+    if (s->cq) {
+        while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {
+        }
+        grpc_completion_queue_destroy(s->cq);
+    }
+    if (s->slots)
+        for (size_t i = 0; i < s->nslots; i++) cq_destroy_pluck(s->slots[i].ccq);
+    for (size_t i = 0; i < s->nmethods; i++) {
+        free(s->methods[i].path);
+        free(s->methods[i].service);
+    }
+    free(s->methods);
+    free(s->slots);
+    free(s->workers);
+    free(s->listen);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s);
+    grpc_shutdown();
+}
+
+/* ============================== client ============================== */
+
+struct mt_rpc_channel {
+    grpc_channel *ch;
+    mt_rpc_client_config_t cfg;
+};
+
+struct mt_rpc_stream {
+    grpc_call *call;
+    grpc_completion_queue *cq;
+    grpc_metadata_array md_initial, md_trailing;
+    int ended;
+};
+
+void mt_rpc_client_config_init(mt_rpc_client_config_t *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->max_message_bytes = 64u << 20;
+    cfg->retries = 3;
+    cfg->backoff_ms = 50;
+    cfg->backoff_max_ms = 2000;
+}
+
+mt_err_t mt_rpc_channel_create(const char *target, const mt_rpc_client_config_t *cfg,
+                               mt_rpc_channel_t **out) {
+    mt_rpc_client_config_t def;
+    if (!cfg) {
+        mt_rpc_client_config_init(&def);
+        cfg = &def;
+    }
+    if (!target || !*target || cfg->max_message_bytes < 1024) return MT_CONFIG;
+    mt_rpc_channel_t *c = calloc(1, sizeof(*c));
+    if (!c) return MT_NOMEM;
+    c->cfg = *cfg;
+    grpc_init();
+    grpc_arg args[2];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)cfg->max_message_bytes;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = (int)cfg->max_message_bytes;
+    grpc_channel_args cargs = {2, args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    c->ch = grpc_channel_create(target, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    if (!c->ch) {
+        free(c);
+        grpc_shutdown();
+        return MT_NOMEM;
+    }
+    *out = c;
+    return MT_OK;
+}
+
+void mt_rpc_channel_destroy(mt_rpc_channel_t *c) {
+    if (!c) return;
+    grpc_channel_destroy(c->ch);
+    free(c);
+    grpc_shutdown();
+}
+
+/* One attempt of a unary call, started on cq with tag `a`. */
+typedef struct attempt {
+    grpc_call *call;
+    grpc_metadata_array md_initial, md_trailing;
+    grpc_byte_buffer *req_bb, *resp_bb;
+    grpc_status_code status;
+    grpc_slice details;
+    grpc_op ops[6];
+} attempt_t;
+
+static int attempt_start(attempt_t *a, mt_rpc_channel_t *ch, grpc_completion_queue *cq,
+                         const char *path, const uint8_t *req, size_t len, gpr_timespec deadline) {
+    memset(a, 0, sizeof(*a));
+    grpc_slice method = grpc_slice_from_static_string(path);
+    a->call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method, NULL,
+                                       deadline, NULL);
+    if (!a->call) return -1;
+    grpc_metadata_array_init(&a->md_initial);
+    grpc_metadata_array_init(&a->md_trailing);
+    a->req_bb = bb_from(req, len);
+    a->details = grpc_empty_slice();
+    grpc_op *op = a->ops;
+    op[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    op[1].op = GRPC_OP_SEND_MESSAGE;
+    op[1].data.send_message.send_message = a->req_bb;
+    op[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    op[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    op[3].data.recv_initial_metadata.recv_initial_metadata = &a->md_initial;
+    op[4].op = GRPC_OP_RECV_MESSAGE;
+    op[4].data.recv_message.recv_message = &a->resp_bb;
+    op[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    op[5].data.recv_status_on_client.trailing_metadata = &a->md_trailing;
+    op[5].data.recv_status_on_client.status = &a->status;
+    op[5].data.recv_status_on_client.status_details = &a->details;
+    if (grpc_call_start_batch(a->call, a->ops, 6, a, NULL) != GRPC_CALL_OK) {
+        grpc_call_unref(a->call);
+        a->call = NULL;
+        grpc_byte_buffer_destroy(a->req_bb);
+        grpc_metadata_array_destroy(&a->md_initial);
+        grpc_metadata_array_destroy(&a->md_trailing);
+        return -1;
+    }
+    return 0;
+}
+
+/* Collects a finished attempt into status and response; frees the attempt. */
+static void attempt_finish(attempt_t *a, mt_rpc_status_t *st, uint8_t **resp, size_t *resp_len) {
+    status_set(st, (int)a->status, a->details);
+    *resp = NULL;
+    *resp_len = 0;
+    if (a->status == GRPC_STATUS_OK && bb_flatten(a->resp_bb, resp, resp_len) != 0) {
+        st->code = MT_RPC_RESOURCE_EXHAUSTED;
+        snprintf(st->message, sizeof(st->message), "out of memory reading the response");
+    }
+    if (a->resp_bb) grpc_byte_buffer_destroy(a->resp_bb);
+    grpc_byte_buffer_destroy(a->req_bb);
+    grpc_slice_unref(a->details);
+    grpc_metadata_array_destroy(&a->md_initial);
+    grpc_metadata_array_destroy(&a->md_trailing);
+    grpc_call_unref(a->call);
+}
+
+static void sleep_ms(uint32_t ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static mt_err_t status_err(const mt_rpc_status_t *st) {
+    if (st->code == MT_RPC_DEADLINE_EXCEEDED) return MT_TIMEOUT;
+    if (st->code == MT_RPC_UNAVAILABLE) return MT_UNAVAILABLE;
+    return MT_OK;
+}
+
+mt_err_t mt_rpc_call(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
+                     int64_t deadline_ms, uint8_t **resp, size_t *resp_len,
+                     mt_rpc_status_t *st) {
+    mt_rpc_batch_call_t c = {.ch = ch, .path = path, .req = req, .len = len};
+    mt_err_t err = mt_rpc_call_many(&c, 1, deadline_ms);
+    *st = c.st;
+    *resp = c.resp;
+    *resp_len = c.resp_len;
+    return err ? err : status_err(st);
+}
+
+mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms) {
+    if (n == 0) return MT_OK;
+    gpr_timespec deadline = deadline_after_ms(deadline_ms);
+    attempt_t *at = calloc(n, sizeof(*at));
+    uint8_t *todo = calloc(n, 1);
+    if (!at || !todo) {
+        free(at);
+        free(todo);
+        return MT_NOMEM;
+    }
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    uint32_t backoff = calls[0].ch->cfg.backoff_ms, tries = 0;
+    for (size_t i = 0; i < n; i++) {
+        todo[i] = 1;
+        calls[i].resp = NULL;
+        calls[i].resp_len = 0;
+        memset(&calls[i].st, 0, sizeof(calls[i].st));
+    }
+    for (;;) {
+        size_t inflight = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!todo[i]) continue;
+            if (attempt_start(&at[i], calls[i].ch, cq, calls[i].path, calls[i].req, calls[i].len,
+                              deadline) == 0) {
+                inflight++;
+            } else {
+                todo[i] = 0;
+                calls[i].st.code = MT_RPC_INTERNAL;
+                snprintf(calls[i].st.message, sizeof(calls[i].st.message),
+                         "cannot start the call");
+            }
+        }
+        while (inflight > 0) {
+            grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            if (ev.type != GRPC_OP_COMPLETE) continue;
+            attempt_t *a = ev.tag;
+            size_t i = (size_t)(a - at);
+            attempt_finish(a, &calls[i].st, &calls[i].resp, &calls[i].resp_len);
+            todo[i] = calls[i].st.code == MT_RPC_UNAVAILABLE;
+            inflight--;
+        }
+        size_t again = 0;
+        for (size_t i = 0; i < n; i++) again += todo[i];
+        if (!again || tries >= calls[0].ch->cfg.retries) break;
+        /* Back off, but never past the deadline. */
+        gpr_timespec left = gpr_time_sub(deadline, gpr_now(GPR_CLOCK_MONOTONIC));
+        int64_t left_ms = (int64_t)left.tv_sec * 1000 + left.tv_nsec / 1000000;
+        if (deadline_ms > 0 && left_ms <= (int64_t)backoff) break;
+        sleep_ms(backoff);
+        tries++;
+        backoff = backoff * 2 < calls[0].ch->cfg.backoff_max_ms ? backoff * 2
+                                                                 : calls[0].ch->cfg.backoff_max_ms;
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    free(at);
+    free(todo);
+    return MT_OK;
+}
+
+mt_err_t mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_t *req,
+                            size_t len, int64_t deadline_ms, mt_rpc_stream_t **out) {
+    mt_rpc_stream_t *s = calloc(1, sizeof(*s));
+    if (!s) return MT_NOMEM;
+    s->cq = grpc_completion_queue_create_for_pluck(NULL);
+    s->call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
+                                       grpc_slice_from_static_string(path), NULL,
+                                       deadline_after_ms(deadline_ms), NULL);
+    grpc_metadata_array_init(&s->md_initial);
+    grpc_metadata_array_init(&s->md_trailing);
+    if (!s->call) {
+        mt_rpc_stream_close(s, NULL);
+        return MT_INTERNAL;
+    }
+    grpc_byte_buffer *bb = bb_from(req, len);
+    grpc_op ops[4];
+    memset(ops, 0, sizeof(ops));
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &s->md_initial;
+    int ok = grpc_call_start_batch(s->call, ops, 4, ops, NULL) == GRPC_CALL_OK;
+    if (ok) {
+        grpc_event ev =
+            grpc_completion_queue_pluck(s->cq, ops, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        ok = ev.type == GRPC_OP_COMPLETE;
+        /* ev.success is 0 if the server failed at once: the status tells why (close). */
+        if (ok && !ev.success) s->ended = 1;
+    }
+    grpc_byte_buffer_destroy(bb);
+    if (!ok) {
+        mt_rpc_stream_close(s, NULL);
+        return MT_INTERNAL;
+    }
+    *out = s;
+    return MT_OK;
+}
+
+mt_err_t mt_rpc_stream_next(mt_rpc_stream_t *s, uint8_t **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    if (s->ended) return MT_NOT_FOUND;
+    grpc_byte_buffer *bb = NULL;
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &bb;
+    if (grpc_call_start_batch(s->call, &op, 1, &op, NULL) != GRPC_CALL_OK) return MT_CANCELLED;
+    grpc_event ev = grpc_completion_queue_pluck(s->cq, &op, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type != GRPC_OP_COMPLETE || !ev.success || !bb) {
+        if (bb) grpc_byte_buffer_destroy(bb);
+        s->ended = 1;
+        return ev.success ? MT_NOT_FOUND : MT_CANCELLED;
+    }
+    int rc = bb_flatten(bb, buf, len);
+    grpc_byte_buffer_destroy(bb);
+    return rc == 0 ? MT_OK : MT_NOMEM;
+}
+
+void mt_rpc_stream_close(mt_rpc_stream_t *s, mt_rpc_status_t *st) {
+    if (!s) return;
+    if (s->call) {
+        if (!s->ended) grpc_call_cancel(s->call, NULL);
+        grpc_status_code code = GRPC_STATUS_UNKNOWN;
+        grpc_slice details = grpc_empty_slice();
+        grpc_op op;
+        memset(&op, 0, sizeof(op));
+        op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+        op.data.recv_status_on_client.trailing_metadata = &s->md_trailing;
+        op.data.recv_status_on_client.status = &code;
+        op.data.recv_status_on_client.status_details = &details;
+        if (grpc_call_start_batch(s->call, &op, 1, &op, NULL) == GRPC_CALL_OK)
+            grpc_completion_queue_pluck(s->cq, &op, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (st) status_set(st, (int)code, details);
+        grpc_slice_unref(details);
+        grpc_call_unref(s->call);
+    } else if (st) {
+        st->code = MT_RPC_INTERNAL;
+        snprintf(st->message, sizeof(st->message), "stream was never opened");
+    }
+    grpc_metadata_array_destroy(&s->md_initial);
+    grpc_metadata_array_destroy(&s->md_trailing);
+    cq_destroy_pluck(s->cq);
+    free(s);
+}
