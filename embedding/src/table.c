@@ -816,6 +816,11 @@ mt_err_t mt_table_dim(const mt_table_t *t, uint64_t fid, uint32_t *dim) {
     return MT_OK;
 }
 
+const mt_table_slot_config_t *mt_table_slot_config(const mt_table_t *t, uint64_t fid) {
+    const mt__slot_t *s = mt__slot_of(t, fid);
+    return s ? &s->cfg : NULL;
+}
+
 mt_err_t mt_table_state_floats(const mt_table_t *t, uint64_t fid, uint32_t *nfloats) {
     const mt__slot_t *s = mt__slot_of(t, fid);
     if (!s) return MT_UNKNOWN_SLOT;

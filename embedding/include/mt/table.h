@@ -230,6 +230,10 @@ uint64_t mt_table_buckets(mt_table_t *t);
 mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state, size_t state_len,
                           uint32_t *touch_s, uint32_t *count, uint64_t *version);
 
+/** The configuration of @p fid's slot (valid until mt_table_destroy()), or NULL if the slot
+ *  is not configured. */
+const mt_table_slot_config_t *mt_table_slot_config(const mt_table_t *t, uint64_t fid);
+
 /** Optimizer-state floats per row of @p fid's slot. @returns MT_OK or MT_UNKNOWN_SLOT. */
 mt_err_t mt_table_state_floats(const mt_table_t *t, uint64_t fid, uint32_t *nfloats);
 

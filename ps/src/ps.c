@@ -1,0 +1,840 @@
+/*
+ * ps.c - the ParameterServer methods over one shard's table and dense parameters.
+ *
+ * Every handler: unpack (malformed -> INVALID_ARGUMENT), check limits (RESOURCE_EXHAUSTED),
+ * check every id (unknown slot, other shard -> INVALID_ARGUMENT) and every float (NaN or
+ * infinite gradients -> INVALID_ARGUMENT) before touching the table, then act, pack, reply.
+ * A bad request changes nothing.
+ */
+#include "mt/ps.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "monolith/v1/ps.pb-c.h"
+
+#define PATH(m) "/monolith.v1.ParameterServer/" m
+
+typedef struct dense_tensor {
+    char *name;
+    uint32_t *shape;
+    size_t nshape;
+    size_t n;
+    float *w, *s1, *s2; /* weights, Adagrad accumulator or Adam m, Adam v */
+    uint64_t steps;
+} dense_tensor_t;
+
+struct mt_ps {
+    mt_ps_config_t cfg;
+    char *admin_token;
+    mt_table_t *table;
+    uint64_t incarnation;
+    /* Dense parameters, guarded by dense_lock. */
+    pthread_mutex_t dense_lock;
+    dense_tensor_t *dense;
+    size_t ndense;
+    uint64_t dense_version;
+    /* Snapshot hook. */
+    mt_ps_snapshot_fn snap_fn;
+    void *snap_ud;
+    pthread_mutex_t snap_lock; /* one snapshot at a time */
+    /* Counters. */
+    _Atomic uint64_t calls[MT_PS_NMETHODS], errors[MT_PS_NMETHODS];
+    _Atomic uint64_t lookup_fids, apply_fids, sync_entries;
+};
+
+/* ============================== config ============================== */
+
+void mt_ps_dense_config_init(mt_ps_dense_config_t *d) {
+    memset(d, 0, sizeof(*d));
+    d->opt = MT_OPT_ADAM;
+    d->lr = 0.001f;
+    d->beta1 = 0.9f;
+    d->beta2 = 0.999f;
+    d->eps = 1e-8f;
+    d->init_accum = 0.1f;
+}
+
+void mt_ps_config_init(mt_ps_config_t *c) {
+    memset(c, 0, sizeof(*c));
+    c->shard = 0;
+    c->num_shards = 1;
+    mt_table_config_init(&c->table);
+    mt_ps_dense_config_init(&c->dense);
+    c->max_batch_fids = 1u << 20;
+    c->sync_chunk_fids = 4096;
+    c->admin_token = NULL;
+}
+
+uint32_t mt_ps_shard_of(uint64_t fid, uint32_t num_shards) {
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (uint8_t)(fid >> (8 * i));
+    return num_shards <= 1 ? 0 : (uint32_t)(XXH3_64bits(le, 8) % num_shards);
+}
+
+static uint32_t now_or(int64_t now_s) {
+    if (now_s > 0 && now_s < (int64_t)UINT32_MAX) return (uint32_t)now_s;
+    return (uint32_t)time(NULL);
+}
+
+/* ============================== lifecycle ============================== */
+
+mt_err_t mt_ps_create(const mt_ps_config_t *cfg, mt_table_t *table, mt_ps_t **out) {
+    if (!cfg || cfg->num_shards < 1 || cfg->shard >= cfg->num_shards || cfg->max_batch_fids < 1 ||
+        cfg->sync_chunk_fids < 1 ||
+        (cfg->dense.opt != MT_OPT_SGD && cfg->dense.opt != MT_OPT_ADAGRAD &&
+         cfg->dense.opt != MT_OPT_ADAM) ||
+        !(cfg->dense.lr > 0.0f))
+        return MT_CONFIG;
+    mt_ps_t *ps = calloc(1, sizeof(*ps));
+    if (!ps) return MT_NOMEM;
+    ps->cfg = *cfg;
+    ps->cfg.table.slots = NULL; /* borrowed: not kept */
+    if (cfg->admin_token && *cfg->admin_token) {
+        ps->admin_token = strdup(cfg->admin_token);
+        if (!ps->admin_token) {
+            free(ps);
+            return MT_NOMEM;
+        }
+    }
+    ps->cfg.admin_token = ps->admin_token;
+    pthread_mutex_init(&ps->dense_lock, NULL);
+    pthread_mutex_init(&ps->snap_lock, NULL);
+    if (getrandom(&ps->incarnation, sizeof(ps->incarnation), 0) != sizeof(ps->incarnation))
+        ps->incarnation = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)ps;
+    if (ps->incarnation == 0) ps->incarnation = 1;
+    mt_err_t err = MT_OK;
+    if (table) {
+        ps->table = table;
+    } else {
+        err = mt_table_create(&cfg->table, &ps->table);
+    }
+    if (err) {
+        mt_ps_destroy(ps);
+        return err;
+    }
+    *out = ps;
+    return MT_OK;
+}
+
+static void dense_free(dense_tensor_t *d, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(d[i].name);
+        free(d[i].shape);
+        free(d[i].w);
+        free(d[i].s1);
+        free(d[i].s2);
+    }
+    free(d);
+}
+
+void mt_ps_destroy(mt_ps_t *ps) {
+    if (!ps) return;
+    mt_table_destroy(ps->table);
+    dense_free(ps->dense, ps->ndense);
+    pthread_mutex_destroy(&ps->dense_lock);
+    pthread_mutex_destroy(&ps->snap_lock);
+    free(ps->admin_token);
+    free(ps);
+}
+
+mt_table_t *mt_ps_table(mt_ps_t *ps) {
+    return ps->table;
+}
+uint64_t mt_ps_incarnation(const mt_ps_t *ps) {
+    return ps->incarnation;
+}
+
+void mt_ps_set_snapshot_fn(mt_ps_t *ps, mt_ps_snapshot_fn fn, void *ud) {
+    pthread_mutex_lock(&ps->snap_lock);
+    ps->snap_fn = fn;
+    ps->snap_ud = ud;
+    pthread_mutex_unlock(&ps->snap_lock);
+}
+
+uint64_t mt_ps_expire_tick(mt_ps_t *ps, uint32_t now_s, size_t max_buckets) {
+    uint64_t evicted = 0;
+    mt_table_expire(ps->table, now_s, max_buckets, &evicted);
+    return evicted;
+}
+
+void mt_ps_counters(mt_ps_t *ps, mt_ps_counters_t *out) {
+    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < MT_PS_NMETHODS; i++) {
+        out->calls[i] = atomic_load(&ps->calls[i]);
+        out->errors[i] = atomic_load(&ps->errors[i]);
+    }
+    out->lookup_fids = atomic_load(&ps->lookup_fids);
+    out->apply_fids = atomic_load(&ps->apply_fids);
+    out->sync_entries = atomic_load(&ps->sync_entries);
+}
+
+/* ============================== helpers ============================== */
+
+#define FAIL(ps, m, c, code, ...)              \
+    do {                                       \
+        atomic_fetch_add(&(ps)->errors[m], 1); \
+        mt_rpc_fail(c, code, __VA_ARGS__);     \
+    } while (0)
+
+/* Checks ids: configured slot and owned by this shard. @returns 0 or fails the call. */
+static int check_fids(mt_ps_t *ps, int m, mt_rpc_call_t *c, const uint64_t *fids, size_t n,
+                      size_t *nfloats) {
+    if (n > ps->cfg.max_batch_fids) {
+        FAIL(ps, m, c, MT_RPC_RESOURCE_EXHAUSTED, "%zu fids in one request, the limit is %u", n,
+             ps->cfg.max_batch_fids);
+        return -1;
+    }
+    size_t sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t dim;
+        if (mt_table_dim(ps->table, fids[i], &dim) != MT_OK) {
+            FAIL(ps, m, c, MT_RPC_INVALID_ARGUMENT,
+                 "fid %zu (0x%016llx): slot %u is not configured", i, (unsigned long long)fids[i],
+                 MT_FID_SLOT(fids[i]));
+            return -1;
+        }
+        if (ps->cfg.num_shards > 1) {
+            uint32_t owner = mt_ps_shard_of(fids[i], ps->cfg.num_shards);
+            if (owner != ps->cfg.shard) {
+                FAIL(ps, m, c, MT_RPC_INVALID_ARGUMENT,
+                     "fid %zu (0x%016llx) belongs to shard %u, this is shard %u of %u", i,
+                     (unsigned long long)fids[i], owner, ps->cfg.shard, ps->cfg.num_shards);
+                return -1;
+            }
+        }
+        sum += dim;
+    }
+    *nfloats = sum;
+    return 0;
+}
+
+/* Packs msg and replies. */
+static void reply_msg(mt_ps_t *ps, int m, mt_rpc_call_t *c, const ProtobufCMessage *msg) {
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        FAIL(ps, m, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
+        return;
+    }
+    protobuf_c_message_pack(msg, buf);
+    mt_rpc_reply(c, buf, len);
+    free(buf);
+}
+
+static int admin_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c, const char *token) {
+    if (!ps->admin_token) return 1;
+    if (token && !strcmp(token, ps->admin_token)) return 1;
+    FAIL(ps, m, c, MT_RPC_PERMISSION_DENIED, "admin call: missing or wrong token");
+    return 0;
+}
+
+/* ============================== sparse methods ============================== */
+
+static void h_lookup(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_LOOKUP], 1);
+    Monolith__V1__LookupRequest *r = monolith__v1__lookup_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_LOOKUP, c, MT_RPC_INVALID_ARGUMENT, "malformed LookupRequest");
+        return;
+    }
+    size_t nfloats = 0;
+    float *values = NULL;
+    uint8_t *found = NULL;
+    if (check_fids(ps, MT_PS_LOOKUP, c, r->fids, r->n_fids, &nfloats) != 0) goto out;
+    values = malloc((nfloats ? nfloats : 1) * sizeof(float));
+    found = malloc(r->n_fids ? r->n_fids : 1);
+    if (!values || !found) {
+        FAIL(ps, MT_PS_LOOKUP, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    mt_err_t err = mt_table_lookup(ps->table, r->fids, r->n_fids, values, nfloats, found,
+                                   r->train ? MT_TABLE_TRAIN : 0, now_or(r->now_s), NULL);
+    if (err) {
+        FAIL(ps, MT_PS_LOOKUP, c, err == MT_NOMEM ? MT_RPC_RESOURCE_EXHAUSTED : MT_RPC_INTERNAL,
+             "lookup: %s", mt_strerror(err));
+        goto out;
+    }
+    atomic_fetch_add(&ps->lookup_fids, r->n_fids);
+    Monolith__V1__LookupResponse resp = MONOLITH__V1__LOOKUP_RESPONSE__INIT;
+    resp.n_values = nfloats;
+    resp.values = values;
+    resp.found.len = r->n_fids;
+    resp.found.data = found;
+    reply_msg(ps, MT_PS_LOOKUP, c, &resp.base);
+out:
+    free(values);
+    free(found);
+    monolith__v1__lookup_request__free_unpacked(r, NULL);
+}
+
+static void h_apply(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_APPLY], 1);
+    Monolith__V1__ApplyGradientsRequest *r =
+        monolith__v1__apply_gradients_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_APPLY, c, MT_RPC_INVALID_ARGUMENT, "malformed ApplyGradientsRequest");
+        return;
+    }
+    size_t nfloats = 0;
+    if (check_fids(ps, MT_PS_APPLY, c, r->fids, r->n_fids, &nfloats) != 0) goto out;
+    if (r->n_grads != nfloats) {
+        FAIL(ps, MT_PS_APPLY, c, MT_RPC_INVALID_ARGUMENT,
+             "grads has %zu floats, the %zu fids need %zu", r->n_grads, r->n_fids, nfloats);
+        goto out;
+    }
+    for (size_t i = 0; i < r->n_grads; i++) {
+        if (!isfinite(r->grads[i])) {
+            FAIL(ps, MT_PS_APPLY, c, MT_RPC_INVALID_ARGUMENT, "grads[%zu] is not finite", i);
+            goto out;
+        }
+    }
+    mt_table_op_stats_t st = {0};
+    mt_err_t err =
+        mt_table_apply(ps->table, r->fids, r->n_fids, r->grads, r->n_grads, now_or(r->now_s), &st);
+    if (err) {
+        FAIL(ps, MT_PS_APPLY, c, MT_RPC_INTERNAL, "apply: %s", mt_strerror(err));
+        goto out;
+    }
+    atomic_fetch_add(&ps->apply_fids, r->n_fids);
+    Monolith__V1__ApplyGradientsResponse resp = MONOLITH__V1__APPLY_GRADIENTS_RESPONSE__INIT;
+    resp.applied = st.found;
+    resp.missing = st.missing;
+    reply_msg(ps, MT_PS_APPLY, c, &resp.base);
+out:
+    monolith__v1__apply_gradients_request__free_unpacked(r, NULL);
+}
+
+/* Sync: a server stream of SyncChunk; the last chunk has last = 1 (possibly no entries). */
+static void h_sync(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_SYNC], 1);
+    Monolith__V1__SyncRequest *r = monolith__v1__sync_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_SYNC, c, MT_RPC_INVALID_ARGUMENT, "malformed SyncRequest");
+        return;
+    }
+    uint64_t since = r->since_version;
+    if (r->incarnation != ps->incarnation) since = 0; /* another life of this shard */
+    size_t chunk = r->max_chunk_fids ? r->max_chunk_fids : ps->cfg.sync_chunk_fids;
+    if (chunk > 65536) chunk = 65536;
+    monolith__v1__sync_request__free_unpacked(r, NULL);
+
+    mt_table_changes_t *it = NULL;
+    uint64_t upto = 0;
+    int full = 0;
+    mt_table_change_t *ents = malloc(chunk * sizeof(*ents));
+    float *vals = malloc(chunk * MT_TABLE_MAX_DIM * sizeof(float));
+    uint64_t *fids = malloc(chunk * sizeof(uint64_t));
+    uint8_t *del = malloc(chunk);
+    uint8_t *buf = NULL;
+    if (!ents || !vals || !fids || !del) {
+        FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    mt_err_t err = mt_table_changes_begin(ps->table, since, &it, &upto, &full);
+    if (err) {
+        FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED, "sync: %s", mt_strerror(err));
+        goto out;
+    }
+    int first = 1;
+    for (;;) {
+        size_t n = 0;
+        err = mt_table_changes_next(it, ents, chunk, vals, chunk * MT_TABLE_MAX_DIM, &n);
+        if (err == MT_FULL_SYNC) {
+            FAIL(ps, MT_PS_SYNC, c, MT_RPC_FAILED_PRECONDITION,
+                 "full sync needed: the change log moved past this stream; retry from 0");
+            goto out;
+        }
+        if (err) {
+            FAIL(ps, MT_PS_SYNC, c, MT_RPC_INTERNAL, "sync: %s", mt_strerror(err));
+            goto out;
+        }
+        size_t nv = 0;
+        for (size_t i = 0; i < n; i++) {
+            fids[i] = ents[i].fid;
+            del[i] = ents[i].deleted;
+            nv += ents[i].dim;
+        }
+        Monolith__V1__SyncChunk m = MONOLITH__V1__SYNC_CHUNK__INIT;
+        m.full = first && full;
+        m.incarnation = ps->incarnation;
+        m.upto_version = upto;
+        m.n_fids = n;
+        m.fids = fids;
+        m.n_values = nv;
+        m.values = vals;
+        m.deleted.len = n;
+        m.deleted.data = del;
+        m.last = n == 0;
+        size_t plen = monolith__v1__sync_chunk__get_packed_size(&m);
+        uint8_t *nb = realloc(buf, plen ? plen : 1);
+        if (!nb) {
+            FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+            goto out;
+        }
+        buf = nb;
+        monolith__v1__sync_chunk__pack(&m, buf);
+        if (mt_rpc_send(c, buf, plen) != MT_OK) {
+            FAIL(ps, MT_PS_SYNC, c, MT_RPC_CANCELLED, "client went away");
+            goto out;
+        }
+        atomic_fetch_add(&ps->sync_entries, n);
+        first = 0;
+        if (n == 0) break;
+    }
+    mt_rpc_reply(c, NULL, 0);
+out:
+    mt_table_changes_end(it);
+    free(ents);
+    free(vals);
+    free(fids);
+    free(del);
+    free(buf);
+}
+
+static const char *opt_name(mt_table_opt_t o) {
+    switch (o) {
+    case MT_OPT_SGD: return "sgd";
+    case MT_OPT_ADAGRAD: return "adagrad";
+    case MT_OPT_FTRL: return "ftrl";
+    case MT_OPT_ADAM: return "adam";
+    }
+    return "?";
+}
+
+static void h_stats(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_STATS], 1);
+    Monolith__V1__StatsRequest *r = monolith__v1__stats_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_STATS, c, MT_RPC_INVALID_ARGUMENT, "malformed StatsRequest");
+        return;
+    }
+    monolith__v1__stats_request__free_unpacked(r, NULL);
+    mt_table_stats_t st;
+    mt_table_stats(ps->table, &st);
+    Monolith__V1__StatsResponse resp = MONOLITH__V1__STATS_RESPONSE__INIT;
+    resp.shard = ps->cfg.shard;
+    resp.num_shards = ps->cfg.num_shards;
+    resp.incarnation = ps->incarnation;
+    resp.rows = st.rows;
+    resp.capacity = st.capacity;
+    resp.load_factor = st.load_factor;
+    resp.bytes_total = st.bytes_total;
+    resp.version = st.version;
+    resp.evictions = st.evictions;
+    resp.filtered = st.filtered;
+    pthread_mutex_lock(&ps->dense_lock);
+    resp.dense_version = ps->dense_version;
+    pthread_mutex_unlock(&ps->dense_lock);
+    /* Slots: walk the 65536 slot ids the table knows. */
+    size_t ns = 0;
+    Monolith__V1__SlotInfo *infos = calloc(65536, sizeof(*infos));
+    Monolith__V1__SlotInfo **ptrs = calloc(65536, sizeof(*ptrs));
+    if (!infos || !ptrs) {
+        free(infos);
+        free(ptrs);
+        FAIL(ps, MT_PS_STATS, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    for (uint32_t slot = 0; slot < 65536; slot++) {
+        uint64_t fid = MT_FID_MAKE(slot, 0);
+        uint32_t dim;
+        if (mt_table_dim(ps->table, fid, &dim) != MT_OK) continue;
+        const mt_table_slot_config_t *sc = mt_table_slot_config(ps->table, fid);
+        Monolith__V1__SlotInfo *si = &infos[ns];
+        monolith__v1__slot_info__init(si);
+        si->slot = slot;
+        si->dim = dim;
+        si->optimizer = (char *)opt_name(sc->opt);
+        si->min_count = sc->min_count;
+        si->ttl_s = sc->ttl_s;
+        si->fp16 = sc->precision == MT_PREC_FP16;
+        ptrs[ns] = si;
+        ns++;
+    }
+    resp.n_slots = ns;
+    resp.slots = ptrs;
+    reply_msg(ps, MT_PS_STATS, c, &resp.base);
+    free(infos);
+    free(ptrs);
+}
+
+static void h_snapshot(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_SNAPSHOT], 1);
+    Monolith__V1__SnapshotRequest *r = monolith__v1__snapshot_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_INVALID_ARGUMENT, "malformed SnapshotRequest");
+        return;
+    }
+    if (!admin_ok(ps, MT_PS_SNAPSHOT, c, r->token)) goto out;
+    pthread_mutex_lock(&ps->snap_lock);
+    if (!ps->snap_fn) {
+        pthread_mutex_unlock(&ps->snap_lock);
+        FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_FAILED_PRECONDITION,
+             "snapshots are off (no ps.snapshot_dir configured)");
+        goto out;
+    }
+    uint64_t id = 0, rows = 0, bytes = 0;
+    double secs = 0;
+    mt_err_t err = ps->snap_fn(ps->snap_ud, r->checkpoint_id, &id, &rows, &bytes, &secs);
+    pthread_mutex_unlock(&ps->snap_lock);
+    if (err) {
+        FAIL(ps, MT_PS_SNAPSHOT, c, mt_err_grpc_status(err), "snapshot: %s", mt_strerror(err));
+        goto out;
+    }
+    Monolith__V1__CheckpointMeta meta = MONOLITH__V1__CHECKPOINT_META__INIT;
+    meta.checkpoint_id = id;
+    meta.shard = ps->cfg.shard;
+    meta.num_shards = ps->cfg.num_shards;
+    Monolith__V1__SnapshotResponse resp = MONOLITH__V1__SNAPSHOT_RESPONSE__INIT;
+    resp.meta = &meta;
+    resp.rows = rows;
+    resp.bytes = bytes;
+    resp.seconds = secs;
+    reply_msg(ps, MT_PS_SNAPSHOT, c, &resp.base);
+out:
+    monolith__v1__snapshot_request__free_unpacked(r, NULL);
+}
+
+/* ============================== dense ============================== */
+
+static dense_tensor_t *dense_find(mt_ps_t *ps, const char *name) {
+    for (size_t i = 0; i < ps->ndense; i++)
+        if (!strcmp(ps->dense[i].name, name)) return &ps->dense[i];
+    return NULL;
+}
+
+static size_t shape_size(const uint32_t *shape, size_t n, int *ok) {
+    size_t sz = 1;
+    *ok = n > 0 && n <= 8;
+    for (size_t i = 0; i < n && *ok; i++) {
+        if (shape[i] == 0 || sz > (SIZE_MAX / 8) / shape[i])
+            *ok = 0;
+        else
+            sz *= shape[i];
+    }
+    if (sz > (256u << 20)) *ok = 0; /* 1 GiB of floats per tensor at most */
+    return sz;
+}
+
+/* Adds a tensor from an init message (lock held). */
+static int dense_add(mt_ps_t *ps, const Monolith__V1__DenseTensor *t, char *why, size_t wlen) {
+    int ok;
+    size_t n = shape_size(t->shape, t->n_shape, &ok);
+    if (!ok || n != t->n_values) {
+        snprintf(why, wlen, "init tensor '%s': shape does not match its %zu values", t->name,
+                 t->n_values);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(t->values[i])) {
+            snprintf(why, wlen, "init tensor '%s': value %zu is not finite", t->name, i);
+            return -1;
+        }
+    }
+    dense_tensor_t *nd = realloc(ps->dense, (ps->ndense + 1) * sizeof(*nd));
+    if (!nd) return -2;
+    ps->dense = nd;
+    dense_tensor_t *d = &nd[ps->ndense];
+    memset(d, 0, sizeof(*d));
+    d->name = strdup(t->name);
+    d->shape = malloc(t->n_shape * sizeof(uint32_t));
+    d->w = malloc(n * sizeof(float));
+    d->s1 = calloc(n, sizeof(float));
+    d->s2 = calloc(n, sizeof(float));
+    if (!d->name || !d->shape || !d->w || !d->s1 || !d->s2) {
+        free(d->name);
+        free(d->shape);
+        free(d->w);
+        free(d->s1);
+        free(d->s2);
+        return -2;
+    }
+    memcpy(d->shape, t->shape, t->n_shape * sizeof(uint32_t));
+    d->nshape = t->n_shape;
+    d->n = n;
+    memcpy(d->w, t->values, n * sizeof(float));
+    if (ps->cfg.dense.opt == MT_OPT_ADAGRAD)
+        for (size_t i = 0; i < n; i++)
+            d->s1[i] = ps->cfg.dense.init_accum;
+    ps->ndense++;
+    return 0;
+}
+
+static void dense_apply(const mt_ps_dense_config_t *o, dense_tensor_t *d, const float *g) {
+    switch (o->opt) {
+    case MT_OPT_SGD:
+        for (size_t i = 0; i < d->n; i++)
+            d->w[i] -= o->lr * g[i];
+        break;
+    case MT_OPT_ADAGRAD:
+        for (size_t i = 0; i < d->n; i++) {
+            d->s1[i] += g[i] * g[i];
+            d->w[i] -= o->lr * g[i] / (sqrtf(d->s1[i]) + o->eps);
+        }
+        break;
+    default: { /* Adam */
+        d->steps++;
+        double c1 = 1.0 - pow(o->beta1, (double)d->steps);
+        double c2 = 1.0 - pow(o->beta2, (double)d->steps);
+        float lr_t = (float)(o->lr * sqrt(c2) / c1);
+        for (size_t i = 0; i < d->n; i++) {
+            d->s1[i] = o->beta1 * d->s1[i] + (1.0f - o->beta1) * g[i];
+            d->s2[i] = o->beta2 * d->s2[i] + (1.0f - o->beta2) * g[i] * g[i];
+            d->w[i] -= lr_t * d->s1[i] / (sqrtf(d->s2[i]) + o->eps);
+        }
+        break;
+    }
+    }
+}
+
+static void h_push_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_PUSH_DENSE], 1);
+    Monolith__V1__PushDenseRequest *r = monolith__v1__push_dense_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_PUSH_DENSE, c, MT_RPC_INVALID_ARGUMENT, "malformed PushDenseRequest");
+        return;
+    }
+    char why[256] = "";
+    int code = MT_RPC_OK;
+    pthread_mutex_lock(&ps->dense_lock);
+    /* Check everything first: a bad request changes nothing. */
+    for (size_t i = 0; i < r->n_grads && code == MT_RPC_OK; i++) {
+        const Monolith__V1__DenseTensor *g = r->grads[i];
+        dense_tensor_t *d = dense_find(ps, g->name);
+        const Monolith__V1__DenseTensor *init = NULL;
+        for (size_t k = 0; k < r->n_init && !d; k++)
+            if (!strcmp(r->init[k]->name, g->name)) init = r->init[k];
+        size_t n = d ? d->n : init ? init->n_values : 0;
+        if (!d && !init) {
+            code = MT_RPC_INVALID_ARGUMENT;
+            snprintf(why, sizeof(why), "tensor '%s' is unknown and no init was sent", g->name);
+        } else if (g->n_values != n) {
+            code = MT_RPC_INVALID_ARGUMENT;
+            snprintf(why, sizeof(why), "gradient of '%s' has %zu values, the tensor %zu", g->name,
+                     g->n_values, n);
+        } else {
+            for (size_t k = 0; k < g->n_values; k++) {
+                if (!isfinite(g->values[k])) {
+                    code = MT_RPC_INVALID_ARGUMENT;
+                    snprintf(why, sizeof(why), "gradient of '%s': value %zu is not finite", g->name,
+                             k);
+                    break;
+                }
+            }
+        }
+    }
+    /* Create the missing tensors, then apply. */
+    for (size_t i = 0; i < r->n_grads && code == MT_RPC_OK; i++) {
+        if (dense_find(ps, r->grads[i]->name)) continue;
+        for (size_t k = 0; k < r->n_init; k++) {
+            if (strcmp(r->init[k]->name, r->grads[i]->name)) continue;
+            int rc = dense_add(ps, r->init[k], why, sizeof(why));
+            if (rc == -1) code = MT_RPC_INVALID_ARGUMENT;
+            if (rc == -2) {
+                code = MT_RPC_RESOURCE_EXHAUSTED;
+                snprintf(why, sizeof(why), "out of memory");
+            }
+            break;
+        }
+    }
+    for (size_t i = 0; i < r->n_grads && code == MT_RPC_OK; i++)
+        dense_apply(&ps->cfg.dense, dense_find(ps, r->grads[i]->name), r->grads[i]->values);
+    if (code == MT_RPC_OK && r->n_grads) ps->dense_version++;
+    uint64_t version = ps->dense_version;
+    pthread_mutex_unlock(&ps->dense_lock);
+    if (code != MT_RPC_OK) {
+        FAIL(ps, MT_PS_PUSH_DENSE, c, code, "%s", why);
+    } else {
+        Monolith__V1__PushDenseResponse resp = MONOLITH__V1__PUSH_DENSE_RESPONSE__INIT;
+        resp.version = version;
+        reply_msg(ps, MT_PS_PUSH_DENSE, c, &resp.base);
+    }
+    monolith__v1__push_dense_request__free_unpacked(r, NULL);
+}
+
+static void h_pull_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_PULL_DENSE], 1);
+    Monolith__V1__PullDenseRequest *r = monolith__v1__pull_dense_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_PULL_DENSE, c, MT_RPC_INVALID_ARGUMENT, "malformed PullDenseRequest");
+        return;
+    }
+    pthread_mutex_lock(&ps->dense_lock);
+    Monolith__V1__PullDenseResponse resp = MONOLITH__V1__PULL_DENSE_RESPONSE__INIT;
+    resp.version = ps->dense_version;
+    size_t cap = ps->ndense;
+    Monolith__V1__DenseTensor *ts = calloc(cap ? cap : 1, sizeof(*ts));
+    Monolith__V1__DenseTensor **tp = calloc(cap ? cap : 1, sizeof(*tp));
+    const char *missing = NULL;
+    if (ts && tp && ps->dense_version > r->if_newer_than) {
+        size_t n = 0;
+        for (size_t i = 0; i < ps->ndense; i++) {
+            int want = r->n_names == 0;
+            for (size_t k = 0; k < r->n_names && !want; k++)
+                want = !strcmp(r->names[k], ps->dense[i].name);
+            if (!want) continue;
+            monolith__v1__dense_tensor__init(&ts[n]);
+            ts[n].name = ps->dense[i].name;
+            ts[n].n_shape = ps->dense[i].nshape;
+            ts[n].shape = ps->dense[i].shape;
+            ts[n].n_values = ps->dense[i].n;
+            ts[n].values = ps->dense[i].w;
+            tp[n] = &ts[n];
+            n++;
+        }
+        for (size_t k = 0; k < r->n_names && !missing; k++)
+            if (!dense_find(ps, r->names[k])) missing = r->names[k];
+        resp.n_tensors = n;
+        resp.tensors = tp;
+    }
+    if (!ts || !tp) {
+        FAIL(ps, MT_PS_PULL_DENSE, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    } else if (missing) {
+        FAIL(ps, MT_PS_PULL_DENSE, c, MT_RPC_NOT_FOUND, "no dense tensor '%s'", missing);
+    } else {
+        reply_msg(ps, MT_PS_PULL_DENSE, c, &resp.base); /* packed under the lock: consistent */
+    }
+    pthread_mutex_unlock(&ps->dense_lock);
+    free(ts);
+    free(tp);
+    monolith__v1__pull_dense_request__free_unpacked(r, NULL);
+}
+
+mt_err_t mt_ps_dense_save(mt_ps_t *ps, uint8_t **buf, size_t *len) {
+    pthread_mutex_lock(&ps->dense_lock);
+    size_t n = ps->ndense;
+    Monolith__V1__DenseTensor *ts = calloc(3 * (n ? n : 1), sizeof(*ts));
+    Monolith__V1__DenseTensor **tp = calloc(3 * (n ? n : 1), sizeof(*tp));
+    uint64_t *steps = calloc(n ? n : 1, sizeof(uint64_t));
+    mt_err_t err = MT_OK;
+    if (!ts || !tp || !steps) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const dense_tensor_t *d = &ps->dense[i];
+        float *arrs[3] = {d->w, d->s1, d->s2};
+        for (int k = 0; k < 3; k++) {
+            Monolith__V1__DenseTensor *t = &ts[k * n + i];
+            monolith__v1__dense_tensor__init(t);
+            t->name = d->name;
+            t->n_shape = d->nshape;
+            t->shape = d->shape;
+            t->n_values = d->n;
+            t->values = arrs[k];
+            tp[k * n + i] = t;
+        }
+        steps[i] = d->steps;
+    }
+    Monolith__V1__DenseState st = MONOLITH__V1__DENSE_STATE__INIT;
+    st.version = ps->dense_version;
+    st.n_weights = st.n_slot1 = st.n_slot2 = n;
+    st.weights = tp;
+    st.slot1 = tp + n;
+    st.slot2 = tp + 2 * n;
+    st.n_steps = n;
+    st.steps = steps;
+    *len = monolith__v1__dense_state__get_packed_size(&st);
+    *buf = malloc(*len ? *len : 1);
+    if (!*buf) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    monolith__v1__dense_state__pack(&st, *buf);
+out:
+    pthread_mutex_unlock(&ps->dense_lock);
+    free(ts);
+    free(tp);
+    free(steps);
+    return err;
+}
+
+mt_err_t mt_ps_dense_load(mt_ps_t *ps, const uint8_t *buf, size_t len) {
+    Monolith__V1__DenseState *st = monolith__v1__dense_state__unpack(NULL, len, buf);
+    if (!st) return MT_CORRUPT;
+    size_t n = st->n_weights;
+    mt_err_t err = MT_OK;
+    if (st->n_slot1 != n || st->n_slot2 != n || st->n_steps != n) err = MT_CORRUPT;
+    dense_tensor_t *nd = calloc(n ? n : 1, sizeof(*nd));
+    if (!nd) err = MT_NOMEM;
+    size_t built = 0;
+    for (size_t i = 0; i < n && !err; i++, built++) {
+        const Monolith__V1__DenseTensor *w = st->weights[i], *a = st->slot1[i], *b = st->slot2[i];
+        int ok;
+        size_t sz = shape_size(w->shape, w->n_shape, &ok);
+        if (!ok || w->n_values != sz || a->n_values != sz || b->n_values != sz) {
+            err = MT_CORRUPT;
+            break;
+        }
+        dense_tensor_t *d = &nd[i];
+        d->name = strdup(w->name);
+        d->shape = malloc(w->n_shape * sizeof(uint32_t));
+        d->w = malloc(sz * sizeof(float));
+        d->s1 = malloc(sz * sizeof(float));
+        d->s2 = malloc(sz * sizeof(float));
+        if (!d->name || !d->shape || !d->w || !d->s1 || !d->s2) {
+            err = MT_NOMEM;
+            built++;
+            break;
+        }
+        memcpy(d->shape, w->shape, w->n_shape * sizeof(uint32_t));
+        d->nshape = w->n_shape;
+        d->n = sz;
+        memcpy(d->w, w->values, sz * sizeof(float));
+        memcpy(d->s1, a->values, sz * sizeof(float));
+        memcpy(d->s2, b->values, sz * sizeof(float));
+        d->steps = st->steps[i];
+    }
+    if (!err) {
+        pthread_mutex_lock(&ps->dense_lock);
+        dense_free(ps->dense, ps->ndense);
+        ps->dense = nd;
+        ps->ndense = n;
+        ps->dense_version = st->version;
+        pthread_mutex_unlock(&ps->dense_lock);
+    } else {
+        dense_free(nd, built);
+    }
+    monolith__v1__dense_state__free_unpacked(st, NULL);
+    return err;
+}
+
+/* ============================== registration ============================== */
+
+mt_err_t mt_ps_register(mt_ps_t *ps, mt_rpc_server_t *srv) {
+    struct {
+        const char *path;
+        int streaming;
+        mt_rpc_handler_fn fn;
+    } m[] = {
+        {PATH("Lookup"), 0, h_lookup},
+        {PATH("ApplyGradients"), 0, h_apply},
+        {PATH("PullDense"), 0, h_pull_dense},
+        {PATH("PushDense"), 0, h_push_dense},
+        {PATH("Sync"), 1, h_sync},
+        {PATH("Snapshot"), 0, h_snapshot},
+        {PATH("Stats"), 0, h_stats},
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        mt_err_t err = mt_rpc_server_add(srv, m[i].path, m[i].streaming, m[i].fn, ps);
+        if (err) return err;
+    }
+    return MT_OK;
+}

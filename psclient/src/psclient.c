@@ -1,0 +1,444 @@
+/*
+ * psclient.c - routing, deduplication, parallel fan-out and merging for the sharded PS.
+ *
+ * A batch of n ids becomes u unique ids (open-addressing map fid -> unique index), grouped
+ * by shard; each shard gets one request with its unique ids, all shards at once
+ * (mt_rpc_call_many); answers land in a per-unique buffer and are then gathered in request
+ * order.
+ */
+#include "mt/psclient.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "monolith/v1/ps.pb-c.h"
+#include "mt/ps.h"
+#include "mt/table.h"
+
+#define PATH(m) "/monolith.v1.ParameterServer/" m
+
+struct mt_psc {
+    uint32_t n;
+    mt_rpc_channel_t **ch;
+    int64_t deadline_ms;
+    pthread_mutex_t lock; /* guards dims loading */
+    uint16_t *dims;       /* [65536] slot -> dim, 0 = not configured; NULL until loaded */
+};
+
+void mt_psc_config_init(mt_psc_config_t *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->deadline_ms = 10000;
+    mt_rpc_client_config_init(&cfg->rpc);
+}
+
+mt_err_t mt_psc_create(const mt_psc_config_t *cfg, mt_psc_t **out) {
+    if (!cfg || cfg->num_shards < 1 || !cfg->addrs) return MT_CONFIG;
+    mt_psc_t *c = calloc(1, sizeof(*c));
+    if (!c) return MT_NOMEM;
+    c->n = cfg->num_shards;
+    c->deadline_ms = cfg->deadline_ms;
+    pthread_mutex_init(&c->lock, NULL);
+    c->ch = calloc(c->n, sizeof(*c->ch));
+    if (!c->ch) {
+        mt_psc_destroy(c);
+        return MT_NOMEM;
+    }
+    for (uint32_t i = 0; i < c->n; i++) {
+        mt_err_t err = mt_rpc_channel_create(cfg->addrs[i], &cfg->rpc, &c->ch[i]);
+        if (err) {
+            mt_psc_destroy(c);
+            return err;
+        }
+    }
+    *out = c;
+    return MT_OK;
+}
+
+void mt_psc_destroy(mt_psc_t *c) {
+    if (!c) return;
+    if (c->ch)
+        for (uint32_t i = 0; i < c->n; i++)
+            mt_rpc_channel_destroy(c->ch[i]);
+    free(c->ch);
+    free(c->dims);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+mt_rpc_channel_t *mt_psc_channel(mt_psc_t *c, uint32_t i) {
+    return i < c->n ? c->ch[i] : NULL;
+}
+
+static mt_err_t status_to_err(const mt_rpc_status_t *st) {
+    switch (st->code) {
+    case MT_RPC_OK: return MT_OK;
+    case MT_RPC_INVALID_ARGUMENT: return MT_INVALID;
+    case MT_RPC_UNAVAILABLE: return MT_UNAVAILABLE;
+    case MT_RPC_DEADLINE_EXCEEDED: return MT_TIMEOUT;
+    case MT_RPC_RESOURCE_EXHAUSTED: return MT_LIMIT;
+    case MT_RPC_CANCELLED: return MT_CANCELLED;
+    default: return MT_INTERNAL;
+    }
+}
+
+static void status_msg(mt_rpc_status_t *st, int code, const char *msg) {
+    if (!st) return;
+    st->code = code;
+    snprintf(st->message, sizeof(st->message), "%s", msg);
+}
+
+/* Loads slot dims from the first shard that answers Stats. */
+static mt_err_t load_dims(mt_psc_t *c, mt_rpc_status_t *st) {
+    pthread_mutex_lock(&c->lock);
+    mt_err_t err = MT_OK;
+    if (c->dims) goto out;
+    uint16_t *dims = calloc(65536, sizeof(uint16_t));
+    if (!dims) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    Monolith__V1__StatsRequest req = MONOLITH__V1__STATS_REQUEST__INIT;
+    uint8_t rb[8];
+    size_t rl = monolith__v1__stats_request__pack(&req, rb);
+    err = MT_UNAVAILABLE;
+    for (uint32_t i = 0; i < c->n && err; i++) {
+        uint8_t *resp = NULL;
+        size_t len = 0;
+        mt_rpc_status_t s;
+        mt_err_t e = mt_rpc_call(c->ch[i], PATH("Stats"), rb, rl, c->deadline_ms, &resp, &len, &s);
+        if (st) *st = s;
+        if (e || s.code != MT_RPC_OK) {
+            free(resp);
+            err = e ? e : status_to_err(&s);
+            continue;
+        }
+        Monolith__V1__StatsResponse *r = monolith__v1__stats_response__unpack(NULL, len, resp);
+        free(resp);
+        if (!r) {
+            err = MT_CORRUPT;
+            status_msg(st, MT_RPC_INTERNAL, "malformed StatsResponse");
+            continue;
+        }
+        for (size_t k = 0; k < r->n_slots; k++)
+            if (r->slots[k]->slot < 65536 && r->slots[k]->dim <= MT_TABLE_MAX_DIM)
+                dims[r->slots[k]->slot] = (uint16_t)r->slots[k]->dim;
+        monolith__v1__stats_response__free_unpacked(r, NULL);
+        err = MT_OK;
+    }
+    if (err)
+        free(dims);
+    else
+        c->dims = dims;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+mt_err_t mt_psc_dim(mt_psc_t *c, uint64_t fid, uint32_t *dim, mt_rpc_status_t *st) {
+    mt_err_t err = load_dims(c, st);
+    if (err) return err;
+    uint16_t d = c->dims[MT_FID_SLOT(fid)];
+    if (!d) return MT_UNKNOWN_SLOT;
+    *dim = d;
+    return MT_OK;
+}
+
+/* ---------------- batch planning ---------------- */
+
+typedef struct plan {
+    size_t n, nu;   /* ids, unique ids */
+    uint64_t *ufid; /* [nu] */
+    uint32_t *uidx; /* [n]: unique index of id i */
+    size_t *uoff;   /* [nu]: float offset of unique j in the per-unique buffer */
+    uint32_t *udim; /* [nu] */
+    size_t ufloats;
+    uint32_t *order; /* unique indices grouped by shard */
+    size_t *start;   /* [nshards + 1] into order */
+} plan_t;
+
+static void plan_free(plan_t *p) {
+    free(p->ufid);
+    free(p->uidx);
+    free(p->uoff);
+    free(p->udim);
+    free(p->order);
+    free(p->start);
+}
+
+static mt_err_t plan_build(mt_psc_t *c, const uint64_t *fids, size_t n, plan_t *p,
+                           size_t *need_floats, mt_rpc_status_t *st) {
+    memset(p, 0, sizeof(*p));
+    mt_err_t err = load_dims(c, st);
+    if (err) return err;
+    size_t sz = 16;
+    while (sz < 2 * n)
+        sz *= 2;
+    uint32_t *map = calloc(sz, sizeof(uint32_t)); /* unique index + 1 */
+    p->n = n;
+    p->ufid = malloc((n ? n : 1) * sizeof(uint64_t));
+    p->uidx = malloc((n ? n : 1) * sizeof(uint32_t));
+    p->uoff = malloc((n ? n : 1) * sizeof(size_t));
+    p->udim = malloc((n ? n : 1) * sizeof(uint32_t));
+    p->order = malloc((n ? n : 1) * sizeof(uint32_t));
+    p->start = calloc(c->n + 1, sizeof(size_t));
+    if (!map || !p->ufid || !p->uidx || !p->uoff || !p->udim || !p->order || !p->start) {
+        free(map);
+        plan_free(p);
+        return MT_NOMEM;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t f = fids[i];
+        uint16_t d = c->dims[MT_FID_SLOT(f)];
+        if (!d) {
+            free(map);
+            plan_free(p);
+            if (st) {
+                st->code = MT_RPC_INVALID_ARGUMENT;
+                snprintf(st->message, sizeof(st->message), "fid %zu: slot %u is not configured", i,
+                         MT_FID_SLOT(f));
+            }
+            return MT_UNKNOWN_SLOT;
+        }
+        total += d;
+        size_t h = (size_t)((f * 0x9E3779B97F4A7C15ull) >> 20) & (sz - 1);
+        while (map[h] && p->ufid[map[h] - 1] != f)
+            h = (h + 1) & (sz - 1);
+        if (!map[h]) {
+            p->ufid[p->nu] = f;
+            p->udim[p->nu] = d;
+            p->uoff[p->nu] = p->ufloats;
+            p->ufloats += d;
+            map[h] = (uint32_t)++p->nu;
+        }
+        p->uidx[i] = map[h] - 1;
+    }
+    free(map);
+    /* Group unique ids by shard (counting sort). */
+    uint32_t *shard = malloc((p->nu ? p->nu : 1) * sizeof(uint32_t));
+    if (!shard) {
+        plan_free(p);
+        return MT_NOMEM;
+    }
+    for (size_t j = 0; j < p->nu; j++) {
+        shard[j] = mt_ps_shard_of(p->ufid[j], c->n);
+        p->start[shard[j] + 1]++;
+    }
+    for (uint32_t s = 0; s < c->n; s++)
+        p->start[s + 1] += p->start[s];
+    size_t *fill = calloc(c->n, sizeof(size_t));
+    if (!fill) {
+        free(shard);
+        plan_free(p);
+        return MT_NOMEM;
+    }
+    for (size_t j = 0; j < p->nu; j++)
+        p->order[p->start[shard[j]] + fill[shard[j]]++] = (uint32_t)j;
+    free(fill);
+    free(shard);
+    *need_floats = total;
+    return MT_OK;
+}
+
+/* Runs one packed request per shard that has ids; reqs[s] may be NULL (no ids). On
+ * success every calls[s].resp holds the answer (caller frees). */
+static mt_err_t fan_out(mt_psc_t *c, const char *path, uint8_t **reqs, size_t *lens,
+                        mt_rpc_batch_call_t *calls, mt_rpc_status_t *st) {
+    size_t k = 0;
+    for (uint32_t s = 0; s < c->n; s++) {
+        if (!reqs[s]) continue;
+        calls[k] =
+            (mt_rpc_batch_call_t){.ch = c->ch[s], .path = path, .req = reqs[s], .len = lens[s]};
+        k++;
+    }
+    mt_err_t err = mt_rpc_call_many(calls, k, c->deadline_ms);
+    if (err) return err;
+    for (size_t i = 0; i < k; i++) {
+        if (calls[i].st.code != MT_RPC_OK) {
+            if (st) *st = calls[i].st;
+            return status_to_err(&calls[i].st);
+        }
+    }
+    if (st) status_msg(st, MT_RPC_OK, "");
+    return MT_OK;
+}
+
+static void free_calls(mt_rpc_batch_call_t *calls, size_t n, uint8_t **reqs, uint32_t nshards) {
+    for (size_t i = 0; i < n; i++)
+        free(calls[i].resp);
+    for (uint32_t s = 0; s < nshards; s++)
+        free(reqs[s]);
+}
+
+mt_err_t mt_psc_lookup(mt_psc_t *c, const uint64_t *fids, size_t n, int train, int64_t now_s,
+                       float *out, size_t out_len, uint8_t *found, mt_rpc_status_t *st) {
+    plan_t p;
+    size_t need;
+    mt_err_t err = plan_build(c, fids, n, &p, &need, st);
+    if (err) return err;
+    if (out_len < need) {
+        plan_free(&p);
+        status_msg(st, MT_RPC_INVALID_ARGUMENT, "output buffer too small");
+        return MT_TOO_SMALL;
+    }
+    uint8_t **reqs = calloc(c->n, sizeof(uint8_t *));
+    size_t *lens = calloc(c->n, sizeof(size_t));
+    uint64_t *sf = malloc((p.nu ? p.nu : 1) * sizeof(uint64_t));
+    mt_rpc_batch_call_t *calls = calloc(c->n, sizeof(*calls));
+    float *uv = malloc((p.ufloats ? p.ufloats : 1) * sizeof(float));
+    uint8_t *uf = malloc(p.nu ? p.nu : 1);
+    if (!reqs || !lens || !sf || !calls || !uv || !uf) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    for (uint32_t s = 0; s < c->n; s++) {
+        size_t cnt = p.start[s + 1] - p.start[s];
+        if (!cnt) continue;
+        for (size_t k = 0; k < cnt; k++)
+            sf[p.start[s] + k] = p.ufid[p.order[p.start[s] + k]];
+        Monolith__V1__LookupRequest r = MONOLITH__V1__LOOKUP_REQUEST__INIT;
+        r.n_fids = cnt;
+        r.fids = sf + p.start[s];
+        r.train = train;
+        r.now_s = now_s;
+        lens[s] = monolith__v1__lookup_request__get_packed_size(&r);
+        reqs[s] = malloc(lens[s] ? lens[s] : 1);
+        if (!reqs[s]) {
+            err = MT_NOMEM;
+            goto out;
+        }
+        monolith__v1__lookup_request__pack(&r, reqs[s]);
+    }
+    err = fan_out(c, PATH("Lookup"), reqs, lens, calls, st);
+    if (err) goto out;
+    size_t k = 0;
+    for (uint32_t s = 0; s < c->n; s++) {
+        size_t cnt = p.start[s + 1] - p.start[s];
+        if (!cnt) continue;
+        mt_rpc_batch_call_t *bc = &calls[k++];
+        Monolith__V1__LookupResponse *r =
+            monolith__v1__lookup_response__unpack(NULL, bc->resp_len, bc->resp);
+        size_t want = 0;
+        for (size_t q = 0; q < cnt; q++)
+            want += p.udim[p.order[p.start[s] + q]];
+        if (!r || r->n_values != want || r->found.len != cnt) {
+            if (r) monolith__v1__lookup_response__free_unpacked(r, NULL);
+            status_msg(st, MT_RPC_INTERNAL, "malformed LookupResponse");
+            err = MT_CORRUPT;
+            goto out;
+        }
+        size_t off = 0;
+        for (size_t q = 0; q < cnt; q++) {
+            uint32_t j = p.order[p.start[s] + q];
+            memcpy(uv + p.uoff[j], r->values + off, p.udim[j] * sizeof(float));
+            off += p.udim[j];
+            uf[j] = r->found.data[q];
+        }
+        monolith__v1__lookup_response__free_unpacked(r, NULL);
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t j = p.uidx[i];
+        memcpy(out + off, uv + p.uoff[j], p.udim[j] * sizeof(float));
+        off += p.udim[j];
+        if (found) found[i] = uf[j];
+    }
+out:
+    if (calls && reqs) free_calls(calls, c->n, reqs, c->n);
+    free(reqs);
+    free(lens);
+    free(sf);
+    free(calls);
+    free(uv);
+    free(uf);
+    plan_free(&p);
+    return err;
+}
+
+mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *grads,
+                      size_t grads_len, int64_t now_s, uint64_t step, uint64_t *applied,
+                      uint64_t *missing, mt_rpc_status_t *st) {
+    plan_t p;
+    size_t need;
+    mt_err_t err = plan_build(c, fids, n, &p, &need, st);
+    if (err) return err;
+    if (grads_len != need) {
+        plan_free(&p);
+        status_msg(st, MT_RPC_INVALID_ARGUMENT, "gradient length does not match the ids");
+        return MT_TOO_SMALL;
+    }
+    uint8_t **reqs = calloc(c->n, sizeof(uint8_t *));
+    size_t *lens = calloc(c->n, sizeof(size_t));
+    uint64_t *sf = malloc((p.nu ? p.nu : 1) * sizeof(uint64_t));
+    float *ug = calloc(p.ufloats ? p.ufloats : 1, sizeof(float));
+    float *sg = malloc((p.ufloats ? p.ufloats : 1) * sizeof(float));
+    mt_rpc_batch_call_t *calls = calloc(c->n, sizeof(*calls));
+    uint64_t tot_applied = 0, tot_missing = 0;
+    if (!reqs || !lens || !sf || !ug || !sg || !calls) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) { /* sum the gradients of repeated ids */
+        uint32_t j = p.uidx[i];
+        for (uint32_t d = 0; d < p.udim[j]; d++)
+            ug[p.uoff[j] + d] += grads[off + d];
+        off += p.udim[j];
+    }
+    size_t goff = 0;
+    for (uint32_t s = 0; s < c->n; s++) {
+        size_t cnt = p.start[s + 1] - p.start[s];
+        if (!cnt) continue;
+        size_t g0 = goff;
+        for (size_t k = 0; k < cnt; k++) {
+            uint32_t j = p.order[p.start[s] + k];
+            sf[p.start[s] + k] = p.ufid[j];
+            memcpy(sg + goff, ug + p.uoff[j], p.udim[j] * sizeof(float));
+            goff += p.udim[j];
+        }
+        Monolith__V1__ApplyGradientsRequest r = MONOLITH__V1__APPLY_GRADIENTS_REQUEST__INIT;
+        r.n_fids = cnt;
+        r.fids = sf + p.start[s];
+        r.n_grads = goff - g0;
+        r.grads = sg + g0;
+        r.now_s = now_s;
+        r.step = step;
+        lens[s] = monolith__v1__apply_gradients_request__get_packed_size(&r);
+        reqs[s] = malloc(lens[s] ? lens[s] : 1);
+        if (!reqs[s]) {
+            err = MT_NOMEM;
+            goto out;
+        }
+        monolith__v1__apply_gradients_request__pack(&r, reqs[s]);
+    }
+    err = fan_out(c, PATH("ApplyGradients"), reqs, lens, calls, st);
+    if (err) goto out;
+    for (uint32_t s = 0, k = 0; s < c->n; s++) {
+        if (p.start[s + 1] == p.start[s]) continue;
+        mt_rpc_batch_call_t *bc = &calls[k++];
+        Monolith__V1__ApplyGradientsResponse *r =
+            monolith__v1__apply_gradients_response__unpack(NULL, bc->resp_len, bc->resp);
+        if (!r) {
+            status_msg(st, MT_RPC_INTERNAL, "malformed ApplyGradientsResponse");
+            err = MT_CORRUPT;
+            goto out;
+        }
+        tot_applied += r->applied;
+        tot_missing += r->missing;
+        monolith__v1__apply_gradients_response__free_unpacked(r, NULL);
+    }
+    if (applied) *applied = tot_applied;
+    if (missing) *missing = tot_missing;
+out:
+    if (calls && reqs) free_calls(calls, c->n, reqs, c->n);
+    free(reqs);
+    free(lens);
+    free(sf);
+    free(ug);
+    free(sg);
+    free(calls);
+    plan_free(&p);
+    return err;
+}
