@@ -9,6 +9,7 @@
 #include "mt/ps.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,8 +33,21 @@ typedef struct dense_tensor {
     uint64_t steps;
 } dense_tensor_t;
 
+#define MT__HIST_BUCKETS 13
+static const double hist_bounds_s[MT__HIST_BUCKETS - 1] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25};
+
+typedef struct method_ctx {
+    struct mt_ps *ps;
+    int idx;
+    mt_rpc_handler_fn fn;
+} method_ctx_t;
+
 struct mt_ps {
     mt_ps_config_t cfg;
+    method_ctx_t ctx[MT_PS_NMETHODS];
+    _Atomic uint64_t hist[MT_PS_NMETHODS][MT__HIST_BUCKETS]; /* latency, cumulative at render */
+    _Atomic uint64_t hist_sum_us[MT_PS_NMETHODS];
     char *admin_token;
     mt_table_t *table;
     uint64_t incarnation;
@@ -818,6 +832,130 @@ mt_err_t mt_ps_dense_load(mt_ps_t *ps, const uint8_t *buf, size_t len) {
 
 /* ============================== registration ============================== */
 
+/* Times every call into the method's latency histogram. */
+static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    method_ctx_t *ctx = ud;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ctx->fn(ctx->ps, c, req, len);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    int b = 0;
+    while (b < MT__HIST_BUCKETS - 1 && s > hist_bounds_s[b])
+        b++;
+    atomic_fetch_add(&ctx->ps->hist[ctx->idx][b], 1);
+    atomic_fetch_add(&ctx->ps->hist_sum_us[ctx->idx], (uint64_t)(s * 1e6));
+}
+
+static const char *method_names[MT_PS_NMETHODS] = {
+    "Lookup", "ApplyGradients", "PullDense", "PushDense", "Sync", "Snapshot", "Stats"};
+
+/* Appends to a growable string. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf_t;
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf_t *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t c = b->cap ? b->cap * 2 : 4096;
+        while (c < b->len + (size_t)n + 1)
+            c *= 2;
+        char *np = realloc(b->p, c);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = c;
+    }
+}
+
+mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_t *len) {
+    sbuf_t b = {0};
+    const char *L = "shard";
+    uint32_t sh = ps->cfg.shard;
+    sb_printf(&b, "# HELP monolith_ps_requests_total Calls per method.\n"
+                  "# TYPE monolith_ps_requests_total counter\n");
+    for (int m = 0; m < MT_PS_NMETHODS; m++)
+        sb_printf(&b, "monolith_ps_requests_total{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
+                  method_names[m], (unsigned long long)atomic_load(&ps->calls[m]));
+    sb_printf(&b, "# HELP monolith_ps_errors_total Calls answered with an error status.\n"
+                  "# TYPE monolith_ps_errors_total counter\n");
+    for (int m = 0; m < MT_PS_NMETHODS; m++)
+        sb_printf(&b, "monolith_ps_errors_total{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
+                  method_names[m], (unsigned long long)atomic_load(&ps->errors[m]));
+    sb_printf(&b, "# HELP monolith_ps_request_seconds Call latency.\n"
+                  "# TYPE monolith_ps_request_seconds histogram\n");
+    for (int m = 0; m < MT_PS_NMETHODS; m++) {
+        uint64_t cum = 0;
+        for (int k = 0; k < MT__HIST_BUCKETS; k++) {
+            cum += atomic_load(&ps->hist[m][k]);
+            if (k < MT__HIST_BUCKETS - 1)
+                sb_printf(&b,
+                          "monolith_ps_request_seconds_bucket{%s=\"%u\",method=\"%s\",le=\"%g\"} "
+                          "%llu\n",
+                          L, sh, method_names[m], hist_bounds_s[k], (unsigned long long)cum);
+            else
+                sb_printf(&b,
+                          "monolith_ps_request_seconds_bucket{%s=\"%u\",method=\"%s\",le=\"+Inf\"} "
+                          "%llu\n",
+                          L, sh, method_names[m], (unsigned long long)cum);
+        }
+        sb_printf(&b, "monolith_ps_request_seconds_sum{%s=\"%u\",method=\"%s\"} %.6f\n", L, sh,
+                  method_names[m], (double)atomic_load(&ps->hist_sum_us[m]) * 1e-6);
+        sb_printf(&b, "monolith_ps_request_seconds_count{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
+                  method_names[m], (unsigned long long)cum);
+    }
+    mt_table_stats_t st;
+    mt_table_stats(ps->table, &st);
+    struct {
+        const char *name, *type, *help;
+        double v;
+    } g[] = {
+        {"monolith_ps_rows", "gauge", "Rows in the table.", (double)st.rows},
+        {"monolith_ps_capacity", "gauge", "Row slots in the bucket arrays.", (double)st.capacity},
+        {"monolith_ps_load_factor", "gauge", "rows / capacity.", st.load_factor},
+        {"monolith_ps_table_bytes", "gauge", "Bytes held by the table.", (double)st.bytes_total},
+        {"monolith_ps_table_version", "gauge", "Highest change version.", (double)st.version},
+        {"monolith_ps_inserts_total", "counter", "Rows created.", (double)st.inserts},
+        {"monolith_ps_evictions_total", "counter", "Rows expired.", (double)st.evictions},
+        {"monolith_ps_filtered_total", "counter", "Sightings held back by the frequency filter.",
+         (double)st.filtered},
+        {"monolith_ps_changelog_drops_total", "counter",
+         "Change-log entries dropped (older syncs get a full stream).", (double)st.changelog_drops},
+        {"monolith_ps_lookup_fids_total", "counter", "Ids looked up.",
+         (double)atomic_load(&ps->lookup_fids)},
+        {"monolith_ps_apply_fids_total", "counter", "Ids updated by gradients.",
+         (double)atomic_load(&ps->apply_fids)},
+        {"monolith_ps_sync_entries_total", "counter", "Entries sent by Sync streams.",
+         (double)atomic_load(&ps->sync_entries)},
+    };
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
+        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{%s=\"%u\"} %.17g\n", g[i].name, g[i].help,
+                  g[i].name, g[i].type, g[i].name, L, sh, g[i].v);
+    if (extra) sb_printf(&b, "%s", extra);
+    if (b.oom) {
+        free(b.p);
+        return MT_NOMEM;
+    }
+    *body = b.p;
+    *len = b.len;
+    return MT_OK;
+}
+
 mt_err_t mt_ps_register(mt_ps_t *ps, mt_rpc_server_t *srv) {
     struct {
         const char *path;
@@ -833,7 +971,8 @@ mt_err_t mt_ps_register(mt_ps_t *ps, mt_rpc_server_t *srv) {
         {PATH("Stats"), 0, h_stats},
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
-        mt_err_t err = mt_rpc_server_add(srv, m[i].path, m[i].streaming, m[i].fn, ps);
+        ps->ctx[i] = (method_ctx_t){ps, (int)i, m[i].fn};
+        mt_err_t err = mt_rpc_server_add(srv, m[i].path, m[i].streaming, timed, &ps->ctx[i]);
         if (err) return err;
     }
     return MT_OK;

@@ -101,4 +101,12 @@ mt_err_t mt_ps_dense_load(mt_ps_t *ps, const uint8_t *buf, size_t len);
 
 void mt_ps_counters(mt_ps_t *ps, mt_ps_counters_t *out);
 
+/**
+ * Prometheus text exposition of the shard: calls, errors and latency histograms per
+ * method, table rows, capacity, bytes, evictions, filter and change-log counters, with
+ * @p extra (daemon-level lines, may be NULL) appended.
+ * @param[out] body  malloc'd, caller frees.
+ */
+mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_t *len);
+
 #endif /* MT_PS_H */
