@@ -38,9 +38,20 @@
 #include <time.h>
 
 #define MT__GENERIC_SLOTS 2
-#define MT__HEALTH_PATH "/grpc.health.v1.Health/Check"
+#define MT__HEALTH_PATH   "/grpc.health.v1.Health/Check"
 
 /* ============================== small helpers ============================== */
+
+/* gRPC is initialized once per process and never shut down by this layer: grpc_shutdown()
+ * from the last destroy joins gRPC's executor threads, one of which may sit in a 10 s poll
+ * after a large write (measured: 4 of 20 destroys stalled 10 s). The OS reclaims it all. */
+static pthread_once_t grpc_once = PTHREAD_ONCE_INIT;
+static void grpc_init_once(void) {
+    grpc_init();
+}
+static void rpc_init(void) {
+    pthread_once(&grpc_once, grpc_init_once);
+}
 
 static gpr_timespec deadline_after_ms(int64_t ms) {
     if (ms <= 0) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
@@ -139,11 +150,12 @@ struct mt_rpc_server {
     uint32_t nworkers;
     _Atomic int serving;
     _Atomic int stopping;
+    _Atomic int active; /* handlers running */
     int started, shut;
-    int shutdown_seen;            /* the shutdown tag arrived (under lock) */
+    int shutdown_seen; /* the shutdown tag arrived (under lock) */
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    char shutdown_tag;            /* its address is the tag */
+    char shutdown_tag; /* its address is the tag */
 };
 
 void mt_rpc_server_config_init(mt_rpc_server_config_t *cfg) {
@@ -173,15 +185,21 @@ mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->serving, 1);
     atomic_init(&s->stopping, 0);
-    grpc_init();
-    grpc_arg args[2];
+    atomic_init(&s->active, 0);
+    rpc_init();
+    grpc_arg args[3];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = (int)cfg->max_message_bytes;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = (int)cfg->max_message_bytes;
-    grpc_channel_args cargs = {2, args};
+    /* gRPC sets SO_REUSEPORT by default: two servers on one port would both "bind" and
+     * split the connections. A busy port must be an error. */
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
+    args[2].value.integer = 0;
+    grpc_channel_args cargs = {3, args};
     s->server = grpc_server_create(&cargs, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
@@ -239,9 +257,8 @@ static int slot_post(slot_t *sl) {
     sl->call = NULL;
     grpc_call_error e;
     if (sl->m) {
-        e = grpc_server_request_registered_call(s->server, sl->m->handle, &sl->call,
-                                                &sl->deadline, &sl->md, &sl->payload, sl->ccq,
-                                                s->cq, sl);
+        e = grpc_server_request_registered_call(s->server, sl->m->handle, &sl->call, &sl->deadline,
+                                                &sl->md, &sl->payload, sl->ccq, s->cq, sl);
     } else {
         grpc_call_details_init(&sl->details);
         e = grpc_server_request_call(s->server, &sl->call, &sl->details, &sl->md, sl->ccq, s->cq,
@@ -270,13 +287,13 @@ static void slot_release(slot_t *sl) {
 static int call_batch(mt_rpc_call_t *c, grpc_op *ops, size_t n) {
     slot_t *sl = c->slot;
     if (grpc_call_start_batch(sl->call, ops, n, ops, NULL) != GRPC_CALL_OK) return 0;
-    grpc_event ev = grpc_completion_queue_pluck(sl->ccq, ops, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                                NULL);
+    grpc_event ev =
+        grpc_completion_queue_pluck(sl->ccq, ops, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
-static void call_finish(mt_rpc_call_t *c, int code, const char *msg, const uint8_t *buf,
-                        size_t len, int with_message) {
+static void call_finish(mt_rpc_call_t *c, int code, const char *msg, const uint8_t *buf, size_t len,
+                        int with_message) {
     if (c->finished) return;
     c->finished = 1;
     grpc_op ops[4];
@@ -379,8 +396,8 @@ static void health_check(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t 
         size_t n = req[1];
         int known = n == 0;
         for (size_t i = 0; i < s->nmethods && !known; i++)
-            known = strlen(s->methods[i].service) == n &&
-                    !memcmp(s->methods[i].service, req + 2, n);
+            known =
+                strlen(s->methods[i].service) == n && !memcmp(s->methods[i].service, req + 2, n);
         if (!known) {
             mt_rpc_fail(c, MT_RPC_NOT_FOUND, "unknown service %.*s", (int)n, (const char *)req + 2);
             return;
@@ -421,8 +438,7 @@ static void handle_call(slot_t *sl) {
 static void *worker_main(void *arg) {
     mt_rpc_server_t *s = arg;
     for (;;) {
-        grpc_event ev =
-            grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
         if (ev.tag == &s->shutdown_tag) {
@@ -437,8 +453,10 @@ static void *worker_main(void *arg) {
             slot_release(sl);
             continue;
         }
+        atomic_fetch_add(&s->active, 1);
         handle_call(sl);
         slot_release(sl);
+        atomic_fetch_sub(&s->active, 1);
         if (!atomic_load(&s->stopping)) slot_post(sl);
     }
     return NULL;
@@ -493,27 +511,28 @@ void mt_rpc_server_shutdown(mt_rpc_server_t *s) {
     atomic_store(&s->stopping, 1);
     atomic_store(&s->serving, 0);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += s->cfg.grace_ms / 1000;
-    until.tv_nsec += (long)(s->cfg.grace_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&s->lock);
-    while (!s->shutdown_seen)
-        if (pthread_cond_timedwait(&s->cond, &s->lock, &until) != 0) break;
-    int done = s->shutdown_seen;
-    pthread_mutex_unlock(&s->lock);
-    if (!done) {
-        grpc_server_cancel_all_calls(s->server);
+    /* Wait for in-flight handlers, at most grace_ms. Once none is running, cancel what is
+     * left at once: a call that raced with the shutdown can stay queued inside gRPC core
+     * until cancelled (seen in tests), and nobody would ever handle it. */
+    double waited_ms = 0;
+    int idle = 0, cancelled = 0;
+    for (;;) {
         pthread_mutex_lock(&s->lock);
-        while (!s->shutdown_seen) pthread_cond_wait(&s->cond, &s->lock);
+        int done = s->shutdown_seen;
         pthread_mutex_unlock(&s->lock);
+        if (done) break;
+        idle = atomic_load(&s->active) == 0 ? idle + 1 : 0;
+        if (!cancelled && (idle >= 3 || waited_ms >= s->cfg.grace_ms)) {
+            grpc_server_cancel_all_calls(s->server);
+            cancelled = 1;
+        }
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+        waited_ms += 10;
     }
     grpc_completion_queue_shutdown(s->cq);
-    for (uint32_t i = 0; i < s->nworkers; i++) pthread_join(s->workers[i], NULL);
+    for (uint32_t i = 0; i < s->nworkers; i++)
+        pthread_join(s->workers[i], NULL);
     s->nworkers = 0;
 }
 
@@ -529,7 +548,8 @@ void mt_rpc_server_destroy(mt_rpc_server_t *s) {
         grpc_completion_queue_destroy(s->cq);
     }
     if (s->slots)
-        for (size_t i = 0; i < s->nslots; i++) cq_destroy_pluck(s->slots[i].ccq);
+        for (size_t i = 0; i < s->nslots; i++)
+            cq_destroy_pluck(s->slots[i].ccq);
     for (size_t i = 0; i < s->nmethods; i++) {
         free(s->methods[i].path);
         free(s->methods[i].service);
@@ -541,7 +561,6 @@ void mt_rpc_server_destroy(mt_rpc_server_t *s) {
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     free(s);
-    grpc_shutdown();
 }
 
 /* ============================== client ============================== */
@@ -577,21 +596,29 @@ mt_err_t mt_rpc_channel_create(const char *target, const mt_rpc_client_config_t 
     mt_rpc_channel_t *c = calloc(1, sizeof(*c));
     if (!c) return MT_NOMEM;
     c->cfg = *cfg;
-    grpc_init();
-    grpc_arg args[2];
+    rpc_init();
+    grpc_arg args[4];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = (int)cfg->max_message_bytes;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = (int)cfg->max_message_bytes;
-    grpc_channel_args cargs = {2, args};
+    /* gRPC's own reconnect backoff (about 1 s) would make our retries inside that window
+     * fail at once without connecting: align it with ours. (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS
+     * is the minimum connect timeout in this version, not a backoff: left alone.) */
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
+    args[2].value.integer = (int)(cfg->backoff_ms ? cfg->backoff_ms : 1);
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+    args[3].value.integer = (int)(cfg->backoff_max_ms ? cfg->backoff_max_ms : 1);
+    grpc_channel_args cargs = {4, args};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     c->ch = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     if (!c->ch) {
         free(c);
-        grpc_shutdown();
         return MT_NOMEM;
     }
     *out = c;
@@ -602,7 +629,6 @@ void mt_rpc_channel_destroy(mt_rpc_channel_t *c) {
     if (!c) return;
     grpc_channel_destroy(c->ch);
     free(c);
-    grpc_shutdown();
 }
 
 /* One attempt of a unary call, started on cq with tag `a`. */
@@ -679,8 +705,7 @@ static mt_err_t status_err(const mt_rpc_status_t *st) {
 }
 
 mt_err_t mt_rpc_call(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
-                     int64_t deadline_ms, uint8_t **resp, size_t *resp_len,
-                     mt_rpc_status_t *st) {
+                     int64_t deadline_ms, uint8_t **resp, size_t *resp_len, mt_rpc_status_t *st) {
     mt_rpc_batch_call_t c = {.ch = ch, .path = path, .req = req, .len = len};
     mt_err_t err = mt_rpc_call_many(&c, 1, deadline_ms);
     *st = c.st;
@@ -717,12 +742,12 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
             } else {
                 todo[i] = 0;
                 calls[i].st.code = MT_RPC_INTERNAL;
-                snprintf(calls[i].st.message, sizeof(calls[i].st.message),
-                         "cannot start the call");
+                snprintf(calls[i].st.message, sizeof(calls[i].st.message), "cannot start the call");
             }
         }
         while (inflight > 0) {
-            grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            grpc_event ev =
+                grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             if (ev.type != GRPC_OP_COMPLETE) continue;
             attempt_t *a = ev.tag;
             size_t i = (size_t)(a - at);
@@ -731,7 +756,8 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
             inflight--;
         }
         size_t again = 0;
-        for (size_t i = 0; i < n; i++) again += todo[i];
+        for (size_t i = 0; i < n; i++)
+            again += todo[i];
         if (!again || tries >= calls[0].ch->cfg.retries) break;
         /* Back off, but never past the deadline. */
         gpr_timespec left = gpr_time_sub(deadline, gpr_now(GPR_CLOCK_MONOTONIC));
@@ -740,7 +766,7 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
         sleep_ms(backoff);
         tries++;
         backoff = backoff * 2 < calls[0].ch->cfg.backoff_max_ms ? backoff * 2
-                                                                 : calls[0].ch->cfg.backoff_max_ms;
+                                                                : calls[0].ch->cfg.backoff_max_ms;
     }
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
@@ -752,8 +778,8 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
     return MT_OK;
 }
 
-mt_err_t mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_t *req,
-                            size_t len, int64_t deadline_ms, mt_rpc_stream_t **out) {
+mt_err_t mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
+                            int64_t deadline_ms, mt_rpc_stream_t **out) {
     mt_rpc_stream_t *s = calloc(1, sizeof(*s));
     if (!s) return MT_NOMEM;
     s->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -802,7 +828,8 @@ mt_err_t mt_rpc_stream_next(mt_rpc_stream_t *s, uint8_t **buf, size_t *len) {
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &bb;
     if (grpc_call_start_batch(s->call, &op, 1, &op, NULL) != GRPC_CALL_OK) return MT_CANCELLED;
-    grpc_event ev = grpc_completion_queue_pluck(s->cq, &op, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev =
+        grpc_completion_queue_pluck(s->cq, &op, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type != GRPC_OP_COMPLETE || !ev.success || !bb) {
         if (bb) grpc_byte_buffer_destroy(bb);
         s->ended = 1;

@@ -14,6 +14,9 @@
  * backoff on UNAVAILABLE; several unary calls in flight at once (mt_rpc_call_many); and
  * server-streaming calls read message by message.
  *
+ * gRPC core is initialized once per process, on first use, and left running until exit.
+ * Deadlines: a deadline_ms of 0 or less means none.
+ *
  * Thread safety: mt_rpc_server_* functions may be called from any thread; handlers run on
  * worker threads, concurrently with each other (a handler is called for one call only, and
  * its mt_rpc_call_t must not be used after it returns). A channel is thread-safe: many
@@ -94,8 +97,9 @@ mt_err_t mt_rpc_server_start(mt_rpc_server_t *s, int *port);
 void mt_rpc_server_set_serving(mt_rpc_server_t *s, int serving);
 
 /**
- * Graceful shutdown: stops accepting calls, lets in-flight calls finish for up to
- * grace_ms, cancels what is left, joins the workers. Idempotent.
+ * Graceful shutdown: stops accepting calls (clients get UNAVAILABLE), lets running handlers
+ * finish for up to grace_ms, then cancels what is left (calls not yet handled at once,
+ * once no handler runs), and joins the workers. Idempotent.
  */
 void mt_rpc_server_shutdown(mt_rpc_server_t *s);
 
@@ -162,10 +166,13 @@ typedef struct mt_rpc_batch_call {
 } mt_rpc_batch_call_t;
 
 /** Runs @p n unary calls in parallel (possibly on different channels), each with the same
- *  deadline and retry policy. @returns MT_OK once all completed; see each call's st. */
+ *  deadline, and the retry policy of the first call's channel: calls that got UNAVAILABLE
+ *  are sent again together. @returns MT_OK once all completed; see each call's st. */
 mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms);
 
-/** Opens a server-streaming call. @param[out] out  caller closes with mt_rpc_stream_close(). */
+/** Opens a server-streaming call and waits for the server's first response (its initial
+ *  metadata, a message or its status). @param[out] out  caller closes with
+ *  mt_rpc_stream_close(). */
 mt_err_t mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
                             int64_t deadline_ms, mt_rpc_stream_t **out);
 

@@ -1,0 +1,1339 @@
+/*
+ * config.c - the configuration of every daemon, driven by one property table.
+ *
+ * The table props[] below lists every key: its section, name, type, the field it fills
+ * (an offset into mt_config_t or into mt_table_slot_config_t), its bounds, its default as
+ * text and its doc. From it come mt_config_init() (each default is parsed like a file
+ * value), the parser (key lookup, unknown-key and duplicate errors, bounds), overrides,
+ * mt_config_validate() (bounds re-checked on the struct), freeing and copying (which fields
+ * own strings) and the reference in docs/config.md. Nothing else names a key.
+ *
+ * Why the line parser is ours and not inih (which was the plan): Debian's libinih 55 is built
+ * with a 200-byte line buffer and silently splits a longer line into several "key: value"
+ * pairs (a ps list of a dozen host names becomes keys like 'e.svc.cluster.local'); it takes
+ * an indented line as the continuation of the previous value ("  y = 2" after "x = 1" sets
+ * x to "y = 2"); it knows only ';' as an inline comment (so "3 # c" is the value); it ignores
+ * text after "]"; it never reports a section without keys; it accepts "key: value"; and its
+ * options are mutable process-wide globals. Working around each of these in a reader left it
+ * only the split at '='. The grammar here is in config.h; it is about 80 lines below.
+ *
+ * Invariants of an initialized mt_config_t: every PT_STRING and PT_ADDR field is a non-NULL
+ * owned string; a PT_ADDRS field is NULL with count 0 or an owned array of count owned
+ * strings; slots[] is sorted by id without repeats and slot_names[i] is a non-NULL owned
+ * string; slots_cap >= nslots is the size of both arrays.
+ *
+ * File layout: types; the property table; helpers; value parsing and checking; slots; copy
+ * and free; the line parser; public API; the reference.
+ */
+#include "mt/config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ============================== types ============================== */
+
+typedef enum prop_type {
+    PT_UINT,   /* unsigned integer field of 4 or 8 bytes, in umin..umax */
+    PT_REAL,   /* float (size 4) or double (size 8), in dmin..dmax (PF_*_OPEN: bound excluded) */
+    PT_ENUM,   /* C enum field (int-sized), one of enums[] */
+    PT_STRING, /* owned char *, length umin..umax bytes */
+    PT_ADDR,   /* owned char * "host:port" (PF_EMPTY_OK: "" allowed) */
+    PT_ADDRS   /* owned char ** of "host:port" + size_t count at count_offset, umin..umax */
+} prop_type_t;
+
+typedef enum prop_target {
+    TGT_CONFIG,   /* offset into mt_config_t */
+    TGT_SLOT,     /* offset into mt_table_slot_config_t ([slot.N] sections) */
+    TGT_SLOT_NAME /* the slot's entry of slot_names (offset 0 of a char *) */
+} prop_target_t;
+
+#define PF_MIN_OPEN 1u /* PT_REAL: value > dmin */
+#define PF_MAX_OPEN 2u /* PT_REAL: value < dmax */
+#define PF_EMPTY_OK 4u /* PT_ADDR: "" (disabled) allowed */
+#define PF_PORT0_OK 8u /* PT_ADDR: port 0 (any free port) allowed */
+
+typedef struct prop_enum {
+    const char *name;
+    int value;
+} prop_enum_t;
+
+typedef struct prop {
+    const char *section; /* one of sections[], or "slot" for every [slot.N] */
+    const char *key;
+    prop_type_t type;
+    prop_target_t target;
+    size_t offset;       /* of the field in its target */
+    size_t size;         /* of the field */
+    size_t count_offset; /* PT_ADDRS: offset of the size_t count in mt_config_t */
+    uint64_t umin, umax; /* PT_UINT: value; PT_STRING: length; PT_ADDRS: entries */
+    double dmin, dmax;   /* PT_REAL */
+    unsigned flags;      /* PF_* */
+    const char *def;     /* default, parsed like a file value; NULL: required */
+    const prop_enum_t *enums;
+    const char *doc;
+} prop_t;
+
+/* ============================== the property table ============================== */
+
+static const char *const sections[] = {"cluster", "ps", "table", "dense"};
+#define NSECTIONS ((int)(sizeof(sections) / sizeof(sections[0])))
+#define SECT_SLOT NSECTIONS /* section index of every [slot.N] */
+
+_Static_assert(sizeof(mt_table_opt_t) == sizeof(int), "PT_ENUM fields are int-sized");
+_Static_assert(sizeof(mt_table_init_t) == sizeof(int), "PT_ENUM fields are int-sized");
+_Static_assert(sizeof(mt_table_precision_t) == sizeof(int), "PT_ENUM fields are int-sized");
+
+static const prop_enum_t init_enum[] = {
+    {"zeros", MT_INIT_ZEROS}, {"uniform", MT_INIT_UNIFORM}, {"normal", MT_INIT_NORMAL}, {NULL, 0}};
+static const prop_enum_t slot_opt_enum[] = {{"sgd", MT_OPT_SGD},
+                                            {"adagrad", MT_OPT_ADAGRAD},
+                                            {"ftrl", MT_OPT_FTRL},
+                                            {"adam", MT_OPT_ADAM},
+                                            {NULL, 0}};
+static const prop_enum_t dense_opt_enum[] = {
+    {"sgd", MT_OPT_SGD}, {"adagrad", MT_OPT_ADAGRAD}, {"adam", MT_OPT_ADAM}, {NULL, 0}};
+static const prop_enum_t precision_enum[] = {
+    {"fp32", MT_PREC_FP32}, {"fp16", MT_PREC_FP16}, {NULL, 0}};
+
+#define KEY(s, k) .section = (s), .key = (k)
+#define CFG(m) \
+    .target = TGT_CONFIG, .offset = offsetof(mt_config_t, m), .size = sizeof(((mt_config_t *)0)->m)
+#define SLOT(m)                                                        \
+    .target = TGT_SLOT, .offset = offsetof(mt_table_slot_config_t, m), \
+    .size = sizeof(((mt_table_slot_config_t *)0)->m)
+#define UINT(lo, hi)     .type = PT_UINT, .umin = (lo), .umax = (hi)
+#define REAL(lo, hi, fl) .type = PT_REAL, .dmin = (lo), .dmax = (hi), .flags = (fl)
+#define ENUM(e)          .type = PT_ENUM, .enums = (e)
+#define STR(lo, hi)      .type = PT_STRING, .umin = (lo), .umax = (hi)
+#define ADDR(fl)         .type = PT_ADDR, .flags = (fl)
+#define ADDRS(m, cnt, lo, hi) \
+    CFG(m), .type = PT_ADDRS, .count_offset = offsetof(mt_config_t, cnt), .umin = (lo), .umax = (hi)
+#define FINITE 1e30 /* the table's bound for "finite" (table.c) */
+#define OPEN   (PF_MIN_OPEN | PF_MAX_OPEN)
+
+static const prop_t props[] = {
+    /* [cluster] */
+    {KEY("cluster", "num_shards"), CFG(cluster.num_shards), UINT(0, MT_CONFIG_MAX_SHARDS),
+     .def = "0", .doc = "number of PS shards; 0: as many as `cluster.ps` addresses"},
+    {KEY("cluster", "ps"), ADDRS(cluster.ps, cluster.nps, 0, MT_CONFIG_MAX_SHARDS), .def = "",
+     .doc = "PS addresses, comma-separated; the i-th serves shard i"},
+    /* [ps] */
+    {KEY("ps", "shard"), CFG(ps.shard), UINT(0, MT_CONFIG_MAX_SHARDS - 1), .def = "0",
+     .doc = "shard this PS serves, below the number of shards (usually an override: "
+            "`ps.shard=N`)"},
+    {KEY("ps", "listen"), CFG(ps.listen), ADDR(PF_PORT0_OK), .def = "127.0.0.1:7100",
+     .doc = "address the PS serves gRPC on (port 0: any free port)"},
+    {KEY("ps", "threads"), CFG(ps.threads), UINT(1, 64), .def = "4",
+     .doc = "threads serving requests"},
+    {KEY("ps", "max_message_bytes"), CFG(ps.max_message_bytes), UINT(4096, INT32_MAX),
+     .def = "67108864", .doc = "largest gRPC message received or sent"},
+    {KEY("ps", "max_batch_fids"), CFG(ps.max_batch_fids), UINT(1, 1u << 30), .def = "1048576",
+     .doc = "ids in one request; a larger request fails with RESOURCE_EXHAUSTED"},
+    {KEY("ps", "sync_chunk_fids"), CFG(ps.sync_chunk_fids), UINT(1, 1u << 20), .def = "4096",
+     .doc = "entries per Sync chunk unless the client asks for fewer"},
+    {KEY("ps", "snapshot_dir"), CFG(ps.snapshot_dir), STR(0, 4095), .def = "",
+     .doc = "directory of table snapshots; empty: no snapshots"},
+    {KEY("ps", "snapshot_interval_s"), CFG(ps.snapshot_interval_s), UINT(0, 7 * 86400),
+     .def = "300", .doc = "seconds between periodic snapshots; 0: none"},
+    {KEY("ps", "snapshot_keep"), CFG(ps.snapshot_keep), UINT(1, 1000), .def = "3",
+     .doc = "snapshots kept in `snapshot_dir`; older ones are deleted"},
+    {KEY("ps", "expire_interval_ms"), CFG(ps.expire_interval_ms), UINT(0, 3600 * 1000),
+     .def = "1000", .doc = "milliseconds between expiry ticks; 0: rows never expire"},
+    {KEY("ps", "expire_buckets_per_tick"), CFG(ps.expire_buckets_per_tick), UINT(1, UINT32_MAX),
+     .def = "65536", .doc = "buckets one expiry tick examines (the `mt_table_expire()` budget)"},
+    {KEY("ps", "admin_token"), CFG(ps.admin_token), STR(0, 1024), .def = "",
+     .doc = "token admin calls must carry; empty: admin calls need no token"},
+    {KEY("ps", "metrics_listen"), CFG(ps.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
+     .def = "", .doc = "address of the Prometheus `/metrics` endpoint; empty: disabled"},
+    /* [table]: mt_table_config_t, defaults as mt_table_config_init() */
+    {KEY("table", "shards_log2"), CFG(table.shards_log2), UINT(0, 16), .def = "10",
+     .doc = "the table is split into 2^shards_log2 independent parts"},
+    {KEY("table", "max_load"), CFG(table.max_load), REAL(0.5, 0.97, 0), .def = "0.9",
+     .doc = "a part grows when its load factor exceeds this"},
+    {KEY("table", "filter_bytes"), CFG(table.filter_bytes), UINT(0, 1ull << 40), .def = "8388608",
+     .doc = "count-min sketch memory of the frequency filter; 0 only if no slot has "
+            "`min_count` > 1"},
+    {KEY("table", "filter_depth"), CFG(table.filter_depth), UINT(1, 8), .def = "4",
+     .doc = "count-min sketch hash rows"},
+    {KEY("table", "changelog_entries"), CFG(table.changelog_entries), UINT(64, 1ull << 40),
+     .def = "1048576",
+     .doc = "change-log capacity over all parts (24 bytes each); at least 64 per part"},
+    {KEY("table", "initial_rows"), CFG(table.initial_rows), UINT(0, 1ull << 40), .def = "0",
+     .doc = "pre-size for this many rows; 0: grow from empty"},
+    {KEY("table", "hash_seed"), CFG(table.hash_seed), UINT(0, UINT64_MAX),
+     .def = "0x9ae16a3b2f90404f",
+     .doc = "seed of the cuckoo and sketch hashes (replicas of a shard: the same)"},
+    /* [dense] */
+    {KEY("dense", "optimizer"), CFG(dense.opt), ENUM(dense_opt_enum), .def = "adam",
+     .doc = "optimizer of the dense parameters"},
+    {KEY("dense", "lr"), CFG(dense.lr), REAL(0, FINITE, OPEN), .def = "0.001",
+     .doc = "learning rate"},
+    {KEY("dense", "beta1"), CFG(dense.beta1), REAL(0, 1, PF_MAX_OPEN), .def = "0.9",
+     .doc = "Adam first-moment decay"},
+    {KEY("dense", "beta2"), CFG(dense.beta2), REAL(0, 1, PF_MAX_OPEN), .def = "0.999",
+     .doc = "Adam second-moment decay"},
+    {KEY("dense", "eps"), CFG(dense.eps), REAL(0, 1, PF_MAX_OPEN), .def = "1e-8",
+     .doc = "Adagrad / Adam epsilon (Adam: > 0)"},
+    {KEY("dense", "init_accum"), CFG(dense.init_accum), REAL(0, FINITE, PF_MAX_OPEN), .def = "0.1",
+     .doc = "Adagrad initial accumulator"},
+    /* [slot.N]: mt_table_slot_config_t, defaults as mt_table_slot_config_init() */
+    {KEY("slot", "dim"), SLOT(dim), UINT(1, MT_TABLE_MAX_DIM), .def = NULL,
+     .doc = "embedding width"},
+    {KEY("slot", "init"), SLOT(init), ENUM(init_enum), .def = "uniform",
+     .doc = "initializer of a new row (deterministic per id and `init_seed`)"},
+    {KEY("slot", "init_scale"), SLOT(init_scale), REAL(0, FINITE, PF_MAX_OPEN), .def = "0.01",
+     .doc = "uniform: half-width; normal: standard deviation"},
+    {KEY("slot", "init_mean"), SLOT(init_mean), REAL(-FINITE, FINITE, 0), .def = "0",
+     .doc = "normal: mean"},
+    {KEY("slot", "init_seed"), SLOT(init_seed), UINT(0, UINT64_MAX), .def = "0x6d6f6e6f6c697468",
+     .doc = "seed of the initializer: replicas with the same seed build the same rows"},
+    {KEY("slot", "optimizer"), SLOT(opt), ENUM(slot_opt_enum), .def = "adagrad",
+     .doc = "optimizer applied in place by the table"},
+    {KEY("slot", "lr"), SLOT(lr), REAL(0, FINITE, OPEN), .def = "0.01",
+     .doc = "learning rate (FTRL: alpha)"},
+    {KEY("slot", "eps"), SLOT(eps), REAL(0, 1, PF_MAX_OPEN), .def = "1e-8",
+     .doc = "Adagrad / Adam epsilon (Adam: > 0)"},
+    {KEY("slot", "init_accum"), SLOT(init_accum), REAL(0, FINITE, PF_MAX_OPEN), .def = "0.1",
+     .doc = "Adagrad initial accumulator"},
+    {KEY("slot", "beta1"), SLOT(beta1), REAL(0, 1, PF_MAX_OPEN), .def = "0.9",
+     .doc = "Adam first-moment decay"},
+    {KEY("slot", "beta2"), SLOT(beta2), REAL(0, 1, PF_MAX_OPEN), .def = "0.999",
+     .doc = "Adam second-moment decay"},
+    {KEY("slot", "ftrl_beta"), SLOT(ftrl_beta), REAL(0, FINITE, PF_MAX_OPEN), .def = "1",
+     .doc = "FTRL beta"},
+    {KEY("slot", "l1"), SLOT(l1), REAL(0, FINITE, PF_MAX_OPEN), .def = "0",
+     .doc = "FTRL L1 regularization"},
+    {KEY("slot", "l2"), SLOT(l2), REAL(0, FINITE, PF_MAX_OPEN), .def = "0",
+     .doc = "FTRL L2 regularization"},
+    {KEY("slot", "min_count"), SLOT(min_count), UINT(0, 255), .def = "0",
+     .doc = "frequency filter: a row is created at the min_count-th training sighting; 0 "
+            "and 1 admit at once"},
+    {KEY("slot", "ttl_s"), SLOT(ttl_s), UINT(0, UINT32_MAX), .def = "0",
+     .doc = "rows idle longer than this many seconds are evicted; 0: never"},
+    {KEY("slot", "precision"), SLOT(precision), ENUM(precision_enum), .def = "fp32",
+     .doc = "storage precision of the embedding (optimizer state stays fp32)"},
+    {KEY("slot", "name"), .target = TGT_SLOT_NAME, .size = sizeof(char *), STR(0, 64), .def = "",
+     .doc = "name of the slot, for humans and metrics"},
+};
+#define NPROPS (sizeof(props) / sizeof(props[0]))
+
+/* ============================== helpers ============================== */
+
+#define SHOW_MAX 64 /* user text in messages is cut to this many bytes */
+
+static void msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void msgf(char *buf, size_t len, const char *fmt, ...) {
+    if (!buf || !len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+/* Copies user text for a message: non-printable bytes become '?', long text is cut. */
+static const char *show(const char *s, char *out, size_t outlen) {
+    size_t i = 0;
+    for (; s[i] && i + 4 < outlen && i < SHOW_MAX; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        out[i] = (ch < 0x20 || ch >= 0x7f) ? '?' : (char)ch;
+    }
+    if (s[i]) {
+        memcpy(out + i, "...", 3);
+        i += 3;
+    }
+    out[i] = '\0';
+    return out;
+}
+
+static bool is_space(char ch) {
+    return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
+}
+static bool is_digit(char ch) {
+    return ch >= '0' && ch <= '9';
+}
+static bool is_xdigit(char ch) {
+    return is_digit(ch) || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+static bool is_alnum(char ch) {
+    return is_digit(ch) || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+}
+
+/* Trims whitespace in place; returns the start. */
+static char *trim(char *s) {
+    while (is_space(*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && is_space(s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+static int prop_section(const prop_t *p) {
+    for (int i = 0; i < NSECTIONS; i++)
+        if (strcmp(p->section, sections[i]) == 0) return i;
+    return SECT_SLOT;
+}
+
+/* "ps.threads" or "slot.3.dim". */
+static const char *dotted(const prop_t *p, uint32_t slot_id, char *out, size_t outlen) {
+    if (p->target == TGT_CONFIG)
+        snprintf(out, outlen, "%s.%s", p->section, p->key);
+    else
+        snprintf(out, outlen, "slot.%" PRIu32 ".%s", slot_id, p->key);
+    return out;
+}
+
+/* The field of @p p in @p base: mt_config_t, mt_table_slot_config_t or char * (slot name). */
+static void *field_of(const prop_t *p, const void *base) {
+    return (char *)base + p->offset; /* like strchr(): the caller knows whether it may write */
+}
+
+static uint64_t get_uint(const void *f, size_t size) {
+    if (size == sizeof(uint32_t)) {
+        uint32_t v;
+        memcpy(&v, f, sizeof(v));
+        return v;
+    }
+    uint64_t v;
+    memcpy(&v, f, sizeof(v));
+    return v;
+}
+
+static void put_uint(void *f, size_t size, uint64_t v) {
+    if (size == sizeof(uint32_t)) {
+        uint32_t v32 = (uint32_t)v;
+        memcpy(f, &v32, sizeof(v32));
+    } else {
+        memcpy(f, &v, sizeof(v));
+    }
+}
+
+static double get_real(const void *f, size_t size) {
+    if (size == sizeof(float)) {
+        float v;
+        memcpy(&v, f, sizeof(v));
+        return v;
+    }
+    double v;
+    memcpy(&v, f, sizeof(v));
+    return v;
+}
+
+/* ============================== value parsing and checking ============================== */
+
+/* "1..64", "[0.5, 0.97]", "sgd, adagrad, adam", ...: the bounds column and range messages. */
+static void format_bounds(const prop_t *p, bool markdown, char *out, size_t outlen) {
+    const char *q = markdown ? "`" : "";
+    size_t n = 0;
+    out[0] = '\0';
+    switch (p->type) {
+    case PT_UINT: snprintf(out, outlen, "%" PRIu64 "..%" PRIu64, p->umin, p->umax); break;
+    case PT_REAL:
+        snprintf(out, outlen, "%c%g, %g%c", (p->flags & PF_MIN_OPEN) ? '(' : '[', p->dmin, p->dmax,
+                 (p->flags & PF_MAX_OPEN) ? ')' : ']');
+        break;
+    case PT_ENUM:
+        for (const prop_enum_t *e = p->enums; e->name && n < outlen; e++)
+            n += (size_t)snprintf(out + n, outlen - n, "%s%s%s%s", e == p->enums ? "" : ", ", q,
+                                  e->name, q);
+        break;
+    case PT_STRING: snprintf(out, outlen, "length %" PRIu64 "..%" PRIu64, p->umin, p->umax); break;
+    case PT_ADDR:
+        snprintf(out, outlen, "host:port, port %d..65535%s", (p->flags & PF_PORT0_OK) ? 0 : 1,
+                 (p->flags & PF_EMPTY_OK) ? ", or empty" : "");
+        break;
+    case PT_ADDRS:
+        snprintf(out, outlen, "%" PRIu64 "..%" PRIu64 " distinct host:port, port 1..65535", p->umin,
+                 p->umax);
+        break;
+    }
+}
+
+static mt_err_t out_of_range(const prop_t *p, const char *text, char *msg, size_t msglen) {
+    char b[160], t[SHOW_MAX + 8];
+    format_bounds(p, false, b, sizeof(b));
+    msgf(msg, msglen, "%s is out of range %s", show(text, t, sizeof(t)), b);
+    return MT_CONFIG;
+}
+
+static bool empty_ok(const prop_t *p) {
+    switch (p->type) {
+    case PT_STRING:
+    case PT_ADDRS: return p->umin == 0;
+    case PT_ADDR: return (p->flags & PF_EMPTY_OK) != 0;
+    default: return false;
+    }
+}
+
+static bool real_in_bounds(const prop_t *p, double x) {
+    bool lo = (p->flags & PF_MIN_OPEN) ? x > p->dmin : x >= p->dmin;
+    bool hi = (p->flags & PF_MAX_OPEN) ? x < p->dmax : x <= p->dmax;
+    return lo && hi; /* false for NaN */
+}
+
+/* Decimal or 0x-hex, no sign, nothing else. */
+static mt_err_t parse_uint(const prop_t *p, const char *v, uint64_t *out, char *msg,
+                           size_t msglen) {
+    char t[SHOW_MAX + 8];
+    int base = 10;
+    const char *digits = v, *q;
+    if (v[0] == '0' && (v[1] == 'x' || v[1] == 'X')) {
+        base = 16;
+        digits = v + 2;
+    }
+    for (q = digits; base == 10 ? is_digit(*q) : is_xdigit(*q); q++) {
+    }
+    if (q == digits || *q) {
+        msgf(msg, msglen, "'%s' is not an unsigned integer", show(v, t, sizeof(t)));
+        return MT_CONFIG;
+    }
+    errno = 0;
+    unsigned long long x = strtoull(digits, NULL, base);
+    if (errno == ERANGE || x < p->umin || x > p->umax) return out_of_range(p, v, msg, msglen);
+    *out = x;
+    return MT_OK;
+}
+
+static mt_err_t parse_real(const prop_t *p, const char *v, double *out, char *msg, size_t msglen) {
+    char t[SHOW_MAX + 8];
+    char *end = NULL;
+    double x = 0;
+    errno = 0;
+    /* strtof for a float field: the same rounding as a C literal (table defaults match). */
+    if (is_digit(v[0]) || v[0] == '+' || v[0] == '-' || v[0] == '.')
+        x = p->size == sizeof(float) ? (double)strtof(v, &end) : strtod(v, &end);
+    if (!end || end == v || *end) {
+        msgf(msg, msglen, "'%s' is not a number", show(v, t, sizeof(t)));
+        return MT_CONFIG;
+    }
+    if (errno == ERANGE || !real_in_bounds(p, x)) return out_of_range(p, v, msg, msglen);
+    *out = x;
+    return MT_OK;
+}
+
+static const prop_enum_t *enum_by_name(const prop_t *p, const char *v) {
+    for (const prop_enum_t *e = p->enums; e->name; e++)
+        if (strcmp(e->name, v) == 0) return e;
+    return NULL;
+}
+
+/* "host:port" or "[v6]:port" in s[0..len), port 1..65535 (0 too if port0_ok). */
+static mt_err_t check_addr(const char *s, size_t len, bool port0_ok, char *msg, size_t msglen) {
+    char t[SHOW_MAX + 8], copy[SHOW_MAX + 1];
+    const char *colon = NULL, *q;
+    size_t n = len < SHOW_MAX ? len : SHOW_MAX;
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    show(copy, t, sizeof(t));
+    if (len && s[0] == '[') {
+        const char *rb = memchr(s, ']', len);
+        if (!rb || rb == s + 1 || rb + 1 >= s + len || rb[1] != ':') goto bad;
+        for (q = s + 1; q < rb; q++)
+            if (!is_alnum(*q) && *q != ':' && *q != '.' && *q != '%') goto bad;
+        colon = rb + 1;
+    } else {
+        for (q = s; q < s + len; q++)
+            if (*q == ':') colon = q;
+        if (!colon || colon == s) goto bad;
+        for (q = s; q < colon; q++)
+            if (!is_alnum(*q) && *q != '.' && *q != '-' && *q != '_') goto bad;
+    }
+    size_t ndigits = (size_t)(s + len - colon - 1);
+    if (ndigits < 1 || ndigits > 5) goto bad;
+    unsigned port = 0;
+    for (q = colon + 1; q < s + len; q++) {
+        if (!is_digit(*q)) goto bad;
+        port = port * 10 + (unsigned)(*q - '0');
+    }
+    if (port > 65535 || (port == 0 && !port0_ok)) {
+        msgf(msg, msglen, "port %u of '%s%s' is out of range %d..65535", port, t,
+             len > n ? "..." : "", port0_ok ? 0 : 1);
+        return MT_CONFIG;
+    }
+    return MT_OK;
+bad:
+    msgf(msg, msglen, "'%s%s' is not host:port", t, len > n ? "..." : "");
+    return MT_CONFIG;
+}
+
+static void free_list(char **list, size_t n) {
+    if (!list) return;
+    for (size_t i = 0; i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
+/* Splits "a:1, b:2" into an owned list; checks each entry and that none repeats. */
+static mt_err_t parse_addrs(const prop_t *p, const char *v, char ***out, size_t *nout, char *msg,
+                            size_t msglen) {
+    char **list = NULL;
+    size_t n = 0, cap = 1;
+    mt_err_t err = MT_OK;
+    if (!*v) {
+        cap = 0;
+    } else {
+        for (const char *q = v; *q; q++)
+            cap += *q == ',';
+    }
+    if (cap < p->umin || cap > p->umax) {
+        char b[160];
+        format_bounds(p, false, b, sizeof(b));
+        msgf(msg, msglen, "%zu addresses, expected %s", cap, b);
+        return MT_CONFIG;
+    }
+    if (cap && !(list = calloc(cap, sizeof(*list)))) goto nomem;
+    for (const char *q = v; cap && n < cap;) {
+        const char *comma = strchr(q, ',');
+        const char *end = comma ? comma : q + strlen(q);
+        while (q < end && is_space(*q))
+            q++;
+        const char *e = end;
+        while (e > q && is_space(e[-1]))
+            e--;
+        size_t len = (size_t)(e - q);
+        if (len == 0) {
+            msgf(msg, msglen, "empty address in the list (entry %zu)", n + 1);
+            err = MT_CONFIG;
+            goto out;
+        }
+        if ((err = check_addr(q, len, false, msg, msglen))) goto out;
+        for (size_t i = 0; i < n; i++) {
+            if (strlen(list[i]) == len && memcmp(list[i], q, len) == 0) {
+                char t[SHOW_MAX + 8];
+                msgf(msg, msglen, "'%s' appears twice (entries %zu and %zu)",
+                     show(list[i], t, sizeof(t)), i + 1, n + 1);
+                err = MT_CONFIG;
+                goto out;
+            }
+        }
+        if (!(list[n] = strndup(q, len))) goto nomem;
+        n++;
+        q = end + (comma ? 1 : 0);
+    }
+    *out = list;
+    *nout = n;
+    return MT_OK;
+nomem:
+    msgf(msg, msglen, "out of memory");
+    err = MT_NOMEM;
+out:
+    free_list(list, n);
+    return err;
+}
+
+/*
+ * Parses @p v (trimmed) into @p p's field in @p base. Atomic: on error nothing changed.
+ * @param[out] msg  what is wrong, without the key (the caller adds file, line and key)
+ */
+static mt_err_t set_value(const prop_t *p, void *base, const char *v, char *msg, size_t msglen) {
+    void *f = field_of(p, base);
+    for (const char *q = v; *q; q++) {
+        if ((unsigned char)*q < 0x20 && *q != '\t') {
+            msgf(msg, msglen, "value contains a control character");
+            return MT_CONFIG;
+        }
+    }
+    if (!*v && !empty_ok(p)) {
+        msgf(msg, msglen, "empty value");
+        return MT_CONFIG;
+    }
+    mt_err_t err;
+    switch (p->type) {
+    case PT_UINT: {
+        uint64_t x;
+        if ((err = parse_uint(p, v, &x, msg, msglen))) return err;
+        put_uint(f, p->size, x);
+        return MT_OK;
+    }
+    case PT_REAL: {
+        double x;
+        if ((err = parse_real(p, v, &x, msg, msglen))) return err;
+        if (p->size == sizeof(float)) {
+            float x32 = (float)x;
+            memcpy(f, &x32, sizeof(x32));
+        } else {
+            memcpy(f, &x, sizeof(x));
+        }
+        return MT_OK;
+    }
+    case PT_ENUM: {
+        const prop_enum_t *e = enum_by_name(p, v);
+        if (!e) {
+            char b[160], t[SHOW_MAX + 8];
+            format_bounds(p, false, b, sizeof(b));
+            msgf(msg, msglen, "'%s' is not one of %s", show(v, t, sizeof(t)), b);
+            return MT_CONFIG;
+        }
+        memcpy(f, &e->value, sizeof(int));
+        return MT_OK;
+    }
+    case PT_STRING:
+    case PT_ADDR: {
+        size_t len = strlen(v);
+        if (p->type == PT_STRING && (len < p->umin || len > p->umax)) {
+            msgf(msg, msglen, "%zu bytes long, expected %" PRIu64 "..%" PRIu64, len, p->umin,
+                 p->umax);
+            return MT_CONFIG;
+        }
+        if (p->type == PT_ADDR && len &&
+            (err = check_addr(v, len, (p->flags & PF_PORT0_OK) != 0, msg, msglen)))
+            return err;
+        char *dup = strdup(v);
+        if (!dup) {
+            msgf(msg, msglen, "out of memory");
+            return MT_NOMEM;
+        }
+        char *old;
+        memcpy(&old, f, sizeof(old));
+        free(old);
+        memcpy(f, &dup, sizeof(dup));
+        return MT_OK;
+    }
+    case PT_ADDRS: {
+        char **list = NULL, **old;
+        size_t n = 0, oldn;
+        if ((err = parse_addrs(p, v, &list, &n, msg, msglen))) return err;
+        memcpy(&old, f, sizeof(old));
+        memcpy(&oldn, (char *)base + p->count_offset, sizeof(oldn));
+        free_list(old, oldn);
+        memcpy(f, &list, sizeof(list));
+        memcpy((char *)base + p->count_offset, &n, sizeof(n));
+        return MT_OK;
+    }
+    }
+    msgf(msg, msglen, "internal error: bad property type");
+    return MT_INTERNAL;
+}
+
+/* Checks a field already in the struct (mt_config_validate()): bounds, strings set. */
+static mt_err_t check_field(const prop_t *p, const void *base, char *msg, size_t msglen) {
+    void *f = field_of(p, base);
+    char t[64];
+    switch (p->type) {
+    case PT_UINT: {
+        uint64_t x = get_uint(f, p->size);
+        if (!p->def && x == 0) {
+            msgf(msg, msglen, "required (no default)");
+            return MT_CONFIG;
+        }
+        snprintf(t, sizeof(t), "%" PRIu64, x);
+        if (x < p->umin || x > p->umax) return out_of_range(p, t, msg, msglen);
+        return MT_OK;
+    }
+    case PT_REAL: {
+        double x = get_real(f, p->size);
+        snprintf(t, sizeof(t), "%g", x);
+        if (!real_in_bounds(p, x)) return out_of_range(p, t, msg, msglen);
+        return MT_OK;
+    }
+    case PT_ENUM: {
+        int x;
+        memcpy(&x, f, sizeof(x));
+        for (const prop_enum_t *e = p->enums; e->name; e++)
+            if (e->value == x) return MT_OK;
+        char b[160];
+        format_bounds(p, false, b, sizeof(b));
+        msgf(msg, msglen, "%d is not the value of one of %s", x, b);
+        return MT_CONFIG;
+    }
+    case PT_STRING:
+    case PT_ADDR: {
+        const char *s;
+        memcpy(&s, f, sizeof(s));
+        if (!s) {
+            msgf(msg, msglen, "not set (NULL)");
+            return MT_CONFIG;
+        }
+        size_t len = strlen(s);
+        if (!len) {
+            if (empty_ok(p)) return MT_OK;
+            msgf(msg, msglen, "empty value");
+            return MT_CONFIG;
+        }
+        if (p->type == PT_ADDR)
+            return check_addr(s, len, (p->flags & PF_PORT0_OK) != 0, msg, msglen);
+        if (len < p->umin || len > p->umax) {
+            msgf(msg, msglen, "%zu bytes long, expected %" PRIu64 "..%" PRIu64, len, p->umin,
+                 p->umax);
+            return MT_CONFIG;
+        }
+        return MT_OK;
+    }
+    case PT_ADDRS: {
+        char **list;
+        size_t n;
+        memcpy(&list, f, sizeof(list));
+        memcpy(&n, (const char *)base + p->count_offset, sizeof(n));
+        if (n < p->umin || n > p->umax || (n && !list)) {
+            char b[160];
+            format_bounds(p, false, b, sizeof(b));
+            msgf(msg, msglen, "%zu addresses, expected %s", n, b);
+            return MT_CONFIG;
+        }
+        for (size_t i = 0; i < n; i++) {
+            mt_err_t err;
+            if (!list[i]) {
+                msgf(msg, msglen, "entry %zu is NULL", i + 1);
+                return MT_CONFIG;
+            }
+            if ((err = check_addr(list[i], strlen(list[i]), false, msg, msglen))) return err;
+        }
+        return MT_OK;
+    }
+    }
+    return MT_OK;
+}
+
+/* ============================== slots ============================== */
+
+/* @returns the index of slot @p id, or -(insertion point + 1). */
+static ptrdiff_t slot_find(const mt_config_t *c, uint32_t id) {
+    size_t lo = 0, hi = c->nslots;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->slots[mid].slot == id) return (ptrdiff_t)mid;
+        if (c->slots[mid].slot < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -(ptrdiff_t)lo - 1;
+}
+
+/* The defaults of a new slot, from the table (dim has none: 0 until set). */
+static mt_err_t slot_defaults(uint32_t id, mt_table_slot_config_t *s, char **name) {
+    char msg[160];
+    memset(s, 0, sizeof(*s));
+    s->slot = (uint16_t)id;
+    *name = NULL;
+    for (size_t i = 0; i < NPROPS; i++) {
+        const prop_t *p = &props[i];
+        if (p->target == TGT_CONFIG || !p->def) continue;
+        mt_err_t err = set_value(p, p->target == TGT_SLOT ? (void *)s : (void *)name, p->def, msg,
+                                 sizeof(msg));
+        if (err) return err == MT_NOMEM ? MT_NOMEM : MT_INTERNAL; /* defaults are checked */
+    }
+    return MT_OK;
+}
+
+/* Adds slot @p id (not present) with the default values; *idx receives its index. */
+static mt_err_t slot_add(mt_config_t *c, uint32_t id, size_t *idx) {
+    size_t pos = (size_t)(-slot_find(c, id) - 1);
+    mt_table_slot_config_t s;
+    char *name = NULL;
+    mt_err_t err = slot_defaults(id, &s, &name);
+    if (err) goto fail;
+    if (c->nslots == c->slots_cap) {
+        size_t cap = c->slots_cap ? 2 * c->slots_cap : 8;
+        mt_table_slot_config_t *slots = malloc(cap * sizeof(*slots));
+        char **names = malloc(cap * sizeof(*names));
+        if (!slots || !names) {
+            free(slots);
+            free(names);
+            err = MT_NOMEM;
+            goto fail;
+        }
+        if (c->nslots) {
+            memcpy(slots, c->slots, c->nslots * sizeof(*slots));
+            memcpy(names, c->slot_names, c->nslots * sizeof(*names));
+        }
+        free(c->slots);
+        free(c->slot_names);
+        c->slots = slots;
+        c->slot_names = names;
+        c->slots_cap = cap;
+    }
+    memmove(&c->slots[pos + 1], &c->slots[pos], (c->nslots - pos) * sizeof(*c->slots));
+    memmove(&c->slot_names[pos + 1], &c->slot_names[pos],
+            (c->nslots - pos) * sizeof(*c->slot_names));
+    c->slots[pos] = s;
+    c->slot_names[pos] = name;
+    c->nslots++;
+    *idx = pos;
+    return MT_OK;
+fail:
+    free(name);
+    return err;
+}
+
+static void slot_remove(mt_config_t *c, size_t idx) {
+    free(c->slot_names[idx]);
+    memmove(&c->slots[idx], &c->slots[idx + 1], (c->nslots - idx - 1) * sizeof(*c->slots));
+    memmove(&c->slot_names[idx], &c->slot_names[idx + 1],
+            (c->nslots - idx - 1) * sizeof(*c->slot_names));
+    c->nslots--;
+}
+
+/* Where @p p's field lives: the config, slot @p idx, or slot @p idx's name. */
+static void *target_of(const prop_t *p, const mt_config_t *c, size_t idx) {
+    switch (p->target) {
+    case TGT_SLOT: return &c->slots[idx];
+    case TGT_SLOT_NAME: return &c->slot_names[idx];
+    default: return (void *)c; /* like field_of() */
+    }
+}
+
+/* ============================== copy and free ============================== */
+
+/* A deep copy, so that a load can fail without touching the config it started from. */
+static mt_err_t config_copy(mt_config_t *dst, const mt_config_t *src) {
+    *dst = *src;
+    dst->slots = NULL;
+    dst->slot_names = NULL;
+    dst->nslots = dst->slots_cap = 0;
+    for (size_t i = 0; i < NPROPS; i++) { /* no pointer of src is left in dst */
+        const prop_t *p = &props[i];
+        if (p->target != TGT_CONFIG) continue;
+        if (p->type == PT_STRING || p->type == PT_ADDR || p->type == PT_ADDRS)
+            memset(field_of(p, dst), 0, sizeof(void *));
+        if (p->type == PT_ADDRS) memset((char *)dst + p->count_offset, 0, sizeof(size_t));
+    }
+    for (size_t i = 0; i < NPROPS; i++) {
+        const prop_t *p = &props[i];
+        if (p->target != TGT_CONFIG) continue;
+        if (p->type == PT_STRING || p->type == PT_ADDR) {
+            char *s, *dup;
+            memcpy(&s, field_of(p, src), sizeof(s));
+            if (s && !(dup = strdup(s))) goto nomem;
+            if (s) memcpy(field_of(p, dst), &dup, sizeof(dup));
+        } else if (p->type == PT_ADDRS) {
+            char **list, **dup;
+            size_t n;
+            memcpy(&list, field_of(p, src), sizeof(list));
+            memcpy(&n, (const char *)src + p->count_offset, sizeof(n));
+            if (!n) continue;
+            if (!(dup = calloc(n, sizeof(*dup)))) goto nomem;
+            memcpy(field_of(p, dst), &dup, sizeof(dup));
+            memcpy((char *)dst + p->count_offset, &n, sizeof(n));
+            for (size_t j = 0; j < n; j++)
+                if (!(dup[j] = strdup(list[j]))) goto nomem;
+        }
+    }
+    if (src->nslots) {
+        dst->slots = malloc(src->nslots * sizeof(*dst->slots));
+        dst->slot_names = calloc(src->nslots, sizeof(*dst->slot_names));
+        if (!dst->slots || !dst->slot_names) goto nomem;
+        memcpy(dst->slots, src->slots, src->nslots * sizeof(*dst->slots));
+        dst->nslots = dst->slots_cap = src->nslots;
+        for (size_t i = 0; i < src->nslots; i++)
+            if (!(dst->slot_names[i] = strdup(src->slot_names[i]))) goto nomem;
+    }
+    return MT_OK;
+nomem:
+    if (!dst->slot_names) dst->nslots = 0;
+    mt_config_free(dst);
+    return MT_NOMEM;
+}
+
+void mt_config_free(mt_config_t *c) {
+    if (!c) return;
+    for (size_t i = 0; i < NPROPS; i++) {
+        const prop_t *p = &props[i];
+        if (p->target != TGT_CONFIG) continue;
+        if (p->type == PT_STRING || p->type == PT_ADDR) {
+            char *s;
+            memcpy(&s, field_of(p, c), sizeof(s));
+            free(s);
+        } else if (p->type == PT_ADDRS) {
+            char **list;
+            size_t n;
+            memcpy(&list, field_of(p, c), sizeof(list));
+            memcpy(&n, (char *)c + p->count_offset, sizeof(n));
+            free_list(list, n);
+        }
+    }
+    if (c->slot_names)
+        for (size_t i = 0; i < c->nslots; i++)
+            free(c->slot_names[i]);
+    free(c->slot_names);
+    free(c->slots);
+    memset(c, 0, sizeof(*c));
+}
+
+/* ============================== the line parser ============================== */
+
+/*
+ * Grammar, one physical line at a time (any length; "\r\n" endings; a UTF-8 BOM skipped):
+ *   line    = blank | comment | section | pair
+ *   comment = '#' or ';' at the start of the line or after a space or tab, to the end
+ *   section = '[' name ']'            name: cluster | ps | table | dense | slot.<0..65535>
+ *   pair    = key '=' value           both trimmed; value may be empty; split at the first '='
+ * A section may appear once, a key once per section.
+ */
+typedef struct parser {
+    mt_config_t *c;
+    const char *name;              /* of the text, for messages */
+    unsigned line;                 /* current line, from 1 */
+    int sect;                      /* current section index, SECT_SLOT, or -1 before any */
+    uint32_t slot_id;              /* current slot when sect == SECT_SLOT */
+    unsigned sect_line[NSECTIONS]; /* line of each global section, 0: not seen */
+    unsigned *slot_line;           /* 65536 lines of [slot.N] headers, allocated on first use */
+    unsigned key_line[NPROPS];     /* line of each key in the current section, 0: not seen */
+    char *errbuf;
+    size_t errlen;
+} parser_t;
+
+static mt_err_t perr(parser_t *ps, mt_err_t err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static mt_err_t perr(parser_t *ps, mt_err_t err, const char *fmt, ...) {
+    if (!ps->errbuf || !ps->errlen) return err;
+    int n = snprintf(ps->errbuf, ps->errlen, "%s:%u: ", ps->name, ps->line);
+    if (n >= 0 && (size_t)n < ps->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ps->errbuf + n, ps->errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return err;
+}
+
+/* Section index of @p name, SECT_SLOT (with *slot_id), -1 unknown, -2 bad slot id. */
+static int find_section(const char *name, uint32_t *slot_id) {
+    for (int i = 0; i < NSECTIONS; i++)
+        if (strcmp(name, sections[i]) == 0) return i;
+    if (strcmp(name, "slot") == 0) return -2;
+    if (strncmp(name, "slot.", 5) != 0) return -1;
+    const char *d = name + 5;
+    size_t n = strlen(d);
+    if (n < 1 || n > 5 || (n > 1 && d[0] == '0')) return -2;
+    uint32_t id = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!is_digit(d[i])) return -2;
+        id = id * 10 + (uint32_t)(d[i] - '0');
+    }
+    if (id > 65535) return -2;
+    *slot_id = id;
+    return SECT_SLOT;
+}
+
+static int find_prop(int sect, const char *key) {
+    for (size_t i = 0; i < NPROPS; i++)
+        if (prop_section(&props[i]) == sect && strcmp(props[i].key, key) == 0) return (int)i;
+    return -1;
+}
+
+static mt_err_t on_section(parser_t *ps, char *s) {
+    char t[SHOW_MAX + 8];
+    size_t len = strlen(s);
+    if (len < 2 || s[len - 1] != ']')
+        return perr(ps, MT_CONFIG, "malformed section header '%s': expected '[name]'",
+                    show(s, t, sizeof(t)));
+    s[len - 1] = '\0';
+    char *name = trim(s + 1);
+    uint32_t id = 0;
+    int sect = find_section(name, &id);
+    if (sect == -1)
+        return perr(ps, MT_CONFIG,
+                    "unknown section [%s] (sections: cluster, ps, table, dense, slot.N)",
+                    show(name, t, sizeof(t)));
+    if (sect == -2)
+        return perr(ps, MT_CONFIG, "bad slot id in [%s]: expected slot.0 .. slot.65535",
+                    show(name, t, sizeof(t)));
+    unsigned *first;
+    if (sect == SECT_SLOT) {
+        if (!ps->slot_line && !(ps->slot_line = calloc(65536, sizeof(*ps->slot_line))))
+            return perr(ps, MT_NOMEM, "out of memory");
+        first = &ps->slot_line[id];
+    } else {
+        first = &ps->sect_line[sect];
+    }
+    if (*first)
+        return perr(ps, MT_CONFIG, "duplicate section [%s] (first on line %u)", name, *first);
+    *first = ps->line;
+    if (sect == SECT_SLOT && slot_find(ps->c, id) < 0) {
+        size_t idx;
+        mt_err_t err = slot_add(ps->c, id, &idx);
+        if (err) return perr(ps, err, "[%s]: %s", name, mt_strerror(err));
+    }
+    ps->sect = sect;
+    ps->slot_id = id;
+    memset(ps->key_line, 0, sizeof(ps->key_line));
+    return MT_OK;
+}
+
+static mt_err_t on_pair(parser_t *ps, const char *key, const char *value) {
+    char t[SHOW_MAX + 8], d[64], msg[256];
+    if (ps->sect < 0)
+        return perr(ps, MT_CONFIG, "key '%s' before any section", show(key, t, sizeof(t)));
+    int pi = find_prop(ps->sect, key);
+    if (pi < 0) {
+        if (ps->sect == SECT_SLOT)
+            return perr(ps, MT_CONFIG, "unknown key '%s' in [slot.%" PRIu32 "]",
+                        show(key, t, sizeof(t)), ps->slot_id);
+        return perr(ps, MT_CONFIG, "unknown key '%s' in [%s]", show(key, t, sizeof(t)),
+                    sections[ps->sect]);
+    }
+    const prop_t *p = &props[pi];
+    dotted(p, ps->slot_id, d, sizeof(d));
+    if (ps->key_line[pi])
+        return perr(ps, MT_CONFIG, "%s: duplicate key (first on line %u)", d, ps->key_line[pi]);
+    size_t idx = 0;
+    if (p->target != TGT_CONFIG) idx = (size_t)slot_find(ps->c, ps->slot_id); /* exists */
+    mt_err_t err = set_value(p, target_of(p, ps->c, idx), value, msg, sizeof(msg));
+    if (err) return perr(ps, err, "%s: %s", d, msg);
+    ps->key_line[pi] = ps->line;
+    return MT_OK;
+}
+
+static mt_err_t parse_line(parser_t *ps, char *s) {
+    char t[SHOW_MAX + 8];
+    for (char *q = s; *q; q++) {
+        if ((*q == '#' || *q == ';') && (q == s || q[-1] == ' ' || q[-1] == '\t')) {
+            *q = '\0';
+            break;
+        }
+    }
+    s = trim(s);
+    if (!*s) return MT_OK;
+    if (*s == '[') return on_section(ps, s);
+    char *eq = strchr(s, '=');
+    if (!eq)
+        return perr(ps, MT_CONFIG, "malformed line '%s': expected 'key = value' or '[section]'",
+                    show(s, t, sizeof(t)));
+    *eq = '\0';
+    char *key = trim(s), *value = trim(eq + 1);
+    if (!*key) return perr(ps, MT_CONFIG, "malformed line: no key before '='");
+    return on_pair(ps, key, value);
+}
+
+static mt_err_t parse_text(mt_config_t *c, const char *text, size_t len, const char *name,
+                           char *errbuf, size_t errlen) {
+    parser_t ps;
+    memset(&ps, 0, sizeof(ps));
+    ps.c = c;
+    ps.name = name;
+    ps.sect = -1;
+    ps.errbuf = errbuf;
+    ps.errlen = errlen;
+    char *buf = NULL;
+    size_t cap = 0, pos = 0;
+    mt_err_t err = MT_OK;
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) pos = 3;
+    while (pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t n = (nl ? (size_t)(nl - text) : len) - pos;
+        ps.line++;
+        if (memchr(text + pos, '\0', n)) {
+            err = perr(&ps, MT_CONFIG, "NUL byte in the line");
+            goto out;
+        }
+        if (n + 1 > cap) {
+            size_t ncap = cap ? cap : 256;
+            while (ncap < n + 1)
+                ncap *= 2;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                err = perr(&ps, MT_NOMEM, "out of memory");
+                goto out;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        memcpy(buf, text + pos, n);
+        buf[n] = '\0';
+        if ((err = parse_line(&ps, buf))) goto out;
+        pos += n + 1;
+    }
+out:
+    free(buf);
+    free(ps.slot_line);
+    return err;
+}
+
+/* Parses into a copy of @p c and swaps it in on success: @p c is unchanged on error. */
+static mt_err_t load_text(mt_config_t *c, const char *text, size_t len, const char *name,
+                          char *errbuf, size_t errlen) {
+    mt_config_t tmp;
+    mt_err_t err = config_copy(&tmp, c);
+    if (err) {
+        msgf(errbuf, errlen, "%s: out of memory", name);
+        return err;
+    }
+    if ((err = parse_text(&tmp, text, len, name, errbuf, errlen))) {
+        mt_config_free(&tmp);
+        return err;
+    }
+    mt_config_free(c);
+    *c = tmp;
+    return MT_OK;
+}
+
+/* ============================== public API ============================== */
+
+mt_err_t mt_config_init(mt_config_t *c) {
+    char msg[160];
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < NPROPS; i++) {
+        const prop_t *p = &props[i];
+        if (p->target != TGT_CONFIG) continue;
+        mt_err_t err = set_value(p, c, p->def, msg, sizeof(msg));
+        if (err) return err == MT_NOMEM ? MT_NOMEM : MT_INTERNAL; /* defaults are tested */
+    }
+    return MT_OK;
+}
+
+mt_err_t mt_config_load_string(mt_config_t *c, const char *text, const char *name, char *errbuf,
+                               size_t errlen) {
+    return load_text(c, text, strlen(text), name ? name : "<string>", errbuf, errlen);
+}
+
+mt_err_t mt_config_load_file(mt_config_t *c, const char *path, char *errbuf, size_t errlen) {
+    char eb[128];
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    mt_err_t err = MT_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        msgf(errbuf, errlen, "%s: cannot open: %s", path, strerror_r(errno, eb, sizeof(eb)));
+        return MT_IO;
+    }
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? 2 * cap : 4096;
+            char *nb;
+            if (cap > MT_CONFIG_MAX_FILE_BYTES) {
+                msgf(errbuf, errlen, "%s: larger than %u bytes", path, MT_CONFIG_MAX_FILE_BYTES);
+                err = MT_CONFIG;
+                goto out;
+            }
+            if (!(nb = realloc(buf, ncap))) {
+                msgf(errbuf, errlen, "%s: out of memory", path);
+                err = MT_NOMEM;
+                goto out;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        msgf(errbuf, errlen, "%s: cannot read: %s", path, strerror_r(errno, eb, sizeof(eb)));
+        err = MT_IO;
+        goto out;
+    }
+    if (len > MT_CONFIG_MAX_FILE_BYTES) {
+        msgf(errbuf, errlen, "%s: larger than %u bytes", path, MT_CONFIG_MAX_FILE_BYTES);
+        err = MT_CONFIG;
+        goto out;
+    }
+    err = load_text(c, buf ? buf : "", len, path, errbuf, errlen);
+out:
+    free(buf);
+    fclose(f);
+    return err;
+}
+
+mt_err_t mt_config_set(mt_config_t *c, const char *dotted_key, const char *value, char *errbuf,
+                       size_t errlen) {
+    char t[SHOW_MAX + 8], msg[256], sect_name[32];
+    const char *dot = strrchr(dotted_key, '.');
+    size_t slen = dot ? (size_t)(dot - dotted_key) : 0;
+    uint32_t id = 0;
+    int sect = -1, pi = -1;
+    if (dot && slen < sizeof(sect_name)) {
+        memcpy(sect_name, dotted_key, slen);
+        sect_name[slen] = '\0';
+        sect = find_section(sect_name, &id);
+        if (sect >= 0) pi = find_prop(sect, dot + 1);
+    }
+    if (sect == -2) {
+        msgf(errbuf, errlen, "%s: bad slot id (expected slot.0 .. slot.65535)",
+             show(dotted_key, t, sizeof(t)));
+        return MT_CONFIG;
+    }
+    if (pi < 0) {
+        msgf(errbuf, errlen, "unknown key '%s' (expected section.key or slot.N.key)",
+             show(dotted_key, t, sizeof(t)));
+        return MT_CONFIG;
+    }
+    const prop_t *p = &props[pi];
+    char *v = strdup(value);
+    if (!v) {
+        msgf(errbuf, errlen, "%s: out of memory", dotted_key);
+        return MT_NOMEM;
+    }
+    size_t idx = 0;
+    bool added = false;
+    mt_err_t err = MT_OK;
+    if (p->target != TGT_CONFIG) {
+        ptrdiff_t at = slot_find(c, id);
+        if (at >= 0) {
+            idx = (size_t)at;
+        } else if ((err = slot_add(c, id, &idx))) {
+            msgf(errbuf, errlen, "%s: %s", dotted_key, mt_strerror(err));
+            goto out;
+        } else {
+            added = true;
+        }
+    }
+    if ((err = set_value(p, target_of(p, c, idx), trim(v), msg, sizeof(msg)))) {
+        msgf(errbuf, errlen, "%s: %s", dotted_key, msg);
+        if (added) slot_remove(c, idx);
+    }
+out:
+    free(v);
+    return err;
+}
+
+mt_err_t mt_config_set_arg(mt_config_t *c, const char *key_eq_value, char *errbuf, size_t errlen) {
+    char t[SHOW_MAX + 8];
+    const char *eq = strchr(key_eq_value, '=');
+    if (!eq || eq == key_eq_value) {
+        msgf(errbuf, errlen, "'%s': expected key=value", show(key_eq_value, t, sizeof(t)));
+        return MT_CONFIG;
+    }
+    char *key = strndup(key_eq_value, (size_t)(eq - key_eq_value));
+    if (!key) {
+        msgf(errbuf, errlen, "out of memory");
+        return MT_NOMEM;
+    }
+    mt_err_t err = mt_config_set(c, trim(key), eq + 1, errbuf, errlen);
+    free(key);
+    return err;
+}
+
+mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
+    char msg[256], d[64];
+    for (size_t i = 0; i < NPROPS; i++) {
+        const prop_t *p = &props[i];
+        if (p->target == TGT_CONFIG && check_field(p, c, msg, sizeof(msg))) {
+            msgf(errbuf, errlen, "%s: %s", dotted(p, 0, d, sizeof(d)), msg);
+            return MT_CONFIG;
+        }
+    }
+    for (size_t s = 0; s < c->nslots; s++) {
+        if (s && c->slots[s].slot <= c->slots[s - 1].slot) {
+            msgf(errbuf, errlen, "slots: not sorted by id or repeated (slot %u)", c->slots[s].slot);
+            return MT_CONFIG;
+        }
+        for (size_t i = 0; i < NPROPS; i++) {
+            const prop_t *p = &props[i];
+            if (p->target != TGT_CONFIG && check_field(p, target_of(p, c, s), msg, sizeof(msg))) {
+                msgf(errbuf, errlen, "%s: %s", dotted(p, c->slots[s].slot, d, sizeof(d)), msg);
+                return MT_CONFIG;
+            }
+        }
+    }
+    if (c->dense.opt == MT_OPT_ADAM && c->dense.eps == 0.0f) {
+        msgf(errbuf, errlen, "dense.eps: Adam needs eps > 0");
+        return MT_CONFIG;
+    }
+    if (c->cluster.num_shards && c->cluster.nps && c->cluster.num_shards != c->cluster.nps) {
+        msgf(errbuf, errlen,
+             "cluster.num_shards: %" PRIu32 " does not match the %zu addresses of cluster.ps",
+             c->cluster.num_shards, c->cluster.nps);
+        return MT_CONFIG;
+    }
+    uint32_t nshards = c->cluster.num_shards ? c->cluster.num_shards
+                       : c->cluster.nps      ? (uint32_t)c->cluster.nps
+                                             : 1;
+    if (c->ps.shard >= nshards) {
+        msgf(errbuf, errlen,
+             "ps.shard: %" PRIu32 " is not below the number of shards (%" PRIu32 ")", c->ps.shard,
+             nshards);
+        return MT_CONFIG;
+    }
+    if (c->nslots == 0) {
+        msgf(errbuf, errlen, "no [slot.N] section: at least one slot is required");
+        return MT_CONFIG;
+    }
+    mt_table_config_t tc;
+    mt_config_table(c, &tc);
+    mt_err_t err = mt_table_config_validate(&tc, msg, sizeof(msg));
+    if (err == MT_CONFIG)
+        msgf(errbuf, errlen, "table: %s", msg);
+    else if (err)
+        msgf(errbuf, errlen, "%s", mt_strerror(err));
+    return err;
+}
+
+void mt_config_table(const mt_config_t *c, mt_table_config_t *out) {
+    *out = c->table;
+    out->slots = c->slots;
+    out->nslots = c->nslots;
+}
+
+const mt_table_slot_config_t *mt_config_slot(const mt_config_t *c, uint16_t slot,
+                                             const char **name) {
+    ptrdiff_t at = slot_find(c, slot);
+    if (at < 0) return NULL;
+    if (name) *name = c->slot_names[at];
+    return &c->slots[at];
+}
+
+/* ============================== the reference ============================== */
+
+static const char *type_name(const prop_t *p) {
+    switch (p->type) {
+    case PT_UINT: return "uint";
+    case PT_REAL: return p->size == sizeof(float) ? "float" : "double";
+    case PT_ENUM: return "enum";
+    case PT_STRING: return "string";
+    case PT_ADDR: return "address";
+    case PT_ADDRS: return "address list";
+    }
+    return "?";
+}
+
+/* Markdown table cell: '|' escaped. */
+static void put_cell(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+mt_err_t mt_config_write_reference(FILE *f) {
+    fputs("# Configuration reference\n"
+          "\n"
+          "<!-- Generated by mt_config_write_reference() (config/src/config.c): do not edit.\n"
+          "     Regenerate with: build/config/mt_config_reference docs/config.md -->\n"
+          "\n"
+          "Every Monolith-C daemon reads one INI file (`mt_config_load_file()`), then applies\n"
+          "command-line overrides `section.key=value` (`mt_config_set_arg()`; a slot key is\n"
+          "`slot.N.key`, e.g. `slot.3.dim=32`), then checks the whole (`mt_config_validate()`).\n"
+          "\n"
+          "Syntax: `[section]` headers and `key = value` lines; whitespace around keys and\n"
+          "values is trimmed; `#` or `;` at the start of a line or after a space or tab starts a\n"
+          "comment. Lines may be of any length. Integers are decimal or `0x` hex. Unknown\n"
+          "sections and keys, a section or key given twice, a key before any section, a value\n"
+          "out of bounds and an empty value where the bounds do not allow one are errors that\n"
+          "name the file, the line and the key. Values are never quoted and cannot hold ` #`\n"
+          "or ` ;`.\n"
+          "\n"
+          "Sections: `[cluster]`, `[ps]`, `[table]`, `[dense]`, and one `[slot.N]` per\n"
+          "configured slot id N (0..65535; the top 16 bits of a feature id). At least one slot\n"
+          "is required and every slot needs a `dim`; `cluster.num_shards` and the number of\n"
+          "`cluster.ps` addresses must agree when both are given. Cross-field rules of the\n"
+          "table (e.g. `changelog_entries` >= 64 per part, Adam needs `eps` > 0) are those of\n"
+          "`mt_table_config_validate()`.\n"
+          "\n"
+          "| section | key | type | default | bounds | description |\n"
+          "|---|---|---|---|---|---|\n",
+          f);
+    for (size_t i = 0; i < NPROPS; i++) {
+        const prop_t *p = &props[i];
+        char b[256];
+        format_bounds(p, true, b, sizeof(b));
+        fprintf(f, "| `[%s]` | `%s` | %s | ", p->target == TGT_CONFIG ? p->section : "slot.N",
+                p->key, type_name(p));
+        if (!p->def)
+            fputs("required", f);
+        else if (!*p->def)
+            fputs("(empty)", f);
+        else
+            fprintf(f, "`%s`", p->def);
+        fputs(" | ", f);
+        put_cell(f, b);
+        fputs(" | ", f);
+        put_cell(f, p->doc);
+        fputs(" |\n", f);
+    }
+    return ferror(f) ? MT_IO : MT_OK;
+}

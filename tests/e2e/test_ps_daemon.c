@@ -1,0 +1,329 @@
+/*
+ * test_ps_daemon.c - monolith-ps as a process: three shards on 127.0.0.1 with snapshot
+ * directories, trained through the client library, then
+ *   - SIGTERM: each shard finishes, writes a last snapshot and exits 0; restarted, every
+ *     row comes back (embeddings equal to what the client read before the stop);
+ *   - kill -9 after an explicit Snapshot call and more training: restarted, each shard is
+ *     back at the snapshot (the later updates are gone, nothing is half-loaded);
+ *   - /metrics answers Prometheus text with the shard's counters;
+ *   - a bad configuration key exits 2 with a message naming it.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "monolith/v1/ps.pb-c.h"
+#include "mt/ps.h"
+#include "mt/psclient.h"
+#include "mt/rpc.h"
+#include "mt/table.h"
+
+#ifndef MT_PS_BIN
+#error "MT_PS_BIN must name the monolith-ps binary"
+#endif
+
+#define N 3
+
+typedef struct shard {
+    pid_t pid;
+    int port, mport;
+    char dir[320];
+} shard_t;
+
+static char root[128];
+
+/* Every daemon this test process started and has not reaped: killed by the fini hook even
+ * when an assertion aborts the test (and by PDEATHSIG if the test process dies). */
+static pid_t live[16];
+static int nlive;
+
+static void kill_all(void) {
+    for (int i = 0; i < nlive; i++) {
+        if (live[i] > 0) {
+            kill(live[i], SIGKILL);
+            waitpid(live[i], NULL, 0);
+        }
+    }
+    nlive = 0;
+}
+
+static void write_conf(const char *path) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "[cluster]\nnum_shards = %d\n"
+            "[ps]\nlisten = 127.0.0.1:0\nthreads = 2\nsnapshot_interval_s = 0\n"
+            "snapshot_keep = 2\nmetrics_listen = 127.0.0.1:0\nexpire_interval_ms = 200\n"
+            "[table]\nshards_log2 = 3\nfilter_bytes = 65536\nchangelog_entries = 8192\n"
+            "[slot.1]\ndim = 8\noptimizer = adagrad\n"
+            "[slot.2]\ndim = 4\noptimizer = sgd\nlr = 0.1\n",
+            N);
+    fclose(f);
+}
+
+static int read_int_file(const char *path) {
+    for (int i = 0; i < 200; i++) { /* up to 20 s */
+        FILE *f = fopen(path, "r");
+        int v = 0;
+        if (f) {
+            int ok = fscanf(f, "%d", &v) == 1;
+            fclose(f);
+            if (ok && v > 0) return v;
+        }
+        usleep(100000);
+    }
+    return -1;
+}
+
+static void start(shard_t *s, int i) {
+    char conf[300], portf[300], logf[300], shard[16];
+    snprintf(conf, sizeof(conf), "%s/ps.conf", root);
+    snprintf(portf, sizeof(portf), "%s/port.%d", root, i);
+    snprintf(logf, sizeof(logf), "%s/log.%d", root, i);
+    snprintf(shard, sizeof(shard), "%d", i);
+    snprintf(s->dir, sizeof(s->dir), "ps.snapshot_dir=%s/snap.%d", root, i);
+    unlink(portf);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        FILE *lf = freopen(logf, "a", stderr);
+        (void)lf;
+        execl(MT_PS_BIN, MT_PS_BIN, "--config", conf, "--shard", shard, "--set", s->dir,
+              "--port-file", portf, (char *)NULL);
+        _exit(127);
+    }
+    s->pid = pid;
+    if (nlive < 16) live[nlive++] = pid;
+    s->port = read_int_file(portf);
+    cr_assert_gt(s->port, 0, "shard %d did not start (see %s)", i, logf);
+}
+
+static int stop(shard_t *s, int sig) {
+    kill(s->pid, sig);
+    int st = 0;
+    waitpid(s->pid, &st, 0);
+    for (int i = 0; i < nlive; i++)
+        if (live[i] == s->pid) live[i] = 0;
+    return st;
+}
+
+static mt_psc_t *client(shard_t *sh) {
+    char addr[N][64];
+    const char *a[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", sh[i].port);
+        a[i] = addr[i];
+    }
+    mt_psc_config_t cc;
+    mt_psc_config_init(&cc);
+    cc.addrs = a;
+    cc.num_shards = N;
+    mt_psc_t *c;
+    cr_assert_eq(mt_psc_create(&cc, &c), MT_OK);
+    return c;
+}
+
+enum { B = 500 };
+
+static void train(mt_psc_t *c, uint64_t *fids, int rounds, uint64_t seed) {
+    float out[B * 8], g[B * 8];
+    mt_rpc_status_t st;
+    for (int r = 0; r < rounds; r++) {
+        cr_assert_eq(mt_psc_lookup(c, fids, B, 1, 0, out, B * 8, NULL, &st), MT_OK, "%s",
+                     st.message);
+        for (int k = 0; k < B * 8; k++)
+            g[k] = (float)((seed + (uint64_t)k * 7 + (uint64_t)r) % 11) / 10.0f - 0.5f;
+        cr_assert_eq(mt_psc_apply(c, fids, B, g, B * 8, 0, (uint64_t)r, NULL, NULL, &st), MT_OK,
+                     "%s", st.message);
+    }
+}
+
+static void snapshot_all(mt_psc_t *c) {
+    Monolith__V1__SnapshotRequest r = MONOLITH__V1__SNAPSHOT_REQUEST__INIT;
+    uint8_t buf[16];
+    size_t len = monolith__v1__snapshot_request__pack(&r, buf);
+    for (uint32_t i = 0; i < N; i++) {
+        uint8_t *resp;
+        size_t rl;
+        mt_rpc_status_t st;
+        mt_rpc_call(mt_psc_channel(c, i), "/monolith.v1.ParameterServer/Snapshot", buf, len, 30000,
+                    &resp, &rl, &st);
+        cr_assert_eq(st.code, MT_RPC_OK, "snapshot of shard %u: %s", i, st.message);
+        free(resp);
+    }
+}
+
+static void setup_root(void) {
+    snprintf(root, sizeof(root), "/tmp/mt-ps-daemon-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    char conf[300];
+    snprintf(conf, sizeof(conf), "%s/ps.conf", root);
+    write_conf(conf);
+}
+
+static void cleanup_root(void) {
+    kill_all();
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    int rc = system(cmd);
+    (void)rc;
+}
+
+Test(ps_daemon, sigterm_and_restart_restore_every_row, .timeout = 120, .fini = cleanup_root) {
+    setup_root();
+    shard_t sh[N];
+    for (int i = 0; i < N; i++)
+        start(&sh[i], i);
+    mt_psc_t *c = client(sh);
+    uint64_t fids[B];
+    for (int i = 0; i < B; i++)
+        fids[i] = MT_FID_MAKE(1, (uint64_t)i * 7919 + 3);
+    train(c, fids, 5, 1);
+    float before[B * 8], after[B * 8];
+    uint8_t found[B];
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_lookup(c, fids, B, 0, 0, before, B * 8, found, &st), MT_OK);
+    for (int i = 0; i < B; i++)
+        cr_assert_eq(found[i], 1);
+    mt_psc_destroy(c);
+    for (int i = 0; i < N; i++) {
+        int ws = stop(&sh[i], SIGTERM);
+        cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "shard %d exit status %d", i, ws);
+    }
+    for (int i = 0; i < N; i++)
+        start(&sh[i], i);
+    c = client(sh);
+    cr_assert_eq(mt_psc_lookup(c, fids, B, 0, 0, after, B * 8, found, &st), MT_OK, "%s",
+                 st.message);
+    for (int i = 0; i < B; i++)
+        cr_assert_eq(found[i], 1, "row %d lost", i);
+    cr_assert_eq(memcmp(before, after, sizeof(before)), 0, "restored rows differ");
+    mt_psc_destroy(c);
+    for (int i = 0; i < N; i++)
+        stop(&sh[i], SIGTERM);
+}
+
+Test(ps_daemon, kill9_restores_the_last_snapshot, .timeout = 120, .fini = cleanup_root) {
+    setup_root();
+    shard_t sh[N];
+    for (int i = 0; i < N; i++)
+        start(&sh[i], i);
+    mt_psc_t *c = client(sh);
+    uint64_t fids[B];
+    for (int i = 0; i < B; i++)
+        fids[i] = MT_FID_MAKE(1, (uint64_t)i * 104729 + 11);
+    train(c, fids, 3, 2);
+    float snap[B * 8], later[B * 8], after[B * 8];
+    uint8_t found[B];
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_lookup(c, fids, B, 0, 0, snap, B * 8, found, &st), MT_OK);
+    snapshot_all(c);
+    train(c, fids, 3, 3); /* updates after the snapshot: lost by kill -9 */
+    cr_assert_eq(mt_psc_lookup(c, fids, B, 0, 0, later, B * 8, found, &st), MT_OK);
+    cr_assert_neq(memcmp(snap, later, sizeof(snap)), 0);
+    mt_psc_destroy(c);
+    for (int i = 0; i < N; i++) {
+        int ws = stop(&sh[i], SIGKILL);
+        cr_assert(WIFSIGNALED(ws));
+    }
+    for (int i = 0; i < N; i++)
+        start(&sh[i], i);
+    c = client(sh);
+    cr_assert_eq(mt_psc_lookup(c, fids, B, 0, 0, after, B * 8, found, &st), MT_OK, "%s",
+                 st.message);
+    for (int i = 0; i < B; i++)
+        cr_assert_eq(found[i], 1);
+    cr_assert_eq(memcmp(snap, after, sizeof(snap)), 0, "not the snapshot's state");
+    mt_psc_destroy(c);
+    for (int i = 0; i < N; i++)
+        stop(&sh[i], SIGTERM);
+}
+
+static char *http_get(int port, const char *path) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[128];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = read(fd, buf + len, cap - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = 0;
+    close(fd);
+    return buf;
+}
+
+Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
+    setup_root();
+    shard_t sh[N];
+    for (int i = 0; i < N; i++)
+        start(&sh[i], i);
+    mt_psc_t *c = client(sh);
+    uint64_t fids[B];
+    for (int i = 0; i < B; i++)
+        fids[i] = MT_FID_MAKE(1, (uint64_t)i);
+    train(c, fids, 1, 4);
+    mt_psc_destroy(c);
+    /* The metrics port is in the log line "metrics on port N". */
+    char logf[300], line[512];
+    snprintf(logf, sizeof(logf), "%s/log.0", root);
+    FILE *f = fopen(logf, "r");
+    cr_assert_not_null(f);
+    int mport = -1;
+    while (fgets(line, sizeof(line), f)) {
+        char *p = strstr(line, "metrics on port ");
+        if (p) mport = atoi(p + 16);
+    }
+    fclose(f);
+    cr_assert_gt(mport, 0);
+    char *body = http_get(mport, "/metrics");
+    cr_assert_not_null(body);
+    cr_assert(strstr(body, "HTTP/1.0 200"), "%s", body);
+    cr_assert(strstr(body, "monolith_ps_requests_total{shard=\"0\",method=\"Lookup\"} 1"), "%s",
+              body);
+    cr_assert(strstr(body, "monolith_ps_rows{shard=\"0\"}"));
+    cr_assert(strstr(
+        body,
+        "monolith_ps_request_seconds_bucket{shard=\"0\",method=\"ApplyGradients\",le=\"+Inf\"} 1"));
+    free(body);
+    body = http_get(mport, "/nope");
+    cr_assert(body && strstr(body, "404"));
+    free(body);
+    for (int i = 0; i < N; i++)
+        stop(&sh[i], SIGTERM);
+    /* A wrong key: exit status 2 and the key named on stderr. */
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "%s --config %s/ps.conf --set ps.thread=3 2>%s/err.txt", MT_PS_BIN,
+             root, root);
+    int ws = system(cmd);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 2, "status %d", ws);
+    char errf[300];
+    snprintf(errf, sizeof(errf), "%s/err.txt", root);
+    f = fopen(errf, "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    cr_assert(strstr(line, "ps.thread"), "%s", line);
+}

@@ -1,0 +1,1018 @@
+/*
+ * test_config.c - the configuration module (config/): defaults, parsing, errors, overrides,
+ * validation, the generated reference, and robustness against arbitrary input.
+ *
+ * What each group guards:
+ *  - defaults: mt_config_init() equals the defaults documented in the reference (each
+ *    documented default, set again, changes nothing), mt_table_config_init() and, for a new
+ *    slot, mt_table_slot_config_init();
+ *  - parsing: the example file of the design brief parses into exactly its values; the
+ *    syntax corners (inline comments, indentation, CRLF, BOM, long lines, '#' inside a value);
+ *  - errors: every kind of bad input gives MT_CONFIG with "name:line:" and the key in the
+ *    message, and leaves the config unchanged;
+ *  - overrides and validation (cross-field rules, the table's own checks, a table created
+ *    from the result);
+ *  - the reference lists every key exactly once and docs/config.md is current;
+ *  - fuzz: random bytes and random mutations of a valid file never crash (ASan) and give
+ *    MT_OK or MT_CONFIG.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mt/config.h"
+
+/* The example of the design brief, comments and all. */
+static const char *const example =
+    "[cluster]\n"
+    "num_shards = 3\n"
+    "ps = 127.0.0.1:7100, 127.0.0.1:7101, 127.0.0.1:7102   # ps addresses, shard i = i-th\n"
+    "[ps]\n"
+    "listen = 127.0.0.1:7100\n"
+    "threads = 4\n"
+    "max_message_bytes = 67108864\n"
+    "snapshot_dir = /var/lib/monolith/ps\n"
+    "snapshot_interval_s = 300\n"
+    "snapshot_keep = 3\n"
+    "expire_interval_ms = 1000\n"
+    "expire_buckets_per_tick = 65536\n"
+    "admin_token =            # empty = admin calls allowed without token\n"
+    "metrics_listen = 127.0.0.1:0   # Prometheus /metrics; empty disables\n"
+    "[table]\n"
+    "shards_log2 = 10\n"
+    "max_load = 0.9\n"
+    "filter_bytes = 8388608\n"
+    "filter_depth = 4\n"
+    "changelog_entries = 1048576\n"
+    "initial_rows = 0\n"
+    "[dense]\n"
+    "optimizer = adam        # sgd | adagrad | adam\n"
+    "lr = 0.001\n"
+    "beta1 = 0.9\n"
+    "beta2 = 0.999\n"
+    "eps = 1e-8\n"
+    "[slot.1]                # one section per slot id (0..65535)\n"
+    "dim = 16\n"
+    "init = uniform          # zeros | uniform | normal\n"
+    "init_scale = 0.01\n"
+    "init_mean = 0\n"
+    "init_seed = 7089074370563974248\n"
+    "optimizer = adagrad     # sgd | adagrad | ftrl | adam\n"
+    "lr = 0.01\n"
+    "eps = 1e-8\n"
+    "init_accum = 0.1\n"
+    "beta1 = 0.9\n"
+    "beta2 = 0.999\n"
+    "ftrl_beta = 1\n"
+    "l1 = 0\n"
+    "l2 = 0\n"
+    "min_count = 0\n"
+    "ttl_s = 0\n"
+    "precision = fp32        # fp32 | fp16\n"
+    "name = user_id          # optional, for humans and metrics\n";
+
+/* Every key, as the reference names it: "[section] key". */
+static const char *const all_keys[] = {
+    "[cluster] num_shards",
+    "[cluster] ps",
+    "[ps] shard",
+    "[ps] listen",
+    "[ps] threads",
+    "[ps] max_message_bytes",
+    "[ps] max_batch_fids",
+    "[ps] sync_chunk_fids",
+    "[ps] snapshot_dir",
+    "[ps] snapshot_interval_s",
+    "[ps] snapshot_keep",
+    "[ps] expire_interval_ms",
+    "[ps] expire_buckets_per_tick",
+    "[ps] admin_token",
+    "[ps] metrics_listen",
+    "[table] shards_log2",
+    "[table] max_load",
+    "[table] filter_bytes",
+    "[table] filter_depth",
+    "[table] changelog_entries",
+    "[table] initial_rows",
+    "[table] hash_seed",
+    "[dense] optimizer",
+    "[dense] lr",
+    "[dense] beta1",
+    "[dense] beta2",
+    "[dense] eps",
+    "[dense] init_accum",
+    "[slot.N] dim",
+    "[slot.N] init",
+    "[slot.N] init_scale",
+    "[slot.N] init_mean",
+    "[slot.N] init_seed",
+    "[slot.N] optimizer",
+    "[slot.N] lr",
+    "[slot.N] eps",
+    "[slot.N] init_accum",
+    "[slot.N] beta1",
+    "[slot.N] beta2",
+    "[slot.N] ftrl_beta",
+    "[slot.N] l1",
+    "[slot.N] l2",
+    "[slot.N] min_count",
+    "[slot.N] ttl_s",
+    "[slot.N] precision",
+    "[slot.N] name",
+};
+#define NKEYS (sizeof(all_keys) / sizeof(all_keys[0]))
+
+/* ============================== helpers ============================== */
+
+static void init(mt_config_t *c) {
+    cr_assert_eq(mt_config_init(c), MT_OK);
+}
+
+static bool slot_eq(const mt_table_slot_config_t *a, const mt_table_slot_config_t *b) {
+    return a->slot == b->slot && a->dim == b->dim && a->init == b->init &&
+           a->init_scale == b->init_scale && a->init_mean == b->init_mean &&
+           a->init_seed == b->init_seed && a->opt == b->opt && a->lr == b->lr && a->eps == b->eps &&
+           a->init_accum == b->init_accum && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
+           a->ftrl_beta == b->ftrl_beta && a->l1 == b->l1 && a->l2 == b->l2 &&
+           a->min_count == b->min_count && a->ttl_s == b->ttl_s && a->precision == b->precision;
+}
+
+static bool table_eq(const mt_table_config_t *a, const mt_table_config_t *b) {
+    return a->shards_log2 == b->shards_log2 && a->initial_rows == b->initial_rows &&
+           a->max_load == b->max_load && a->filter_bytes == b->filter_bytes &&
+           a->filter_depth == b->filter_depth && a->changelog_entries == b->changelog_entries &&
+           a->hash_seed == b->hash_seed;
+}
+
+/* Every value of two configs, field by field. */
+static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
+    if (a->cluster.num_shards != b->cluster.num_shards || a->cluster.nps != b->cluster.nps)
+        return false;
+    for (size_t i = 0; i < a->cluster.nps; i++)
+        if (strcmp(a->cluster.ps[i], b->cluster.ps[i])) return false;
+    const mt_config_ps_t *p = &a->ps, *q = &b->ps;
+    if (p->shard != q->shard || strcmp(p->listen, q->listen) || p->threads != q->threads ||
+        p->max_message_bytes != q->max_message_bytes || p->max_batch_fids != q->max_batch_fids ||
+        p->sync_chunk_fids != q->sync_chunk_fids || strcmp(p->snapshot_dir, q->snapshot_dir) ||
+        p->snapshot_interval_s != q->snapshot_interval_s || p->snapshot_keep != q->snapshot_keep ||
+        p->expire_interval_ms != q->expire_interval_ms ||
+        p->expire_buckets_per_tick != q->expire_buckets_per_tick ||
+        strcmp(p->admin_token, q->admin_token) || strcmp(p->metrics_listen, q->metrics_listen))
+        return false;
+    if (!table_eq(&a->table, &b->table)) return false;
+    if (a->dense.opt != b->dense.opt || a->dense.lr != b->dense.lr ||
+        a->dense.beta1 != b->dense.beta1 || a->dense.beta2 != b->dense.beta2 ||
+        a->dense.eps != b->dense.eps || a->dense.init_accum != b->dense.init_accum)
+        return false;
+    if (a->nslots != b->nslots) return false;
+    for (size_t i = 0; i < a->nslots; i++)
+        if (!slot_eq(&a->slots[i], &b->slots[i]) || strcmp(a->slot_names[i], b->slot_names[i]))
+            return false;
+    return true;
+}
+
+static char *reference_text(size_t *len) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    cr_assert_not_null(f);
+    cr_assert_eq(mt_config_write_reference(f), MT_OK);
+    fclose(f);
+    if (len) *len = n;
+    return buf;
+}
+
+/* Loads @p text as "t.conf" into a fresh config; returns the error, message in @p err. */
+static mt_err_t load(mt_config_t *c, const char *text, char *err, size_t errlen) {
+    init(c);
+    return mt_config_load_string(c, text, "t.conf", err, errlen);
+}
+
+static char *write_temp(const void *data, size_t len) {
+    char *path = strdup("/tmp/test_config_XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, data, len), (ssize_t)len);
+    close(fd);
+    return path;
+}
+
+/* ============================== defaults ============================== */
+
+Test(config, defaults_match_table_and_slot_init) {
+    mt_config_t c;
+    init(&c);
+    mt_table_config_t t;
+    mt_table_config_init(&t);
+    cr_assert(table_eq(&c.table, &t), "[table] defaults differ from mt_table_config_init()");
+    cr_assert_null(c.table.slots);
+    cr_assert_eq(c.nslots, 0);
+    cr_assert_eq(c.cluster.num_shards, 0);
+    cr_assert_eq(c.cluster.nps, 0);
+    cr_assert_null(c.cluster.ps);
+    cr_assert_eq(c.ps.shard, 0);
+    cr_assert_str_eq(c.ps.listen, "127.0.0.1:7100");
+    cr_assert_eq(c.ps.threads, 4);
+    cr_assert_eq(c.ps.max_message_bytes, 67108864);
+    cr_assert_eq(c.ps.max_batch_fids, 1u << 20);
+    cr_assert_eq(c.ps.sync_chunk_fids, 4096);
+    cr_assert_str_eq(c.ps.snapshot_dir, "");
+    cr_assert_eq(c.ps.snapshot_interval_s, 300);
+    cr_assert_eq(c.ps.snapshot_keep, 3);
+    cr_assert_eq(c.ps.expire_interval_ms, 1000);
+    cr_assert_eq(c.ps.expire_buckets_per_tick, 65536);
+    cr_assert_str_eq(c.ps.admin_token, "");
+    cr_assert_str_eq(c.ps.metrics_listen, "");
+    cr_assert_eq(c.dense.opt, MT_OPT_ADAM);
+    cr_assert_eq(c.dense.lr, 0.001f);
+    cr_assert_eq(c.dense.beta1, 0.9f);
+    cr_assert_eq(c.dense.beta2, 0.999f);
+    cr_assert_eq(c.dense.eps, 1e-8f);
+    cr_assert_eq(c.dense.init_accum, 0.1f);
+
+    /* A slot created by one key has every other field from mt_table_slot_config_init(). */
+    char err[256] = "";
+    cr_assert_eq(mt_config_set(&c, "slot.7.dim", "24", err, sizeof(err)), MT_OK, "%s", err);
+    mt_table_slot_config_t s;
+    mt_table_slot_config_init(&s, 7, 24);
+    const char *name = NULL;
+    const mt_table_slot_config_t *got = mt_config_slot(&c, 7, &name);
+    cr_assert_not_null(got);
+    cr_assert(slot_eq(got, &s), "slot defaults differ from mt_table_slot_config_init()");
+    cr_assert_str_eq(name, "");
+    cr_assert_null(mt_config_slot(&c, 8, NULL));
+    mt_config_free(&c);
+}
+
+/* Each default the reference documents, set again, leaves a default config unchanged. */
+Test(config, reference_defaults_are_the_init_values) {
+    char *ref = reference_text(NULL);
+    mt_config_t base, c;
+    char err[256] = "";
+    init(&base);
+    cr_assert_eq(mt_config_set(&base, "slot.5.dim", "8", err, sizeof(err)), MT_OK);
+    int checked = 0, required = 0;
+    for (char *line = strtok(ref, "\n"); line; line = strtok(NULL, "\n")) {
+        char sect[32], key[64], def[128];
+        /* | `[ps]` | `threads` | uint | `4` | ... ; an empty default reads "(empty)" */
+        if (sscanf(line, "| `[%31[^]]]` | `%63[^`]` | %*[^|]| %127[^|]|", sect, key, def) != 3)
+            continue;
+        char *end = def + strlen(def);
+        while (end > def && end[-1] == ' ')
+            *--end = '\0';
+        if (strcmp(def, "required") == 0) {
+            required++;
+            continue;
+        }
+        char value[128] = "";
+        if (strcmp(def, "(empty)") != 0) {
+            cr_assert(def[0] == '`' && end[-1] == '`', "default cell %s", def);
+            end[-1] = '\0';
+            snprintf(value, sizeof(value), "%s", def + 1);
+        }
+        char dkey[128];
+        if (strcmp(sect, "slot.N") == 0)
+            snprintf(dkey, sizeof(dkey), "slot.5.%s", key);
+        else
+            snprintf(dkey, sizeof(dkey), "%s.%s", sect, key);
+        init(&c);
+        cr_assert_eq(mt_config_set(&c, "slot.5.dim", "8", err, sizeof(err)), MT_OK);
+        cr_assert_eq(mt_config_set(&c, dkey, value, err, sizeof(err)), MT_OK, "%s: %s", dkey, err);
+        cr_assert(config_eq(&c, &base), "%s = '%s' is not the init value", dkey, value);
+        mt_config_free(&c);
+        checked++;
+    }
+    cr_assert_eq(checked + required, (int)NKEYS);
+    cr_assert_eq(required, 1); /* slot.N.dim */
+    mt_config_free(&base);
+    free(ref);
+}
+
+/* ============================== parsing ============================== */
+
+Test(config, example_file_parses_to_its_values) {
+    mt_config_t c;
+    char err[256] = "";
+    cr_assert_eq(load(&c, example, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.cluster.num_shards, 3);
+    cr_assert_eq(c.cluster.nps, 3);
+    cr_assert_str_eq(c.cluster.ps[0], "127.0.0.1:7100");
+    cr_assert_str_eq(c.cluster.ps[1], "127.0.0.1:7101");
+    cr_assert_str_eq(c.cluster.ps[2], "127.0.0.1:7102");
+    cr_assert_str_eq(c.ps.listen, "127.0.0.1:7100");
+    cr_assert_str_eq(c.ps.snapshot_dir, "/var/lib/monolith/ps");
+    cr_assert_str_eq(c.ps.admin_token, "");
+    cr_assert_str_eq(c.ps.metrics_listen, "127.0.0.1:0");
+    cr_assert_eq(c.ps.threads, 4);
+    cr_assert_eq(c.table.shards_log2, 10);
+    cr_assert_eq(c.table.max_load, 0.9);
+    cr_assert_eq(c.dense.opt, MT_OPT_ADAM);
+    cr_assert_eq(c.dense.eps, 1e-8f);
+    cr_assert_eq(c.nslots, 1);
+    mt_table_slot_config_t s;
+    mt_table_slot_config_init(&s, 1, 16);
+    s.init_seed = 7089074370563974248ull;
+    cr_assert(slot_eq(&c.slots[0], &s));
+    cr_assert_str_eq(c.slot_names[0], "user_id");
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    mt_config_free(&c);
+}
+
+Test(config, every_value_is_read_into_its_field) {
+    mt_config_t c;
+    char err[256] = "";
+    const char *text = "[ps]\n"
+                       "shard = 2\n"
+                       "listen = [::1]:0\n"
+                       "threads = 64\n"
+                       "max_message_bytes = 4096\n"
+                       "max_batch_fids = 77\n"
+                       "sync_chunk_fids = 99\n"
+                       "snapshot_dir = /tmp/snap\n"
+                       "snapshot_interval_s = 0\n"
+                       "snapshot_keep = 1000\n"
+                       "expire_interval_ms = 0\n"
+                       "expire_buckets_per_tick = 4294967295\n"
+                       "admin_token = s3cr#t;x\n"
+                       "metrics_listen = metrics-host.local:9100\n"
+                       "[table]\n"
+                       "shards_log2 = 0\n"
+                       "max_load = 0.97\n"
+                       "filter_bytes = 0\n"
+                       "filter_depth = 8\n"
+                       "changelog_entries = 0x40\n"
+                       "initial_rows = 1000\n"
+                       "hash_seed = 0xFFFFFFFFFFFFFFFF\n"
+                       "[dense]\n"
+                       "optimizer = adagrad\n"
+                       "lr = 0.5\n"
+                       "beta1 = 0\n"
+                       "beta2 = 0.5\n"
+                       "eps = 0\n"
+                       "init_accum = 2.5\n"
+                       "[slot.65535]\n"
+                       "dim = 1024\n"
+                       "init = normal\n"
+                       "init_scale = 0.5\n"
+                       "init_mean = -1.25\n"
+                       "init_seed = 18446744073709551615\n"
+                       "optimizer = ftrl\n"
+                       "lr = 3\n"
+                       "eps = 0.5\n"
+                       "init_accum = 0\n"
+                       "beta1 = 0.25\n"
+                       "beta2 = 0.75\n"
+                       "ftrl_beta = 2\n"
+                       "l1 = 0.125\n"
+                       "l2 = 4\n"
+                       "min_count = 255\n"
+                       "ttl_s = 4294967295\n"
+                       "precision = fp16\n"
+                       "name = item id\n"
+                       "[slot.0]\n"
+                       "dim = 1\n"
+                       "init = zeros\n"
+                       "optimizer = sgd\n";
+    cr_assert_eq(load(&c, text, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.ps.shard, 2);
+    cr_assert_str_eq(c.ps.listen, "[::1]:0");
+    cr_assert_eq(c.ps.threads, 64);
+    cr_assert_eq(c.ps.max_message_bytes, 4096);
+    cr_assert_eq(c.ps.max_batch_fids, 77);
+    cr_assert_eq(c.ps.sync_chunk_fids, 99);
+    cr_assert_str_eq(c.ps.snapshot_dir, "/tmp/snap");
+    cr_assert_eq(c.ps.snapshot_interval_s, 0);
+    cr_assert_eq(c.ps.snapshot_keep, 1000);
+    cr_assert_eq(c.ps.expire_interval_ms, 0);
+    cr_assert_eq(c.ps.expire_buckets_per_tick, 4294967295ull);
+    cr_assert_str_eq(c.ps.admin_token, "s3cr#t;x"); /* no space before: not a comment */
+    cr_assert_str_eq(c.ps.metrics_listen, "metrics-host.local:9100");
+    cr_assert_eq(c.table.shards_log2, 0);
+    cr_assert_eq(c.table.max_load, 0.97);
+    cr_assert_eq(c.table.filter_bytes, 0);
+    cr_assert_eq(c.table.filter_depth, 8);
+    cr_assert_eq(c.table.changelog_entries, 64);
+    cr_assert_eq(c.table.initial_rows, 1000);
+    cr_assert_eq(c.table.hash_seed, UINT64_MAX);
+    cr_assert_eq(c.dense.opt, MT_OPT_ADAGRAD);
+    cr_assert_eq(c.dense.lr, 0.5f);
+    cr_assert_eq(c.dense.beta1, 0.0f);
+    cr_assert_eq(c.dense.beta2, 0.5f);
+    cr_assert_eq(c.dense.eps, 0.0f);
+    cr_assert_eq(c.dense.init_accum, 2.5f);
+    cr_assert_eq(c.nslots, 2);
+    /* sorted by id whatever the file order */
+    cr_assert_eq(c.slots[0].slot, 0);
+    cr_assert_eq(c.slots[0].dim, 1);
+    cr_assert_eq(c.slots[0].init, MT_INIT_ZEROS);
+    cr_assert_eq(c.slots[0].opt, MT_OPT_SGD);
+    cr_assert_str_eq(c.slot_names[0], "");
+    const mt_table_slot_config_t *s = &c.slots[1];
+    cr_assert_eq(s->slot, 65535);
+    cr_assert_eq(s->dim, 1024);
+    cr_assert_eq(s->init, MT_INIT_NORMAL);
+    cr_assert_eq(s->init_scale, 0.5f);
+    cr_assert_eq(s->init_mean, -1.25f);
+    cr_assert_eq(s->init_seed, UINT64_MAX);
+    cr_assert_eq(s->opt, MT_OPT_FTRL);
+    cr_assert_eq(s->lr, 3.0f);
+    cr_assert_eq(s->eps, 0.5f);
+    cr_assert_eq(s->init_accum, 0.0f);
+    cr_assert_eq(s->beta1, 0.25f);
+    cr_assert_eq(s->beta2, 0.75f);
+    cr_assert_eq(s->ftrl_beta, 2.0f);
+    cr_assert_eq(s->l1, 0.125f);
+    cr_assert_eq(s->l2, 4.0f);
+    cr_assert_eq(s->min_count, 255);
+    cr_assert_eq(s->ttl_s, 4294967295u);
+    cr_assert_eq(s->precision, MT_PREC_FP16);
+    cr_assert_str_eq(c.slot_names[1], "item id");
+    mt_config_free(&c);
+}
+
+Test(config, syntax_corners) {
+    mt_config_t c;
+    char err[256] = "";
+    /* BOM, CRLF, indentation, both comment kinds at line start and inline, blank lines,
+     * whitespace inside brackets, a value with '=' in it, no newline at the end. */
+    const char *text = "\xEF\xBB\xBF; leading comment\r\n"
+                       "   # indented comment\r\n"
+                       "\r\n"
+                       "  [ ps ]   ; section comment\r\n"
+                       "    threads=8;not a comment\r\n";
+    cr_assert_eq(load(&c, text, err, sizeof(err)), MT_CONFIG); /* "8;not..." is not a number */
+    cr_assert(strstr(err, "t.conf:5: ps.threads: '8;not a comment' is not an unsigned integer"),
+              "%s", err);
+    mt_config_free(&c);
+
+    text = "\xEF\xBB\xBF; leading comment\r\n"
+           "   # indented comment\r\n"
+           "\r\n"
+           "  [ ps ]   ; section comment\r\n"
+           "    threads=8\t# tab before the comment\r\n"
+           "\tadmin_token = a=b ; c\r\n"
+           "  [slot.3]\n"
+           "  dim = 4";
+    cr_assert_eq(load(&c, text, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.ps.threads, 8);
+    cr_assert_str_eq(c.ps.admin_token, "a=b");
+    cr_assert_eq(c.nslots, 1);
+    cr_assert_eq(c.slots[0].dim, 4);
+    mt_config_free(&c);
+
+    /* Empty text, only comments: nothing changes. */
+    mt_config_t d;
+    init(&d);
+    cr_assert_eq(load(&c, "", err, sizeof(err)), MT_OK);
+    cr_assert(config_eq(&c, &d));
+    mt_config_free(&c);
+    cr_assert_eq(load(&c, "# x\n;y\n\n   \n", err, sizeof(err)), MT_OK);
+    cr_assert(config_eq(&c, &d));
+    mt_config_free(&c);
+    mt_config_free(&d);
+}
+
+/* A line far beyond 200 bytes (where inih would split it) is one line. */
+Test(config, long_lines) {
+    char *text = malloc(64 * 1024);
+    size_t n = (size_t)sprintf(text, "[cluster]\nps = ");
+    for (int i = 0; i < 500; i++)
+        n += (size_t)sprintf(text + n, "%sps-shard-%03d.monolith.svc.cluster.local:7100",
+                             i ? ", " : "", i);
+    sprintf(text + n, "\nnum_shards = 500\n");
+    mt_config_t c;
+    char err[256] = "";
+    cr_assert_eq(load(&c, text, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.cluster.nps, 500);
+    cr_assert_str_eq(c.cluster.ps[499], "ps-shard-499.monolith.svc.cluster.local:7100");
+    cr_assert_eq(c.cluster.num_shards, 500);
+    mt_config_free(&c);
+    free(text);
+}
+
+Test(config, file_loading) {
+    mt_config_t c;
+    char err[256] = "";
+    char *path = write_temp(example, strlen(example));
+    init(&c);
+    cr_assert_eq(mt_config_load_file(&c, path, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.nslots, 1);
+    cr_assert_str_eq(c.slot_names[0], "user_id");
+    mt_config_free(&c);
+    unlink(path);
+    free(path);
+
+    /* A NUL byte is an error with its line. */
+    static const char nul[] = "[ps]\nthreads = 4\nlisten = a\0b:1\n";
+    path = write_temp(nul, sizeof(nul) - 1);
+    init(&c);
+    cr_assert_eq(mt_config_load_file(&c, path, err, sizeof(err)), MT_CONFIG);
+    char want[512];
+    snprintf(want, sizeof(want), "%s:3: NUL byte", path);
+    cr_assert(strstr(err, want), "%s", err);
+    mt_config_free(&c);
+    unlink(path);
+    free(path);
+
+    /* Missing file: MT_IO naming the path. */
+    init(&c);
+    cr_assert_eq(mt_config_load_file(&c, "/nonexistent/ps.conf", err, sizeof(err)), MT_IO);
+    cr_assert(strstr(err, "/nonexistent/ps.conf: cannot open"), "%s", err);
+    /* A directory cannot be read. */
+    cr_assert_eq(mt_config_load_file(&c, "/tmp", err, sizeof(err)), MT_IO);
+    mt_config_free(&c);
+
+    /* Empty file is fine. */
+    path = write_temp("", 0);
+    init(&c);
+    cr_assert_eq(mt_config_load_file(&c, path, err, sizeof(err)), MT_OK, "%s", err);
+    mt_config_free(&c);
+    unlink(path);
+    free(path);
+}
+
+/* ============================== errors ============================== */
+
+typedef struct bad_case {
+    const char *text;
+    const char *want; /* substring of the message, including "t.conf:LINE: " */
+} bad_case_t;
+
+static const bad_case_t bad_cases[] = {
+    /* the brief's messages, exactly */
+    {"[ps]\nlisten = 1.2.3.4:5\nthread = 4\n", "t.conf:3: unknown key 'thread' in [ps]"},
+    {"[ps]\n\nthreads = 0\n", "t.conf:3: ps.threads: 0 is out of range 1..64"},
+    {"[slot.1]\ndim = 8\noptimizer = adamw\n",
+     "t.conf:3: slot.1.optimizer: 'adamw' is not one of sgd, adagrad, ftrl, adam"},
+    /* duplicates */
+    {"[ps]\nthreads = 2\nthreads = 3\n", "t.conf:3: ps.threads: duplicate key (first on line 2)"},
+    {"[slot.4]\ndim = 2\n[ps]\n[slot.4]\n",
+     "t.conf:4: duplicate section [slot.4] (first on line 1)"},
+    {"[ps]\nthreads = 2\n[table]\n[ps]\nthreads = 3\n",
+     "t.conf:4: duplicate section [ps] (first on line 1)"},
+    {"[slot.2]\ndim = 2\ndim = 2\n", "t.conf:3: slot.2.dim: duplicate key (first on line 2)"},
+    /* structure */
+    {"threads = 4\n[ps]\n", "t.conf:1: key 'threads' before any section"},
+    {"# c\n\n = 4\n", "t.conf:3: malformed line: no key before '='"},
+    {"[ps]\nthreads 4\n", "t.conf:2: malformed line 'threads 4'"},
+    {"[ps]\nthreads: 4\n", "t.conf:2: malformed line 'threads: 4'"},
+    {"[ps\nthreads = 4\n", "t.conf:1: malformed section header '[ps'"},
+    {"[ps] x\n", "t.conf:1: malformed section header '[ps] x'"},
+    {"[]\n", "t.conf:1: unknown section []"},
+    {"[foo]\nx = 1\n", "t.conf:1: unknown section [foo]"},
+    {"[PS]\n", "t.conf:1: unknown section [PS]"},
+    {"[cluster]\n[slot.x]\n", "t.conf:2: bad slot id in [slot.x]"},
+    {"[slot.65536]\n", "t.conf:1: bad slot id in [slot.65536]"},
+    {"[slot.01]\n", "t.conf:1: bad slot id in [slot.01]"},
+    {"[slot.]\n", "t.conf:1: bad slot id in [slot.]"},
+    {"[slot]\n", "t.conf:1: bad slot id in [slot]"},
+    {"[slot.-1]\n", "t.conf:1: bad slot id in [slot.-1]"},
+    {"[slot.1 2]\n", "t.conf:1: bad slot id in [slot.1 2]"},
+    {"[slot.1]\ndimension = 3\n", "t.conf:2: unknown key 'dimension' in [slot.1]"},
+    {"[ps]\ndim = 3\n", "t.conf:2: unknown key 'dim' in [ps]"},
+    {"[slot.1]\nthreads = 3\n", "t.conf:2: unknown key 'threads' in [slot.1]"},
+    {"[ps]\nThreads = 3\n", "t.conf:2: unknown key 'Threads' in [ps]"},
+    /* numbers */
+    {"[ps]\nthreads = 12abc\n", "t.conf:2: ps.threads: '12abc' is not an unsigned integer"},
+    {"[ps]\nthreads = -1\n", "t.conf:2: ps.threads: '-1' is not an unsigned integer"},
+    {"[ps]\nthreads = +1\n", "t.conf:2: ps.threads: '+1' is not an unsigned integer"},
+    {"[ps]\nthreads = 1.5\n", "t.conf:2: ps.threads: '1.5' is not an unsigned integer"},
+    {"[ps]\nthreads = 1 2\n", "t.conf:2: ps.threads: '1 2' is not an unsigned integer"},
+    {"[ps]\nthreads = 0x\n", "t.conf:2: ps.threads: '0x' is not an unsigned integer"},
+    {"[ps]\nthreads = 0x41\n", "t.conf:2: ps.threads: 0x41 is out of range 1..64"},
+    {"[ps]\nthreads = 65\n", "t.conf:2: ps.threads: 65 is out of range 1..64"},
+    {"[table]\nhash_seed = 18446744073709551616\n",
+     "t.conf:2: table.hash_seed: 18446744073709551616 is out of range"},
+    {"[slot.9]\nttl_s = 4294967296\n", "t.conf:2: slot.9.ttl_s: 4294967296 is out of range"},
+    {"[table]\nmax_load = 0.99\n", "t.conf:2: table.max_load: 0.99 is out of range [0.5, 0.97]"},
+    {"[table]\nmax_load = 0.9x\n", "t.conf:2: table.max_load: '0.9x' is not a number"},
+    {"[table]\nmax_load = nan\n", "t.conf:2: table.max_load: 'nan' is not a number"},
+    {"[table]\nmax_load = -nan\n", "t.conf:2: table.max_load: -nan is out of range"},
+    {"[slot.1]\nlr = inf\n", "t.conf:2: slot.1.lr: 'inf' is not a number"},
+    {"[slot.1]\nlr = 1e39\n", "t.conf:2: slot.1.lr: 1e39 is out of range (0, 1e+30)"},
+    {"[slot.1]\nlr = 0\n", "t.conf:2: slot.1.lr: 0 is out of range (0, 1e+30)"},
+    {"[slot.1]\nbeta2 = 1\n", "t.conf:2: slot.1.beta2: 1 is out of range [0, 1)"},
+    {"[slot.1]\nbeta2 = 0.99999999\n", "t.conf:2: slot.1.beta2: 0.99999999 is out of range"},
+    {"[slot.1]\neps = 1e-50\n", "t.conf:2: slot.1.eps: 1e-50 is out of range"},
+    {"[dense]\noptimizer = ftrl\n",
+     "t.conf:2: dense.optimizer: 'ftrl' is not one of sgd, adagrad, adam"},
+    {"[slot.1]\nprecision = FP16\n", "t.conf:2: slot.1.precision: 'FP16' is not one of fp32, fp16"},
+    {"[slot.1]\ndim = 1025\n", "t.conf:2: slot.1.dim: 1025 is out of range 1..1024"},
+    {"[slot.1]\nmin_count = 256\n", "t.conf:2: slot.1.min_count: 256 is out of range 0..255"},
+    /* empty values */
+    {"[ps]\nthreads =\n", "t.conf:2: ps.threads: empty value"},
+    {"[ps]\nthreads = # comment\n", "t.conf:2: ps.threads: empty value"},
+    {"[ps]\nlisten =\n", "t.conf:2: ps.listen: empty value"},
+    {"[dense]\noptimizer =\n", "t.conf:2: dense.optimizer: empty value"},
+    {"[slot.1]\ndim = ;\n", "t.conf:2: slot.1.dim: empty value"},
+    /* strings and addresses */
+    {"[slot.1]\nname = "
+     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+     "t.conf:2: slot.1.name: 77 bytes long, expected 0..64"},
+    {"[ps]\nlisten = localhost\n", "t.conf:2: ps.listen: 'localhost' is not host:port"},
+    {"[ps]\nlisten = :7100\n", "t.conf:2: ps.listen: ':7100' is not host:port"},
+    {"[ps]\nlisten = host:\n", "t.conf:2: ps.listen: 'host:' is not host:port"},
+    {"[ps]\nlisten = host:65536\n", "t.conf:2: ps.listen: port 65536 of 'host:65536'"},
+    {"[ps]\nlisten = host:7x\n", "t.conf:2: ps.listen: 'host:7x' is not host:port"},
+    {"[ps]\nlisten = ::1:7100\n", "t.conf:2: ps.listen: '::1:7100' is not host:port"},
+    {"[ps]\nlisten = [::1]7100\n", "t.conf:2: ps.listen: '[::1]7100' is not host:port"},
+    {"[ps]\nlisten = h st:1\n", "t.conf:2: ps.listen: 'h st:1' is not host:port"},
+    {"[cluster]\nps = a:1,,b:2\n", "t.conf:2: cluster.ps: empty address in the list (entry 2)"},
+    {"[cluster]\nps = a:1, b:2,\n", "t.conf:2: cluster.ps: empty address in the list (entry 3)"},
+    {"[cluster]\nps = a:1, b:2, a:1\n",
+     "t.conf:2: cluster.ps: 'a:1' appears twice (entries 1 and 3)"},
+    {"[cluster]\nps = a:0\n", "t.conf:2: cluster.ps: port 0 of 'a:0' is out of range 1..65535"},
+    {"[cluster]\nps = a:1 b:2\n", "t.conf:2: cluster.ps: 'a:1 b:2' is not host:port"},
+    {"[cluster]\nnum_shards = 4097\n", "t.conf:2: cluster.num_shards: 4097 is out of range"},
+    /* control characters never reach a message raw */
+    {"[ps]\nthre\x01"
+     "ds = 1\n",
+     "t.conf:2: unknown key 'thre?ds' in [ps]"},
+    {"[ps]\nadmin_token = a\x01"
+     "b\n",
+     "t.conf:2: ps.admin_token: value contains a control"},
+    /* the error is the first one */
+    {"[ps]\nthreads = 0\nfoo = 1\n", "t.conf:2: ps.threads: 0 is out of range"},
+};
+
+Test(config, each_error_names_line_and_key) {
+    for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
+        mt_config_t c;
+        char err[512] = "";
+        mt_err_t rc = load(&c, bad_cases[i].text, err, sizeof(err));
+        cr_expect_eq(rc, MT_CONFIG, "case %zu (%s): %d", i, bad_cases[i].want, rc);
+        cr_expect(strstr(err, bad_cases[i].want) == err, "case %zu: want '%s', got '%s'", i,
+                  bad_cases[i].want, err);
+        mt_config_free(&c);
+    }
+}
+
+Test(config, a_failed_load_changes_nothing) {
+    mt_config_t c, before;
+    char err[256] = "";
+    cr_assert_eq(load(&c, example, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(load(&before, example, err, sizeof(err)), MT_OK, "%s", err);
+    const char *bad = "[ps]\nthreads = 9\nlisten = 0.0.0.0:1\n[cluster]\nps = x:1\n"
+                      "[slot.1]\nname = changed\n[slot.2]\ndim = 3\n[slot.3]\ndim = 0\n";
+    cr_assert_eq(mt_config_load_string(&c, bad, "b.conf", err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "b.conf:11: slot.3.dim: 0 is out of range 1..1024"), "%s", err);
+    cr_assert(config_eq(&c, &before), "a failed load modified the config");
+    /* A good second file applies over the first: keys it sets, slots it adds. */
+    cr_assert_eq(mt_config_load_string(&c, "[ps]\nthreads = 9\n[slot.2]\ndim = 3\n", "g.conf", err,
+                                       sizeof(err)),
+                 MT_OK, "%s", err);
+    cr_assert_eq(c.ps.threads, 9);
+    cr_assert_eq(c.nslots, 2);
+    cr_assert_str_eq(c.ps.listen, "127.0.0.1:7100");
+    cr_assert_str_eq(c.slot_names[0], "user_id");
+    mt_config_free(&c);
+    mt_config_free(&before);
+}
+
+Test(config, small_or_missing_error_buffers) {
+    mt_config_t c;
+    char tiny[6];
+    memset(tiny, 'x', sizeof(tiny));
+    cr_assert_eq(load(&c, "[ps]\nthreads = 0\n", tiny, sizeof(tiny)), MT_CONFIG);
+    cr_assert_str_eq(tiny, "t.con");
+    mt_config_free(&c);
+    cr_assert_eq(load(&c, "[ps]\nthreads = 0\n", NULL, 0), MT_CONFIG);
+    cr_assert_eq(mt_config_set(&c, "ps.threads", "0", NULL, 0), MT_CONFIG);
+    cr_assert_eq(mt_config_validate(&c, NULL, 0), MT_CONFIG);
+    mt_config_free(&c);
+    /* NULL and double free are no-ops */
+    mt_config_free(NULL);
+    mt_config_free(&c);
+}
+
+/* ============================== overrides ============================== */
+
+Test(config, overrides) {
+    mt_config_t c;
+    char err[256] = "";
+    cr_assert_eq(load(&c, example, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "ps.threads", "8", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.ps.threads, 8);
+    cr_assert_eq(mt_config_set(&c, "ps.threads", "  16\t", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.ps.threads, 16);
+    cr_assert_eq(mt_config_set(&c, "slot.1.lr", "0.5", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.slots[0].lr, 0.5f);
+    cr_assert_eq(mt_config_set(&c, "slot.3.dim", "32", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.nslots, 2);
+    cr_assert_eq(c.slots[1].slot, 3);
+    cr_assert_eq(c.slots[1].dim, 32);
+    cr_assert_eq(mt_config_set(&c, "cluster.ps", "h:1,h:2", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.cluster.nps, 2);
+    cr_assert_eq(mt_config_set(&c, "cluster.ps", "", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.cluster.nps, 0);
+    cr_assert_null(c.cluster.ps);
+    cr_assert_eq(mt_config_set(&c, "slot.1.name", "", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_str_eq(c.slot_names[0], "");
+    cr_assert_eq(mt_config_set_arg(&c, "ps.admin_token=t=1", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_str_eq(c.ps.admin_token, "t=1");
+    cr_assert_eq(mt_config_set_arg(&c, " ps.shard = 2 ", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.ps.shard, 2);
+
+    /* errors: message names the key; nothing changes, no slot is left behind */
+    static const struct {
+        const char *key, *value, *want;
+    } bad[] = {
+        {"ps.threads", "0", "ps.threads: 0 is out of range 1..64"},
+        {"ps.thread", "4", "unknown key 'ps.thread'"},
+        {"threads", "4", "unknown key 'threads'"},
+        {"foo.bar", "4", "unknown key 'foo.bar'"},
+        {"ps.", "4", "unknown key 'ps.'"},
+        {"slot.x.dim", "4", "slot.x.dim: bad slot id"},
+        {"slot.65536.dim", "4", "slot.65536.dim: bad slot id"},
+        {"slot.dim", "4", "slot.dim: bad slot id"},
+        {"slot.9.dim", "0", "slot.9.dim: 0 is out of range 1..1024"},
+        {"slot.9.optimizer", "adamw", "slot.9.optimizer: 'adamw' is not one of"},
+        {"slot.9.dim", "", "slot.9.dim: empty value"},
+        {"ps.listen", "a\nb:1", "ps.listen: value contains a control character"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        size_t nslots = c.nslots;
+        uint32_t threads = c.ps.threads;
+        cr_expect_eq(mt_config_set(&c, bad[i].key, bad[i].value, err, sizeof(err)), MT_CONFIG, "%s",
+                     bad[i].key);
+        cr_expect(strstr(err, bad[i].want) == err, "want '%s', got '%s'", bad[i].want, err);
+        cr_expect_eq(c.nslots, nslots, "%s left a slot", bad[i].key);
+        cr_expect_eq(c.ps.threads, threads);
+    }
+    cr_assert_null(mt_config_slot(&c, 9, NULL));
+    cr_assert_eq(mt_config_set_arg(&c, "ps.threads", err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "expected key=value"), "%s", err);
+    cr_assert_eq(mt_config_set_arg(&c, "=4", err, sizeof(err)), MT_CONFIG);
+    cr_assert_eq(mt_config_set_arg(&c, "ps.threads=65", err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "ps.threads: 65 is out of range 1..64") == err, "%s", err);
+    mt_config_free(&c);
+}
+
+/* ============================== validation ============================== */
+
+Test(config, validate_cross_field_rules) {
+    mt_config_t c;
+    char err[256] = "";
+    cr_assert_eq(load(&c, example, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+
+    /* The table config built from it creates a table. */
+    mt_table_config_t tc;
+    mt_config_table(&c, &tc);
+    cr_assert_eq(tc.nslots, 1);
+    cr_assert_eq(tc.slots, c.slots);
+    cr_assert_eq(tc.shards_log2, 10);
+    cr_assert_eq(mt_config_set(&c, "table.shards_log2", "2", err, sizeof(err)), MT_OK);
+    mt_config_table(&c, &tc);
+    mt_table_t *t = NULL;
+    cr_assert_eq(mt_table_create(&tc, &t), MT_OK);
+    uint32_t dim = 0;
+    cr_assert_eq(mt_table_dim(t, MT_FID_MAKE(1, 5), &dim), MT_OK);
+    cr_assert_eq(dim, 16);
+    mt_table_destroy(t);
+
+    static const struct {
+        const char *key, *value, *want;
+    } bad[] = {
+        {"cluster.num_shards", "2",
+         "cluster.num_shards: 2 does not match the 3 addresses of cluster.ps"},
+        {"ps.shard", "3", "ps.shard: 3 is not below the number of shards (3)"},
+        {"slot.4.lr", "0.5", "slot.4.dim: required"},
+        {"table.changelog_entries", "64", "table: changelog_entries: 64 is below 64 per part"},
+        {"slot.1.min_count", "2", NULL}, /* with filter_bytes 0 below */
+        {"dense.eps", "0", "dense.eps: Adam needs eps > 0"},
+        {"slot.1.optimizer", "adam", NULL}, /* with eps 0 below */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (!bad[i].want) continue;
+        mt_config_t d;
+        cr_assert_eq(load(&d, example, err, sizeof(err)), MT_OK);
+        cr_assert_eq(mt_config_set(&d, bad[i].key, bad[i].value, err, sizeof(err)), MT_OK, "%s",
+                     err);
+        cr_expect_eq(mt_config_validate(&d, err, sizeof(err)), MT_CONFIG, "%s", bad[i].key);
+        cr_expect(strstr(err, bad[i].want) == err, "want '%s', got '%s'", bad[i].want, err);
+        mt_config_free(&d);
+    }
+    /* Rules of mt_table_config_validate() that span fields come back prefixed "table: ". */
+    cr_assert_eq(mt_config_set(&c, "slot.1.min_count", "2", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "table.filter_bytes", "0", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "table: slot 1: min_count > 1 needs filter_bytes > 0") == err, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "table.filter_bytes", "65536", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "slot.1.optimizer", "adam", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "slot.1.eps", "0", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "table: slot 1: eps: Adam needs eps > 0") == err, "%s", err);
+    mt_config_free(&c);
+
+    /* No slots; shard without any shard count; neither count given. */
+    init(&c);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "no [slot.N] section: at least one slot is required");
+    cr_assert_eq(mt_config_set(&c, "slot.0.dim", "4", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "ps.shard", "1", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "ps.shard: 1 is not below the number of shards (1)");
+    cr_assert_eq(mt_config_set(&c, "cluster.ps", "a:1, b:2", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    mt_config_free(&c);
+}
+
+/* Fields set directly in the struct are checked against the same bounds. */
+Test(config, validate_checks_fields_set_directly) {
+    mt_config_t c;
+    char err[256] = "";
+    cr_assert_eq(load(&c, example, err, sizeof(err)), MT_OK, "%s", err);
+    c.ps.threads = 0;
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "ps.threads: 0 is out of range 1..64");
+    c.ps.threads = 4;
+    c.table.max_load = 0.3;
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "table.max_load: 0.3 is out of range [0.5, 0.97]");
+    c.table.max_load = 0.9;
+    c.dense.opt = MT_OPT_FTRL;
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "dense.optimizer: 2 is not the value of one of sgd, adagrad, adam"), "%s",
+              err);
+    c.dense.opt = MT_OPT_ADAM;
+    c.slots[0].lr = NAN;
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "slot.1.lr: ") == err, "%s", err);
+    c.slots[0].lr = 0.01f;
+    free(c.ps.listen);
+    c.ps.listen = strdup("nohostport");
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "ps.listen: 'nohostport' is not host:port");
+    free(c.ps.listen);
+    c.ps.listen = strdup("h:1");
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    mt_config_free(&c);
+}
+
+/* ============================== the reference ============================== */
+
+Test(config, reference_lists_every_key_once) {
+    char *ref = reference_text(NULL);
+    int rows = 0;
+    int seen[NKEYS] = {0};
+    for (char *line = strtok(ref, "\n"); line; line = strtok(NULL, "\n")) {
+        char sect[32], key[64], name[128];
+        if (sscanf(line, "| `[%31[^]]]` | `%63[^`]` |", sect, key) != 2) continue;
+        rows++;
+        snprintf(name, sizeof(name), "[%s] %s", sect, key);
+        size_t i = 0;
+        while (i < NKEYS && strcmp(all_keys[i], name))
+            i++;
+        cr_assert(i < NKEYS, "reference lists unexpected key %s", name);
+        seen[i]++;
+        /* six cells: type, default, bounds and doc are not empty */
+        int bars = 0;
+        for (const char *q = line; *q; q++)
+            bars += *q == '|' && (q == line || q[-1] != '\\');
+        cr_assert_eq(bars, 7, "row of %s: %s", name, line);
+    }
+    for (size_t i = 0; i < NKEYS; i++)
+        cr_expect_eq(seen[i], 1, "%s listed %d times", all_keys[i], seen[i]);
+    cr_assert_eq(rows, (int)NKEYS);
+    free(ref);
+}
+
+Test(config, docs_config_md_is_current) {
+    size_t len;
+    char *ref = reference_text(&len);
+    FILE *f = fopen(MT_SOURCE_DIR "/docs/config.md", "rb");
+    cr_assert_not_null(f, "docs/config.md is missing: build/config/mt_config_reference "
+                          "docs/config.md");
+    char *doc = malloc(len + 2);
+    size_t got = fread(doc, 1, len + 1, f);
+    fclose(f);
+    cr_assert(got == len && memcmp(doc, ref, len) == 0,
+              "docs/config.md is stale: regenerate it with "
+              "build/config/mt_config_reference docs/config.md");
+    free(doc);
+    free(ref);
+}
+
+/* ============================== fuzz ============================== */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+
+#ifdef MT_SANITIZED
+#define FUZZ_ROUNDS 20000
+#else
+#define FUZZ_ROUNDS 100000
+#endif
+
+/* Parse, and if that works validate and build the table config: nothing may crash. */
+static void try_text(const char *text) {
+    mt_config_t c;
+    char err[256];
+    init(&c);
+    mt_err_t rc = mt_config_load_string(&c, text, "f.conf", err, sizeof(err));
+    cr_assert(rc == MT_OK || rc == MT_CONFIG, "rc %d for: %s", rc, text);
+    if (rc == MT_CONFIG) cr_assert(strncmp(err, "f.conf:", 7) == 0, "%s", err);
+    rc = mt_config_validate(&c, err, sizeof(err));
+    cr_assert(rc == MT_OK || rc == MT_CONFIG, "validate rc %d", rc);
+    mt_table_config_t tc;
+    mt_config_table(&c, &tc);
+    mt_config_free(&c);
+}
+
+Test(config, fuzz_random_bytes, .timeout = 300) {
+    static const char alphabet[] = "[]=#;.: \t\n\r,-+0123456789xeslotpsdimabc\x01\xff";
+    char buf[256];
+    for (int round = 0; round < FUZZ_ROUNDS; round++) {
+        size_t n = rnd() % (sizeof(buf) - 1);
+        for (size_t i = 0; i < n; i++) {
+            char ch = (rnd() & 1) ? alphabet[rnd() % (sizeof(alphabet) - 1)] : (char)rnd();
+            buf[i] = ch ? ch : ' ';
+        }
+        buf[n] = '\0';
+        try_text(buf);
+    }
+}
+
+Test(config, fuzz_mutations_of_a_valid_file, .timeout = 300) {
+    size_t base_len = strlen(example);
+    char *buf = malloc(base_len + 64);
+    static const char *const inserts[] = {
+        "[", "]",     "=",     "#",  ";",   "\n", ",",          " ",      "0",         "-",
+        "x", "slot.", "65535", "0x", "e99", ".5", "[slot.7]\n", "[ps]\n", "dim = 3\n", "\r"};
+    int ok = 0;
+    for (int round = 0; round < FUZZ_ROUNDS; round++) {
+        memcpy(buf, example, base_len + 1);
+        size_t len = base_len;
+        int edits = 1 + (int)(rnd() % 4);
+        for (int e = 0; e < edits; e++) {
+            size_t at = len ? rnd() % len : 0;
+            switch (rnd() % 4) {
+            case 0: /* flip a byte (never to NUL) */ buf[at] = (char)(rnd() % 255 + 1); break;
+            case 1: /* delete a run */
+            {
+                size_t k = 1 + rnd() % 8;
+                if (at + k > len) k = len - at;
+                memmove(buf + at, buf + at + k, len - at - k + 1);
+                len -= k;
+                break;
+            }
+            default: /* insert a token */
+            {
+                const char *ins = inserts[rnd() % (sizeof(inserts) / sizeof(inserts[0]))];
+                size_t k = strlen(ins);
+                if (len + k >= base_len + 63) break;
+                memmove(buf + at + k, buf + at, len - at + 1);
+                memcpy(buf + at, ins, k);
+                len += k;
+                break;
+            }
+            }
+        }
+        mt_config_t c;
+        char err[256];
+        init(&c);
+        mt_err_t rc = mt_config_load_string(&c, buf, "f.conf", err, sizeof(err));
+        cr_assert(rc == MT_OK || rc == MT_CONFIG, "rc %d", rc);
+        ok += rc == MT_OK;
+        mt_config_free(&c);
+        try_text(buf);
+    }
+    free(buf);
+    cr_log_info("mutations: %d of %d parsed", ok, FUZZ_ROUNDS);
+    cr_assert(ok > 0 && ok < FUZZ_ROUNDS, "mutations: %d of %d parsed", ok, FUZZ_ROUNDS);
+}
+
+/* Random keys and values through mt_config_set(): MT_OK or MT_CONFIG, and validate holds. */
+Test(config, fuzz_overrides, .timeout = 300) {
+    static const char *const keys[] = {
+        "ps.threads",     "slot.1.dim",      "slot.65535.lr", "cluster.ps", "ps.listen",
+        "table.max_load", "dense.optimizer", "slot.2.name",   "slot.x.dim", "ps."};
+    static const char *const values[] = {"",    "0",       "1",       "64",   "65", "0.5",  "1e-8",
+                                         "a:1", "a:1,b:2", "[::1]:0", "adam", "-1", "0x10", "nan"};
+    mt_config_t c;
+    char err[256];
+    init(&c);
+    for (int round = 0; round < FUZZ_ROUNDS; round++) {
+        const char *k = keys[rnd() % (sizeof(keys) / sizeof(keys[0]))];
+        const char *v = values[rnd() % (sizeof(values) / sizeof(values[0]))];
+        mt_err_t rc = mt_config_set(&c, k, v, err, sizeof(err));
+        cr_assert(rc == MT_OK || rc == MT_CONFIG);
+        rc = mt_config_validate(&c, err, sizeof(err));
+        cr_assert(rc == MT_OK || rc == MT_CONFIG);
+        /* whatever was accepted stays within bounds */
+        cr_assert(!strstr(err, "out of range") || strstr(err, "table: "), "%s after %s=%s", err, k,
+                  v);
+    }
+    mt_config_free(&c);
+}
