@@ -20,18 +20,36 @@ build/release/bench/table_bench --quick --reps 1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
+san_failed=0
 echo "== tests (release) =="
 (cd build/release && ctest --output-on-failure --timeout 900) 2>&1 | tee -a "$log" || status=1
 
 bash scripts/build.sh asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 echo "== tests (ASan + UBSan) =="
-(cd build/asan && ctest --output-on-failure --timeout 1800) 2>&1 | tee -a "$log" || status=1
+asan_log=$(mktemp)
+trap 'rm -f "$log" "$asan_log"' EXIT
+if ! (cd build/asan && ctest --output-on-failure --timeout 1800 -V) > "$asan_log" 2>&1; then
+  status=1
+  echo "ASan run failed; the end of its output:"
+  tail -150 "$asan_log"
+fi
+grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed|Total Test time" "$asan_log" | tee -a "$log"
+# Criterion runs each case in a child whose sanitizer reports do not fail the case: any
+# report anywhere in the output fails the suite.
+if grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$asan_log"; then
+  echo "sanitizer reports:"
+  grep -E -A25 "ERROR: (Address|Leak)Sanitizer|runtime error:" "$asan_log" | head -200
+  san_failed=1
+  status=1
+fi
 
 # ctest prints "NN% tests passed, F tests failed out of T" per build.
 read -r passed failed < <(awk '/tests passed, .* tests failed out of/ {
     f += $4; t += $NF } END { printf "%d %d\n", t - f, f }' "$log")
 echo "suite time: $(( $(date +%s) - start )) s"
+failed=$((failed + san_failed))
 echo "tests: $passed passed, $failed failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

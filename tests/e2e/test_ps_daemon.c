@@ -27,8 +27,8 @@
 #include "mt/rpc.h"
 #include "mt/table.h"
 
-#ifndef MT_PS_BIN
-#error "MT_PS_BIN must name the monolith-ps binary"
+#if !defined(MT_PS_BIN) || !defined(MT_CLI_BIN)
+#error "MT_PS_BIN and MT_CLI_BIN must name the monolith-ps and monolith binaries"
 #endif
 
 #define N 3
@@ -249,6 +249,16 @@ Test(ps_daemon, kill9_restores_the_last_snapshot, .timeout = 120, .fini = cleanu
         stop(&sh[i], SIGTERM);
 }
 
+/* Runs a shell command, captures its stdout; @returns its exit status (or -1). */
+static int run(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static char *http_get(int port, const char *path) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {0};
@@ -311,10 +321,34 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     body = http_get(mport, "/nope");
     cr_assert(body && strstr(body, "404"));
     free(body);
+    /* The operators' CLI against the running shards. */
+    char cmd[1200], out[8192];
+    snprintf(cmd, sizeof(cmd), "%s health --addr 127.0.0.1:%d", MT_CLI_BIN, sh[0].port);
+    cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+    cr_assert(strstr(out, "\"status\":\"SERVING\""), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s stats --addr 127.0.0.1:%d", MT_CLI_BIN, sh[1].port);
+    cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+    cr_assert(strstr(out, "\"shard\":1,\"num_shards\":3"), "%s", out);
+    cr_assert(strstr(out, "\"optimizer\":\"adagrad\""), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s lookup --ps 127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d 1:0 1:1 2:77",
+             MT_CLI_BIN, sh[0].port, sh[1].port, sh[2].port);
+    cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+    cr_assert(strstr(out, "\"fid\":\"0x0001000000000000\",\"slot\":1,\"value\":0,\"found\":true"),
+              "%s", out);
+    cr_assert(strstr(out, "\"fid\":\"0x000200000000004d\",\"slot\":2,\"value\":77,\"found\":false"),
+              "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s lookup --ps 127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d 9:1 2>&1",
+             MT_CLI_BIN, sh[0].port, sh[1].port, sh[2].port);
+    cr_assert_eq(run(cmd, out, sizeof(out)), 1);
+    cr_assert(strstr(out, "slot 9 is not configured"), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s snapshot --addr 127.0.0.1:%d", MT_CLI_BIN, sh[2].port);
+    cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+    cr_assert(strstr(out, "\"checkpoint_id\":1,\"shard\":2"), "%s", out);
+    snprintf(cmd, sizeof(cmd), "%s frobnicate 2>/dev/null", MT_CLI_BIN);
+    cr_assert_eq(run(cmd, out, sizeof(out)), 2);
     for (int i = 0; i < N; i++)
         stop(&sh[i], SIGTERM);
     /* A wrong key: exit status 2 and the key named on stderr. */
-    char cmd[700];
     snprintf(cmd, sizeof(cmd), "%s --config %s/ps.conf --set ps.thread=3 2>%s/err.txt", MT_PS_BIN,
              root, root);
     int ws = system(cmd);
