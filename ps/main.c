@@ -2,8 +2,10 @@
  * monolith-ps - one parameter-server shard.
  *
  *   monolith-ps --config FILE [--shard I] [--num-shards N] [--listen ADDR]
- *               [--set section.key=value]... [--port-file PATH] [--log-level LEVEL]
+ *               [--set section.key=value]... [--port-file PATH] [--log-level LEVEL] [--check]
  *   monolith-ps --config-reference        prints every configuration key (Markdown)
+ *
+ * --check reads and checks the configuration (with the overrides) and exits: 0 if good.
  *
  * Start-up: read and check the configuration (any error names the key and exits 2), restore
  * the newest complete snapshot from ps.snapshot_dir if there is one, then serve
@@ -59,7 +61,7 @@ static double now_mono(void) {
 static void usage(FILE *f) {
     fprintf(f, "usage: monolith-ps --config FILE [--shard I] [--num-shards N] [--listen ADDR]\n"
                "                   [--set section.key=value]... [--port-file PATH]\n"
-               "                   [--log-level debug|info|warn|error]\n"
+               "                   [--log-level debug|info|warn|error] [--check]\n"
                "       monolith-ps --config-reference\n");
 }
 
@@ -236,7 +238,7 @@ int main(int argc, char **argv) {
     pthread_mutex_init(&d.snap_lock, NULL);
     char err[1024];
     const char *config = NULL, *port_file = NULL;
-    int rc = 2;
+    int rc = 2, check_only = 0;
     mt_rpc_server_t *srv = NULL;
     mt_http_t *http = NULL;
     mt_table_t *table = NULL;
@@ -251,6 +253,9 @@ int main(int argc, char **argv) {
             mt_config_write_reference(stdout);
             mt_config_free(&d.cfg);
             return 0;
+        } else if (!strcmp(a, "--check")) {
+            check_only = 1;
+            continue;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             mt_config_free(&d.cfg);
@@ -290,8 +295,10 @@ int main(int argc, char **argv) {
         goto out;
     }
     /* Command-line overrides, after the file, in order. */
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i + 1 < argc; i++) {
         const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--check")) continue; /* the one option without a value here */
+        i++;
         mt_err_t e = MT_OK;
         if (!strcmp(a, "--shard"))
             e = mt_config_set(&d.cfg, "ps.shard", v, err, sizeof(err));
@@ -308,6 +315,11 @@ int main(int argc, char **argv) {
     }
     if (mt_config_validate(&d.cfg, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-ps: %s: %s\n", config, err);
+        goto out;
+    }
+    if (check_only) {
+        printf("%s: ok (%zu slots)\n", config, d.cfg.nslots);
+        rc = 0;
         goto out;
     }
 
