@@ -64,8 +64,8 @@ static int fail_status(const char *what, const mt_rpc_status_t *st, mt_err_t err
 }
 
 /* One unary call on a fresh channel. */
-static int call(const char *addr, const char *path, const uint8_t *req, size_t len,
-                uint8_t **resp, size_t *rlen, const char *what) {
+static int call(const char *addr, const char *path, const uint8_t *req, size_t len, uint8_t **resp,
+                size_t *rlen, const char *what) {
     mt_rpc_channel_t *ch;
     mt_rpc_client_config_t cc;
     mt_rpc_client_config_init(&cc);
@@ -172,8 +172,8 @@ static int cmd_snapshot(const char *addr, const char *token, uint64_t id) {
         return usage();
     }
     mt_rpc_status_t st;
-    mt_err_t err = mt_rpc_call(ch, "/monolith.v1.ParameterServer/Snapshot", buf, len, 600000,
-                               &resp, &rlen, &st);
+    mt_err_t err = mt_rpc_call(ch, "/monolith.v1.ParameterServer/Snapshot", buf, len, 600000, &resp,
+                               &rlen, &st);
     mt_rpc_channel_destroy(ch);
     free(buf);
     if (err || st.code != MT_RPC_OK) {
@@ -197,7 +197,8 @@ static int cmd_snapshot(const char *addr, const char *token, uint64_t id) {
 static int cmd_lookup(char *ps, int train, char **fid_args, int nfids) {
     const char *addrs[256];
     uint32_t n = 0;
-    for (char *tok = strtok(ps, ","); tok && n < 256; tok = strtok(NULL, ",")) addrs[n++] = tok;
+    for (char *tok = strtok(ps, ","); tok && n < 256; tok = strtok(NULL, ","))
+        addrs[n++] = tok;
     if (n == 0 || nfids == 0) return usage();
     uint64_t *fids = calloc((size_t)nfids, sizeof(uint64_t));
     if (!fids) return 1;
@@ -250,7 +251,8 @@ static int cmd_lookup(char *ps, int train, char **fid_args, int nfids) {
                ",\"found\":%s,\"embedding\":[",
                fids[i], MT_FID_SLOT(fids[i]), (uint64_t)(fids[i] & 0xFFFFFFFFFFFFull),
                found[i] ? "true" : "false");
-        for (uint32_t k = 0; k < d; k++) printf("%s%.9g", k ? "," : "", out[off + k]);
+        for (uint32_t k = 0; k < d; k++)
+            printf("%s%.9g", k ? "," : "", out[off + k]);
         printf("]}\n");
         off += d;
     }
@@ -275,10 +277,14 @@ int main(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
-        if (!strcmp(a, "--addr") && has) addr = argv[++i];
-        else if (!strcmp(a, "--ps") && has) ps = argv[++i];
-        else if (!strcmp(a, "--service") && has) service = argv[++i];
-        else if (!strcmp(a, "--token") && has) token = argv[++i];
+        if (!strcmp(a, "--addr") && has)
+            addr = argv[++i];
+        else if (!strcmp(a, "--ps") && has)
+            ps = argv[++i];
+        else if (!strcmp(a, "--service") && has)
+            service = argv[++i];
+        else if (!strcmp(a, "--token") && has)
+            token = argv[++i];
         else if (!strcmp(a, "--id") && has) {
             char *end;
             id = strtoull(argv[++i], &end, 10);
@@ -286,22 +292,28 @@ int main(int argc, char **argv) {
                 free(rest);
                 return usage();
             }
-        } else if (!strcmp(a, "--train")) train = 1;
+        } else if (!strcmp(a, "--train"))
+            train = 1;
         else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "monolith: unknown option %s\n", a);
             free(rest);
             return usage();
-        } else rest[nrest++] = argv[i];
+        } else
+            rest[nrest++] = argv[i];
     }
     int rc;
-    if (!strcmp(cmd, "health") && addr && !nrest) rc = cmd_health(addr, service);
-    else if (!strcmp(cmd, "stats") && addr && !nrest) rc = cmd_stats(addr);
-    else if (!strcmp(cmd, "snapshot") && addr && !nrest) rc = cmd_snapshot(addr, token, id);
+    if (!strcmp(cmd, "health") && addr && !nrest)
+        rc = cmd_health(addr, service);
+    else if (!strcmp(cmd, "stats") && addr && !nrest)
+        rc = cmd_stats(addr);
+    else if (!strcmp(cmd, "snapshot") && addr && !nrest)
+        rc = cmd_snapshot(addr, token, id);
     else if (!strcmp(cmd, "lookup") && (ps || addr)) {
         char *list = strdup(ps ? ps : addr);
         rc = list ? cmd_lookup(list, train, rest, nrest) : 1;
         free(list);
-    } else rc = usage();
+    } else
+        rc = usage();
     free(rest);
     return rc;
 }
