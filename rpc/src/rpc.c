@@ -53,6 +53,12 @@ static void rpc_init(void) {
     pthread_once(&grpc_once, grpc_init_once);
 }
 
+static void int_arg(grpc_arg *a, const char *key, int value) {
+    a->type = GRPC_ARG_INTEGER;
+    a->key = (char *)key;
+    a->value.integer = value;
+}
+
 static gpr_timespec deadline_after_ms(int64_t ms) {
     if (ms <= 0) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
@@ -188,17 +194,11 @@ mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t
     atomic_init(&s->active, 0);
     rpc_init();
     grpc_arg args[3];
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = (int)cfg->max_message_bytes;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    args[1].value.integer = (int)cfg->max_message_bytes;
+    int_arg(&args[0], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)cfg->max_message_bytes);
+    int_arg(&args[1], GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)cfg->max_message_bytes);
     /* gRPC sets SO_REUSEPORT by default: two servers on one port would both "bind" and
      * split the connections. A busy port must be an error. */
-    args[2].type = GRPC_ARG_INTEGER;
-    args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
-    args[2].value.integer = 0;
+    int_arg(&args[2], GRPC_ARG_ALLOW_REUSEPORT, 0);
     grpc_channel_args cargs = {3, args};
     s->server = grpc_server_create(&cargs, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
@@ -598,21 +598,15 @@ mt_err_t mt_rpc_channel_create(const char *target, const mt_rpc_client_config_t 
     c->cfg = *cfg;
     rpc_init();
     grpc_arg args[4];
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = (int)cfg->max_message_bytes;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    args[1].value.integer = (int)cfg->max_message_bytes;
+    int_arg(&args[0], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)cfg->max_message_bytes);
+    int_arg(&args[1], GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)cfg->max_message_bytes);
     /* gRPC's own reconnect backoff (about 1 s) would make our retries inside that window
      * fail at once without connecting: align it with ours. (GRPC_ARG_MIN_RECONNECT_BACKOFF_MS
      * is the minimum connect timeout in this version, not a backoff: left alone.) */
-    args[2].type = GRPC_ARG_INTEGER;
-    args[2].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
-    args[2].value.integer = (int)(cfg->backoff_ms ? cfg->backoff_ms : 1);
-    args[3].type = GRPC_ARG_INTEGER;
-    args[3].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
-    args[3].value.integer = (int)(cfg->backoff_max_ms ? cfg->backoff_max_ms : 1);
+    int_arg(&args[2], GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+            (int)(cfg->backoff_ms ? cfg->backoff_ms : 1));
+    int_arg(&args[3], GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+            (int)(cfg->backoff_max_ms ? cfg->backoff_max_ms : 1));
     grpc_channel_args cargs = {4, args};
     grpc_channel_credentials *creds = grpc_insecure_credentials_create();
     c->ch = grpc_channel_create(target, creds, &cargs);
