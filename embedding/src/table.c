@@ -323,9 +323,47 @@ static inline void seq_write_end(mt__part_t *p) {
     atomic_store_explicit(&p->seq, s + 1, memory_order_release);
 }
 
+/* ============================== chunk arena ============================== */
+
+/* Slab chunks (16-64 KiB, aligned to their size) are carved from 2 MiB blocks that the
+ * table takes from jemalloc and shares among its parts (arena_lock; a part needs a chunk
+ * once per ~100 rows). Allocating every chunk from jemalloc directly cost 1.8x the table's
+ * bytes in RSS with transparent huge pages (measured: 326 B/row against 176 B/row counted,
+ * 10M rows): each aligned chunk left a partly used huge page behind. Blocks are only freed
+ * by mt_table_destroy(), like the rows in them. */
+static void *arena_chunk(mt_table_t *t, size_t size) {
+    pthread_mutex_lock(&t->arena_lock);
+    uintptr_t c = ((uintptr_t)t->arena_cur + size - 1) & ~(uintptr_t)(size - 1);
+    if (!t->arena_cur || c + size > (uintptr_t)t->arena_end) {
+        size_t bs = size > MT__ARENA_BLOCK ? size : MT__ARENA_BLOCK;
+        if (t->arena_n == t->arena_cap) {
+            size_t cap = t->arena_cap ? 2 * t->arena_cap : 64;
+            void **nb = realloc(t->arena_blocks, cap * sizeof(void *));
+            if (!nb) {
+                pthread_mutex_unlock(&t->arena_lock);
+                return NULL;
+            }
+            t->arena_blocks = nb;
+            t->arena_cap = cap;
+        }
+        char *b = aligned_alloc(MT__ARENA_BLOCK, bs);
+        if (!b) {
+            pthread_mutex_unlock(&t->arena_lock);
+            return NULL;
+        }
+        t->arena_blocks[t->arena_n++] = b;
+        t->arena_bytes += bs;
+        t->arena_end = b + bs;
+        c = (uintptr_t)b;
+    }
+    t->arena_cur = (char *)(c + size);
+    pthread_mutex_unlock(&t->arena_lock);
+    return (void *)c;
+}
+
 /* ============================== slabs ============================== */
 
-static void *slab_alloc(mt__slab_t *sl, const mt__slot_t *s) {
+static void *slab_alloc(mt_table_t *t, mt__slab_t *sl, const mt__slot_t *s) {
     if (sl->free) {
         void *r = sl->free;
         void *next;
@@ -334,10 +372,8 @@ static void *slab_alloc(mt__slab_t *sl, const mt__slot_t *s) {
         return r;
     }
     if (sl->left == 0) {
-        char *chunk = aligned_alloc(s->chunk_bytes, s->chunk_bytes);
+        char *chunk = arena_chunk(t, s->chunk_bytes);
         if (!chunk) return NULL;
-        memcpy(chunk, &sl->chunks, sizeof(void *));
-        sl->chunks = chunk;
         sl->bytes += s->chunk_bytes;
         sl->cur = chunk + MT__CHUNK_HDR;
         sl->left = s->chunk_rows;
@@ -352,17 +388,6 @@ static void *slab_alloc(mt__slab_t *sl, const mt__slot_t *s) {
 static void slab_free(mt__slab_t *sl, void *row) {
     memcpy(row, &sl->free, sizeof(void *));
     sl->free = row;
-}
-
-static void slab_destroy(mt__slab_t *sl) {
-    void *c = sl->chunks;
-    while (c) {
-        void *next;
-        memcpy(&next, c, sizeof(next));
-        free(c);
-        c = next;
-    }
-    memset(sl, 0, sizeof(*sl));
 }
 
 /* ============================== versions and the change log ============================== */
@@ -618,7 +643,7 @@ static mt_err_t part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, hpair_t 
         if (err) return err;
         a = atomic_load_explicit(&p->arr, memory_order_relaxed);
     }
-    void *row = slab_alloc(&p->slabs[s->klass], s);
+    void *row = slab_alloc(t, &p->slabs[s->klass], s);
     if (!row) return MT_NOMEM;
     mt__row_t *hdr = mt__row_hdr(s, row);
     hdr->version = version;
@@ -698,10 +723,7 @@ static mt_err_t part_init(mt_table_t *t, mt__part_t *p, uint64_t nbuckets) {
 
 static void part_free(mt_table_t *t, mt__part_t *p) {
     free(atomic_load_explicit(&p->arr, memory_order_relaxed));
-    if (p->slabs)
-        for (uint32_t c = 0; c < t->nclasses; c++)
-            slab_destroy(&p->slabs[c]);
-    free(p->slabs);
+    free(p->slabs); /* their chunks belong to the table's arena */
     free(p->log);
     free(p->cm);
     pthread_mutex_destroy(&p->lock);
@@ -722,6 +744,7 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     t->part_shift = 64 - cfg->shards_log2;
     pthread_mutex_init(&t->rcu_lock, NULL);
     pthread_mutex_init(&t->expire_lock, NULL);
+    pthread_mutex_init(&t->arena_lock, NULL);
     if (!t->slots_cfg || !t->slots || !t->class_slot || !t->slot_index) {
         err = MT_NOMEM;
         goto out;
@@ -797,6 +820,10 @@ void mt_table_destroy(mt_table_t *t) {
         for (uint32_t i = 0; i < t->nparts; i++)
             if (t->parts[i].slabs || t->parts[i].log) part_free(t, &t->parts[i]);
     free(t->parts);
+    for (size_t i = 0; i < t->arena_n; i++)
+        free(t->arena_blocks[i]);
+    free(t->arena_blocks);
+    pthread_mutex_destroy(&t->arena_lock);
     free(t->lanes);
     free(t->slots_cfg);
     free(t->slots);
@@ -869,8 +896,6 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
         st->rows += p->rows;
         st->capacity += (a->mask + 1) * MT__BUCKET_SLOTS;
         st->bytes_buckets += arr_bytes(a);
-        for (uint32_t c = 0; c < t->nclasses; c++)
-            st->bytes_rows += p->slabs[c].bytes;
         st->bytes_filter += (uint64_t)t->cm_depth * t->cm_width;
         st->bytes_changelog += t->log_cap * sizeof(mt__logent_t);
         if (p->clock > st->version) st->version = p->clock;
@@ -883,6 +908,9 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
         st->changelog_drops += p->n_log_drops;
         pthread_mutex_unlock(&p->lock);
     }
+    pthread_mutex_lock(&t->arena_lock);
+    st->bytes_rows = t->arena_bytes; /* chunks in use, free rows and the last block's tail */
+    pthread_mutex_unlock(&t->arena_lock);
     st->bytes_total += st->bytes_rows + st->bytes_buckets + st->bytes_filter + st->bytes_changelog;
     st->load_factor = st->capacity ? (double)st->rows / (double)st->capacity : 0.0;
 }

@@ -51,6 +51,7 @@
 #define MT__LANES        64
 #define MT__CHUNK_HDR    64u
 #define MT__CHUNK_MIN    (16u << 10)
+#define MT__ARENA_BLOCK  (2u << 20) /* slab chunks are carved from blocks this big */
 #define MT__CACHELINE    64
 
 typedef struct mt__bucket {
@@ -86,7 +87,6 @@ typedef struct mt__slab {
     void *free;     /* free rows, linked through their embedding bytes */
     char *cur;      /* next never-used embedding in the newest chunk */
     uint32_t left;  /* never-used rows left in the newest chunk */
-    void *chunks;   /* chunk list (first word of a chunk links the next) */
     uint64_t bytes; /* bytes of all chunks */
 } mt__slab_t;
 
@@ -141,6 +141,11 @@ struct mt_table {
     pthread_mutex_t rcu_lock; /* one grace period at a time */
     _Atomic uint64_t clock;   /* global version clock (see mt__part_version) */
     pthread_mutex_t expire_lock;
+    pthread_mutex_t arena_lock;  /* guards the arena_* fields */
+    char *arena_cur, *arena_end; /* free space of the newest block */
+    void **arena_blocks;         /* every block, freed by mt_table_destroy() */
+    size_t arena_n, arena_cap;
+    uint64_t arena_bytes;
     uint32_t expire_part; /* clock hand of mt_table_expire(), under expire_lock */
     uint64_t expire_bucket;
 };
