@@ -1,0 +1,70 @@
+/*
+ * batch.h - the in-memory example batch every input produces (Criteo, MovieLens, generic
+ * CSV/TSV, Kafka examples, the synthetic generator) and the trainer and serving consume.
+ *
+ * Layout: n examples; each has a label, a timestamp, a sampling rate, and for each of the
+ * batch's nslots slots a (possibly empty) list of fids, stored CSR-style:
+ *
+ *   fids of example i, slot s  =  fids[offsets[i * nslots + s] .. offsets[i * nslots + s + 1])
+ *
+ * Every fid's top 16 bits equal slot_ids[s]. A slot's embeddings are sum-pooled by the model.
+ *
+ * Ownership: a batch owns all its arrays; mt_batch_free() releases them.
+ * Thread safety: a batch is a plain value: no locking; share it read-only or not at all.
+ */
+#ifndef MT_BATCH_H
+#define MT_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mt/err.h"
+
+typedef struct mt_batch {
+    size_t n;               /* examples */
+    uint32_t nslots;        /* slots per example */
+    uint16_t *slot_ids;     /* [nslots] */
+    float *labels;          /* [n]: 0 or 1 (click) */
+    int64_t *timestamps_ms; /* [n]: event time, 0 when the input has none */
+    float *sample_rates;    /* [n]: probability the example was kept by sampling (1 = all) */
+    size_t *offsets;        /* [n * nslots + 1] into fids */
+    uint64_t *fids;         /* [nfids] */
+    size_t nfids;
+    /* private: capacities */
+    size_t cap_n, cap_fids;
+} mt_batch_t;
+
+/** Empties @p b and sets its slots (copied). @returns MT_OK, MT_INVALID (nslots 0), MT_NOMEM. */
+mt_err_t mt_batch_init(mt_batch_t *b, const uint16_t *slot_ids, uint32_t nslots);
+
+/** Removes every example, keeps the slots and the memory. */
+void mt_batch_clear(mt_batch_t *b);
+
+/** Frees everything. A zeroed batch is fine. */
+void mt_batch_free(mt_batch_t *b);
+
+/**
+ * Appends one example. @p fids_per_slot[s] lists @p counts[s] fids of slot s (whose top
+ * 16 bits must be slot_ids[s]).
+ * @returns MT_OK, MT_INVALID (a fid of another slot; nothing appended), MT_NOMEM.
+ */
+mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sample_rate,
+                      const uint64_t *const *fids_per_slot, const uint32_t *counts);
+
+/** The fids of example @p i, slot @p s, and their count. */
+static inline const uint64_t *mt_batch_fids(const mt_batch_t *b, size_t i, uint32_t s,
+                                            size_t *count) {
+    size_t k = i * b->nslots + s;
+    *count = b->offsets[k + 1] - b->offsets[k];
+    return b->fids + b->offsets[k];
+}
+
+/** The fid of @p value in @p slot: the value itself when it fits in 48 bits (contract). */
+static inline uint64_t mt_fid_of_int(uint16_t slot, uint64_t value) {
+    return ((uint64_t)slot << 48) | (value & 0xFFFFFFFFFFFFull);
+}
+
+/** The fid of a string value: the low 48 bits of XXH3-64 of its bytes (contract). */
+uint64_t mt_fid_of_bytes(uint16_t slot, const void *data, size_t len);
+
+#endif /* MT_BATCH_H */

@@ -1,0 +1,63 @@
+/*
+ * test_batch.c - the example batch: CSR layout, slot checks, growth, the fid contract.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "mt/batch.h"
+
+Test(batch, add_and_read_back) {
+    uint16_t slots[3] = {1, 2, 7};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, slots, 3), MT_OK);
+    for (int i = 0; i < 1000; i++) { /* forces several reallocations */
+        uint64_t u = mt_fid_of_int(1, (uint64_t)i),
+                 it[2] = {mt_fid_of_int(2, 5), mt_fid_of_int(2, 6)};
+        const uint64_t *f[3] = {&u, it, NULL};
+        uint32_t c[3] = {1, (uint32_t)(i % 3), 0};
+        cr_assert_eq(mt_batch_add(&b, (float)(i & 1), 1000 * i, 0.5f, f, c), MT_OK);
+    }
+    cr_assert_eq(b.n, 1000);
+    size_t n;
+    const uint64_t *p = mt_batch_fids(&b, 10, 0, &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(p[0], mt_fid_of_int(1, 10));
+    p = mt_batch_fids(&b, 11, 1, &n);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(p[1], mt_fid_of_int(2, 6));
+    mt_batch_fids(&b, 12, 1, &n);
+    cr_assert_eq(n, 0);
+    mt_batch_fids(&b, 999, 2, &n);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(b.labels[7], 1.0f);
+    cr_assert_eq(b.timestamps_ms[7], 7000);
+    cr_assert_eq(b.sample_rates[3], 0.5f);
+    mt_batch_clear(&b);
+    cr_assert_eq(b.n, 0);
+    cr_assert_eq(b.nfids, 0);
+    mt_batch_free(&b);
+    mt_batch_free(&b); /* freed twice: a no-op */
+}
+
+Test(batch, fid_of_another_slot_is_refused_and_nothing_added) {
+    uint16_t slots[2] = {1, 2};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, slots, 2), MT_OK);
+    uint64_t a = mt_fid_of_int(1, 1), wrong = mt_fid_of_int(3, 1);
+    const uint64_t *f[2] = {&a, &wrong};
+    uint32_t c[2] = {1, 1};
+    cr_assert_eq(mt_batch_add(&b, 1, 0, 1, f, c), MT_INVALID);
+    cr_assert_eq(b.n, 0);
+    cr_assert_eq(b.nfids, 0);
+    cr_assert_eq(mt_batch_init(&b, slots, 0), MT_INVALID);
+    mt_batch_free(&b);
+}
+
+Test(batch, fid_contract) {
+    cr_assert_eq(mt_fid_of_int(3, 42), ((uint64_t)3 << 48) | 42);
+    cr_assert_eq(mt_fid_of_int(3, 1ull << 50), (uint64_t)3 << 48, "values keep their low 48 bits");
+    uint64_t f = mt_fid_of_bytes(14, "68fd1e64", 8);
+    cr_assert_eq(f >> 48, 14);
+    cr_assert_neq(f, mt_fid_of_bytes(14, "68fd1e65", 8));
+    cr_assert_eq(f, mt_fid_of_bytes(14, "68fd1e64", 8));
+}
