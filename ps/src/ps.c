@@ -50,6 +50,7 @@ struct mt_ps {
     _Atomic uint64_t hist_sum_us[MT_PS_NMETHODS];
     char *admin_token;
     mt_table_t *table;
+    uint32_t max_dim; /* widest slot: sizes Sync's value buffers */
     uint64_t incarnation;
     /* Dense parameters, guarded by dense_lock. */
     pthread_mutex_t dense_lock;
@@ -135,6 +136,11 @@ mt_err_t mt_ps_create(const mt_ps_config_t *cfg, mt_table_t *table, mt_ps_t **ou
     if (err) {
         mt_ps_destroy(ps);
         return err;
+    }
+    for (uint32_t slot = 0; slot < 65536; slot++) {
+        uint32_t dim;
+        if (mt_table_dim(ps->table, MT_FID_MAKE(slot, 0), &dim) == MT_OK && dim > ps->max_dim)
+            ps->max_dim = dim;
     }
     *out = ps;
     return MT_OK;
@@ -349,7 +355,7 @@ static void h_sync(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     uint64_t upto = 0;
     int full = 0;
     mt_table_change_t *ents = malloc(chunk * sizeof(*ents));
-    float *vals = malloc(chunk * MT_TABLE_MAX_DIM * sizeof(float));
+    float *vals = malloc(chunk * ps->max_dim * sizeof(float));
     uint64_t *fids = malloc(chunk * sizeof(uint64_t));
     uint8_t *del = malloc(chunk);
     uint8_t *buf = NULL;
@@ -365,7 +371,7 @@ static void h_sync(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     int first = 1;
     for (;;) {
         size_t n = 0;
-        err = mt_table_changes_next(it, ents, chunk, vals, chunk * MT_TABLE_MAX_DIM, &n);
+        err = mt_table_changes_next(it, ents, chunk, vals, chunk * ps->max_dim, &n);
         if (err == MT_FULL_SYNC) {
             FAIL(ps, MT_PS_SYNC, c, MT_RPC_FAILED_PRECONDITION,
                  "full sync needed: the change log moved past this stream; retry from 0");
