@@ -7,10 +7,11 @@
  *
  * --check reads and checks the configuration (with the overrides) and exits: 0 if good.
  *
- * Start-up: read and check the configuration (any error names the key and exits 2), restore
- * the newest complete snapshot from ps.snapshot_dir if there is one, then serve
- * monolith.v1.ParameterServer and grpc.health.v1.Health on ps.listen, and Prometheus
- * metrics on ps.metrics_listen. The main thread handles signals and the clocks: an expiry
+ * Start-up: read and check the configuration (any error names the key and exits 2), start
+ * serving monolith.v1.ParameterServer and grpc.health.v1.Health on ps.listen (every method
+ * answers UNAVAILABLE and Health NOT_SERVING meanwhile), restore the newest complete
+ * snapshot from ps.snapshot_dir if there is one, then take calls; Prometheus metrics on
+ * ps.metrics_listen. The main thread handles signals and the clocks: an expiry
  * tick every ps.expire_interval_ms (bounded work) and a snapshot every
  * ps.snapshot_interval_s. SIGTERM or SIGINT: stop taking calls, let in-flight ones finish,
  * write a last snapshot, exit 0.
@@ -349,6 +350,29 @@ int main(int argc, char **argv) {
     pc.sync_chunk_fids = d.cfg.ps.sync_chunk_fids;
     pc.admin_token = d.cfg.ps.admin_token;
 
+    /* Serve at once, answering UNAVAILABLE (Health: NOT_SERVING) while a snapshot loads. */
+    mt_err_t e = mt_ps_create(&pc, NULL, &d.ps);
+    if (e) {
+        mt_log(MT_LOG_ERROR, WHO, "cannot create the shard: %s", mt_strerror(e));
+        goto out;
+    }
+    mt_ps_set_restoring(d.ps, 1);
+    mt_rpc_server_config_t rcfg;
+    mt_rpc_server_config_init(&rcfg);
+    rcfg.listen = d.cfg.ps.listen;
+    rcfg.threads = d.cfg.ps.threads;
+    rcfg.max_message_bytes = (uint32_t)d.cfg.ps.max_message_bytes;
+    int port = 0;
+    if ((e = mt_rpc_server_create(&rcfg, &srv)) != MT_OK ||
+        (e = mt_ps_register(d.ps, srv)) != MT_OK) {
+        mt_log(MT_LOG_ERROR, WHO, "cannot serve on %s: %s", d.cfg.ps.listen, mt_strerror(e));
+        goto out;
+    }
+    mt_rpc_server_set_serving(srv, 0);
+    if ((e = mt_rpc_server_start(srv, &port)) != MT_OK) {
+        mt_log(MT_LOG_ERROR, WHO, "cannot serve on %s: %s", d.cfg.ps.listen, mt_strerror(e));
+        goto out;
+    }
     if (*d.cfg.ps.snapshot_dir) {
         mt_store_config_t sc;
         mt_store_config_init(&sc);
@@ -359,33 +383,17 @@ int main(int argc, char **argv) {
             goto out;
         }
         if (restore(&d, &pc.table, &table, &dense, &dense_len) != MT_OK) goto out;
+        if (table && mt_ps_replace_table(d.ps, table) != MT_OK) goto out;
+        table = NULL; /* owned by the service now */
+        if (dense && mt_ps_dense_load(d.ps, dense, dense_len) != MT_OK) {
+            mt_log(MT_LOG_ERROR, WHO, "snapshot %llu: dense parameters are corrupt",
+                   (unsigned long long)d.last_id);
+            goto out;
+        }
+        mt_ps_set_snapshot_fn(d.ps, snapshot_hook, &d);
     }
-    mt_err_t e = mt_ps_create(&pc, table, &d.ps);
-    if (e) {
-        mt_log(MT_LOG_ERROR, WHO, "cannot create the shard: %s", mt_strerror(e));
-        mt_table_destroy(table);
-        goto out;
-    }
-    table = NULL; /* owned by the service now */
-    if (dense && mt_ps_dense_load(d.ps, dense, dense_len) != MT_OK) {
-        mt_log(MT_LOG_ERROR, WHO, "snapshot %llu: dense parameters are corrupt",
-               (unsigned long long)d.last_id);
-        goto out;
-    }
-    if (d.store) mt_ps_set_snapshot_fn(d.ps, snapshot_hook, &d);
-
-    mt_rpc_server_config_t rcfg;
-    mt_rpc_server_config_init(&rcfg);
-    rcfg.listen = d.cfg.ps.listen;
-    rcfg.threads = d.cfg.ps.threads;
-    rcfg.max_message_bytes = (uint32_t)d.cfg.ps.max_message_bytes;
-    int port = 0;
-    if ((e = mt_rpc_server_create(&rcfg, &srv)) != MT_OK ||
-        (e = mt_ps_register(d.ps, srv)) != MT_OK ||
-        (e = mt_rpc_server_start(srv, &port)) != MT_OK) {
-        mt_log(MT_LOG_ERROR, WHO, "cannot serve on %s: %s", d.cfg.ps.listen, mt_strerror(e));
-        goto out;
-    }
+    mt_ps_set_restoring(d.ps, 0);
+    mt_rpc_server_set_serving(srv, 1);
     if (*d.cfg.ps.metrics_listen) {
         int mport = 0;
         if (mt_http_start(d.cfg.ps.metrics_listen, render, &d, &mport, &http) != MT_OK) {
@@ -435,6 +443,7 @@ out:
     mt_http_stop(http);
     mt_rpc_server_destroy(srv);
     mt_ps_destroy(d.ps);
+    mt_table_destroy(table);
     mt_store_close(d.store);
     free(dense);
     mt_config_free(&d.cfg);

@@ -50,7 +50,8 @@ struct mt_ps {
     _Atomic uint64_t hist_sum_us[MT_PS_NMETHODS];
     char *admin_token;
     mt_table_t *table;
-    uint32_t max_dim; /* widest slot: sizes Sync's value buffers */
+    uint32_t max_dim;      /* widest slot: sizes Sync's value buffers */
+    _Atomic int restoring; /* 1: every method answers UNAVAILABLE; the table may be replaced */
     uint64_t incarnation;
     /* Dense parameters, guarded by dense_lock. */
     pthread_mutex_t dense_lock;
@@ -169,6 +170,17 @@ void mt_ps_destroy(mt_ps_t *ps) {
 
 mt_table_t *mt_ps_table(mt_ps_t *ps) {
     return ps->table;
+}
+
+void mt_ps_set_restoring(mt_ps_t *ps, int restoring) {
+    atomic_store_explicit(&ps->restoring, restoring ? 1 : 0, memory_order_release);
+}
+
+mt_err_t mt_ps_replace_table(mt_ps_t *ps, mt_table_t *table) {
+    if (!atomic_load(&ps->restoring) || !table) return MT_INVALID;
+    mt_table_destroy(ps->table);
+    ps->table = table;
+    return MT_OK;
 }
 uint64_t mt_ps_incarnation(const mt_ps_t *ps) {
     return ps->incarnation;
@@ -841,6 +853,12 @@ mt_err_t mt_ps_dense_load(mt_ps_t *ps, const uint8_t *buf, size_t len) {
 /* Times every call into the method's latency histogram. */
 static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     method_ctx_t *ctx = ud;
+    if (atomic_load_explicit(&ctx->ps->restoring, memory_order_acquire)) {
+        atomic_fetch_add(&ctx->ps->calls[ctx->idx], 1);
+        FAIL(ctx->ps, ctx->idx, c, MT_RPC_UNAVAILABLE, "shard %u is restoring a snapshot",
+             ctx->ps->cfg.shard);
+        return;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ctx->fn(ctx->ps, c, req, len);

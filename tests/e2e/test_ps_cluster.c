@@ -297,6 +297,13 @@ Test(ps_cluster, bad_input_gets_the_right_status_and_changes_nothing) {
     uint8_t found;
     cr_assert_eq(mt_psc_lookup(c.client, &mine, 1, 1, 5, out, 8, &found, &st), MT_OK);
     cr_assert_eq(found, 1);
+    /* While restoring, every method answers UNAVAILABLE and touches nothing. */
+    mt_ps_set_restoring(c.ps[0], 1);
+    cr_assert_eq(raw(&c, 0, PATH("Stats"), NULL, 0, &st, NULL, NULL), MT_RPC_UNAVAILABLE);
+    cr_assert(strstr(st.message, "restoring"), "%s", st.message);
+    cr_assert_eq(mt_ps_replace_table(c.ps[1], NULL), MT_INVALID, "only while restoring");
+    mt_ps_set_restoring(c.ps[0], 0);
+    cr_assert_eq(raw(&c, 0, PATH("Stats"), NULL, 0, &st, NULL, NULL), MT_RPC_OK);
     /* Admin call without a token configured but no snapshot hook: FAILED_PRECONDITION. */
     cr_assert_eq(raw(&c, 0, PATH("Snapshot"), NULL, 0, &st, NULL, NULL),
                  MT_RPC_FAILED_PRECONDITION);

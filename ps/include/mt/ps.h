@@ -84,6 +84,17 @@ mt_err_t mt_ps_register(mt_ps_t *ps, mt_rpc_server_t *srv);
 /** The table (owned by the service; valid until mt_ps_destroy()). */
 mt_table_t *mt_ps_table(mt_ps_t *ps);
 
+/**
+ * While restoring is 1, every method answers UNAVAILABLE ("restoring a snapshot") without
+ * touching the table. The daemon sets it before it starts serving and clears it after
+ * mt_ps_replace_table() installed the restored table.
+ */
+void mt_ps_set_restoring(mt_ps_t *ps, int restoring);
+
+/** Replaces the (empty) table with @p table, taking ownership; only while restoring.
+ *  @returns MT_OK or MT_INVALID (not restoring: the table stays the caller's). */
+mt_err_t mt_ps_replace_table(mt_ps_t *ps, mt_table_t *table);
+
 /** A random id chosen at creation: replicas that synced from another incarnation resync. */
 uint64_t mt_ps_incarnation(const mt_ps_t *ps);
 
