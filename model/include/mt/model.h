@@ -1,0 +1,192 @@
+/*
+ * model.h - the CTR model's math (DeepFM-style), shared by trainer and serving (DESIGN.md 3b).
+ *
+ * The model knows no transport and no wire format: the caller looks up and sum-pools the
+ * sparse embeddings, the model turns them into scores (forward) or into a loss and gradients
+ * (forward and backward). Dense parameters live in the model object and are enumerated by
+ * name and shape so that a trainer can push/pull them to the PS as DenseTensors.
+ *
+ * Inputs for a batch of n examples over S slots, every slot with the same embedding dim d
+ * (all row-major, contiguous):
+ *
+ *   E  [n x S x d]   pooled second-order / deep embeddings: E[(i*S + s)*d + k]
+ *   W1 [n x S]       pooled first-order weights (each slot's dim-1 weights, sum-pooled)
+ *
+ * Forward, for example i (x_i = E[i] read as one row of S*d floats, the slot concatenation):
+ *
+ *   logit_i = b0 + sum_s W1[i,s]
+ *           + 0.5 * sum_k ((sum_s E[i,s,k])^2 - sum_s E[i,s,k]^2)        (FM second order)
+ *           + MLP(x_i)
+ *   p_i     = sigmoid(logit_i)
+ *
+ *   MLP(x) = relu(...relu(x W_0 + b_0) W_1 + b_1 ...) W_out     (hidden layers h_0, h_1, ...)
+ *
+ * The output layer has no bias of its own: b0 is the model's one global bias (a second one
+ * would be redundant). Parameters, their names and shapes (DenseTensor order):
+ *
+ *   name        shape              role
+ *   "b0"        [1]                global bias
+ *   "mlp.<l>.w" [in_l, h_l]        hidden layer l weights, in_0 = S*d, in_l = h_(l-1)
+ *   "mlp.<l>.b" [h_l]              hidden layer l bias
+ *   "mlp.out.w" [in_out, 1]        output weights, in_out = h_last (S*d without hidden layers)
+ *
+ * Loss: weighted log loss, mean over the batch:  L = (1/n) sum_i w_i * logloss(p_i, y_i)
+ * (w_i = 1 without weights; dividing by n rather than by sum w keeps the gradient scale
+ * independent of the batch's weights and defined when they sum to 0).
+ *
+ * Negative sampling correction (serving): if the training examples kept negatives with
+ * probability r (positives all kept), the model learned odds P(y=1)/(r P(y=0)): too high by 1/r.
+ * The served score is therefore sigmoid(logit + log r) = p*r / (p*r + 1 - p).
+ *
+ * Dense math runs through cblas_sgemm on whole batches; only the FM term, the pooling sums
+ * and the element-wise parts loop over examples.
+ *
+ * Thread safety: a model's parameters are read by mt_model_forward() and
+ * mt_model_forward_serving(), which may run concurrently on one model, each thread with its
+ * own workspace (or none). mt_model_forward_backward(), writing the model's gradients and
+ * using its internal workspace, and any change to the parameters (through the pointers of
+ * mt_model_param()) need exclusive access. mt_model_auc() and the inline helpers are pure.
+ */
+#ifndef MT_MODEL_H
+#define MT_MODEL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mt/err.h"
+
+#define MT_MODEL_MAX_HIDDEN 8          /* hidden layers at most */
+#define MT_MODEL_MAX_SLOTS  65536      /* a slot id is 16 bits */
+#define MT_MODEL_MAX_DIM    4096       /* embedding dim at most */
+#define MT_MODEL_MAX_WIDTH  65536      /* hidden layer width at most */
+#define MT_MODEL_MAX_INPUT  (1u << 22) /* nslots * dim at most (the MLP's input width) */
+#define MT_MODEL_NAME_MAX   32         /* parameter names are shorter than this (NUL included) */
+
+typedef struct mt_model mt_model_t;
+typedef struct mt_model_ws mt_model_ws_t;
+
+/** Model settings. Initialize with mt_model_config_init(), then set fields. */
+typedef struct mt_model_config {
+    uint32_t nslots;                      /* S: slots per example, 1..MT_MODEL_MAX_SLOTS */
+    uint32_t dim;                         /* d: embedding dim of every slot, 1..MAX_DIM */
+    uint32_t nhidden;                     /* hidden layers, 0..MT_MODEL_MAX_HIDDEN (default 2) */
+    uint32_t hidden[MT_MODEL_MAX_HIDDEN]; /* widths, each 1..MAX_WIDTH (default 256, 128) */
+    uint64_t init_seed;                   /* Xavier-uniform weights are a function of it */
+} mt_model_config_t;
+
+/** One dense parameter tensor (see the table at the top of this file). */
+typedef struct mt_model_param {
+    const char *name; /* static for the model's life, e.g. "mlp.0.w" */
+    uint32_t ndim;    /* 1 or 2 */
+    uint32_t shape[2];
+    size_t size;   /* number of floats: the product of the shape */
+    float *values; /* the model's values: read/write, valid until mt_model_destroy() */
+    float *grads;  /* the model's gradients of the last mt_model_forward_backward() */
+} mt_model_param_t;
+
+/** Defaults: nslots 0 and dim 0 (must be set), hidden 256-128, init_seed 1. */
+void mt_model_config_init(mt_model_config_t *cfg);
+
+/**
+ * Checks every field of @p cfg.
+ * @param[out] errbuf  receives a message naming the bad field (may be NULL)
+ * @returns MT_OK or MT_CONFIG.
+ */
+mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, size_t errlen);
+
+/**
+ * Creates a model with deterministically initialized parameters: hidden and output weights
+ * Xavier-uniform U(-a, a), a = sqrt(6 / (fan_in + fan_out)), from init_seed; biases and b0 0.
+ * @param[in]  cfg  validated and copied
+ * @param[out] out  on success, a model the caller frees with mt_model_destroy()
+ * @returns MT_OK, MT_CONFIG (bad or NULL @p cfg, NULL @p out) or MT_NOMEM.
+ */
+mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out);
+
+/** Frees the model and its buffers. NULL is a no-op. */
+void mt_model_destroy(mt_model_t *m);
+
+/** @returns the model's configuration (valid until mt_model_destroy()), NULL for NULL. */
+const mt_model_config_t *mt_model_config(const mt_model_t *m);
+
+/** @returns the number of dense parameter tensors (2 * nhidden + 2). */
+size_t mt_model_nparams(const mt_model_t *m);
+
+/**
+ * Describes parameter tensor @p i (0-based, in the order of the table above).
+ * @param[out] out  pointers into the model, valid until mt_model_destroy()
+ * @returns MT_OK or MT_INVALID (@p i out of range, NULL argument).
+ */
+mt_err_t mt_model_param(const mt_model_t *m, size_t i, mt_model_param_t *out);
+
+/** Like mt_model_param() by name. @returns MT_OK, MT_NOT_FOUND or MT_INVALID (NULL argument). */
+mt_err_t mt_model_param_find(const mt_model_t *m, const char *name, mt_model_param_t *out);
+
+/**
+ * Creates an empty scratch workspace for mt_model_forward*(); it grows to the largest batch
+ * it serves. One per thread. @param[out] out  freed with mt_model_ws_destroy().
+ * @returns MT_OK, MT_INVALID (NULL @p out) or MT_NOMEM.
+ */
+mt_err_t mt_model_ws_create(mt_model_ws_t **out);
+
+/** Frees a workspace. NULL is a no-op. */
+void mt_model_ws_destroy(mt_model_ws_t *ws);
+
+/**
+ * Scores a batch: probs[i] = p_i.
+ * @param[in]  ws     scratch owned by the calling thread; NULL allocates and frees per call
+ * @param[in]  E      [n x S x d], borrowed
+ * @param[in]  W1     [n x S], borrowed
+ * @param[out] probs  [n]
+ * @returns MT_OK, MT_INVALID (NULL arrays with n > 0, n above INT_MAX) or MT_NOMEM.
+ */
+mt_err_t mt_model_forward(const mt_model_t *m, mt_model_ws_t *ws, const float *E, const float *W1,
+                          size_t n, float *probs);
+
+/**
+ * Serving scores: like mt_model_forward() with the negative sampling correction,
+ * probs[i] = sigmoid(logit_i + log(sample_rate)).
+ * @param sample_rate  rate at which training kept negatives, in (0, 1]; 1 = no correction
+ * @returns as mt_model_forward(), and MT_INVALID for a rate outside (0, 1].
+ */
+mt_err_t mt_model_forward_serving(const mt_model_t *m, mt_model_ws_t *ws, const float *E,
+                                  const float *W1, size_t n, float sample_rate, float *probs);
+
+/**
+ * Forward and backward for the weighted mean log loss. Overwrites (does not accumulate) the
+ * gradient of every dense parameter (read them with mt_model_param()).
+ * @param[in]  labels   [n], each in [0, 1]
+ * @param[in]  weights  [n], each finite and >= 0, or NULL for all 1
+ * @param[out] probs    [n] p_i, or NULL
+ * @param[out] loss     the mean loss, or NULL
+ * @param[out] dE       [n x S x d] dL/dE, or NULL when not wanted
+ * @param[out] dW1      [n x S] dL/dW1, or NULL when not wanted
+ * @returns MT_OK, MT_INVALID (NULL inputs with n > 0, a label or weight out of range; nothing
+ *          written) or MT_NOMEM. n == 0 gives loss 0 and zero gradients.
+ */
+mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W1,
+                                   const float *labels, const float *weights, size_t n,
+                                   float *probs, float *loss, float *dE, float *dW1);
+
+/**
+ * Exact ROC AUC: the probability that a random positive scores above a random negative,
+ * ties counting 1/2 (sort-based, O(n log n), average ranks for tied scores).
+ * @param[in]  labels  [n]: > 0.5 is positive
+ * @param[out] auc
+ * @returns MT_OK, MT_INVALID (no positive or no negative, a NaN score, NULL argument) or
+ *          MT_NOMEM.
+ */
+mt_err_t mt_model_auc(const float *scores, const float *labels, size_t n, double *auc);
+
+/** The serving logit for a model trained on negatives kept at rate @p r: logit + log r. */
+static inline float mt_model_correct_logit(float logit, float r) {
+    return logit + logf(r);
+}
+
+/** The same on a probability: p*r / (p*r + 1 - p). */
+static inline float mt_model_correct_prob(float p, float r) {
+    return (float)((double)p * r / ((double)p * r + 1.0 - (double)p));
+}
+
+#endif /* MT_MODEL_H */

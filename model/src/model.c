@@ -1,0 +1,512 @@
+/*
+ * model.c - DeepFM-style forward, backward and AUC (see mt/model.h for the math).
+ *
+ * Memory: every dense parameter lives in one float array `values`, every gradient at the same
+ * offset of one array `grads`; a table of mt__model_tensor_t gives each tensor's name, shape
+ * and offset. Order: b0, then per hidden layer its weights and bias, then the output weights.
+ *
+ * Workspace (floats, for a batch of n; carved from one buffer that only grows):
+ *
+ *   acts    n * sum_l h_l    hidden activations after ReLU, layer by layer, [n x h_l] each
+ *   logits  n
+ *   ga, gb  n * maxw each    backward ping-pong for dL/dA (maxw = widest hidden layer)
+ *   g       n                dL/dlogit
+ *   fm      d                per-example sum over slots of E (FM term)
+ *
+ * A ReLU output is > 0 exactly where its input was, so the backward pass reads the mask from
+ * the stored activations and no pre-activations are kept.
+ */
+#include "mt/model.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ============================== types ============================== */
+
+typedef struct mt__model_tensor {
+    char name[MT_MODEL_NAME_MAX];
+    uint32_t ndim;
+    uint32_t shape[2];
+    size_t size;
+    size_t off; /* into values / grads */
+} mt__model_tensor_t;
+
+struct mt_model_ws {
+    float *buf;
+    size_t cap; /* floats */
+};
+
+struct mt_model {
+    mt_model_config_t cfg;
+    uint32_t in_width;  /* S * d */
+    uint32_t max_width; /* widest hidden layer (0 without hidden layers) */
+    size_t sum_width;   /* sum of hidden widths */
+    size_t ntensors;
+    mt__model_tensor_t tensors[2 * MT_MODEL_MAX_HIDDEN + 2];
+    size_t nvalues;
+    float *values;
+    float *grads;
+    mt_model_ws_t ws; /* used by mt_model_forward_backward() only */
+};
+
+/* Workspace carved for one call. */
+typedef struct mt__model_scratch {
+    float *acts, *logits, *ga, *gb, *g, *fm;
+} mt__model_scratch_t;
+
+/* ============================== private helpers ============================== */
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float sigmoidf_stable(float z) {
+    if (z >= 0) return 1.0f / (1.0f + expf(-z));
+    float e = expf(z);
+    return e / (1.0f + e);
+}
+
+static size_t ws_need(const mt_model_t *m, size_t n) {
+    return n * (m->sum_width + 2 * (size_t)m->max_width + 2) + m->cfg.dim;
+}
+
+static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n,
+                           mt__model_scratch_t *sc) {
+    size_t need = ws_need(m, n);
+    if (need > ws->cap) {
+        float *nb = realloc(ws->buf, need * sizeof(float));
+        if (!nb) return MT_NOMEM;
+        ws->buf = nb;
+        ws->cap = need;
+    }
+    float *p = ws->buf;
+    sc->acts = p;
+    p += n * m->sum_width;
+    sc->logits = p;
+    p += n;
+    sc->ga = p;
+    p += n * m->max_width;
+    sc->gb = p;
+    p += n * m->max_width;
+    sc->g = p;
+    p += n;
+    sc->fm = p;
+    return MT_OK;
+}
+
+static const float *tensor_values(const mt_model_t *m, size_t t) {
+    return m->values + m->tensors[t].off;
+}
+
+/*
+ * logits[i] = b0 + sum_s W1 + FM + MLP(E[i]); leaves the hidden activations in sc->acts.
+ */
+static void forward_logits(const mt_model_t *m, const mt__model_scratch_t *sc, const float *E,
+                           const float *W1, size_t n) {
+    const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width;
+    const float b0 = m->values[m->tensors[0].off];
+
+    /* First order, FM second order. */
+    for (size_t i = 0; i < n; i++) {
+        const float *e = E + i * in0;
+        const float *w = W1 + i * S;
+        double lin = b0;
+        for (uint32_t s = 0; s < S; s++)
+            lin += w[s];
+        memset(sc->fm, 0, d * sizeof(float));
+        double sq = 0;
+        for (uint32_t s = 0; s < S; s++) {
+            const float *es = e + (size_t)s * d;
+            for (uint32_t k = 0; k < d; k++) {
+                sc->fm[k] += es[k];
+                sq += (double)es[k] * es[k];
+            }
+        }
+        double sum2 = 0;
+        for (uint32_t k = 0; k < d; k++)
+            sum2 += (double)sc->fm[k] * sc->fm[k];
+        sc->logits[i] = (float)(lin + 0.5 * (sum2 - sq));
+    }
+
+    /* MLP: A_l = relu(A_(l-1) W_l + b_l), logits += A_L w_out. */
+    const float *a_prev = E;
+    uint32_t w_prev = in0;
+    float *a = sc->acts;
+    for (uint32_t l = 0; l < m->cfg.nhidden; l++) {
+        const uint32_t h = m->cfg.hidden[l];
+        const float *W = tensor_values(m, 1 + 2 * l);
+        const float *b = tensor_values(m, 2 + 2 * l);
+        for (size_t i = 0; i < n; i++)
+            memcpy(a + i * h, b, h * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)w_prev, 1.0f,
+                    a_prev, (int)w_prev, W, (int)h, 1.0f, a, (int)h);
+        for (size_t j = 0; j < n * h; j++)
+            a[j] = a[j] > 0 ? a[j] : 0;
+        a_prev = a;
+        w_prev = h;
+        a += n * h;
+    }
+    const float *wout = tensor_values(m, m->ntensors - 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)w_prev, 1.0f, a_prev, (int)w_prev, wout,
+                1, 1.0f, sc->logits, 1);
+}
+
+static mt_err_t check_forward_args(const mt_model_t *m, const float *E, const float *W1, size_t n,
+                                   const float *probs) {
+    if (!m) return MT_INVALID;
+    if (n > (size_t)INT_MAX) return MT_INVALID;
+    if (n > 0 && (!E || !W1 || !probs)) return MT_INVALID;
+    return MT_OK;
+}
+
+static mt_err_t forward_impl(const mt_model_t *m, mt_model_ws_t *ws, const float *E,
+                             const float *W1, size_t n, float log_rate, float *probs) {
+    mt_err_t err = check_forward_args(m, E, W1, n, probs);
+    if (err != MT_OK || n == 0) return err;
+    mt_model_ws_t tmp = {0};
+    mt_model_ws_t *use = ws ? ws : &tmp;
+    mt__model_scratch_t sc;
+    err = ws_reserve(use, m, n, &sc);
+    if (err != MT_OK) goto out;
+    forward_logits(m, &sc, E, W1, n);
+    for (size_t i = 0; i < n; i++)
+        probs[i] = sigmoidf_stable(sc.logits[i] + log_rate);
+out:
+    free(tmp.buf);
+    return err;
+}
+
+static void set_tensor(mt_model_t *m, const char *name, uint32_t ndim, uint32_t d0, uint32_t d1) {
+    mt__model_tensor_t *t = &m->tensors[m->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim == 2 ? d1 : 0;
+    t->size = ndim == 2 ? (size_t)d0 * d1 : d0;
+    t->off = m->nvalues;
+    m->nvalues += t->size;
+}
+
+/* ============================== API ============================== */
+
+void mt_model_config_init(mt_model_config_t *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->nhidden = 2;
+    cfg->hidden[0] = 256;
+    cfg->hidden[1] = 128;
+    cfg->init_seed = 1;
+}
+
+mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, size_t errlen) {
+    char dummy[1];
+    if (!errbuf) {
+        errbuf = dummy;
+        errlen = sizeof dummy;
+    }
+    if (!cfg) {
+        snprintf(errbuf, errlen, "model config is NULL");
+        return MT_CONFIG;
+    }
+    if (cfg->nslots < 1 || cfg->nslots > MT_MODEL_MAX_SLOTS) {
+        snprintf(errbuf, errlen, "model.nslots = %u: must be in 1..%u", cfg->nslots,
+                 (unsigned)MT_MODEL_MAX_SLOTS);
+        return MT_CONFIG;
+    }
+    if (cfg->dim < 1 || cfg->dim > MT_MODEL_MAX_DIM) {
+        snprintf(errbuf, errlen, "model.dim = %u: must be in 1..%u", cfg->dim,
+                 (unsigned)MT_MODEL_MAX_DIM);
+        return MT_CONFIG;
+    }
+    if ((uint64_t)cfg->nslots * cfg->dim > MT_MODEL_MAX_INPUT) {
+        snprintf(errbuf, errlen, "model.nslots * model.dim = %llu: must be at most %u",
+                 (unsigned long long)cfg->nslots * cfg->dim, (unsigned)MT_MODEL_MAX_INPUT);
+        return MT_CONFIG;
+    }
+    if (cfg->nhidden > MT_MODEL_MAX_HIDDEN) {
+        snprintf(errbuf, errlen, "model.nhidden = %u: must be at most %u", cfg->nhidden,
+                 (unsigned)MT_MODEL_MAX_HIDDEN);
+        return MT_CONFIG;
+    }
+    for (uint32_t l = 0; l < cfg->nhidden; l++) {
+        if (cfg->hidden[l] < 1 || cfg->hidden[l] > MT_MODEL_MAX_WIDTH) {
+            snprintf(errbuf, errlen, "model.hidden[%u] = %u: must be in 1..%u", l, cfg->hidden[l],
+                     (unsigned)MT_MODEL_MAX_WIDTH);
+            return MT_CONFIG;
+        }
+    }
+    if (errlen) errbuf[0] = '\0';
+    return MT_OK;
+}
+
+mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out) {
+    if (!out) return MT_CONFIG;
+    *out = NULL;
+    mt_err_t err = mt_model_config_validate(cfg, NULL, 0);
+    if (err != MT_OK) return err;
+    mt_model_t *m = calloc(1, sizeof *m);
+    if (!m) return MT_NOMEM;
+    m->cfg = *cfg;
+    for (uint32_t l = cfg->nhidden; l < MT_MODEL_MAX_HIDDEN; l++)
+        m->cfg.hidden[l] = 0;
+    m->in_width = cfg->nslots * cfg->dim;
+
+    set_tensor(m, "b0", 1, 1, 0);
+    uint32_t w_prev = m->in_width;
+    for (uint32_t l = 0; l < cfg->nhidden; l++) {
+        char name[MT_MODEL_NAME_MAX];
+        uint32_t h = cfg->hidden[l];
+        snprintf(name, sizeof name, "mlp.%u.w", l);
+        set_tensor(m, name, 2, w_prev, h);
+        snprintf(name, sizeof name, "mlp.%u.b", l);
+        set_tensor(m, name, 1, h, 0);
+        if (h > m->max_width) m->max_width = h;
+        m->sum_width += h;
+        w_prev = h;
+    }
+    set_tensor(m, "mlp.out.w", 2, w_prev, 1);
+
+    m->values = calloc(m->nvalues, sizeof(float));
+    m->grads = calloc(m->nvalues, sizeof(float));
+    if (!m->values || !m->grads) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    /* Xavier uniform for weight matrices; each tensor its own stream so that changing one
+     * layer's width does not reshuffle the others. */
+    for (size_t t = 0; t < m->ntensors; t++) {
+        mt__model_tensor_t *tt = &m->tensors[t];
+        if (tt->ndim != 2) continue;
+        double a = sqrt(6.0 / ((double)tt->shape[0] + tt->shape[1]));
+        uint64_t st = cfg->init_seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(t + 1));
+        float *v = m->values + tt->off;
+        for (size_t j = 0; j < tt->size; j++) {
+            double u = (double)(splitmix64(&st) >> 11) * 0x1.0p-53; /* [0, 1) */
+            v[j] = (float)((2.0 * u - 1.0) * a);
+        }
+    }
+    *out = m;
+    return MT_OK;
+out:
+    mt_model_destroy(m);
+    return err;
+}
+
+void mt_model_destroy(mt_model_t *m) {
+    if (!m) return;
+    free(m->values);
+    free(m->grads);
+    free(m->ws.buf);
+    free(m);
+}
+
+const mt_model_config_t *mt_model_config(const mt_model_t *m) {
+    return &m->cfg;
+}
+
+size_t mt_model_nparams(const mt_model_t *m) {
+    return m ? m->ntensors : 0;
+}
+
+mt_err_t mt_model_param(const mt_model_t *m, size_t i, mt_model_param_t *out) {
+    if (!m || !out || i >= m->ntensors) return MT_INVALID;
+    const mt__model_tensor_t *t = &m->tensors[i];
+    out->name = t->name;
+    out->ndim = t->ndim;
+    out->shape[0] = t->shape[0];
+    out->shape[1] = t->shape[1];
+    out->size = t->size;
+    out->values = m->values + t->off;
+    out->grads = m->grads + t->off;
+    return MT_OK;
+}
+
+mt_err_t mt_model_param_find(const mt_model_t *m, const char *name, mt_model_param_t *out) {
+    if (!m || !name || !out) return MT_INVALID;
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return mt_model_param(m, i, out);
+    return MT_NOT_FOUND;
+}
+
+mt_err_t mt_model_ws_create(mt_model_ws_t **out) {
+    if (!out) return MT_INVALID;
+    *out = calloc(1, sizeof **out);
+    return *out ? MT_OK : MT_NOMEM;
+}
+
+void mt_model_ws_destroy(mt_model_ws_t *ws) {
+    if (!ws) return;
+    free(ws->buf);
+    free(ws);
+}
+
+mt_err_t mt_model_forward(const mt_model_t *m, mt_model_ws_t *ws, const float *E, const float *W1,
+                          size_t n, float *probs) {
+    return forward_impl(m, ws, E, W1, n, 0.0f, probs);
+}
+
+mt_err_t mt_model_forward_serving(const mt_model_t *m, mt_model_ws_t *ws, const float *E,
+                                  const float *W1, size_t n, float sample_rate, float *probs) {
+    if (!(sample_rate > 0.0f && sample_rate <= 1.0f)) return MT_INVALID;
+    return forward_impl(m, ws, E, W1, n, logf(sample_rate), probs);
+}
+
+mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W1,
+                                   const float *labels, const float *weights, size_t n,
+                                   float *probs, float *loss, float *dE, float *dW1) {
+    if (!m || n > (size_t)INT_MAX) return MT_INVALID;
+    if (n > 0 && (!E || !W1 || !labels)) return MT_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        if (!(labels[i] >= 0.0f && labels[i] <= 1.0f)) return MT_INVALID;
+        if (weights && !(weights[i] >= 0.0f && isfinite(weights[i]))) return MT_INVALID;
+    }
+    memset(m->grads, 0, m->nvalues * sizeof(float));
+    if (n == 0) {
+        if (loss) *loss = 0.0f;
+        return MT_OK;
+    }
+    mt__model_scratch_t sc;
+    mt_err_t err = ws_reserve(&m->ws, m, n, &sc);
+    if (err != MT_OK) return err;
+    forward_logits(m, &sc, E, W1, n);
+
+    const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width, L = m->cfg.nhidden;
+    const double inv_n = 1.0 / (double)n;
+    double loss_sum = 0, gsum = 0;
+    for (size_t i = 0; i < n; i++) {
+        float z = sc.logits[i], y = labels[i], w = weights ? weights[i] : 1.0f;
+        float p = sigmoidf_stable(z);
+        if (probs) probs[i] = p;
+        /* log loss from the logit: max(z,0) - z*y + log(1 + exp(-|z|)) */
+        double l = (z > 0 ? (double)z : 0.0) - (double)z * y + log1p(exp(-fabs((double)z)));
+        loss_sum += w * l;
+        sc.g[i] = (float)(w * ((double)p - y) * inv_n);
+        gsum += sc.g[i];
+    }
+    if (loss) *loss = (float)(loss_sum * inv_n);
+    m->grads[m->tensors[0].off] = (float)gsum;
+
+    if (dW1)
+        for (size_t i = 0; i < n; i++)
+            for (uint32_t s = 0; s < S; s++)
+                dW1[i * S + s] = sc.g[i];
+
+    /* FM: d/dE[i,s,k] = g_i * (sum_s' E[i,s',k] - E[i,s,k]). The MLP part is added below. */
+    if (dE) {
+        for (size_t i = 0; i < n; i++) {
+            const float *e = E + i * in0;
+            float *de = dE + i * in0;
+            memset(sc.fm, 0, d * sizeof(float));
+            for (uint32_t s = 0; s < S; s++)
+                for (uint32_t k = 0; k < d; k++)
+                    sc.fm[k] += e[(size_t)s * d + k];
+            for (uint32_t s = 0; s < S; s++)
+                for (uint32_t k = 0; k < d; k++)
+                    de[(size_t)s * d + k] = sc.g[i] * (sc.fm[k] - e[(size_t)s * d + k]);
+        }
+    }
+
+    /* MLP backward. Activation of layer l starts at acts + n * (h_0 + ... + h_(l-1)). */
+    size_t act_off[MT_MODEL_MAX_HIDDEN + 1];
+    act_off[0] = 0;
+    for (uint32_t l = 0; l < L; l++)
+        act_off[l + 1] = act_off[l] + n * m->cfg.hidden[l];
+    const float *a_last = L ? sc.acts + act_off[L - 1] : E;
+    const uint32_t w_last = L ? m->cfg.hidden[L - 1] : in0;
+    const mt__model_tensor_t *tout = &m->tensors[m->ntensors - 1];
+    const float *wout = m->values + tout->off;
+    /* d w_out = A_L^T g */
+    cblas_sgemv(CblasRowMajor, CblasTrans, (int)n, (int)w_last, 1.0f, a_last, (int)w_last, sc.g, 1,
+                0.0f, m->grads + tout->off, 1);
+    if (L == 0) {
+        /* dE += g w_out^T */
+        if (dE) cblas_sger(CblasRowMajor, (int)n, (int)in0, 1.0f, sc.g, 1, wout, 1, dE, (int)in0);
+        return MT_OK;
+    }
+    /* dA_L = g w_out^T */
+    float *da = sc.ga, *da_other = sc.gb;
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < w_last; j++)
+            da[i * w_last + j] = sc.g[i] * wout[j];
+    for (uint32_t l = L; l-- > 0;) {
+        const uint32_t h = m->cfg.hidden[l];
+        const uint32_t w_in = l ? m->cfg.hidden[l - 1] : in0;
+        const float *a = sc.acts + act_off[l];
+        const float *a_in = l ? sc.acts + act_off[l - 1] : E;
+        const mt__model_tensor_t *tw = &m->tensors[1 + 2 * l], *tb = &m->tensors[2 + 2 * l];
+        /* dZ = dA * relu'(Z), with relu'(Z) = [A > 0] */
+        for (size_t j = 0; j < n * h; j++)
+            if (!(a[j] > 0)) da[j] = 0;
+        /* dW = A_in^T dZ */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w_in, (int)h, (int)n, 1.0f, a_in,
+                    (int)w_in, da, (int)h, 0.0f, m->grads + tw->off, (int)h);
+        /* db = column sums of dZ */
+        float *db = m->grads + tb->off;
+        for (size_t i = 0; i < n; i++)
+            for (uint32_t j = 0; j < h; j++)
+                db[j] += da[i * h + j];
+        /* dA_in = dZ W^T; for the first layer it is added to dE. */
+        const float *W = m->values + tw->off;
+        if (l > 0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)w_in, (int)h, 1.0f,
+                        da, (int)h, W, (int)h, 0.0f, da_other, (int)w_in);
+            float *t = da;
+            da = da_other;
+            da_other = t;
+        } else if (dE) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)w_in, (int)h, 1.0f,
+                        da, (int)h, W, (int)h, 1.0f, dE, (int)w_in);
+        }
+    }
+    return MT_OK;
+}
+
+/* ============================== AUC ============================== */
+
+typedef struct {
+    float score;
+    int pos;
+} auc_item_t;
+
+static int auc_cmp(const void *a, const void *b) {
+    float x = ((const auc_item_t *)a)->score, y = ((const auc_item_t *)b)->score;
+    return (x > y) - (x < y);
+}
+
+mt_err_t mt_model_auc(const float *scores, const float *labels, size_t n, double *auc) {
+    if (!scores || !labels || !auc) return MT_INVALID;
+    size_t npos = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(scores[i])) return MT_INVALID;
+        npos += labels[i] > 0.5f;
+    }
+    size_t nneg = n - npos;
+    if (npos == 0 || nneg == 0) return MT_INVALID;
+    auc_item_t *it = malloc(n * sizeof *it);
+    if (!it) return MT_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        it[i].score = scores[i];
+        it[i].pos = labels[i] > 0.5f;
+    }
+    qsort(it, n, sizeof *it, auc_cmp);
+    /* Sum of the (1-based, tie-averaged) ranks of the positives: Mann-Whitney U. */
+    double rank_sum = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i, pos_in_group = 0;
+        while (j < n && it[j].score == it[i].score)
+            pos_in_group += (size_t)it[j++].pos;
+        double avg_rank = ((double)(i + 1) + (double)j) / 2.0;
+        rank_sum += avg_rank * (double)pos_in_group;
+        i = j;
+    }
+    free(it);
+    double np = (double)npos, nn = (double)nneg;
+    *auc = (rank_sum - np * (np + 1) / 2.0) / (np * nn);
+    return MT_OK;
+}

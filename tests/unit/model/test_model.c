@@ -1,0 +1,532 @@
+/*
+ * test_model.c - the DeepFM model's math (model/src/model.c): forward against a hand-worked
+ * example, gradients against central finite differences for every parameter kind (b0, each
+ * hidden weight and bias, the output weights, dE, dW1), learning on a small fixed problem,
+ * the negative sampling correction, the exact AUC, initialization and configuration checks.
+ *
+ * Why: a wrong gradient does not crash anything, it only trains a worse model, so every
+ * gradient entry of small models is compared with (L(x+eps) - L(x-eps)) / (2 eps).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt/model.h"
+
+/* ============================== helpers ============================== */
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi). */
+static float rng_uniform(uint64_t *s, float lo, float hi) {
+    return lo + (hi - lo) * (float)((double)(rng_next(s) >> 11) * 0x1.0p-53);
+}
+
+static mt_model_t *mk_model(uint32_t S, uint32_t d, uint32_t nhidden, const uint32_t *hidden,
+                            uint64_t seed) {
+    mt_model_config_t c;
+    mt_model_config_init(&c);
+    c.nslots = S;
+    c.dim = d;
+    c.nhidden = nhidden;
+    for (uint32_t l = 0; l < nhidden; l++)
+        c.hidden[l] = hidden[l];
+    c.init_seed = seed;
+    mt_model_t *m = NULL;
+    cr_assert_eq(mt_model_create(&c, &m), MT_OK);
+    cr_assert_not_null(m);
+    return m;
+}
+
+static float loss_of(mt_model_t *m, const float *E, const float *W1, const float *y, const float *w,
+                     size_t n) {
+    float loss = -1;
+    cr_assert_eq(mt_model_forward_backward(m, E, W1, y, w, n, NULL, &loss, NULL, NULL), MT_OK);
+    return loss;
+}
+
+/*
+ * Relative error with a floor: float losses carry ~1e-7 relative noise, so a central
+ * difference with eps 1e-3 is good to ~1e-4 absolute; tiny gradients are judged on that.
+ */
+static void expect_close(float analytic, double numeric, const char *what, size_t j) {
+    double diff = fabs(analytic - numeric);
+    double scale = fmax(fabs(analytic) + fabs(numeric), 2e-2);
+    cr_expect(diff / scale < 1e-2, "%s[%zu]: analytic %.6g numeric %.6g", what, j, analytic,
+              numeric);
+}
+
+/* Perturbs x[j] by +-eps and compares the loss slope with grad[j], for every j. */
+static void check_array(mt_model_t *m, float *x, size_t size, const float *grad, const char *what,
+                        const float *E, const float *W1, const float *y, const float *w, size_t n) {
+    const float eps = 1e-3f;
+    for (size_t j = 0; j < size; j++) {
+        float keep = x[j];
+        x[j] = keep + eps;
+        double lp = loss_of(m, E, W1, y, w, n);
+        x[j] = keep - eps;
+        double lm = loss_of(m, E, W1, y, w, n);
+        x[j] = keep;
+        expect_close(grad[j], (lp - lm) / (2.0 * eps), what, j);
+    }
+}
+
+/*
+ * Full gradient check of a model of shape S x d with the given hidden layers on a random
+ * batch of n examples (with or without weights).
+ */
+static void grad_check(uint32_t S, uint32_t d, uint32_t nhidden, const uint32_t *hidden, size_t n,
+                       int use_weights, uint64_t seed) {
+    mt_model_t *m = mk_model(S, d, nhidden, hidden, seed);
+    uint64_t rs = seed * 7919 + 1;
+    size_t ne = n * S * d, nw = n * S;
+    float *E = malloc(ne * sizeof *E), *W1 = malloc(nw * sizeof *W1);
+    float *y = malloc(n * sizeof *y), *w = malloc(n * sizeof *w);
+    float *dE = malloc(ne * sizeof *dE), *dW1 = malloc(nw * sizeof *dW1);
+    for (size_t j = 0; j < ne; j++)
+        E[j] = rng_uniform(&rs, -0.6f, 0.6f);
+    for (size_t j = 0; j < nw; j++)
+        W1[j] = rng_uniform(&rs, -0.3f, 0.3f);
+    for (size_t i = 0; i < n; i++) {
+        y[i] = (float)(i % 2);
+        w[i] = rng_uniform(&rs, 0.5f, 2.0f);
+    }
+    const float *wp = use_weights ? w : NULL;
+    /* Non-zero biases so that their gradient paths are exercised at a generic point. */
+    size_t np = mt_model_nparams(m);
+    for (size_t t = 0; t < np; t++) {
+        mt_model_param_t p;
+        cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+        if (p.ndim == 1)
+            for (size_t j = 0; j < p.size; j++)
+                p.values[j] = rng_uniform(&rs, -0.2f, 0.2f);
+    }
+
+    float loss = 0;
+    cr_assert_eq(mt_model_forward_backward(m, E, W1, y, wp, n, NULL, &loss, dE, dW1), MT_OK);
+    cr_assert(loss > 0 && isfinite(loss));
+    /* Keep a copy of the parameter gradients: every loss_of() call overwrites them. */
+    float **g = calloc(np, sizeof *g);
+    for (size_t t = 0; t < np; t++) {
+        mt_model_param_t p;
+        cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+        g[t] = malloc(p.size * sizeof(float));
+        memcpy(g[t], p.grads, p.size * sizeof(float));
+    }
+    for (size_t t = 0; t < np; t++) {
+        mt_model_param_t p;
+        cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+        check_array(m, p.values, p.size, g[t], p.name, E, W1, y, wp, n);
+    }
+    check_array(m, E, ne, dE, "dE", E, W1, y, wp, n);
+    check_array(m, W1, nw, dW1, "dW1", E, W1, y, wp, n);
+
+    for (size_t t = 0; t < np; t++)
+        free(g[t]);
+    free(g);
+    free(E);
+    free(W1);
+    free(y);
+    free(w);
+    free(dE);
+    free(dW1);
+    mt_model_destroy(m);
+}
+
+/* ============================== gradient checks ============================== */
+
+Test(model_grad, two_hidden_layers_of_different_sizes_weighted) {
+    const uint32_t h[] = {7, 5};
+    grad_check(3, 4, 2, h, 5, 1, 11);
+}
+
+Test(model_grad, two_hidden_layers_unweighted) {
+    const uint32_t h[] = {6, 9};
+    grad_check(4, 3, 2, h, 6, 0, 12);
+}
+
+Test(model_grad, three_hidden_layers) {
+    const uint32_t h[] = {8, 4, 3};
+    grad_check(2, 5, 3, h, 4, 1, 13);
+}
+
+Test(model_grad, one_hidden_layer_single_slot) {
+    const uint32_t h[] = {5};
+    grad_check(1, 6, 1, h, 3, 1, 14);
+}
+
+Test(model_grad, no_hidden_layer) {
+    grad_check(3, 2, 0, NULL, 4, 1, 15);
+}
+
+Test(model_grad, dense_grads_overwritten_not_accumulated) {
+    const uint32_t h[] = {4};
+    mt_model_t *m = mk_model(2, 2, 1, h, 3);
+    float E[8] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.2f, 0.1f};
+    float W1[4] = {0.1f, 0.2f, -0.1f, 0.05f}, y[2] = {1, 0};
+    float dE1[8], dE2[8];
+    mt_model_param_t p;
+    cr_assert_eq(mt_model_param_find(m, "mlp.0.w", &p), MT_OK);
+    cr_assert_eq(mt_model_forward_backward(m, E, W1, y, NULL, 2, NULL, NULL, dE1, NULL), MT_OK);
+    float first[8];
+    memcpy(first, p.grads, sizeof first);
+    cr_assert_eq(mt_model_forward_backward(m, E, W1, y, NULL, 2, NULL, NULL, dE2, NULL), MT_OK);
+    cr_expect_arr_eq(first, p.grads, sizeof first);
+    cr_expect_arr_eq(dE1, dE2, sizeof dE1);
+    mt_model_destroy(m);
+}
+
+/* ============================== forward ============================== */
+
+/*
+ * S = 2, d = 2, no hidden layer, parameters set by hand:
+ *   E = [[1, 2], [3, -1]], W1 = [0.5, -0.25], b0 = 0.1, w_out = [0.1, 0.2, -0.3, 0.4]
+ *   first order: 0.1 + 0.5 - 0.25 = 0.35
+ *   FM: sums per k: 4, 1; 0.5 * ((16 + 1) - (1 + 9 + 4 + 1)) = 1
+ *   MLP: 0.1*1 + 0.2*2 - 0.3*3 + 0.4*(-1) = -0.8
+ *   logit = 0.55
+ */
+Test(model_forward, hand_worked_example) {
+    mt_model_t *m = mk_model(2, 2, 0, NULL, 1);
+    mt_model_param_t b0, wout;
+    cr_assert_eq(mt_model_param_find(m, "b0", &b0), MT_OK);
+    cr_assert_eq(mt_model_param_find(m, "mlp.out.w", &wout), MT_OK);
+    cr_assert_eq(wout.shape[0], 4);
+    cr_assert_eq(wout.shape[1], 1);
+    b0.values[0] = 0.1f;
+    const float wo[4] = {0.1f, 0.2f, -0.3f, 0.4f};
+    memcpy(wout.values, wo, sizeof wo);
+    const float E[4] = {1, 2, 3, -1}, W1[2] = {0.5f, -0.25f};
+    float p = 0;
+    cr_assert_eq(mt_model_forward(m, NULL, E, W1, 1, &p), MT_OK);
+    cr_expect_float_eq(p, 1.0f / (1.0f + expf(-0.55f)), 1e-6f);
+
+    /* Loss and its gradients at this point: g = p - 1 for y = 1. */
+    float y = 1, loss = 0, dE[4], dW1[2], pp = 0;
+    cr_assert_eq(mt_model_forward_backward(m, E, W1, &y, NULL, 1, &pp, &loss, dE, dW1), MT_OK);
+    cr_expect_float_eq(pp, p, 1e-7f);
+    cr_expect_float_eq(loss, -logf(p), 1e-6f);
+    float g = p - 1;
+    cr_expect_float_eq(b0.grads[0], g, 1e-6f);
+    cr_expect_float_eq(dW1[0], g, 1e-6f);
+    cr_expect_float_eq(dW1[1], g, 1e-6f);
+    /* dE[s,k] = g * (sum_k - E[s,k] + w_out[s*d + k]) */
+    const float expect_dE[4] = {g * (4 - 1 + 0.1f), g * (1 - 2 + 0.2f), g * (4 - 3 - 0.3f),
+                                g * (1 + 1 + 0.4f)};
+    for (int j = 0; j < 4; j++)
+        cr_expect_float_eq(dE[j], expect_dE[j], 1e-6f, "dE[%d]", j);
+    for (int j = 0; j < 4; j++)
+        cr_expect_float_eq(wout.grads[j], g * E[j], 1e-6f);
+    mt_model_destroy(m);
+}
+
+Test(model_forward, same_scores_with_and_without_workspace_and_from_training) {
+    const uint32_t h[] = {16, 8};
+    mt_model_t *m = mk_model(5, 4, 2, h, 42);
+    const size_t n = 33;
+    uint64_t rs = 5;
+    float E[33 * 20], W1[33 * 5], y[33], p1[33], p2[33], p3[33], p4[4];
+    for (size_t j = 0; j < n * 20; j++)
+        E[j] = rng_uniform(&rs, -1, 1);
+    for (size_t j = 0; j < n * 5; j++)
+        W1[j] = rng_uniform(&rs, -1, 1);
+    for (size_t i = 0; i < n; i++)
+        y[i] = (float)(i % 3 == 0);
+    mt_model_ws_t *ws = NULL;
+    cr_assert_eq(mt_model_ws_create(&ws), MT_OK);
+    cr_assert_eq(mt_model_forward(m, ws, E, W1, 4, p4), MT_OK); /* small first: ws grows */
+    cr_assert_eq(mt_model_forward(m, ws, E, W1, n, p1), MT_OK);
+    cr_assert_eq(mt_model_forward(m, NULL, E, W1, n, p2), MT_OK);
+    cr_assert_eq(mt_model_forward_backward(m, E, W1, y, NULL, n, p3, NULL, NULL, NULL), MT_OK);
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_eq(p1[i], p2[i]);
+        cr_expect_float_eq(p1[i], p3[i], 1e-6f);
+        cr_expect(p1[i] > 0 && p1[i] < 1);
+    }
+    for (size_t i = 0; i < 4; i++)
+        cr_expect_float_eq(p4[i], p1[i], 1e-6f);
+    mt_model_ws_destroy(ws);
+    mt_model_destroy(m);
+}
+
+/* ============================== negative sampling correction ============================== */
+
+Test(model_sampling, correction_formula) {
+    /* p = 0.5 at rate 0.1: odds 1 become 0.1, p' = 0.1 / 1.1. */
+    cr_expect_float_eq(mt_model_correct_prob(0.5f, 0.1f), 1.0f / 11.0f, 1e-7f);
+    cr_expect_float_eq(mt_model_correct_logit(0.0f, 0.1f), logf(0.1f), 1e-7f);
+    cr_expect_float_eq(mt_model_correct_logit(2.0f, 1.0f), 2.0f, 0.0f);
+    /* p = 0.8 (odds 4) at rate 0.25: odds 1, p' = 0.5 */
+    cr_expect_float_eq(mt_model_correct_prob(0.8f, 0.25f), 0.5f, 1e-6f);
+}
+
+Test(model_sampling, serving_forward_applies_it) {
+    const uint32_t h[] = {6};
+    mt_model_t *m = mk_model(3, 2, 1, h, 9);
+    uint64_t rs = 77;
+    float E[4 * 6], W1[4 * 3], p[4], ps[4], p1[4];
+    for (int j = 0; j < 24; j++)
+        E[j] = rng_uniform(&rs, -1, 1);
+    for (int j = 0; j < 12; j++)
+        W1[j] = rng_uniform(&rs, -1, 1);
+    cr_assert_eq(mt_model_forward(m, NULL, E, W1, 4, p), MT_OK);
+    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 0.05f, ps), MT_OK);
+    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 1.0f, p1), MT_OK);
+    for (int i = 0; i < 4; i++) {
+        cr_expect_float_eq(ps[i], mt_model_correct_prob(p[i], 0.05f), 1e-6f);
+        cr_expect(ps[i] < p[i]);
+        cr_expect_eq(p1[i], p[i]);
+    }
+    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 0.0f, ps), MT_INVALID);
+    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 1.5f, ps), MT_INVALID);
+    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, NAN, ps), MT_INVALID);
+    mt_model_destroy(m);
+}
+
+/* ============================== learning ============================== */
+
+/*
+ * 64 examples, 4 slots of dim 4; label = [first slot's first two coordinates sum > 0]. Plain
+ * SGD on the dense parameters and on E and W1 (as the PS would on embeddings) must bring the
+ * loss well down and the training AUC near 1.
+ */
+Test(model_learn, sgd_reduces_loss) {
+    const uint32_t h[] = {16, 8};
+    const uint32_t S = 4, d = 4;
+    const size_t n = 64, ne = 64 * 16, nw = 64 * 4;
+    mt_model_t *m = mk_model(S, d, 2, h, 2024);
+    uint64_t rs = 31337;
+    float *E = malloc(ne * sizeof *E), *W1 = calloc(nw, sizeof *W1), y[64], p[64];
+    float *dE = malloc(ne * sizeof *dE), *dW1 = malloc(nw * sizeof *dW1);
+    for (size_t j = 0; j < ne; j++)
+        E[j] = rng_uniform(&rs, -0.5f, 0.5f);
+    for (size_t i = 0; i < n; i++)
+        y[i] = (E[i * S * d] + E[i * S * d + 1] > 0) ? 1.0f : 0.0f;
+
+    const float lr = 0.5f;
+    float first = 0, loss = 0;
+    for (int step = 0; step < 200; step++) {
+        cr_assert_eq(mt_model_forward_backward(m, E, W1, y, NULL, n, p, &loss, dE, dW1), MT_OK);
+        if (step == 0) first = loss;
+        for (size_t t = 0; t < mt_model_nparams(m); t++) {
+            mt_model_param_t pr;
+            cr_assert_eq(mt_model_param(m, t, &pr), MT_OK);
+            for (size_t j = 0; j < pr.size; j++)
+                pr.values[j] -= lr * pr.grads[j];
+        }
+        /* Per-example rows: their gradient is 1/n of a mean loss, scale it back. */
+        for (size_t j = 0; j < ne; j++)
+            E[j] -= lr * (float)n * 0.1f * dE[j];
+        for (size_t j = 0; j < nw; j++)
+            W1[j] -= lr * (float)n * 0.1f * dW1[j];
+    }
+    cr_expect(first > 0.6f && first < 0.8f, "initial loss %f", first);
+    cr_expect(loss < 0.5f * first, "loss %f -> %f", first, loss);
+    double auc = 0;
+    cr_assert_eq(mt_model_auc(p, y, n, &auc), MT_OK);
+    cr_expect(auc > 0.95, "training AUC %f", auc);
+    free(E);
+    free(W1);
+    free(dE);
+    free(dW1);
+    mt_model_destroy(m);
+}
+
+/* ============================== AUC ============================== */
+
+Test(model_auc, known_values) {
+    const float y[4] = {0, 0, 1, 1};
+    double auc = -1;
+    const float perfect[4] = {0.1f, 0.2f, 0.8f, 0.9f};
+    cr_assert_eq(mt_model_auc(perfect, y, 4, &auc), MT_OK);
+    cr_expect_float_eq(auc, 1.0, 1e-12);
+    const float reversed[4] = {0.9f, 0.8f, 0.2f, 0.1f};
+    cr_assert_eq(mt_model_auc(reversed, y, 4, &auc), MT_OK);
+    cr_expect_float_eq(auc, 0.0, 1e-12);
+    const float ties[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    cr_assert_eq(mt_model_auc(ties, y, 4, &auc), MT_OK);
+    cr_expect_float_eq(auc, 0.5, 1e-12);
+    /* 3 of 4 pairs ordered: 0.75 */
+    const float mixed[4] = {0.1f, 0.4f, 0.35f, 0.8f};
+    cr_assert_eq(mt_model_auc(mixed, y, 4, &auc), MT_OK);
+    cr_expect_float_eq(auc, 0.75, 1e-12);
+    /* pos {0.5, 0.9} vs neg {0.5, 0.2}: 0.5 + 1 + 1 + 1 over 4 pairs */
+    const float s5[4] = {0.5f, 0.5f, 0.2f, 0.9f}, y5[4] = {1, 0, 0, 1};
+    cr_assert_eq(mt_model_auc(s5, y5, 4, &auc), MT_OK);
+    cr_expect_float_eq(auc, 0.875, 1e-12);
+}
+
+/* Against the O(P*N) pair count on a random set with many ties. */
+Test(model_auc, matches_pair_count) {
+    enum { N = 500 };
+    float s[N], y[N];
+    uint64_t rs = 99;
+    for (int i = 0; i < N; i++) {
+        s[i] = (float)(rng_next(&rs) % 20); /* many ties */
+        y[i] = (float)(rng_next(&rs) % 3 == 0);
+    }
+    double num = 0, pairs = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+            if (y[i] > 0.5f && y[j] < 0.5f) {
+                pairs += 1;
+                num += s[i] > s[j] ? 1.0 : s[i] == s[j] ? 0.5 : 0.0;
+            }
+    double auc = 0;
+    cr_assert_eq(mt_model_auc(s, y, N, &auc), MT_OK);
+    cr_expect_float_eq(auc, num / pairs, 1e-12);
+}
+
+Test(model_auc, undefined_cases) {
+    const float s[3] = {0.1f, 0.2f, 0.3f}, ones[3] = {1, 1, 1}, zeros[3] = {0, 0, 0};
+    const float y[3] = {0, 1, 0}, nan_s[3] = {0.1f, NAN, 0.3f};
+    double auc = 0;
+    cr_expect_eq(mt_model_auc(s, ones, 3, &auc), MT_INVALID);
+    cr_expect_eq(mt_model_auc(s, zeros, 3, &auc), MT_INVALID);
+    cr_expect_eq(mt_model_auc(s, y, 0, &auc), MT_INVALID);
+    cr_expect_eq(mt_model_auc(nan_s, y, 3, &auc), MT_INVALID);
+    cr_expect_eq(mt_model_auc(NULL, y, 3, &auc), MT_INVALID);
+    cr_expect_eq(mt_model_auc(s, y, 3, NULL), MT_INVALID);
+}
+
+/* ============================== parameters and init ============================== */
+
+Test(model_params, names_shapes_and_init) {
+    const uint32_t h[] = {256, 128};
+    mt_model_t *m = mk_model(26, 16, 2, h, 7);
+    cr_assert_eq(mt_model_nparams(m), 6);
+    const char *names[6] = {"b0", "mlp.0.w", "mlp.0.b", "mlp.1.w", "mlp.1.b", "mlp.out.w"};
+    const uint32_t nd[6] = {1, 2, 1, 2, 1, 2};
+    const uint32_t sh[6][2] = {{1, 0}, {416, 256}, {256, 0}, {256, 128}, {128, 0}, {128, 1}};
+    for (size_t t = 0; t < 6; t++) {
+        mt_model_param_t p, q;
+        cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+        cr_expect_str_eq(p.name, names[t]);
+        cr_expect_eq(p.ndim, nd[t]);
+        cr_expect_eq(p.shape[0], sh[t][0]);
+        cr_expect_eq(p.shape[1], sh[t][1]);
+        cr_expect_eq(p.size, (size_t)sh[t][0] * (nd[t] == 2 ? sh[t][1] : 1));
+        cr_assert_eq(mt_model_param_find(m, names[t], &q), MT_OK);
+        cr_expect_eq(q.values, p.values);
+        cr_expect_eq(q.grads, p.grads);
+        if (nd[t] == 1) {
+            for (size_t j = 0; j < p.size; j++)
+                cr_expect_eq(p.values[j], 0.0f);
+        } else {
+            /* Xavier uniform: inside +-a, spread over it (variance a^2/3). */
+            double a = sqrt(6.0 / (sh[t][0] + sh[t][1])), var = 0;
+            for (size_t j = 0; j < p.size; j++) {
+                cr_expect(fabsf(p.values[j]) <= a);
+                var += (double)p.values[j] * p.values[j];
+            }
+            var /= (double)p.size;
+            cr_expect(fabs(var / (a * a / 3.0) - 1.0) < 0.1, "%s var %g", p.name, var);
+        }
+    }
+    mt_model_param_t p;
+    cr_expect_eq(mt_model_param(m, 6, &p), MT_INVALID);
+    cr_expect_eq(mt_model_param_find(m, "mlp.2.w", &p), MT_NOT_FOUND);
+    cr_expect_eq(mt_model_config(m)->nslots, 26);
+    mt_model_destroy(m);
+}
+
+Test(model_params, init_is_deterministic_per_seed) {
+    const uint32_t h[] = {12, 6};
+    mt_model_t *a = mk_model(3, 4, 2, h, 5), *b = mk_model(3, 4, 2, h, 5);
+    mt_model_t *c = mk_model(3, 4, 2, h, 6);
+    for (size_t t = 0; t < mt_model_nparams(a); t++) {
+        mt_model_param_t pa, pb, pc;
+        cr_assert_eq(mt_model_param(a, t, &pa), MT_OK);
+        cr_assert_eq(mt_model_param(b, t, &pb), MT_OK);
+        cr_assert_eq(mt_model_param(c, t, &pc), MT_OK);
+        cr_expect_arr_eq(pa.values, pb.values, pa.size * sizeof(float));
+        if (pa.ndim == 2) cr_expect(memcmp(pa.values, pc.values, pa.size * sizeof(float)) != 0);
+    }
+    mt_model_destroy(a);
+    mt_model_destroy(b);
+    mt_model_destroy(c);
+}
+
+/* ============================== configuration and bad input ============================== */
+
+Test(model_config, bad_configs) {
+    mt_model_config_t c;
+    mt_model_t *m = (mt_model_t *)&c; /* must be reset to NULL on failure */
+    char err[128];
+    mt_model_config_init(&c);
+    c.dim = 8;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "nslots") != NULL, "%s", err);
+    cr_expect_eq(mt_model_create(&c, &m), MT_CONFIG);
+    cr_expect_null(m);
+
+    c.nslots = 4;
+    c.dim = 0;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "dim") != NULL, "%s", err);
+    cr_expect_eq(mt_model_create(&c, &m), MT_CONFIG);
+
+    c.dim = 8;
+    c.nhidden = MT_MODEL_MAX_HIDDEN + 1;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "nhidden") != NULL, "%s", err);
+
+    c.nhidden = 2;
+    c.hidden[1] = 0;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "hidden[1]") != NULL, "%s", err);
+
+    c.hidden[1] = 64;
+    c.nslots = 4096;
+    c.dim = 4096;
+    cr_expect_eq(mt_model_config_validate(&c, NULL, 0), MT_CONFIG);
+
+    c.nslots = 4;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK);
+    cr_expect_eq(mt_model_create(NULL, &m), MT_CONFIG);
+    cr_expect_eq(mt_model_create(&c, NULL), MT_CONFIG);
+    mt_model_destroy(NULL);
+    mt_model_ws_destroy(NULL);
+}
+
+Test(model_input, bad_labels_weights_and_null) {
+    const uint32_t h[] = {3};
+    mt_model_t *m = mk_model(2, 2, 1, h, 1);
+    const float E[8] = {0}, W1[4] = {0};
+    float bad_y[2] = {1, 2}, y[2] = {1, 0}, bad_w[2] = {1, -1}, inf_w[2] = {INFINITY, 1};
+    float loss = 123, p[2];
+    cr_expect_eq(mt_model_forward_backward(m, E, W1, bad_y, NULL, 2, NULL, &loss, NULL, NULL),
+                 MT_INVALID);
+    cr_expect_eq(loss, 123.0f);
+    cr_expect_eq(mt_model_forward_backward(m, E, W1, y, bad_w, 2, NULL, &loss, NULL, NULL),
+                 MT_INVALID);
+    cr_expect_eq(mt_model_forward_backward(m, E, W1, y, inf_w, 2, NULL, &loss, NULL, NULL),
+                 MT_INVALID);
+    cr_expect_eq(mt_model_forward_backward(m, NULL, W1, y, NULL, 2, NULL, &loss, NULL, NULL),
+                 MT_INVALID);
+    cr_expect_eq(mt_model_forward(m, NULL, E, NULL, 2, p), MT_INVALID);
+    cr_expect_eq(mt_model_forward(NULL, NULL, E, W1, 2, p), MT_INVALID);
+    /* Empty batch: loss 0, zero gradients. */
+    cr_expect_eq(mt_model_forward_backward(m, NULL, NULL, NULL, NULL, 0, NULL, &loss, NULL, NULL),
+                 MT_OK);
+    cr_expect_eq(loss, 0.0f);
+    mt_model_param_t b0;
+    cr_assert_eq(mt_model_param_find(m, "b0", &b0), MT_OK);
+    cr_expect_eq(b0.grads[0], 0.0f);
+    /* All-zero inputs: p = 0.5, loss log 2 (weights 0 and 2: mean (0 + 2 log 2) / 2). */
+    float w[2] = {0, 2};
+    cr_expect_eq(mt_model_forward_backward(m, E, W1, y, w, 2, p, &loss, NULL, NULL), MT_OK);
+    cr_expect_float_eq(p[0], 0.5f, 1e-7f);
+    cr_expect_float_eq(loss, logf(2.0f), 1e-6f);
+    /* g = (0 * (0.5 - 1) + 2 * (0.5 - 0)) / 2 = 0.5 */
+    cr_expect_float_eq(b0.grads[0], 0.5f, 1e-7f);
+    mt_model_destroy(m);
+}
