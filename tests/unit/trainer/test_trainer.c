@@ -1,0 +1,145 @@
+/*
+ * test_trainer.c - the training step learns: on the synthetic stream (a hidden ground-truth
+ * model, data/gen), progressive-validation AUC (each batch scored before training on it)
+ * climbs close to the AUC of the true probabilities; a hashed table with heavy collisions
+ * learns less; bad input is refused.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "mt/gen.h"
+#include "mt/trainer.h"
+
+#ifdef MT_SANITIZED
+#define BATCHES 200
+#else
+#define BATCHES 600
+#endif
+#define B 1000
+
+typedef struct run {
+    double auc_model, auc_truth;
+    float first_loss, last_loss;
+} run_t;
+
+static run_t train_stream(uint64_t hash_buckets) {
+    mt_gen_config_t gc;
+    mt_gen_config_init(&gc);
+    gc.seed = 42;
+    gc.num_users = 20000;
+    gc.num_items = 5000;
+    gc.items_born_per_s = 0;
+    gc.users_born_per_s = 0;
+    gc.item_half_life_s = 0;
+    gc.user_half_life_s = 0;
+    gc.target_ctr = 0.1;
+    mt_gen_t *g;
+    cr_assert_eq(mt_gen_create(&gc, &g), MT_OK);
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = MT_GEN_NSLOTS;
+    for (uint32_t s = 0; s < MT_GEN_NSLOTS; s++)
+        tc.slot_ids[s] = (uint16_t)(s + 1);
+    tc.dim = 8;
+    tc.hidden[0] = 64;
+    tc.hidden[1] = 32;
+    tc.hash_buckets = hash_buckets;
+    tc.sparse_lr = 0.2f;
+    tc.dense_lr = 0.003f;
+    mt_trainer_t *tr;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    mt_batch_t b = {0};
+    float *probs = malloc(B * sizeof(float)), *truth = malloc(B * sizeof(float));
+    /* Scores and labels of the last quarter of the stream. */
+    size_t tail = (BATCHES / 4) * B, k = 0;
+    float *ts = malloc(tail * sizeof(float)), *tt = malloc(tail * sizeof(float)),
+          *tl = malloc(tail * sizeof(float));
+    run_t r = {0};
+    for (int i = 0; i < BATCHES; i++) {
+        cr_assert_eq(mt_gen_next(g, &b, B, truth), MT_OK);
+        mt_trainer_step_t st;
+        cr_assert_eq(mt_trainer_train(tr, &b, (uint32_t)(1000 + i), probs, &st), MT_OK);
+        if (i == 0) r.first_loss = st.loss;
+        r.last_loss = st.loss;
+        if (i >= BATCHES - BATCHES / 4) {
+            for (size_t j = 0; j < B; j++, k++) {
+                ts[k] = probs[j];
+                tt[k] = truth[j];
+                tl[k] = b.labels[j];
+            }
+        }
+    }
+    cr_assert_eq(mt_model_auc(ts, tl, k, &r.auc_model), MT_OK);
+    cr_assert_eq(mt_model_auc(tt, tl, k, &r.auc_truth), MT_OK);
+    free(ts);
+    free(tt);
+    free(tl);
+    free(probs);
+    free(truth);
+    mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+    mt_gen_destroy(g);
+    return r;
+}
+
+Test(trainer, learns_the_synthetic_stream, .timeout = 600) {
+    run_t r = train_stream(0);
+    cr_log_info("progressive AUC %.4f, ground truth %.4f, loss %.4f -> %.4f", r.auc_model,
+                r.auc_truth, r.first_loss, r.last_loss);
+    printf("collisionless: progressive AUC %.4f, ground truth %.4f, loss %.4f -> %.4f\n",
+           r.auc_model, r.auc_truth, r.first_loss, r.last_loss);
+    cr_assert_lt(r.last_loss, r.first_loss);
+    /* The true model needs many sightings of each user to be learned: with 20k Zipf users
+     * and 200k-600k examples the trained model closes about 60-70% of the gap between a
+     * coin (0.5) and the ground truth (measured 0.695 and 0.739 against 0.843). Require
+     * half of it. */
+    cr_assert_gt(r.auc_model, 0.5 + 0.5 * (r.auc_truth - 0.5),
+                 "AUC %.4f is too far from the ground truth's %.4f", r.auc_model, r.auc_truth);
+}
+
+Test(trainer, a_colliding_table_learns_less, .timeout = 600) {
+    run_t clean = train_stream(0), hashed = train_stream(97); /* ~50x fewer rows than ids */
+    printf("collisionless AUC %.4f vs hashed (97 buckets) %.4f\n", clean.auc_model,
+           hashed.auc_model);
+    cr_assert_gt(clean.auc_model, hashed.auc_model);
+}
+
+Test(trainer, bad_input) {
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = 2;
+    tc.slot_ids[0] = 1;
+    tc.slot_ids[1] = 0x8001; /* first-order slots live above 0x8000 */
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
+    tc.slot_ids[1] = 1;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG, "duplicate slot");
+    tc.slot_ids[1] = 2;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    uint16_t other[2] = {1, 3};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, other, 2), MT_OK);
+    uint64_t f0 = mt_fid_of_int(1, 5), f1 = mt_fid_of_int(3, 6);
+    const uint64_t *f[2] = {&f0, &f1};
+    uint32_t c[2] = {1, 1};
+    cr_assert_eq(mt_batch_add(&b, 1, 0, 1, f, c), MT_OK);
+    float p[1];
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, p, NULL), MT_MISMATCH);
+    cr_assert_eq(mt_trainer_predict(tr, &b, p), MT_MISMATCH);
+    mt_batch_free(&b);
+    uint16_t mine[2] = {1, 2};
+    cr_assert_eq(mt_batch_init(&b, mine, 2), MT_OK);
+    f1 = mt_fid_of_int(2, 6);
+    cr_assert_eq(mt_batch_add(&b, 2.0f, 0, 1, f, c), MT_OK);
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, p, NULL), MT_INVALID, "label 2 is refused");
+    mt_table_stats_t st;
+    mt_table_stats(mt_trainer_table(tr), &st);
+    cr_assert_eq(st.rows, 0, "nothing was admitted");
+    b.labels[0] = 1.0f;
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, p, NULL), MT_OK);
+    mt_table_stats(mt_trainer_table(tr), &st);
+    cr_assert_eq(st.rows, 4, "2 embeddings + 2 first-order weights");
+    mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+}

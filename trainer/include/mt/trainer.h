@@ -1,0 +1,85 @@
+/*
+ * trainer.h - one training step over an example batch: look the batch's ids up, sum-pool
+ * them per slot, run the model forward and backward, push the sparse gradients back with
+ * each slot's optimizer, and update the dense parameters.
+ *
+ * Parameters live in an embedding table (mt/table.h) the trainer owns: for every feature
+ * slot s of the batches there are two table slots, s itself (the dim-d embedding used by
+ * the FM term and the MLP) and s | 0x8000 (the dim-1 first-order weight). Feature slots
+ * must therefore be below 0x8000. The parameter-server backend (the same step against
+ * sharded PS through mt/psclient.h) comes with the trainer daemon.
+ *
+ * Collisions on purpose: with hash_buckets > 0 every id's value is reduced modulo
+ * hash_buckets before anything else (fid = slot | value % hash_buckets), which is what a
+ * fixed-size hashed embedding table does. Runs with and without it differ only in that.
+ *
+ * Gradients: the model's loss is the batch mean; the sparse gradient of an id is the sum,
+ * over its occurrences in the batch, of the per-example gradients (the mean's gradient
+ * times n), so that an id's step does not shrink with the batch size. Repeated ids get one
+ * update with the summed gradient.
+ *
+ * Thread safety: a trainer is used by one thread at a time.
+ */
+#ifndef MT_TRAINER_H
+#define MT_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mt/batch.h"
+#include "mt/err.h"
+#include "mt/model.h"
+#include "mt/table.h"
+
+typedef struct mt_trainer mt_trainer_t;
+
+typedef struct mt_trainer_config {
+    uint32_t nslots;            /* feature slots of the batches, 1..256 */
+    uint16_t slot_ids[256];     /* each < 0x8000 */
+    uint32_t dim;               /* embedding dim of every slot (default 16) */
+    uint32_t nhidden;           /* MLP hidden layers (default 2) */
+    uint32_t hidden[8];         /* widths (default 256, 128) */
+    uint64_t seed;              /* model and embedding initialization (default 1) */
+    mt_table_opt_t sparse_opt;  /* optimizer of embeddings and first-order weights (Adagrad) */
+    float sparse_lr;            /* default 0.05 */
+    float init_scale;           /* uniform embedding init half-width (default 0.01) */
+    uint32_t min_count;         /* frequency filter of every slot (default 0) */
+    float dense_lr;             /* Adam on the dense parameters (default 0.001) */
+    uint64_t hash_buckets;      /* 0: collisionless; else ids are reduced modulo this */
+    uint32_t table_shards_log2; /* parts of the table (default 6) */
+} mt_trainer_config_t;
+
+/** What one step did. */
+typedef struct mt_trainer_step {
+    float loss; /* mean log loss of the batch, before the update */
+    size_t examples, ids, unique_ids;
+} mt_trainer_step_t;
+
+void mt_trainer_config_init(mt_trainer_config_t *cfg);
+
+/** @param[out] out  caller frees with mt_trainer_destroy(). @returns MT_OK, MT_CONFIG, MT_NOMEM. */
+mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out);
+void mt_trainer_destroy(mt_trainer_t *tr);
+
+/**
+ * Scores a batch with the current parameters (no update, no filter counting).
+ * @param[out] probs  [batch->n]
+ * @returns MT_OK, MT_MISMATCH (the batch's slots are not the trainer's), MT_NOMEM.
+ */
+mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *batch, float *probs);
+
+/**
+ * One training step on @p batch at time @p now_s (touch time of the rows).
+ * @param[out] probs  optional [batch->n]: the scores before the update (progressive
+ *                    validation: predict each example before training on it)
+ * @param[out] st     optional
+ * @returns MT_OK, MT_MISMATCH, MT_INVALID (a label outside [0, 1]), MT_NOMEM.
+ */
+mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *batch, uint32_t now_s, float *probs,
+                          mt_trainer_step_t *st);
+
+/** The trainer's table and model (owned by it). */
+mt_table_t *mt_trainer_table(mt_trainer_t *tr);
+mt_model_t *mt_trainer_model(mt_trainer_t *tr);
+
+#endif /* MT_TRAINER_H */

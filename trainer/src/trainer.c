@@ -1,0 +1,340 @@
+/*
+ * trainer.c - lookup, pool, forward/backward, sparse and dense updates (see mt/trainer.h).
+ *
+ * Per batch: the n x S slot lists hold N id occurrences; they map to U unique ids (an
+ * open-addressing map rebuilt per batch). The table is asked once for the U embeddings and
+ * once for the U first-order weights; pooling, the gradient scatter and the updates all
+ * work on the unique ids.
+ */
+#include "mt/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FIRST_ORDER 0x8000u
+
+struct mt_trainer {
+    mt_trainer_config_t cfg;
+    mt_table_t *table;
+    mt_model_t *model;
+    mt_model_ws_t *ws;
+    size_t nparams;
+    float **am, **av; /* Adam moments per dense parameter */
+    uint64_t step;
+    /* Scratch, grown as needed. */
+    size_t cap_occ, cap_u, cap_n, cap_map;
+    uint32_t *uidx;  /* [occurrences] unique index */
+    uint64_t *ufid;  /* [U] embedding fids */
+    uint64_t *ufid1; /* [U] first-order fids */
+    float *uemb, *uw1, *ug, *ugw;
+    float *E, *W1, *dE, *dW1, *probs;
+    uint32_t *map; /* unique index + 1 */
+};
+
+void mt_trainer_config_init(mt_trainer_config_t *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->dim = 16;
+    cfg->nhidden = 2;
+    cfg->hidden[0] = 256;
+    cfg->hidden[1] = 128;
+    cfg->seed = 1;
+    cfg->sparse_opt = MT_OPT_ADAGRAD;
+    cfg->sparse_lr = 0.05f;
+    cfg->init_scale = 0.01f;
+    cfg->dense_lr = 0.001f;
+    cfg->table_shards_log2 = 6;
+}
+
+void mt_trainer_destroy(mt_trainer_t *tr) {
+    if (!tr) return;
+    mt_table_destroy(tr->table);
+    mt_model_destroy(tr->model);
+    mt_model_ws_destroy(tr->ws);
+    for (size_t i = 0; i < tr->nparams; i++) {
+        if (tr->am) free(tr->am[i]);
+        if (tr->av) free(tr->av[i]);
+    }
+    free(tr->am);
+    free(tr->av);
+    free(tr->uidx);
+    free(tr->ufid);
+    free(tr->ufid1);
+    free(tr->uemb);
+    free(tr->uw1);
+    free(tr->ug);
+    free(tr->ugw);
+    free(tr->E);
+    free(tr->W1);
+    free(tr->dE);
+    free(tr->dW1);
+    free(tr->probs);
+    free(tr->map);
+    free(tr);
+}
+
+mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
+    if (!cfg || cfg->nslots < 1 || cfg->nslots > 256 || cfg->dim < 1 ||
+        cfg->dim > MT_TABLE_MAX_DIM || !(cfg->sparse_lr > 0) || !(cfg->dense_lr > 0) ||
+        cfg->nhidden > 8)
+        return MT_CONFIG;
+    for (uint32_t s = 0; s < cfg->nslots; s++) {
+        if (cfg->slot_ids[s] >= FIRST_ORDER) return MT_CONFIG;
+        for (uint32_t k = 0; k < s; k++)
+            if (cfg->slot_ids[k] == cfg->slot_ids[s]) return MT_CONFIG;
+    }
+    mt_trainer_t *tr = calloc(1, sizeof(*tr));
+    if (!tr) return MT_NOMEM;
+    tr->cfg = *cfg;
+    mt_err_t err = MT_NOMEM;
+    mt_table_slot_config_t *sc = calloc(2 * cfg->nslots, sizeof(*sc));
+    if (!sc) goto fail;
+    for (uint32_t s = 0; s < cfg->nslots; s++) {
+        mt_table_slot_config_t *e = &sc[2 * s], *w = &sc[2 * s + 1];
+        mt_table_slot_config_init(e, cfg->slot_ids[s], cfg->dim);
+        e->init = MT_INIT_UNIFORM;
+        e->init_scale = cfg->init_scale;
+        e->init_seed = cfg->seed;
+        e->opt = cfg->sparse_opt;
+        e->lr = cfg->sparse_lr;
+        e->min_count = cfg->min_count;
+        mt_table_slot_config_init(w, (uint16_t)(cfg->slot_ids[s] | FIRST_ORDER), 1);
+        w->init = MT_INIT_ZEROS;
+        w->opt = cfg->sparse_opt;
+        w->lr = cfg->sparse_lr;
+        w->min_count = cfg->min_count;
+    }
+    mt_table_config_t tc;
+    mt_table_config_init(&tc);
+    tc.slots = sc;
+    tc.nslots = 2 * cfg->nslots;
+    tc.shards_log2 = cfg->table_shards_log2;
+    if (cfg->min_count <= 1) tc.filter_bytes = 0;
+    err = mt_table_create(&tc, &tr->table);
+    free(sc);
+    if (err) goto fail;
+    mt_model_config_t mc;
+    mt_model_config_init(&mc);
+    mc.nslots = cfg->nslots;
+    mc.dim = cfg->dim;
+    mc.nhidden = cfg->nhidden;
+    memcpy(mc.hidden, cfg->hidden, sizeof(mc.hidden));
+    mc.init_seed = cfg->seed;
+    err = mt_model_create(&mc, &tr->model);
+    if (err) goto fail;
+    err = mt_model_ws_create(&tr->ws);
+    if (err) goto fail;
+    tr->nparams = mt_model_nparams(tr->model);
+    tr->am = calloc(tr->nparams, sizeof(float *));
+    tr->av = calloc(tr->nparams, sizeof(float *));
+    err = MT_NOMEM;
+    if (!tr->am || !tr->av) goto fail;
+    for (size_t i = 0; i < tr->nparams; i++) {
+        mt_model_param_t p;
+        mt_model_param(tr->model, i, &p);
+        tr->am[i] = calloc(p.size, sizeof(float));
+        tr->av[i] = calloc(p.size, sizeof(float));
+        if (!tr->am[i] || !tr->av[i]) goto fail;
+    }
+    *out = tr;
+    return MT_OK;
+fail:
+    mt_trainer_destroy(tr);
+    return err;
+}
+
+mt_table_t *mt_trainer_table(mt_trainer_t *tr) {
+    return tr->table;
+}
+mt_model_t *mt_trainer_model(mt_trainer_t *tr) {
+    return tr->model;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need)
+        c *= 2;
+    void *np = realloc(*p, c * elem);
+    if (!np) return -1;
+    *p = np;
+    *cap = c;
+    return 0;
+}
+
+/* Grows every scratch buffer for a batch of n examples, occ occurrences. */
+static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
+    size_t d = tr->cfg.dim, S = tr->cfg.nslots;
+    size_t cu = tr->cap_u, cn = tr->cap_n, cm = tr->cap_map;
+    if (grow((void **)&tr->uidx, &tr->cap_occ, occ ? occ : 1, sizeof(uint32_t))) return MT_NOMEM;
+    if (occ > cu || !tr->ufid) {
+        size_t c = cu ? cu : 1024;
+        while (c < occ)
+            c *= 2;
+        void *a = realloc(tr->ufid, c * sizeof(uint64_t)), *b = NULL, *e = NULL, *w = NULL,
+             *g = NULL, *gw = NULL;
+        if (a) tr->ufid = a;
+        if (a) b = realloc(tr->ufid1, c * sizeof(uint64_t));
+        if (b) tr->ufid1 = b;
+        if (b) e = realloc(tr->uemb, c * d * sizeof(float));
+        if (e) tr->uemb = e;
+        if (e) w = realloc(tr->uw1, c * sizeof(float));
+        if (w) tr->uw1 = w;
+        if (w) g = realloc(tr->ug, c * d * sizeof(float));
+        if (g) tr->ug = g;
+        if (g) gw = realloc(tr->ugw, c * sizeof(float));
+        if (gw) tr->ugw = gw;
+        if (!gw) return MT_NOMEM;
+        tr->cap_u = c;
+    }
+    if (n > cn || !tr->E) {
+        size_t c = cn ? cn : 256;
+        while (c < n)
+            c *= 2;
+        void *a = realloc(tr->E, c * S * d * sizeof(float)), *b = NULL, *e = NULL, *w = NULL,
+             *p = NULL;
+        if (a) tr->E = a;
+        if (a) b = realloc(tr->W1, c * S * sizeof(float));
+        if (b) tr->W1 = b;
+        if (b) e = realloc(tr->dE, c * S * d * sizeof(float));
+        if (e) tr->dE = e;
+        if (e) w = realloc(tr->dW1, c * S * sizeof(float));
+        if (w) tr->dW1 = w;
+        if (w) p = realloc(tr->probs, c * sizeof(float));
+        if (p) tr->probs = p;
+        if (!p) return MT_NOMEM;
+        tr->cap_n = c;
+    }
+    size_t want = 16;
+    while (want < 2 * occ)
+        want *= 2;
+    if (want > cm) {
+        uint32_t *m = realloc(tr->map, want * sizeof(uint32_t));
+        if (!m) return MT_NOMEM;
+        tr->map = m;
+        tr->cap_map = want;
+    }
+    return MT_OK;
+}
+
+/* Maps the batch's occurrences to unique ids; @returns U. */
+static size_t unique_ids(mt_trainer_t *tr, const mt_batch_t *b) {
+    size_t sz = 16, nu = 0;
+    while (sz < 2 * b->nfids)
+        sz *= 2;
+    memset(tr->map, 0, sz * sizeof(uint32_t));
+    uint64_t hb = tr->cfg.hash_buckets;
+    for (size_t k = 0; k < b->nfids; k++) {
+        uint64_t f = b->fids[k];
+        if (hb) f = (f & 0xFFFF000000000000ull) | ((f & 0xFFFFFFFFFFFFull) % hb);
+        size_t h = (size_t)((f * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
+        while (tr->map[h] && tr->ufid[tr->map[h] - 1] != f)
+            h = (h + 1) & (sz - 1);
+        if (!tr->map[h]) {
+            tr->ufid[nu] = f;
+            tr->ufid1[nu] = f | ((uint64_t)FIRST_ORDER << 48);
+            tr->map[h] = (uint32_t)++nu;
+        }
+        tr->uidx[k] = tr->map[h] - 1;
+    }
+    return nu;
+}
+
+static mt_err_t check_slots(const mt_trainer_t *tr, const mt_batch_t *b) {
+    if (b->nslots != tr->cfg.nslots) return MT_MISMATCH;
+    for (uint32_t s = 0; s < b->nslots; s++)
+        if (b->slot_ids[s] != tr->cfg.slot_ids[s]) return MT_MISMATCH;
+    return MT_OK;
+}
+
+/* Looks the unique ids up and sum-pools them into E and W1. */
+static mt_err_t gather(mt_trainer_t *tr, const mt_batch_t *b, size_t nu, unsigned flags,
+                       uint32_t now_s) {
+    size_t d = tr->cfg.dim, S = tr->cfg.nslots;
+    mt_err_t err =
+        mt_table_lookup(tr->table, tr->ufid, nu, tr->uemb, nu * d, NULL, flags, now_s, NULL);
+    if (!err)
+        err = mt_table_lookup(tr->table, tr->ufid1, nu, tr->uw1, nu, NULL, flags, now_s, NULL);
+    if (err) return err;
+    memset(tr->E, 0, b->n * S * d * sizeof(float));
+    memset(tr->W1, 0, b->n * S * sizeof(float));
+    for (size_t cell = 0; cell < b->n * S; cell++) {
+        float *e = tr->E + cell * d;
+        for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
+            const float *u = tr->uemb + (size_t)tr->uidx[k] * d;
+            for (size_t j = 0; j < d; j++)
+                e[j] += u[j];
+            tr->W1[cell] += tr->uw1[tr->uidx[k]];
+        }
+    }
+    return MT_OK;
+}
+
+mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *b, float *probs) {
+    mt_err_t err = check_slots(tr, b);
+    if (err) return err;
+    if (b->n == 0) return MT_OK;
+    if ((err = reserve(tr, b->n, b->nfids)) != MT_OK) return err;
+    size_t nu = unique_ids(tr, b);
+    if ((err = gather(tr, b, nu, 0, 0)) != MT_OK) return err;
+    return mt_model_forward(tr->model, tr->ws, tr->E, tr->W1, b->n, probs);
+}
+
+static void adam_step(mt_trainer_t *tr) {
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    tr->step++;
+    double c1 = 1.0 - pow(b1, (double)tr->step), c2 = 1.0 - pow(b2, (double)tr->step);
+    float lr = (float)(tr->cfg.dense_lr * sqrt(c2) / c1);
+    for (size_t i = 0; i < tr->nparams; i++) {
+        mt_model_param_t p;
+        mt_model_param(tr->model, i, &p);
+        float *m = tr->am[i], *v = tr->av[i];
+        for (size_t k = 0; k < p.size; k++) {
+            float g = p.grads[k];
+            m[k] = b1 * m[k] + (1.0f - b1) * g;
+            v[k] = b2 * v[k] + (1.0f - b2) * g * g;
+            p.values[k] -= lr * m[k] / (sqrtf(v[k]) + eps);
+        }
+    }
+}
+
+mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, float *probs,
+                          mt_trainer_step_t *st) {
+    mt_err_t err = check_slots(tr, b);
+    if (err) return err;
+    for (size_t i = 0; i < b->n; i++)
+        if (!(b->labels[i] >= 0.0f && b->labels[i] <= 1.0f)) return MT_INVALID;
+    if (b->n == 0) return MT_OK;
+    if ((err = reserve(tr, b->n, b->nfids)) != MT_OK) return err;
+    size_t nu = unique_ids(tr, b), d = tr->cfg.dim, S = tr->cfg.nslots;
+    if ((err = gather(tr, b, nu, MT_TABLE_TRAIN, now_s)) != MT_OK) return err;
+    float loss = 0;
+    err = mt_model_forward_backward(tr->model, tr->E, tr->W1, b->labels, NULL, b->n,
+                                    probs ? probs : tr->probs, &loss, tr->dE, tr->dW1);
+    if (err) return err;
+    /* Scatter: an id's gradient is the sum over its occurrences of the per-example
+     * gradient (the batch mean's gradient times n). */
+    float scale = (float)b->n;
+    memset(tr->ug, 0, nu * d * sizeof(float));
+    memset(tr->ugw, 0, nu * sizeof(float));
+    for (size_t cell = 0; cell < b->n * S; cell++) {
+        const float *de = tr->dE + cell * d;
+        for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
+            float *g = tr->ug + (size_t)tr->uidx[k] * d;
+            for (size_t j = 0; j < d; j++)
+                g[j] += scale * de[j];
+            tr->ugw[tr->uidx[k]] += scale * tr->dW1[cell];
+        }
+    }
+    err = mt_table_apply(tr->table, tr->ufid, nu, tr->ug, nu * d, now_s, NULL);
+    if (!err) err = mt_table_apply(tr->table, tr->ufid1, nu, tr->ugw, nu, now_s, NULL);
+    if (err) return err;
+    adam_step(tr);
+    if (st) {
+        st->loss = loss;
+        st->examples = b->n;
+        st->ids = b->nfids;
+        st->unique_ids = nu;
+    }
+    return MT_OK;
+}
