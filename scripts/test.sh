@@ -17,6 +17,7 @@ bash scripts/build.sh release
 echo "== benchmark smoke (quick mode) =="
 build/release/bench/table_bench --quick --reps 1
 build/release/bench/ps_bench --quick
+build/release/bench/trainer_bench --quick
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
