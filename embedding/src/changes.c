@@ -116,7 +116,7 @@ mt_err_t mt_table_changes_begin(mt_table_t *t, uint64_t since, mt_table_changes_
     if (!it) return MT_NOMEM;
     it->t = t;
     it->since = since;
-    it->full = since == 0;
+    it->full = since == 0 || t->log_cap == 0; /* tracking off: always a full stream */
     /* upto = 1 + the highest version handed out so far, published as the global clock, so
      * that every later change in any part gets a higher one (see the top of this file). */
     uint64_t m = 0;

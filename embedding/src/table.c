@@ -104,8 +104,8 @@ mt_err_t mt_table_config_validate(const mt_table_config_t *cfg, char *errbuf, si
     if (cfg->filter_depth < 1 || cfg->filter_depth > 8)
         CFG_FAIL("filter_depth: %u is out of range 1..8", cfg->filter_depth);
     uint64_t nparts = 1ull << cfg->shards_log2;
-    if (cfg->changelog_entries < 64 * nparts)
-        CFG_FAIL("changelog_entries: %llu is below 64 per part (%llu)",
+    if (cfg->changelog_entries && cfg->changelog_entries < 64 * nparts)
+        CFG_FAIL("changelog_entries: %llu is below 64 per part (%llu); 0 turns tracking off",
                  (unsigned long long)cfg->changelog_entries, (unsigned long long)(64 * nparts));
     if (cfg->filter_bytes && cfg->filter_bytes < (uint64_t)cfg->filter_depth * 64 * nparts)
         CFG_FAIL("filter_bytes: %llu is below 64 counters per row per part",
@@ -465,6 +465,7 @@ static void log_make_room(mt_table_t *t, mt__part_t *p) {
 }
 
 void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version, void *row) {
+    if (!t->log_cap) return; /* change tracking is off: every stream is a full one */
     if (p->log_end - p->log_start == t->log_cap) log_make_room(t, p);
     p->log_has_del |= row == NULL;
     mt__logent_t *e = &p->log[p->log_end++ % t->log_cap];
@@ -714,10 +715,10 @@ static mt_err_t part_init(mt_table_t *t, mt__part_t *p, uint64_t nbuckets) {
     atomic_init(&p->arr, a);
     atomic_init(&p->mask_hint, nbuckets - 1);
     p->slabs = calloc(t->nclasses, sizeof(mt__slab_t));
-    p->log = malloc(t->log_cap * sizeof(mt__logent_t));
+    p->log = t->log_cap ? malloc(t->log_cap * sizeof(mt__logent_t)) : NULL;
     if (t->cm_width) p->cm = calloc((size_t)t->cm_depth * t->cm_width, 1);
     if (pthread_mutex_init(&p->lock, NULL) != 0) return MT_NOMEM;
-    if (!a || !p->slabs || !p->log || (t->cm_width && !p->cm)) return MT_NOMEM;
+    if (!a || !p->slabs || (t->log_cap && !p->log) || (t->cm_width && !p->cm)) return MT_NOMEM;
     return MT_OK;
 }
 

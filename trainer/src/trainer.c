@@ -109,6 +109,7 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     tc.slots = sc;
     tc.nslots = 2 * cfg->nslots;
     tc.shards_log2 = cfg->table_shards_log2;
+    tc.changelog_entries = 0; /* a local training table has no replicas to sync */
     if (cfg->min_count <= 1) tc.filter_bytes = 0;
     err = mt_table_create(&tc, &tr->table);
     free(sc);

@@ -1069,3 +1069,40 @@ Test(changes, loaded_table_answers_full_sync) {
     mt_table_destroy(t2);
     mt_table_destroy(src);
 }
+
+/* changelog_entries = 0 turns change tracking off: every stream is a full one, listing every
+ * row, whatever `since` says. */
+Test(changes, tracking_off_gives_full_streams) {
+    mt_table_slot_config_t s;
+    mt_table_slot_config_init(&s, 1, 4);
+    mt_table_config_t c;
+    mt_table_config_init(&c);
+    c.slots = &s;
+    c.nslots = 1;
+    c.shards_log2 = 2;
+    c.changelog_entries = 0;
+    mt_table_t *t;
+    cr_assert_eq(mt_table_create(&c, &t), MT_OK);
+    uint64_t fids[50];
+    float out[200];
+    for (int i = 0; i < 50; i++)
+        fids[i] = MT_FID_MAKE(1, (uint64_t)i);
+    cr_assert_eq(mt_table_lookup(t, fids, 50, out, 200, NULL, MT_TABLE_TRAIN, 1, NULL), MT_OK);
+    uint64_t upto = 0;
+    for (int round = 0; round < 3; round++) {
+        mt_table_changes_t *it;
+        int full = 0;
+        cr_assert_eq(mt_table_changes_begin(t, upto, &it, &upto, &full), MT_OK);
+        cr_assert_eq(full, 1);
+        mt_table_change_t ch[64];
+        float vals[256];
+        size_t n = 0, total = 0;
+        do {
+            cr_assert_eq(mt_table_changes_next(it, ch, 64, vals, 256, &n), MT_OK);
+            total += n;
+        } while (n);
+        cr_assert_eq(total, 50);
+        mt_table_changes_end(it);
+    }
+    mt_table_destroy(t);
+}

@@ -801,7 +801,7 @@ Test(config, bad_fields_are_named) {
     BAD("max_load", NULL, c.max_load = NAN);
     BAD("shards_log2", NULL, c.shards_log2 = 17);
     BAD("changelog_entries", NULL, c.changelog_entries = 64 * 4 - 1);
-    BAD("changelog_entries", NULL, c.changelog_entries = 0);
+    BAD("changelog_entries", NULL, c.changelog_entries = 1);
     /* more fields */
     BAD("slots", NULL, c.nslots = 0);
     BAD("slots", NULL, c.slots = NULL);
@@ -852,6 +852,7 @@ Test(config, defaults_and_bounds_are_accepted) {
     GOOD(1, c.max_load = 0.97);
     GOOD(1, c.shards_log2 = 0);
     GOOD(1, c.changelog_entries = 64 * 4);
+    GOOD(1, c.changelog_entries = 0); /* 0: change tracking off */
     GOOD(0, c.shards_log2 = 16, c.changelog_entries = 64ull << 16,
          c.filter_bytes = 4ull * 64 << 16);
     GOOD(1, s[1].opt = MT_OPT_ADAM);
