@@ -5,6 +5,12 @@
  *   monolith stats    --addr HOST:PORT
  *   monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...
  *   monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]
+ *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P]
+ *
+ * gen writes the synthetic click stream (data/gen: a hidden ground-truth model, Zipf
+ * popularity, new ids, drift) to stdout as TSV with a header: label, timestamp_ms, then one
+ * column per slot (user, item, segment, category, hour, tags) holding the ids' values
+ * (tags: comma-separated). The generic CSV/TSV reader reads it back.
  *
  * A FID is "SLOT:VALUE" (decimal, VALUE < 2^48) or a raw 64-bit number (decimal or 0x hex).
  * lookup routes each id to its shard like every client (the --ps list is shard 0, 1, ...).
@@ -19,6 +25,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/ps.pb-c.h"
+#include "mt/gen.h"
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/table.h"
@@ -51,6 +58,8 @@ static int usage(void) {
                     "       monolith stats    --addr HOST:PORT\n"
                     "       monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...\n"
                     "       monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]\n"
+                    "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
+                    " [--ctr P]\n"
                     "FID: SLOT:VALUE or a 64-bit number (decimal or 0x hex)\n");
     return 2;
 }
@@ -265,12 +274,50 @@ out:
     return rc;
 }
 
+static int cmd_gen(uint64_t examples, const mt_gen_config_t *gc) {
+    char err[256];
+    if (mt_gen_config_validate(gc, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith: gen: %s\n", err);
+        return 2;
+    }
+    mt_gen_t *g;
+    if (mt_gen_create(gc, &g) != MT_OK) return 1;
+    mt_batch_t b = {0};
+    int rc = 0;
+    printf("label\ttimestamp_ms\tuser\titem\tsegment\tcategory\thour\ttags\n");
+    for (uint64_t done = 0; done < examples && !rc;) {
+        size_t n = examples - done < 4096 ? (size_t)(examples - done) : 4096;
+        if (mt_gen_next(g, &b, n, NULL) != MT_OK) {
+            rc = 1;
+            break;
+        }
+        for (size_t i = 0; i < b.n; i++) {
+            printf("%d\t%" PRId64, b.labels[i] > 0.5f, b.timestamps_ms[i]);
+            for (uint32_t s = 0; s < b.nslots; s++) {
+                size_t cnt;
+                const uint64_t *f = mt_batch_fids(&b, i, s, &cnt);
+                putchar('\t');
+                for (size_t k = 0; k < cnt; k++)
+                    printf("%s%" PRIu64, k ? "," : "", (uint64_t)(f[k] & 0xFFFFFFFFFFFFull));
+            }
+            putchar('\n');
+        }
+        done += n;
+    }
+    if (fflush(stdout) != 0) rc = 1;
+    mt_batch_free(&b);
+    mt_gen_destroy(g);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return usage();
     const char *cmd = argv[1], *addr = NULL, *service = NULL, *token = NULL;
     char *ps = NULL;
     int train = 0;
-    uint64_t id = 0;
+    uint64_t id = 0, examples = 100000;
+    mt_gen_config_t gc;
+    mt_gen_config_init(&gc);
     char **rest = calloc((size_t)argc, sizeof(char *));
     int nrest = 0;
     if (!rest) return 1;
@@ -292,6 +339,28 @@ int main(int argc, char **argv) {
                 free(rest);
                 return usage();
             }
+        } else if (has && (!strcmp(a, "--examples") || !strcmp(a, "--seed") ||
+                           !strcmp(a, "--users") || !strcmp(a, "--items") || !strcmp(a, "--ctr"))) {
+            char *end;
+            const char *v = argv[++i];
+            if (!strcmp(a, "--ctr")) {
+                gc.target_ctr = strtod(v, &end);
+            } else {
+                unsigned long long x = strtoull(v, &end, 10);
+                if (!strcmp(a, "--examples"))
+                    examples = x;
+                else if (!strcmp(a, "--seed"))
+                    gc.seed = x;
+                else if (!strcmp(a, "--users"))
+                    gc.num_users = x;
+                else
+                    gc.num_items = x;
+            }
+            if (*end || !*v) {
+                fprintf(stderr, "monolith: %s: '%s' is not a number\n", a, v);
+                free(rest);
+                return 2;
+            }
         } else if (!strcmp(a, "--train"))
             train = 1;
         else if (a[0] == '-' && a[1] == '-') {
@@ -308,6 +377,8 @@ int main(int argc, char **argv) {
         rc = cmd_stats(addr);
     else if (!strcmp(cmd, "snapshot") && addr && !nrest)
         rc = cmd_snapshot(addr, token, id);
+    else if (!strcmp(cmd, "gen") && !nrest)
+        rc = cmd_gen(examples, &gc);
     else if (!strcmp(cmd, "lookup") && (ps || addr)) {
         char *list = strdup(ps ? ps : addr);
         rc = list ? cmd_lookup(list, train, rest, nrest) : 1;
