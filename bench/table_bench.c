@@ -22,6 +22,7 @@
 
 #include "mt/jemalloc_conf.h"
 #include "mt/table.h"
+#include "mt/zipf.h"
 
 typedef struct opts {
     uint64_t rows;
@@ -88,48 +89,8 @@ static void rates_extra(const rates_t *r, char *extra, size_t len) {
              r->n);
 }
 
-/* ---------------- Zipf by rejection-inversion (Hörmann & Derflinger 1996) ---------------- */
-
-typedef struct zipf {
-    double e, n, hx1, hn, s;
-} zipf_t;
-
-static double z_helper1(double x) {
-    return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x));
-}
-static double z_helper2(double x) {
-    return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x));
-}
-static double z_h(const zipf_t *z, double x) {
-    return exp(-z->e * log(x));
-}
-static double z_hint(const zipf_t *z, double x) {
-    double lx = log(x);
-    return z_helper2((1 - z->e) * lx) * lx;
-}
-static double z_hinv(const zipf_t *z, double x) {
-    double t = x * (1 - z->e);
-    if (t < -1) t = -1;
-    return exp(z_helper1(t) * x);
-}
-static void zipf_init(zipf_t *z, uint64_t n, double e) {
-    z->e = e;
-    z->n = (double)n;
-    z->hx1 = z_hint(z, 1.5) - 1;
-    z->hn = z_hint(z, z->n + 0.5);
-    z->s = 2 - z_hinv(z, z_hint(z, 2.5) - z_h(z, 2));
-}
-static uint64_t zipf_next(const zipf_t *z, uint64_t *rng) {
-    for (;;) {
-        double u = z->hn + rand01(rng) * (z->hx1 - z->hn);
-        double x = z_hinv(z, u);
-        double k = floor(x + 0.5);
-        if (k < 1)
-            k = 1;
-        else if (k > z->n)
-            k = z->n;
-        if (k - x <= z->s || u >= z_hint(z, k + 0.5) - z_h(z, k)) return (uint64_t)k - 1;
-    }
+static double rand01_cb(void *rng) {
+    return rand01(rng);
 }
 
 /* ---------------- threads ---------------- */
@@ -300,15 +261,15 @@ int main(int argc, char **argv) {
     for (uint64_t i = 0; i < o.rows; i++)
         keys[i] = MT_FID_MAKE(1, splitmix64(&rng));
     uint64_t *uq[2], *zq[2];
-    zipf_t z;
-    zipf_init(&z, o.rows, 1.05);
+    mt_zipf_t z;
+    mt_zipf_init(&z, o.rows, 1.05);
     for (int t = 0; t < 2; t++) {
         uq[t] = malloc(o.ops * sizeof(uint64_t));
         zq[t] = malloc(o.ops * sizeof(uint64_t));
         uint64_t r = 999 + (uint64_t)t;
         for (uint64_t i = 0; i < o.ops; i++) {
             uq[t][i] = keys[splitmix64(&r) % o.rows];
-            zq[t][i] = keys[zipf_next(&z, &r)];
+            zq[t][i] = keys[mt_zipf_next(&z, rand01_cb, &r)];
         }
     }
 

@@ -9,6 +9,7 @@
  *  - the generator's only mutable state is `pos`.
  */
 #include "mt/gen.h"
+#include "mt/zipf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,12 +28,8 @@
 #define MAX_ELAPSED_MS     4503599627370496.0 /* 2^52: start + elapsed fits int64 */
 #define PI                 3.14159265358979323846
 
-/* Zipf(n, e) by rejection-inversion (W. Hörmann, G. Derflinger, "Rejection-inversion to
- * generate variates from monotone discrete distributions", ACM TOMACS 6(3), 1996); the same
- * code as bench/table_bench.c. Returns ranks 0..n-1, rank 0 the most likely. */
-typedef struct zipf {
-    double e, n, hx1, hn, s;
-} zipf_t;
+/* Zipf ranks (mt/zipf.h): 0..n-1, rank 0 the most likely. */
+typedef mt_zipf_t zipf_t;
 
 /* One population (users or items): see "Popularity and life cycle" in mt/gen.h. */
 typedef struct pop {
@@ -271,44 +268,18 @@ static double rand01(uint64_t *x) {
     return (double)(splitmix64(x) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* ---------------- private: Zipf ---------------- */
+/* ---------------- private: Zipf (mt/zipf.h) ---------------- */
 
-static double z_helper1(double x) {
-    return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x));
+static double rand01_cb(void *rng) {
+    return rand01(rng);
 }
-static double z_helper2(double x) {
-    return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x));
-}
-static double z_h(const zipf_t *z, double x) {
-    return exp(-z->e * log(x));
-}
-static double z_hint(const zipf_t *z, double x) {
-    double lx = log(x);
-    return z_helper2((1 - z->e) * lx) * lx;
-}
-static double z_hinv(const zipf_t *z, double x) {
-    double t = x * (1 - z->e);
-    if (t < -1) t = -1;
-    return exp(z_helper1(t) * x);
-}
+
 static void zipf_init(zipf_t *z, uint64_t n, double e) {
-    z->e = e;
-    z->n = (double)n;
-    z->hx1 = z_hint(z, 1.5) - 1;
-    z->hn = z_hint(z, z->n + 0.5);
-    z->s = 2 - z_hinv(z, z_hint(z, 2.5) - z_h(z, 2));
+    mt_zipf_init(z, n, e);
 }
+
 static uint64_t zipf_next(const zipf_t *z, uint64_t *rng) {
-    for (;;) {
-        double u = z->hn + rand01(rng) * (z->hx1 - z->hn);
-        double x = z_hinv(z, u);
-        double k = floor(x + 0.5);
-        if (k < 1)
-            k = 1;
-        else if (k > z->n)
-            k = z->n;
-        if (k - x <= z->s || u >= z_hint(z, k + 0.5) - z_h(z, k)) return (uint64_t)k - 1;
-    }
+    return mt_zipf_next(z, rand01_cb, rng);
 }
 
 /* ---------------- private: populations ---------------- */
