@@ -16,6 +16,7 @@
 
 struct mt_trainer {
     mt_trainer_config_t cfg;
+    mt_trainer_backend_t backend; /* lookup/apply: the local table's or the caller's */
     mt_table_t *table;
     mt_model_t *model;
     mt_model_ws_t *ws;
@@ -73,22 +74,20 @@ void mt_trainer_destroy(mt_trainer_t *tr) {
     free(tr);
 }
 
-mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
-    if (!cfg || cfg->nslots < 1 || cfg->nslots > 256 || cfg->dim < 1 ||
-        cfg->dim > MT_TABLE_MAX_DIM || !(cfg->sparse_lr > 0) || !(cfg->dense_lr > 0) ||
-        cfg->nhidden > 8)
-        return MT_CONFIG;
-    for (uint32_t s = 0; s < cfg->nslots; s++) {
-        if (cfg->slot_ids[s] >= FIRST_ORDER) return MT_CONFIG;
-        for (uint32_t k = 0; k < s; k++)
-            if (cfg->slot_ids[k] == cfg->slot_ids[s]) return MT_CONFIG;
-    }
-    mt_trainer_t *tr = calloc(1, sizeof(*tr));
-    if (!tr) return MT_NOMEM;
-    tr->cfg = *cfg;
-    mt_err_t err = MT_NOMEM;
-    mt_table_slot_config_t *sc = calloc(2 * cfg->nslots, sizeof(*sc));
-    if (!sc) goto fail;
+static mt_err_t local_lookup(void *ud, const uint64_t *fids, size_t n, int train, uint32_t now_s,
+                             float *out, size_t out_len) {
+    return mt_table_lookup(ud, fids, n, out, out_len, NULL, train ? MT_TABLE_TRAIN : 0, now_s,
+                           NULL);
+}
+
+static mt_err_t local_apply(void *ud, const uint64_t *fids, size_t n, const float *grads,
+                            size_t len, uint32_t now_s) {
+    return mt_table_apply(ud, fids, n, grads, len, now_s, NULL);
+}
+
+mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *sc,
+                                 size_t cap) {
+    if (cap < 2 * (size_t)cfg->nslots) return MT_TOO_SMALL;
     for (uint32_t s = 0; s < cfg->nslots; s++) {
         mt_table_slot_config_t *e = &sc[2 * s], *w = &sc[2 * s + 1];
         mt_table_slot_config_init(e, cfg->slot_ids[s], cfg->dim);
@@ -104,16 +103,42 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         w->lr = cfg->sparse_lr;
         w->min_count = cfg->min_count;
     }
-    mt_table_config_t tc;
-    mt_table_config_init(&tc);
-    tc.slots = sc;
-    tc.nslots = 2 * cfg->nslots;
-    tc.shards_log2 = cfg->table_shards_log2;
-    tc.changelog_entries = 0; /* a local training table has no replicas to sync */
-    if (cfg->min_count <= 1) tc.filter_bytes = 0;
-    err = mt_table_create(&tc, &tr->table);
-    free(sc);
-    if (err) goto fail;
+    return MT_OK;
+}
+
+mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
+    if (!cfg || cfg->nslots < 1 || cfg->nslots > 256 || cfg->dim < 1 ||
+        cfg->dim > MT_TABLE_MAX_DIM || !(cfg->sparse_lr > 0) || !(cfg->dense_lr > 0) ||
+        cfg->nhidden > 8)
+        return MT_CONFIG;
+    for (uint32_t s = 0; s < cfg->nslots; s++) {
+        if (cfg->slot_ids[s] >= FIRST_ORDER) return MT_CONFIG;
+        for (uint32_t k = 0; k < s; k++)
+            if (cfg->slot_ids[k] == cfg->slot_ids[s]) return MT_CONFIG;
+    }
+    mt_trainer_t *tr = calloc(1, sizeof(*tr));
+    if (!tr) return MT_NOMEM;
+    tr->cfg = *cfg;
+    mt_err_t err = MT_NOMEM;
+    if (cfg->backend) {
+        tr->backend = *cfg->backend;
+        tr->cfg.backend = NULL;
+    } else {
+        mt_table_slot_config_t *sc = calloc(2 * cfg->nslots, sizeof(*sc));
+        if (!sc) goto fail;
+        mt_trainer_slot_configs(cfg, sc, 2 * cfg->nslots);
+        mt_table_config_t tc;
+        mt_table_config_init(&tc);
+        tc.slots = sc;
+        tc.nslots = 2 * cfg->nslots;
+        tc.shards_log2 = cfg->table_shards_log2;
+        tc.changelog_entries = 0; /* a local training table has no replicas to sync */
+        if (cfg->min_count <= 1) tc.filter_bytes = 0;
+        err = mt_table_create(&tc, &tr->table);
+        free(sc);
+        if (err) goto fail;
+        tr->backend = (mt_trainer_backend_t){tr->table, local_lookup, local_apply};
+    }
     mt_model_config_t mc;
     mt_model_config_init(&mc);
     mc.nslots = cfg->nslots;
@@ -252,10 +277,9 @@ static mt_err_t check_slots(const mt_trainer_t *tr, const mt_batch_t *b) {
 static mt_err_t gather(mt_trainer_t *tr, const mt_batch_t *b, size_t nu, unsigned flags,
                        uint32_t now_s) {
     size_t d = tr->cfg.dim, S = tr->cfg.nslots;
-    mt_err_t err =
-        mt_table_lookup(tr->table, tr->ufid, nu, tr->uemb, nu * d, NULL, flags, now_s, NULL);
-    if (!err)
-        err = mt_table_lookup(tr->table, tr->ufid1, nu, tr->uw1, nu, NULL, flags, now_s, NULL);
+    int train = (flags & MT_TABLE_TRAIN) != 0;
+    mt_err_t err = tr->backend.lookup(tr->backend.ud, tr->ufid, nu, train, now_s, tr->uemb, nu * d);
+    if (!err) err = tr->backend.lookup(tr->backend.ud, tr->ufid1, nu, train, now_s, tr->uw1, nu);
     if (err) return err;
     memset(tr->E, 0, b->n * S * d * sizeof(float));
     memset(tr->W1, 0, b->n * S * sizeof(float));
@@ -327,8 +351,8 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
             tr->ugw[tr->uidx[k]] += scale * tr->dW1[cell];
         }
     }
-    err = mt_table_apply(tr->table, tr->ufid, nu, tr->ug, nu * d, now_s, NULL);
-    if (!err) err = mt_table_apply(tr->table, tr->ufid1, nu, tr->ugw, nu, now_s, NULL);
+    err = tr->backend.apply(tr->backend.ud, tr->ufid, nu, tr->ug, nu * d, now_s);
+    if (!err) err = tr->backend.apply(tr->backend.ud, tr->ufid1, nu, tr->ugw, nu, now_s);
     if (err) return err;
     adam_step(tr);
     if (st) {

@@ -6,8 +6,9 @@
  * Parameters live in an embedding table (mt/table.h) the trainer owns: for every feature
  * slot s of the batches there are two table slots, s itself (the dim-d embedding used by
  * the FM term and the MLP) and s | 0x8000 (the dim-1 first-order weight). Feature slots
- * must therefore be below 0x8000. The parameter-server backend (the same step against
- * sharded PS through mt/psclient.h) comes with the trainer daemon.
+ * must therefore be below 0x8000. With a backend (mt_trainer_backend_t) the same step
+ * runs against parameters held elsewhere, e.g. sharded parameter servers through
+ * mt_trainer_backend_psc(); those must configure the same table slots.
  *
  * Collisions on purpose: with hash_buckets > 0 every id's value is reduced modulo
  * hash_buckets before anything else (fid = slot | value % hash_buckets), which is what a
@@ -33,6 +34,17 @@
 
 typedef struct mt_trainer mt_trainer_t;
 
+/** Where the sparse parameters live when not in the trainer's own table. Both calls work on
+ *  packed values like mt_table_lookup() / mt_table_apply() and must be exact (no dedup
+ *  needed: the trainer sends unique ids). */
+typedef struct mt_trainer_backend {
+    void *ud;
+    mt_err_t (*lookup)(void *ud, const uint64_t *fids, size_t n, int train, uint32_t now_s,
+                       float *out, size_t out_len);
+    mt_err_t (*apply)(void *ud, const uint64_t *fids, size_t n, const float *grads, size_t len,
+                      uint32_t now_s);
+} mt_trainer_backend_t;
+
 typedef struct mt_trainer_config {
     uint32_t nslots;            /* feature slots of the batches, 1..256 */
     uint16_t slot_ids[256];     /* each < 0x8000 */
@@ -47,6 +59,7 @@ typedef struct mt_trainer_config {
     float dense_lr;             /* Adam on the dense parameters (default 0.001) */
     uint64_t hash_buckets;      /* 0: collisionless; else ids are reduced modulo this */
     uint32_t table_shards_log2; /* parts of the table (default 6) */
+    const mt_trainer_backend_t *backend; /* NULL: a local table; else copied at create */
 } mt_trainer_config_t;
 
 /** What one step did. */
@@ -78,7 +91,19 @@ mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *batch, float *pr
 mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *batch, uint32_t now_s, float *probs,
                           mt_trainer_step_t *st);
 
-/** The trainer's table and model (owned by it). */
+typedef struct mt_psc mt_psc_t;
+
+/** Fills @p out with a backend over sharded parameter servers (@p c borrowed: it must
+ *  outlive the trainer). Errors of the client come back as its mt_err_t. */
+void mt_trainer_backend_psc(mt_psc_t *c, mt_trainer_backend_t *out);
+
+/** The table slots a backend must serve for this configuration (2 * nslots entries: the
+ *  embedding slot and the first-order slot of each feature slot), as a local trainer makes
+ *  them, so that a remote run computes exactly what a local one does. */
+mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *out,
+                                 size_t cap);
+
+/** The trainer's table (NULL with a backend) and model (owned by it). */
 mt_table_t *mt_trainer_table(mt_trainer_t *tr);
 mt_model_t *mt_trainer_model(mt_trainer_t *tr);
 

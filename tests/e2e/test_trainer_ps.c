@@ -1,0 +1,115 @@
+/*
+ * test_trainer_ps.c - the training step against two parameter-server shards over gRPC
+ * (127.0.0.1, in this process) computes exactly what it computes against a local table:
+ * the same progressive scores, bit for bit, batch after batch, on the synthetic stream.
+ * Routing, deduplication, the wire format and the shards' optimizers all have to be exact
+ * for that.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt/gen.h"
+#include "mt/ps.h"
+#include "mt/psclient.h"
+#include "mt/rpc.h"
+#include "mt/trainer.h"
+
+#define NSHARDS 2
+#define B       500
+#ifdef MT_SANITIZED
+#define BATCHES 20
+#else
+#define BATCHES 60
+#endif
+
+Test(trainer_ps, same_scores_as_a_local_table, .timeout = 300) {
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = MT_GEN_NSLOTS;
+    for (uint32_t s = 0; s < MT_GEN_NSLOTS; s++)
+        tc.slot_ids[s] = (uint16_t)(s + 1);
+    tc.dim = 8;
+    tc.hidden[0] = 32;
+    tc.hidden[1] = 16;
+    mt_table_slot_config_t slots[2 * MT_GEN_NSLOTS];
+    cr_assert_eq(mt_trainer_slot_configs(&tc, slots, 2 * MT_GEN_NSLOTS), MT_OK);
+
+    mt_ps_t *ps[NSHARDS];
+    mt_rpc_server_t *srv[NSHARDS];
+    char addr[NSHARDS][64];
+    const char *addrs[NSHARDS];
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        mt_ps_config_t pc;
+        mt_ps_config_init(&pc);
+        pc.shard = i;
+        pc.num_shards = NSHARDS;
+        pc.table.slots = slots;
+        pc.table.nslots = 2 * MT_GEN_NSLOTS;
+        pc.table.shards_log2 = 4;
+        pc.table.filter_bytes = 0;
+        cr_assert_eq(mt_ps_create(&pc, NULL, &ps[i]), MT_OK);
+        mt_rpc_server_config_t sc;
+        mt_rpc_server_config_init(&sc);
+        sc.threads = 2;
+        cr_assert_eq(mt_rpc_server_create(&sc, &srv[i]), MT_OK);
+        cr_assert_eq(mt_ps_register(ps[i], srv[i]), MT_OK);
+        int port;
+        cr_assert_eq(mt_rpc_server_start(srv[i], &port), MT_OK);
+        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", port);
+        addrs[i] = addr[i];
+    }
+    mt_psc_config_t cc;
+    mt_psc_config_init(&cc);
+    cc.addrs = addrs;
+    cc.num_shards = NSHARDS;
+    mt_psc_t *client;
+    cr_assert_eq(mt_psc_create(&cc, &client), MT_OK);
+    mt_trainer_backend_t be;
+    mt_trainer_backend_psc(client, &be);
+
+    mt_trainer_t *local, *remote;
+    cr_assert_eq(mt_trainer_create(&tc, &local), MT_OK);
+    tc.backend = &be;
+    cr_assert_eq(mt_trainer_create(&tc, &remote), MT_OK);
+    cr_assert_null(mt_trainer_table(remote));
+
+    mt_gen_config_t gc;
+    mt_gen_config_init(&gc);
+    gc.seed = 9;
+    gc.num_users = 5000;
+    gc.num_items = 2000;
+    mt_gen_t *g;
+    cr_assert_eq(mt_gen_create(&gc, &g), MT_OK);
+    mt_batch_t b = {0};
+    float pl[B], pr[B];
+    for (int i = 0; i < BATCHES; i++) {
+        cr_assert_eq(mt_gen_next(g, &b, B, NULL), MT_OK);
+        mt_trainer_step_t sl, sr;
+        cr_assert_eq(mt_trainer_train(local, &b, 100, pl, &sl), MT_OK);
+        cr_assert_eq(mt_trainer_train(remote, &b, 100, pr, &sr), MT_OK);
+        cr_assert_eq(memcmp(pl, pr, sizeof(pl)), 0, "batch %d: scores differ", i);
+        cr_assert_eq(sl.loss, sr.loss);
+    }
+    /* The shards hold exactly the local table's rows. */
+    mt_table_stats_t ls;
+    mt_table_stats(mt_trainer_table(local), &ls);
+    uint64_t rows = 0;
+    for (int i = 0; i < NSHARDS; i++) {
+        mt_table_stats_t s;
+        mt_table_stats(mt_ps_table(ps[i]), &s);
+        rows += s.rows;
+    }
+    cr_assert_eq(rows, ls.rows);
+
+    mt_batch_free(&b);
+    mt_gen_destroy(g);
+    mt_trainer_destroy(local);
+    mt_trainer_destroy(remote);
+    mt_psc_destroy(client);
+    for (int i = 0; i < NSHARDS; i++) {
+        mt_rpc_server_destroy(srv[i]);
+        mt_ps_destroy(ps[i]);
+    }
+}
