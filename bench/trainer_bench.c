@@ -1,9 +1,9 @@
 /*
  * trainer_bench.c - training throughput of the DeepFM step (issue #4): 26 slots, dim 16,
  * MLP 256-128, one id per slot and example drawn from a skewed distribution over 1M ids
- * per slot, batches of 512, parameters in a local table (the PS-backed figure comes with
- * the trainer daemon). Also the model's dense math alone, and the FLOP rate OpenBLAS
- * reaches for the MLP's shapes, so the gap to the compute floor is visible.
+ * per slot, batches of 512, parameters in a local table and then on one parameter server
+ * over loopback (in this process, its own rpc workers). Also the FLOP rate OpenBLAS reaches
+ * for the MLP's shapes, so the gap to the compute floor is visible.
  *
  * One JSON object per line; never asserts on time.
  * Usage: trainer_bench [--examples N] [--batch B] [--quick]
@@ -15,6 +15,9 @@
 #include <time.h>
 
 #include "mt/jemalloc_conf.h"
+#include "mt/ps.h"
+#include "mt/psclient.h"
+#include "mt/rpc.h"
 #include "mt/trainer.h"
 
 #define NSLOTS 26
@@ -88,35 +91,73 @@ int main(int argc, char **argv) {
     tc.dim = DIM;
     tc.hidden[0] = 256;
     tc.hidden[1] = 128;
-    mt_trainer_t *tr;
-    if (mt_trainer_create(&tc, &tr) != MT_OK) return 1;
     mt_batch_t b = {0};
     uint16_t ids[NSLOTS];
     for (int s = 0; s < NSLOTS; s++)
         ids[s] = (uint16_t)(s + 1);
     mt_batch_init(&b, ids, NSLOTS);
-    uint64_t x = 1;
     float *probs = malloc(batch * sizeof(float));
     char extra[256];
-    /* Warm up (rows get created), then measure whole steps. */
-    fill(&b, batch, &x);
-    mt_trainer_train(tr, &b, 1, probs, NULL);
-    double gen_s = 0, t0 = now_s();
-    size_t done = 0;
-    while (done < total) {
-        double g0 = now_s();
+
+    /* One PS shard on loopback holding the same slots. */
+    mt_table_slot_config_t slots[2 * NSLOTS];
+    mt_trainer_slot_configs(&tc, slots, 2 * NSLOTS);
+    mt_ps_config_t pc;
+    mt_ps_config_init(&pc);
+    pc.table.slots = slots;
+    pc.table.nslots = 2 * NSLOTS;
+    pc.table.shards_log2 = 6;
+    pc.table.filter_bytes = 0;
+    mt_ps_t *ps;
+    mt_rpc_server_t *srv;
+    mt_rpc_server_config_t sc;
+    mt_rpc_server_config_init(&sc);
+    sc.threads = 2;
+    int port = 0;
+    if (mt_ps_create(&pc, NULL, &ps) != MT_OK || mt_rpc_server_create(&sc, &srv) != MT_OK ||
+        mt_ps_register(ps, srv) != MT_OK || mt_rpc_server_start(srv, &port) != MT_OK)
+        return 1;
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    const char *addrs[1] = {addr};
+    mt_psc_config_t cc;
+    mt_psc_config_init(&cc);
+    cc.addrs = addrs;
+    cc.num_shards = 1;
+    mt_psc_t *client;
+    if (mt_psc_create(&cc, &client) != MT_OK) return 1;
+    mt_trainer_backend_t be;
+    mt_trainer_backend_psc(client, &be);
+
+    for (int mode = 0; mode < 2; mode++) {
+        tc.backend = mode ? &be : NULL;
+        mt_trainer_t *tr;
+        if (mt_trainer_create(&tc, &tr) != MT_OK) return 1;
+        uint64_t x = 1;
+        /* Warm up (rows get created), then measure whole steps without the batch making. */
         fill(&b, batch, &x);
-        gen_s += now_s() - g0;
-        mt_trainer_step_t st;
-        if (mt_trainer_train(tr, &b, 2, probs, &st) != MT_OK) return 1;
-        done += batch;
+        if (mt_trainer_train(tr, &b, 1, probs, NULL) != MT_OK) return 1;
+        double gen_s = 0, t0 = now_s();
+        size_t done = 0;
+        while (done < total) {
+            double g0 = now_s();
+            fill(&b, batch, &x);
+            gen_s += now_s() - g0;
+            mt_trainer_step_t st;
+            if (mt_trainer_train(tr, &b, 2, probs, &st) != MT_OK) return 1;
+            done += batch;
+        }
+        double sec = now_s() - t0 - gen_s;
+        snprintf(extra, sizeof(extra),
+                 "\"threads\":1,\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
+                 "\"backend\":\"%s\",\"examples\":%zu",
+                 NSLOTS, DIM, batch, mode ? "1 PS over loopback" : "local table", done);
+        emit("train_examples_per_s", (double)done / sec, "examples/s", extra);
+        mt_trainer_destroy(tr);
     }
-    double sec = now_s() - t0 - gen_s;
-    snprintf(extra, sizeof(extra),
-             "\"threads\":1,\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
-             "\"backend\":\"local table\",\"examples\":%zu",
-             NSLOTS, DIM, batch, done);
-    emit("train_examples_per_s", (double)done / sec, "examples/s", extra);
+    mt_psc_destroy(client);
+    mt_rpc_server_destroy(srv);
+    mt_ps_destroy(ps);
 
     /* The compute floor: the MLP's sgemm shapes, forward and backward (about 3x forward). */
     size_t in = NSLOTS * DIM;
@@ -140,6 +181,5 @@ int main(int argc, char **argv) {
     free(C);
     free(probs);
     mt_batch_free(&b);
-    mt_trainer_destroy(tr);
     return 0;
 }
