@@ -292,18 +292,22 @@ static int call_batch(mt_rpc_call_t *c, grpc_op *ops, size_t n) {
     return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
+/* Puts SEND_INITIAL_METADATA in ops[0] the first time a call sends anything.
+ * @returns the number of ops used (0 or 1). */
+static size_t initial_md_op(mt_rpc_call_t *c, grpc_op *ops) {
+    if (c->sent_md) return 0;
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->sent_md = 1;
+    return 1;
+}
+
 static void call_finish(mt_rpc_call_t *c, int code, const char *msg, const uint8_t *buf, size_t len,
                         int with_message) {
     if (c->finished) return;
     c->finished = 1;
     grpc_op ops[4];
-    size_t n = 0;
     memset(ops, 0, sizeof(ops));
-    if (!c->sent_md) {
-        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-        n++;
-        c->sent_md = 1;
-    }
+    size_t n = initial_md_op(c, ops);
     grpc_byte_buffer *bb = NULL;
     if (with_message && code == MT_RPC_OK && !c->broken) {
         bb = bb_from(buf, len);
@@ -342,13 +346,8 @@ void mt_rpc_fail(mt_rpc_call_t *c, int code, const char *fmt, ...) {
 mt_err_t mt_rpc_send(mt_rpc_call_t *c, const uint8_t *buf, size_t len) {
     if (c->finished || c->broken) return MT_CANCELLED;
     grpc_op ops[2];
-    size_t n = 0;
     memset(ops, 0, sizeof(ops));
-    if (!c->sent_md) {
-        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
-        n++;
-        c->sent_md = 1;
-    }
+    size_t n = initial_md_op(c, ops);
     grpc_byte_buffer *bb = bb_from(buf, len);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = bb;
@@ -712,16 +711,16 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
     if (n == 0) return MT_OK;
     gpr_timespec deadline = deadline_after_ms(deadline_ms);
     attempt_t *at = calloc(n, sizeof(*at));
-    uint8_t *todo = calloc(n, 1);
-    if (!at || !todo) {
+    uint8_t *retry = calloc(n, 1); /* 1: the call needs an attempt */
+    if (!at || !retry) {
         free(at);
-        free(todo);
+        free(retry);
         return MT_NOMEM;
     }
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     uint32_t backoff = calls[0].ch->cfg.backoff_ms, tries = 0;
     for (size_t i = 0; i < n; i++) {
-        todo[i] = 1;
+        retry[i] = 1;
         calls[i].resp = NULL;
         calls[i].resp_len = 0;
         memset(&calls[i].st, 0, sizeof(calls[i].st));
@@ -729,12 +728,12 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
     for (;;) {
         size_t inflight = 0;
         for (size_t i = 0; i < n; i++) {
-            if (!todo[i]) continue;
+            if (!retry[i]) continue;
             if (attempt_start(&at[i], calls[i].ch, cq, calls[i].path, calls[i].req, calls[i].len,
                               deadline) == 0) {
                 inflight++;
             } else {
-                todo[i] = 0;
+                retry[i] = 0;
                 calls[i].st.code = MT_RPC_INTERNAL;
                 snprintf(calls[i].st.message, sizeof(calls[i].st.message), "cannot start the call");
             }
@@ -746,12 +745,12 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
             attempt_t *a = ev.tag;
             size_t i = (size_t)(a - at);
             attempt_finish(a, &calls[i].st, &calls[i].resp, &calls[i].resp_len);
-            todo[i] = calls[i].st.code == MT_RPC_UNAVAILABLE;
+            retry[i] = calls[i].st.code == MT_RPC_UNAVAILABLE;
             inflight--;
         }
         size_t again = 0;
         for (size_t i = 0; i < n; i++)
-            again += todo[i];
+            again += retry[i];
         if (!again || tries >= calls[0].ch->cfg.retries) break;
         /* Back off, but never past the deadline. */
         gpr_timespec left = gpr_time_sub(deadline, gpr_now(GPR_CLOCK_MONOTONIC));
@@ -768,7 +767,7 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
     }
     grpc_completion_queue_destroy(cq);
     free(at);
-    free(todo);
+    free(retry);
     return MT_OK;
 }
 

@@ -24,10 +24,10 @@ struct mt_trainer {
     float **am, **av; /* Adam moments per dense parameter */
     uint64_t step;
     /* Scratch, grown as needed. */
-    size_t cap_occ, cap_u, cap_n, cap_map;
-    uint32_t *uidx;  /* [occurrences] unique index */
-    uint64_t *ufid;  /* [U] embedding fids */
-    uint64_t *ufid1; /* [U] first-order fids */
+    size_t cap_occ, cap_n, cap_map; /* per occurrence (also unique ids), example, map slot */
+    uint32_t *uidx;                 /* [occurrences] unique index */
+    uint64_t *ufid;                 /* [U] embedding fids */
+    uint64_t *ufid1;                /* [U] first-order fids */
     float *uemb, *uw1, *ug, *ugw;
     float *E, *W1, *dE, *dW1, *probs;
     uint32_t *map; /* unique index + 1 */
@@ -176,65 +176,53 @@ mt_model_t *mt_trainer_model(mt_trainer_t *tr) {
     return tr->model;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 1024;
-    while (c < need)
-        c *= 2;
-    void *np = realloc(*p, c * elem);
+/* Reallocates *p to @p bytes; on failure *p stays as it was. @returns 0 or -1. */
+static int resize(void **p, size_t bytes) {
+    void *np = realloc(*p, bytes ? bytes : 1);
     if (!np) return -1;
     *p = np;
-    *cap = c;
     return 0;
 }
 
-/* Grows every scratch buffer for a batch of n examples, occ occurrences. */
+/* The capacity to grow @p cap to so that it holds @p need (doubling from @p first). */
+static size_t grown(size_t cap, size_t need, size_t first) {
+    size_t c = cap ? cap : first;
+    while (c < need)
+        c *= 2;
+    return c;
+}
+
+/* Grows every scratch buffer for a batch of n examples, occ occurrences. A capacity is
+ * recorded only once all its buffers have it. */
 static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
     size_t d = tr->cfg.dim, S = tr->cfg.nslots;
-    size_t cu = tr->cap_u, cn = tr->cap_n, cm = tr->cap_map;
-    if (grow((void **)&tr->uidx, &tr->cap_occ, occ ? occ : 1, sizeof(uint32_t))) return MT_NOMEM;
-    if (occ > cu || !tr->ufid) {
-        size_t c = cu ? cu : 1024;
-        while (c < occ)
-            c *= 2;
-        void *a = realloc(tr->ufid, c * sizeof(uint64_t)), *b = NULL, *e = NULL, *w = NULL,
-             *g = NULL, *gw = NULL;
-        if (a) tr->ufid = a;
-        if (a) b = realloc(tr->ufid1, c * sizeof(uint64_t));
-        if (b) tr->ufid1 = b;
-        if (b) e = realloc(tr->uemb, c * d * sizeof(float));
-        if (e) tr->uemb = e;
-        if (e) w = realloc(tr->uw1, c * sizeof(float));
-        if (w) tr->uw1 = w;
-        if (w) g = realloc(tr->ug, c * d * sizeof(float));
-        if (g) tr->ug = g;
-        if (g) gw = realloc(tr->ugw, c * sizeof(float));
-        if (gw) tr->ugw = gw;
-        if (!gw) return MT_NOMEM;
-        tr->cap_u = c;
+    if (occ > tr->cap_occ || !tr->uidx) {
+        size_t c = grown(tr->cap_occ, occ, 1024);
+        /* unique ids never outnumber occurrences: their buffers share the capacity */
+        if (resize((void **)&tr->uidx, c * sizeof(uint32_t)) ||
+            resize((void **)&tr->ufid, c * sizeof(uint64_t)) ||
+            resize((void **)&tr->ufid1, c * sizeof(uint64_t)) ||
+            resize((void **)&tr->uemb, c * d * sizeof(float)) ||
+            resize((void **)&tr->uw1, c * sizeof(float)) ||
+            resize((void **)&tr->ug, c * d * sizeof(float)) ||
+            resize((void **)&tr->ugw, c * sizeof(float)))
+            return MT_NOMEM;
+        tr->cap_occ = c;
     }
-    if (n > cn || !tr->E) {
-        size_t c = cn ? cn : 256;
-        while (c < n)
-            c *= 2;
-        void *a = realloc(tr->E, c * S * d * sizeof(float)), *b = NULL, *e = NULL, *w = NULL,
-             *p = NULL;
-        if (a) tr->E = a;
-        if (a) b = realloc(tr->W1, c * S * sizeof(float));
-        if (b) tr->W1 = b;
-        if (b) e = realloc(tr->dE, c * S * d * sizeof(float));
-        if (e) tr->dE = e;
-        if (e) w = realloc(tr->dW1, c * S * sizeof(float));
-        if (w) tr->dW1 = w;
-        if (w) p = realloc(tr->probs, c * sizeof(float));
-        if (p) tr->probs = p;
-        if (!p) return MT_NOMEM;
+    if (n > tr->cap_n || !tr->E) {
+        size_t c = grown(tr->cap_n, n, 256);
+        if (resize((void **)&tr->E, c * S * d * sizeof(float)) ||
+            resize((void **)&tr->W1, c * S * sizeof(float)) ||
+            resize((void **)&tr->dE, c * S * d * sizeof(float)) ||
+            resize((void **)&tr->dW1, c * S * sizeof(float)) ||
+            resize((void **)&tr->probs, c * sizeof(float)))
+            return MT_NOMEM;
         tr->cap_n = c;
     }
     size_t want = 16;
     while (want < 2 * occ)
         want *= 2;
-    if (want > cm) {
+    if (want > tr->cap_map) {
         uint32_t *m = realloc(tr->map, want * sizeof(uint32_t));
         if (!m) return MT_NOMEM;
         tr->map = m;
