@@ -79,13 +79,15 @@ typedef struct prop {
 
 /* ============================== the property table ============================== */
 
-static const char *const sections[] = {"cluster", "ps", "table", "dense"};
+static const char *const sections[] = {"cluster", "ps",    "table", "dense",
+                                       "trainer", "input", "kafka"};
 #define NSECTIONS ((int)(sizeof(sections) / sizeof(sections[0])))
 #define SECT_SLOT NSECTIONS /* section index of every [slot.N] */
 
 _Static_assert(sizeof(mt_table_opt_t) == sizeof(int), "PT_ENUM fields are int-sized");
 _Static_assert(sizeof(mt_table_init_t) == sizeof(int), "PT_ENUM fields are int-sized");
 _Static_assert(sizeof(mt_table_precision_t) == sizeof(int), "PT_ENUM fields are int-sized");
+_Static_assert(sizeof(mt_config_input_format_t) == sizeof(int), "PT_ENUM fields are int-sized");
 
 static const prop_enum_t init_enum[] = {
     {"zeros", MT_INIT_ZEROS}, {"uniform", MT_INIT_UNIFORM}, {"normal", MT_INIT_NORMAL}, {NULL, 0}};
@@ -96,6 +98,17 @@ static const prop_enum_t slot_opt_enum[] = {{"sgd", MT_OPT_SGD},
                                             {NULL, 0}};
 static const prop_enum_t dense_opt_enum[] = {
     {"sgd", MT_OPT_SGD}, {"adagrad", MT_OPT_ADAGRAD}, {"adam", MT_OPT_ADAM}, {NULL, 0}};
+static const prop_enum_t format_enum[] = {{"tsv", MT_INPUT_TSV},
+                                          {"csv", MT_INPUT_CSV},
+                                          {"criteo", MT_INPUT_CRITEO},
+                                          {"movielens-100k", MT_INPUT_MOVIELENS_100K},
+                                          {"movielens-latest", MT_INPUT_MOVIELENS_LATEST},
+                                          {NULL, 0}};
+static const prop_enum_t bool_enum[] = {{"false", 0}, {"true", 1}, {NULL, 0}};
+static const prop_enum_t sep_enum[] = {{"pipe", '|'},  {"comma", ','}, {"semicolon", ';'},
+                                       {"colon", ':'}, {"space", ' '}, {"slash", '/'},
+                                       {NULL, 0}};
+static const prop_enum_t time_unit_enum[] = {{"s", 1}, {"ms", 2}, {NULL, 0}};
 static const prop_enum_t precision_enum[] = {
     {"fp32", MT_PREC_FP32}, {"fp16", MT_PREC_FP16}, {NULL, 0}};
 
@@ -180,6 +193,89 @@ static const prop_t props[] = {
      .doc = "Adagrad / Adam epsilon (Adam: > 0)"},
     {KEY("dense", "init_accum"), CFG(dense.init_accum), REAL(0, FINITE, PF_MAX_OPEN), .def = "0.1",
      .doc = "Adagrad initial accumulator"},
+    /* [trainer] */
+    {KEY("trainer", "slots"), CFG(trainer.slots), STR(0, 65536), .def = "",
+     .doc = "feature slots of the model, comma-separated, each below 32768; empty: the input "
+            "format's (criteo: 1..39; movielens: 1, 2 and the side-file slots); "
+            "`mt_config_derive_trainer_slots()` adds the table slots they need"},
+    {KEY("trainer", "dim"), CFG(trainer.dim), UINT(1, MT_TABLE_MAX_DIM), .def = "16",
+     .doc = "embedding dim of every feature slot"},
+    {KEY("trainer", "hidden"), CFG(trainer.hidden), STR(0, 256), .def = "256,128",
+     .doc = "MLP hidden layer widths, comma-separated (at most 8); empty: no hidden layer"},
+    {KEY("trainer", "batch_size"), CFG(trainer.batch_size), UINT(1, 1u << 20), .def = "1024",
+     .doc = "examples per training step"},
+    {KEY("trainer", "sparse_optimizer"), CFG(trainer.sparse_opt), ENUM(slot_opt_enum),
+     .def = "adagrad", .doc = "optimizer of the embeddings and first-order weights"},
+    {KEY("trainer", "sparse_lr"), CFG(trainer.sparse_lr), REAL(0, FINITE, OPEN), .def = "0.05",
+     .doc = "its learning rate"},
+    {KEY("trainer", "init_scale"), CFG(trainer.init_scale), REAL(0, FINITE, PF_MAX_OPEN),
+     .def = "0.01", .doc = "half-width of the uniform embedding initializer"},
+    {KEY("trainer", "min_count"), CFG(trainer.min_count), UINT(0, 255), .def = "0",
+     .doc = "frequency filter of the derived slots (see `slot.N.min_count`)"},
+    {KEY("trainer", "ttl_s"), CFG(trainer.ttl_s), UINT(0, UINT32_MAX), .def = "0",
+     .doc = "expiry of the derived slots in seconds; 0: never"},
+    {KEY("trainer", "dense_lr"), CFG(trainer.dense_lr), REAL(0, FINITE, OPEN), .def = "0.001",
+     .doc = "learning rate of the trainer's Adam on the dense parameters"},
+    {KEY("trainer", "dense_sync_batches"), CFG(trainer.dense_sync_batches), UINT(0, 1u << 20),
+     .def = "10",
+     .doc = "with parameter servers: push the dense gradients to shard 0 and pull its "
+            "parameters every this many batches; 0: dense parameters stay in the trainer"},
+    {KEY("trainer", "hash_buckets"), CFG(trainer.hash_buckets), UINT(0, 1ull << 48), .def = "0",
+     .doc = "0: collisionless; else every id is reduced modulo this (a hashed table, for "
+            "comparison)"},
+    {KEY("trainer", "seed"), CFG(trainer.seed), UINT(0, UINT64_MAX), .def = "1",
+     .doc = "seed of the model and embedding initialization"},
+    {KEY("trainer", "epochs"), CFG(trainer.epochs), UINT(1, 1000), .def = "1",
+     .doc = "batch mode: passes over the training file (`--epochs` overrides)"},
+    {KEY("trainer", "progress_interval_ms"), CFG(trainer.progress_interval_ms),
+     UINT(0, 3600 * 1000), .def = "1000", .doc = "period of the progress line; 0: none"},
+    {KEY("trainer", "auc_window"), CFG(trainer.auc_window), UINT(100, 1u << 26), .def = "100000",
+     .doc = "examples in the sliding progressive-validation AUC window"},
+    {KEY("trainer", "commit_interval_ms"), CFG(trainer.commit_interval_ms), UINT(0, 600000),
+     .def = "1000",
+     .doc = "online: period of Kafka offset commits (always after the updates are applied); "
+            "0: after every batch"},
+    {KEY("trainer", "metrics_listen"), CFG(trainer.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
+     .def = "", .doc = "address of the trainer's Prometheus `/metrics` endpoint; empty: disabled"},
+    /* [input] */
+    {KEY("input", "format"), CFG(input.format), ENUM(format_enum), .def = "tsv",
+     .doc = "training file format; tsv and csv use the generic reader keys below"},
+    {KEY("input", "header"), CFG(input.header), ENUM(bool_enum), .def = "true",
+     .doc = "tsv / csv: the first line names the columns"},
+    {KEY("input", "columns"), CFG(input.columns), STR(0, 65536), .def = "",
+     .doc = "tsv / csv: `column:slot[:int|string][:multi]`, comma-separated; column = header "
+            "name or 0-based index; int (default): the value is the id; string: its hash; "
+            "multi: split on `multi_sep`"},
+    {KEY("input", "label"), CFG(input.label), STR(0, 256), .def = "label",
+     .doc = "tsv / csv: label column (name or index); empty: no label"},
+    {KEY("input", "label_threshold"), CFG(input.label_threshold), REAL(-FINITE, FINITE, 0),
+     .def = "0.5", .doc = "tsv / csv: label = value >= this"},
+    {KEY("input", "timestamp"), CFG(input.timestamp), STR(0, 256), .def = "",
+     .doc = "tsv / csv: timestamp column (name or index); empty: none"},
+    {KEY("input", "time_unit"), CFG(input.time_unit), ENUM(time_unit_enum), .def = "ms",
+     .doc = "tsv / csv: unit of the timestamp column"},
+    {KEY("input", "multi_sep"), CFG(input.multi_sep), ENUM(sep_enum), .def = "pipe",
+     .doc = "tsv / csv: separator of multi-hot values"},
+    {KEY("input", "users_file"), CFG(input.users_file), STR(0, 4095), .def = "",
+     .doc = "movielens-100k: u.user (side slots 3, 4, 5); empty: none"},
+    {KEY("input", "items_file"), CFG(input.items_file), STR(0, 4095), .def = "",
+     .doc = "movielens: u.item or movies.csv (genre slot 6); empty: none"},
+    /* [kafka] */
+    {KEY("kafka", "bootstrap"), CFG(kafka.bootstrap), STR(0, 4096), .def = "",
+     .doc = "Kafka bootstrap servers `host:port,...`; empty: read `bootstrap_file`"},
+    {KEY("kafka", "bootstrap_file"), CFG(kafka.bootstrap_file), STR(0, 4095),
+     .def = "/tmp/monolith-kafka.bootstrap",
+     .doc = "file holding the bootstrap servers (written by monolith-kafka-dev)"},
+    {KEY("kafka", "examples_topic"), CFG(kafka.examples_topic), STR(1, 249), .def = "examples",
+     .doc = "topic of labelled examples (Example protobufs)"},
+    {KEY("kafka", "features_topic"), CFG(kafka.features_topic), STR(1, 249), .def = "features",
+     .doc = "topic of served impressions (Impression protobufs)"},
+    {KEY("kafka", "actions_topic"), CFG(kafka.actions_topic), STR(1, 249), .def = "actions",
+     .doc = "topic of user actions (Action protobufs)"},
+    {KEY("kafka", "group"), CFG(kafka.group), STR(1, 249), .def = "monolith-trainer",
+     .doc = "consumer group of the trainers (they split the partitions)"},
+    {KEY("kafka", "session_timeout_ms"), CFG(kafka.session_timeout_ms), UINT(6000, 300000),
+     .def = "10000", .doc = "consumer-group session timeout"},
     /* [slot.N]: mt_table_slot_config_t, defaults as mt_table_slot_config_init() */
     {KEY("slot", "dim"), SLOT(dim), UINT(1, MT_TABLE_MAX_DIM), .def = NULL,
      .doc = "embedding width"},
@@ -928,7 +1024,8 @@ static mt_err_t on_section(parser_t *ps, char *s) {
     int sect = find_section(name, &id);
     if (sect == -1)
         return perr(ps, MT_CONFIG,
-                    "unknown section [%s] (sections: cluster, ps, table, dense, slot.N)",
+                    "unknown section [%s] (sections: cluster, ps, table, dense, trainer, input, "
+                    "kafka, slot.N)",
                     show(name, t, sizeof(t)));
     if (sect == -2)
         return perr(ps, MT_CONFIG, "bad slot id in [%s]: expected slot.0 .. slot.65535",
@@ -1251,6 +1348,131 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
     else if (err)
         msgf(errbuf, errlen, "%s", mt_strerror(err));
     return err;
+}
+
+mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out,
+                                   size_t cap, size_t *n, char *errbuf, size_t errlen) {
+    *n = 0;
+    const char *p = s;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (!*p) return MT_OK;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!is_digit(*p)) {
+            msgf(errbuf, errlen, "'%s': expected comma-separated integers", s);
+            return MT_CONFIG;
+        }
+        errno = 0;
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (errno || v < lo || v > hi) {
+            msgf(errbuf, errlen, "'%s': %.*s is not in %" PRIu64 "..%" PRIu64, s, (int)(end - p), p,
+                 lo, hi);
+            return MT_CONFIG;
+        }
+        if (*n == cap) {
+            msgf(errbuf, errlen, "'%s': more than %zu entries", s, cap);
+            return MT_CONFIG;
+        }
+        for (size_t i = 0; i < *n; i++) {
+            if (out[i] == v) {
+                msgf(errbuf, errlen, "'%s': %llu appears twice", s, v);
+                return MT_CONFIG;
+            }
+        }
+        out[(*n)++] = v;
+        p = end;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p) return MT_OK;
+        if (*p++ != ',') {
+            msgf(errbuf, errlen, "'%s': expected comma-separated integers", s);
+            return MT_CONFIG;
+        }
+    }
+}
+
+/* The feature slots of [trainer]: the list, or the input format's. */
+static mt_err_t trainer_slots(const mt_config_t *c, uint64_t *v, size_t cap, size_t *n,
+                              char *errbuf, size_t errlen) {
+    char msg[256];
+    if (mt_config_parse_uint_list(c->trainer.slots, 0, 0x7fff, v, cap, n, msg, sizeof(msg))) {
+        msgf(errbuf, errlen, "trainer.slots: %s", msg);
+        return MT_CONFIG;
+    }
+    if (*n) return MT_OK;
+    switch (c->input.format) {
+    case MT_INPUT_CRITEO:
+        for (uint64_t s = 1; s <= 39 && *n < cap; s++)
+            v[(*n)++] = s;
+        break;
+    case MT_INPUT_MOVIELENS_100K:
+    case MT_INPUT_MOVIELENS_LATEST:
+        v[(*n)++] = 1;
+        v[(*n)++] = 2;
+        if (c->input.format == MT_INPUT_MOVIELENS_100K && c->input.users_file[0]) {
+            v[(*n)++] = 3;
+            v[(*n)++] = 4;
+            v[(*n)++] = 5;
+        }
+        if (c->input.items_file[0]) v[(*n)++] = 6;
+        break;
+    default: break; /* tsv / csv: no trainer slots unless listed (a PS-only config) */
+    }
+    return MT_OK;
+}
+
+mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, size_t *nslots_out,
+                                        char *errbuf, size_t errlen) {
+    uint64_t v[256];
+    size_t n = 0;
+    mt_err_t err = trainer_slots(c, v, 256, &n, errbuf, errlen);
+    if (err) return err;
+    if (slots_out && nslots_out && *nslots_out < n) {
+        msgf(errbuf, errlen, "trainer.slots: more than %zu slots", *nslots_out);
+        return MT_CONFIG;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (int fo = 0; fo < 2; fo++) {
+            uint16_t id = (uint16_t)(v[i] | (fo ? 0x8000u : 0));
+            uint32_t dim = fo ? 1 : c->trainer.dim;
+            ptrdiff_t at = slot_find(c, id);
+            if (at >= 0) {
+                if (c->slots[at].dim != dim) {
+                    msgf(errbuf, errlen,
+                         "slot.%u.dim: %u, but the trainer's model needs %u (trainer.%s)", id,
+                         c->slots[at].dim, dim, fo ? "slots: first-order weights" : "dim");
+                    return MT_CONFIG;
+                }
+                continue;
+            }
+            size_t idx;
+            if ((err = slot_add(c, id, &idx))) {
+                msgf(errbuf, errlen, "slot.%u: %s", id, mt_strerror(err));
+                return err;
+            }
+            mt_table_slot_config_t *sc = &c->slots[idx];
+            uint32_t keep_ttl = c->trainer.ttl_s;
+            mt_table_slot_config_init(sc, id, dim);
+            sc->init = fo ? MT_INIT_ZEROS : MT_INIT_UNIFORM;
+            if (!fo) {
+                sc->init_scale = c->trainer.init_scale;
+                sc->init_seed = c->trainer.seed;
+            }
+            sc->opt = c->trainer.sparse_opt;
+            sc->lr = c->trainer.sparse_lr;
+            sc->min_count = c->trainer.min_count;
+            sc->ttl_s = keep_ttl;
+        }
+    }
+    if (slots_out && nslots_out) {
+        for (size_t i = 0; i < n; i++)
+            slots_out[i] = (uint16_t)v[i];
+        *nslots_out = n;
+    }
+    return MT_OK;
 }
 
 void mt_config_table(const mt_config_t *c, mt_table_config_t *out) {

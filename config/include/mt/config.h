@@ -10,7 +10,8 @@
  * File format (every key, its bounds and default: docs/config.md):
  *
  *     # comment                 ; comment
- *     [cluster]                 sections: cluster, ps, table, dense, slot.N (N = 0..65535)
+ *     [cluster]                 sections: cluster, ps, table, dense, trainer, input, kafka,
+ *                               slot.N (N = 0..65535)
  *     num_shards = 3            key = value; whitespace around both is trimmed
  *     ps = 10.0.0.1:7100, 10.0.0.2:7100   # inline comment: '#' or ';' after whitespace
  *     [slot.1]                  one section per slot; every slot needs a dim
@@ -80,12 +81,69 @@ typedef struct mt_config_dense {
     float init_accum; /* Adagrad initial accumulator */
 } mt_config_dense_t;
 
+/** Input formats of the batch trainer ([input] format). */
+typedef enum mt_config_input_format {
+    MT_INPUT_TSV,              /* generic reader, tab-separated */
+    MT_INPUT_CSV,              /* generic reader, comma-separated */
+    MT_INPUT_CRITEO,           /* Criteo TSV (39 slots: 1..39) */
+    MT_INPUT_MOVIELENS_100K,   /* MovieLens 100k u.data (slots 1..6 with side files) */
+    MT_INPUT_MOVIELENS_LATEST, /* MovieLens latest ratings.csv (slots 1, 2, 6) */
+} mt_config_input_format_t;
+
+/** [trainer]: the model and how monolith-trainer trains it. Strings owned, never NULL. */
+typedef struct mt_config_trainer {
+    char *slots;                   /* feature slots, "1,2,3" (each < 32768); "" = the format's */
+    uint32_t dim;                  /* embedding dim of every feature slot */
+    char *hidden;                  /* MLP hidden widths, "256,128"; "" = none */
+    uint32_t batch_size;           /* examples per training step */
+    mt_table_opt_t sparse_opt;     /* optimizer of embeddings and first-order weights */
+    float sparse_lr;               /* its learning rate */
+    float init_scale;              /* uniform embedding init half-width */
+    uint32_t min_count;            /* frequency filter of every derived slot */
+    uint32_t ttl_s;                /* expiry of every derived slot; 0 = never */
+    float dense_lr;                /* the trainer's local Adam on the dense parameters */
+    uint32_t dense_sync_batches;   /* with PS: push/pull dense every this many batches; 0 = local */
+    uint64_t hash_buckets;         /* 0: collisionless; else ids reduced modulo this */
+    uint64_t seed;                 /* model and embedding initialization */
+    uint32_t epochs;               /* batch mode: passes over --train */
+    uint32_t progress_interval_ms; /* progress line period; 0 = none */
+    uint32_t auc_window;           /* examples in the sliding progressive-AUC window */
+    uint32_t commit_interval_ms;   /* online: Kafka offset commit period */
+    char *metrics_listen;          /* Prometheus /metrics "host:port"; "" = disabled */
+} mt_config_trainer_t;
+
+/** [input]: how the batch trainer reads files (generic reader keys apply to tsv / csv). */
+typedef struct mt_config_input {
+    mt_config_input_format_t format;
+    int header;             /* 1: the first line names the columns */
+    char *columns;          /* "col:slot[:int|string][:multi], ..." col = header name or index */
+    char *label;            /* label column (name or index); "" = no label (all 0) */
+    double label_threshold; /* label = value >= this */
+    char *timestamp;        /* timestamp column; "" = none */
+    int time_unit;          /* 1 = seconds, 2 = milliseconds */
+    int multi_sep;          /* the character separating multi-hot values */
+    char *users_file;       /* MovieLens 100k u.user; "" = none */
+    char *items_file;       /* MovieLens u.item / movies.csv; "" = none */
+} mt_config_input_t;
+
+/** [kafka]: the broker and topics of the online daemons. Strings owned, never NULL. */
+typedef struct mt_config_kafka {
+    char *bootstrap;      /* "host:port,..."; "" = read bootstrap_file */
+    char *bootstrap_file; /* written by monolith-kafka-dev */
+    char *examples_topic, *features_topic, *actions_topic;
+    char *group; /* consumer group of the trainers */
+    uint32_t session_timeout_ms;
+} mt_config_kafka_t;
+
 /** Everything one file configures. Initialize with mt_config_init(). */
 typedef struct mt_config {
     mt_config_cluster_t cluster;
     mt_config_ps_t ps;
     mt_table_config_t table; /* [table]; its slots/nslots stay NULL/0: see mt_config_table() */
     mt_config_dense_t dense;
+    mt_config_trainer_t trainer;
+    mt_config_input_t input;
+    mt_config_kafka_t kafka;
     mt_table_slot_config_t *slots; /* owned: nslots slots sorted by slot id ([slot.N]) */
     char **slot_names;             /* owned: nslots owned names, parallel to slots ("" = none) */
     size_t nslots;
@@ -142,6 +200,28 @@ mt_err_t mt_config_set_arg(mt_config_t *c, const char *key_eq_value, char *errbu
  * @returns MT_OK, MT_CONFIG (message in @p errbuf) or MT_NOMEM.
  */
 mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen);
+
+/**
+ * Adds the table slots the trainer's model needs ([trainer] slots) that no [slot.N] section
+ * configures: for each feature slot s, slot s (dim = trainer.dim, uniform init of half-width
+ * init_scale seeded with trainer.seed, the sparse optimizer, lr, min_count and ttl_s) and
+ * its first-order slot s | 0x8000 (dim 1, zeros, the same optimizer). These are the slots
+ * mt_trainer_slot_configs() makes, so PS shards and a local trainer agree. A configured
+ * [slot.s] must have dim = trainer.dim, a configured first-order slot dim 1. Call it after
+ * loading and overrides, before mt_config_validate(); calling it twice changes nothing.
+ * @param[out] slots_out  optional: the feature slots parsed from trainer.slots
+ * @param[in,out] nslots_out  in: capacity of slots_out; out: their number
+ * @returns MT_OK, MT_CONFIG (bad trainer.slots, a dim mismatch; message in @p errbuf) or MT_NOMEM.
+ */
+mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, size_t *nslots_out,
+                                        char *errbuf, size_t errlen);
+
+/**
+ * Parses a comma-separated list of unsigned integers ("256, 128"; "" = none) of at most
+ * @p cap entries, each in lo..hi. @returns MT_OK or MT_CONFIG (message in @p errbuf).
+ */
+mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out,
+                                   size_t cap, size_t *n, char *errbuf, size_t errlen);
 
 /**
  * Fills @p out with c->table and slots/nslots pointing into @p c (borrowed: valid until @p c

@@ -104,6 +104,41 @@ static const char *const all_keys[] = {
     "[dense] beta2",
     "[dense] eps",
     "[dense] init_accum",
+    "[trainer] slots",
+    "[trainer] dim",
+    "[trainer] hidden",
+    "[trainer] batch_size",
+    "[trainer] sparse_optimizer",
+    "[trainer] sparse_lr",
+    "[trainer] init_scale",
+    "[trainer] min_count",
+    "[trainer] ttl_s",
+    "[trainer] dense_lr",
+    "[trainer] dense_sync_batches",
+    "[trainer] hash_buckets",
+    "[trainer] seed",
+    "[trainer] epochs",
+    "[trainer] progress_interval_ms",
+    "[trainer] auc_window",
+    "[trainer] commit_interval_ms",
+    "[trainer] metrics_listen",
+    "[input] format",
+    "[input] header",
+    "[input] columns",
+    "[input] label",
+    "[input] label_threshold",
+    "[input] timestamp",
+    "[input] time_unit",
+    "[input] multi_sep",
+    "[input] users_file",
+    "[input] items_file",
+    "[kafka] bootstrap",
+    "[kafka] bootstrap_file",
+    "[kafka] examples_topic",
+    "[kafka] features_topic",
+    "[kafka] actions_topic",
+    "[kafka] group",
+    "[kafka] session_timeout_ms",
     "[slot.N] dim",
     "[slot.N] init",
     "[slot.N] init_scale",
@@ -166,6 +201,31 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
     if (a->dense.opt != b->dense.opt || a->dense.lr != b->dense.lr ||
         a->dense.beta1 != b->dense.beta1 || a->dense.beta2 != b->dense.beta2 ||
         a->dense.eps != b->dense.eps || a->dense.init_accum != b->dense.init_accum)
+        return false;
+    const mt_config_trainer_t *t = &a->trainer, *u = &b->trainer;
+    if (strcmp(t->slots, u->slots) || t->dim != u->dim || strcmp(t->hidden, u->hidden) ||
+        t->batch_size != u->batch_size || t->sparse_opt != u->sparse_opt ||
+        t->sparse_lr != u->sparse_lr || t->init_scale != u->init_scale ||
+        t->min_count != u->min_count || t->ttl_s != u->ttl_s || t->dense_lr != u->dense_lr ||
+        t->dense_sync_batches != u->dense_sync_batches || t->hash_buckets != u->hash_buckets ||
+        t->seed != u->seed || t->epochs != u->epochs ||
+        t->progress_interval_ms != u->progress_interval_ms || t->auc_window != u->auc_window ||
+        t->commit_interval_ms != u->commit_interval_ms ||
+        strcmp(t->metrics_listen, u->metrics_listen))
+        return false;
+    const mt_config_input_t *i1 = &a->input, *i2 = &b->input;
+    if (i1->format != i2->format || i1->header != i2->header || strcmp(i1->columns, i2->columns) ||
+        strcmp(i1->label, i2->label) || i1->label_threshold != i2->label_threshold ||
+        strcmp(i1->timestamp, i2->timestamp) || i1->time_unit != i2->time_unit ||
+        i1->multi_sep != i2->multi_sep || strcmp(i1->users_file, i2->users_file) ||
+        strcmp(i1->items_file, i2->items_file))
+        return false;
+    const mt_config_kafka_t *k1 = &a->kafka, *k2 = &b->kafka;
+    if (strcmp(k1->bootstrap, k2->bootstrap) || strcmp(k1->bootstrap_file, k2->bootstrap_file) ||
+        strcmp(k1->examples_topic, k2->examples_topic) ||
+        strcmp(k1->features_topic, k2->features_topic) ||
+        strcmp(k1->actions_topic, k2->actions_topic) || strcmp(k1->group, k2->group) ||
+        k1->session_timeout_ms != k2->session_timeout_ms)
         return false;
     if (a->nslots != b->nslots) return false;
     for (size_t i = 0; i < a->nslots; i++)
@@ -1014,5 +1074,62 @@ Test(config, fuzz_overrides, .timeout = 300) {
         cr_assert(!strstr(err, "out of range") || strstr(err, "table: "), "%s after %s=%s", err, k,
                   v);
     }
+    mt_config_free(&c);
+}
+
+/* ============================== trainer slots ============================== */
+
+Test(config, trainer_slots_are_derived_as_the_trainer_makes_them) {
+    mt_config_t c;
+    char err[256] = "";
+    init(&c);
+    cr_assert_eq(mt_config_load_string(&c,
+                                       "[trainer]\nslots = 3, 1\ndim = 8\nsparse_lr = 0.2\n"
+                                       "min_count = 2\nseed = 7\n[slot.1]\ndim = 8\nlr = 0.5\n",
+                                       NULL, err, sizeof(err)),
+                 MT_OK, "%s", err);
+    uint16_t slots[4];
+    size_t n = 4;
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(n, 2);
+    cr_assert(slots[0] == 3 && slots[1] == 1);
+    cr_assert_eq(c.nslots, 4); /* 1, 3, 0x8001, 0x8003 */
+    const mt_table_slot_config_t *s1 = mt_config_slot(&c, 1, NULL),
+                                 *s3 = mt_config_slot(&c, 3, NULL),
+                                 *w3 = mt_config_slot(&c, 0x8003, NULL);
+    cr_assert(s1 && s3 && w3);
+    cr_assert_float_eq(s1->lr, 0.5f, 1e-9, "a configured slot keeps its values");
+    cr_assert_eq(s3->dim, 8);
+    cr_assert_float_eq(s3->lr, 0.2f, 1e-9);
+    cr_assert_eq(s3->min_count, 2);
+    cr_assert_eq(s3->init_seed, 7);
+    cr_assert_eq(w3->dim, 1);
+    cr_assert_eq(w3->init, MT_INIT_ZEROS);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    n = 4; /* twice: nothing changes */
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK);
+    cr_assert_eq(c.nslots, 4);
+    /* a configured slot of another dim is refused, by name */
+    cr_assert_eq(mt_config_set(&c, "slot.3.dim", "4", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "slot.3.dim"), "%s", err);
+    /* bad lists */
+    cr_assert_eq(mt_config_set(&c, "trainer.slots", "1,x", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "trainer.slots"), "%s", err);
+    cr_assert_eq(mt_config_set(&c, "trainer.slots", "40000", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_CONFIG);
+    cr_assert_eq(mt_config_set(&c, "trainer.slots", "2,2", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_CONFIG);
+    mt_config_free(&c);
+    /* criteo's slots when none are listed; a PS-only config derives nothing */
+    init(&c);
+    cr_assert_eq(mt_config_set(&c, "input.format", "criteo", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK);
+    cr_assert_eq(c.nslots, 78);
+    mt_config_free(&c);
+    init(&c);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK);
+    cr_assert_eq(c.nslots, 0);
     mt_config_free(&c);
 }
