@@ -671,9 +671,16 @@ static void h_push_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t 
             }
         }
     }
-    /* Create the missing tensors, then apply. */
+    /* Create the missing tensors, then apply the gradients of the others: a tensor this
+     * request creates starts at its init values (its gradient here is not a step). */
+    uint8_t *created = calloc(r->n_grads ? r->n_grads : 1, 1);
+    if (!created && code == MT_RPC_OK) {
+        code = MT_RPC_RESOURCE_EXHAUSTED;
+        snprintf(why, sizeof(why), "out of memory");
+    }
     for (size_t i = 0; i < r->n_grads && code == MT_RPC_OK; i++) {
         if (dense_find(ps, r->grads[i]->name)) continue;
+        created[i] = 1;
         for (size_t k = 0; k < r->n_init; k++) {
             if (strcmp(r->init[k]->name, r->grads[i]->name)) continue;
             int rc = dense_add(ps, r->init[k], why, sizeof(why));
@@ -686,7 +693,9 @@ static void h_push_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t 
         }
     }
     for (size_t i = 0; i < r->n_grads && code == MT_RPC_OK; i++)
-        dense_apply(&ps->cfg.dense, dense_find(ps, r->grads[i]->name), r->grads[i]->values);
+        if (!created[i])
+            dense_apply(&ps->cfg.dense, dense_find(ps, r->grads[i]->name), r->grads[i]->values);
+    free(created);
     if (code == MT_RPC_OK && r->n_grads) ps->dense_version++;
     uint64_t version = ps->dense_version;
     pthread_mutex_unlock(&ps->dense_lock);

@@ -442,3 +442,119 @@ out:
     plan_free(&p);
     return err;
 }
+
+/* ============================== dense parameters ============================== */
+
+static void tensor_to_pb(const mt_psc_tensor_t *t, Monolith__V1__DenseTensor *pb) {
+    monolith__v1__dense_tensor__init(pb);
+    pb->name = (char *)t->name;
+    pb->n_shape = t->ndim;
+    pb->shape = (uint32_t *)t->shape;
+    pb->n_values = t->size;
+    pb->values = t->values;
+}
+
+mt_err_t mt_psc_push_dense(mt_psc_t *c, const mt_psc_tensor_t *grads, const mt_psc_tensor_t *init,
+                           size_t n, uint64_t step, uint64_t *version, mt_rpc_status_t *st) {
+    Monolith__V1__DenseTensor *g = calloc(n ? n : 1, sizeof(*g)), *in = NULL;
+    Monolith__V1__DenseTensor **gp = calloc(n ? n : 1, sizeof(*gp)), **ip = NULL;
+    uint8_t *buf = NULL, *resp = NULL;
+    mt_err_t err = MT_NOMEM;
+    if (!g || !gp) goto out;
+    if (init && (!(in = calloc(n ? n : 1, sizeof(*in))) || !(ip = calloc(n ? n : 1, sizeof(*ip)))))
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        tensor_to_pb(&grads[i], &g[i]);
+        gp[i] = &g[i];
+        if (init) {
+            tensor_to_pb(&init[i], &in[i]);
+            ip[i] = &in[i];
+        }
+    }
+    Monolith__V1__PushDenseRequest req = MONOLITH__V1__PUSH_DENSE_REQUEST__INIT;
+    req.n_grads = n;
+    req.grads = gp;
+    req.n_init = init ? n : 0;
+    req.init = ip;
+    req.step = step;
+    size_t len = monolith__v1__push_dense_request__get_packed_size(&req);
+    if (!(buf = malloc(len ? len : 1))) goto out;
+    monolith__v1__push_dense_request__pack(&req, buf);
+    size_t rlen = 0;
+    mt_rpc_status_t s;
+    err = mt_rpc_call(c->ch[0], PATH("PushDense"), buf, len, c->deadline_ms, &resp, &rlen, &s);
+    if (st) *st = s;
+    if (err) goto out;
+    if ((err = status_to_err(&s))) goto out;
+    Monolith__V1__PushDenseResponse *r =
+        monolith__v1__push_dense_response__unpack(NULL, rlen, resp);
+    if (!r) {
+        err = MT_CORRUPT;
+        status_msg(st, MT_RPC_INTERNAL, "malformed PushDenseResponse");
+        goto out;
+    }
+    if (version) *version = r->version;
+    monolith__v1__push_dense_response__free_unpacked(r, NULL);
+out:
+    free(g);
+    free(gp);
+    free(in);
+    free(ip);
+    free(buf);
+    free(resp);
+    return err;
+}
+
+mt_err_t mt_psc_pull_dense(mt_psc_t *c, mt_psc_tensor_t *ts, size_t n, uint64_t if_newer_than,
+                           uint64_t *version, int *updated, mt_rpc_status_t *st) {
+    Monolith__V1__PullDenseRequest req = MONOLITH__V1__PULL_DENSE_REQUEST__INIT;
+    req.if_newer_than = if_newer_than;
+    uint8_t buf[16], *resp = NULL;
+    size_t len = monolith__v1__pull_dense_request__pack(&req, buf), rlen = 0;
+    mt_rpc_status_t s;
+    if (updated) *updated = 0;
+    mt_err_t err =
+        mt_rpc_call(c->ch[0], PATH("PullDense"), buf, len, c->deadline_ms, &resp, &rlen, &s);
+    if (st) *st = s;
+    if (err || (err = status_to_err(&s))) {
+        free(resp);
+        return err;
+    }
+    Monolith__V1__PullDenseResponse *r =
+        monolith__v1__pull_dense_response__unpack(NULL, rlen, resp);
+    free(resp);
+    if (!r) {
+        status_msg(st, MT_RPC_INTERNAL, "malformed PullDenseResponse");
+        return MT_CORRUPT;
+    }
+    if (version) *version = r->version;
+    if (r->n_tensors) {
+        /* check everything first: values are written all or nothing */
+        for (size_t i = 0; i < n && !err; i++) {
+            const Monolith__V1__DenseTensor *t = NULL;
+            for (size_t k = 0; k < r->n_tensors && !t; k++)
+                if (!strcmp(r->tensors[k]->name, ts[i].name)) t = r->tensors[k];
+            char why[160];
+            if (!t) {
+                err = MT_NOT_FOUND;
+                snprintf(why, sizeof(why), "the PS holds no dense tensor '%s'", ts[i].name);
+                status_msg(st, MT_RPC_NOT_FOUND, why);
+            } else if (t->n_values != ts[i].size) {
+                err = MT_MISMATCH;
+                snprintf(why, sizeof(why), "dense tensor '%s': %zu values on the PS, %zu here",
+                         ts[i].name, t->n_values, ts[i].size);
+                status_msg(st, MT_RPC_FAILED_PRECONDITION, why);
+            }
+        }
+        for (size_t i = 0; i < n && !err; i++) {
+            for (size_t k = 0; k < r->n_tensors; k++) {
+                if (strcmp(r->tensors[k]->name, ts[i].name)) continue;
+                memcpy(ts[i].values, r->tensors[k]->values, ts[i].size * sizeof(float));
+                break;
+            }
+        }
+        if (!err && updated) *updated = 1;
+    }
+    monolith__v1__pull_dense_response__free_unpacked(r, NULL);
+    return err;
+}

@@ -24,7 +24,9 @@
 #define BATCHES 60
 #endif
 
-Test(trainer_ps, same_scores_as_a_local_table, .timeout = 300) {
+/* dense_every 0: the remote trainer keeps its dense parameters; else they live on shard 0,
+ * synced every dense_every steps (1: still bit-identical, the PS runs the same Adam). */
+static void run(uint32_t dense_every) {
     mt_trainer_config_t tc;
     mt_trainer_config_init(&tc);
     tc.nslots = MT_GEN_NSLOTS;
@@ -74,6 +76,12 @@ Test(trainer_ps, same_scores_as_a_local_table, .timeout = 300) {
     tc.backend = &be;
     cr_assert_eq(mt_trainer_create(&tc, &remote), MT_OK);
     cr_assert_null(mt_trainer_table(remote));
+    mt_trainer_dense_sync_t *ds = NULL;
+    char err[256] = "";
+    if (dense_every)
+        cr_assert_eq(
+            mt_trainer_dense_sync_create(remote, client, dense_every, &ds, err, sizeof(err)), MT_OK,
+            "%s", err);
 
     mt_gen_config_t gc;
     mt_gen_config_init(&gc);
@@ -89,8 +97,35 @@ Test(trainer_ps, same_scores_as_a_local_table, .timeout = 300) {
         mt_trainer_step_t sl, sr;
         cr_assert_eq(mt_trainer_train(local, &b, 100, pl, &sl), MT_OK);
         cr_assert_eq(mt_trainer_train(remote, &b, 100, pr, &sr), MT_OK);
+        if (ds) {
+            int synced = 0;
+            cr_assert_eq(mt_trainer_dense_sync_step(ds, &synced, err, sizeof(err)), MT_OK, "%s",
+                         err);
+            cr_assert_eq(synced, (i + 1) % (int)dense_every == 0);
+        }
+        if (dense_every > 1) continue; /* stale dense parameters: other scores */
         cr_assert_eq(memcmp(pl, pr, sizeof(pl)), 0, "batch %d: scores differ", i);
         cr_assert_eq(sl.loss, sr.loss);
+    }
+    if (ds) {
+        /* one version per push: the creating push, then one per sync */
+        cr_assert_eq(mt_trainer_dense_sync_flush(ds, err, sizeof(err)), MT_OK, "%s", err);
+        uint64_t pushes = (BATCHES + dense_every - 1) / dense_every;
+        cr_assert_eq(mt_trainer_dense_sync_version(ds), 1 + pushes);
+        /* a second trainer starts from the PS's values, not its own initialization */
+        mt_trainer_t *other;
+        tc.seed = 99;
+        cr_assert_eq(mt_trainer_create(&tc, &other), MT_OK);
+        mt_trainer_dense_sync_t *ds2;
+        cr_assert_eq(mt_trainer_dense_sync_create(other, client, 1, &ds2, err, sizeof(err)), MT_OK,
+                     "%s", err);
+        mt_model_param_t p1, p2;
+        cr_assert_eq(mt_model_param_find(mt_trainer_model(remote), "mlp.0.w", &p1), MT_OK);
+        cr_assert_eq(mt_model_param_find(mt_trainer_model(other), "mlp.0.w", &p2), MT_OK);
+        cr_assert_eq(memcmp(p1.values, p2.values, p1.size * sizeof(float)), 0);
+        mt_trainer_dense_sync_destroy(ds2);
+        mt_trainer_destroy(other);
+        mt_trainer_dense_sync_destroy(ds);
     }
     /* The shards hold exactly the local table's rows. */
     mt_table_stats_t ls;
@@ -112,4 +147,16 @@ Test(trainer_ps, same_scores_as_a_local_table, .timeout = 300) {
         mt_rpc_server_destroy(srv[i]);
         mt_ps_destroy(ps[i]);
     }
+}
+
+Test(trainer_ps, same_scores_as_a_local_table, .timeout = 300) {
+    run(0);
+}
+
+Test(trainer_ps, dense_on_the_ps_every_step_is_exact, .timeout = 300) {
+    run(1);
+}
+
+Test(trainer_ps, dense_on_the_ps_every_5_steps, .timeout = 300) {
+    run(5);
 }

@@ -17,6 +17,7 @@
 struct mt_trainer {
     mt_trainer_config_t cfg;
     mt_trainer_backend_t backend; /* lookup/apply: the local table's or the caller's */
+    int dense_remote;             /* 1: the dense parameters are updated elsewhere (no Adam) */
     mt_table_t *table;
     mt_model_t *model;
     mt_model_ws_t *ws;
@@ -111,6 +112,9 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         cfg->dim > MT_TABLE_MAX_DIM || !(cfg->sparse_lr > 0) || !(cfg->dense_lr > 0) ||
         cfg->nhidden > 8)
         return MT_CONFIG;
+    /* slot_hash_buckets is indexed like slot_ids, not by slot id: catch the mix-up */
+    for (uint32_t s = cfg->nslots; s < 256; s++)
+        if (cfg->slot_hash_buckets[s]) return MT_CONFIG;
     for (uint32_t s = 0; s < cfg->nslots; s++) {
         if (cfg->slot_ids[s] >= FIRST_ORDER) return MT_CONFIG;
         for (uint32_t k = 0; k < s; k++)
@@ -167,6 +171,10 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
 fail:
     mt_trainer_destroy(tr);
     return err;
+}
+
+void mt_trainer_set_dense_remote(mt_trainer_t *tr, int remote) {
+    tr->dense_remote = remote != 0;
 }
 
 mt_table_t *mt_trainer_table(mt_trainer_t *tr) {
@@ -237,9 +245,24 @@ static size_t unique_ids(mt_trainer_t *tr, const mt_batch_t *b) {
     while (sz < 2 * b->nfids)
         sz *= 2;
     memset(tr->map, 0, sz * sizeof(uint32_t));
+    /* The reduction modulus: hash_buckets, or slot_hash_buckets of the occurrence's slot.
+     * Occurrences are in cell order (example i, slot s), so the slot follows the offsets. */
+    const uint64_t *shb = tr->cfg.slot_hash_buckets;
+    int per_slot = 0;
+    for (uint32_t s = 0; s < b->nslots; s++)
+        per_slot |= shb[s] != 0;
     uint64_t hb = tr->cfg.hash_buckets;
+    size_t cell = 0;
+    uint32_t slot = 0;
     for (size_t k = 0; k < b->nfids; k++) {
         uint64_t f = b->fids[k];
+        if (per_slot) {
+            while (k >= b->offsets[cell + 1]) {
+                cell++;
+                slot = slot + 1 == b->nslots ? 0 : slot + 1;
+            }
+            hb = shb[slot] ? shb[slot] : tr->cfg.hash_buckets;
+        }
         if (hb) f = (f & 0xFFFF000000000000ull) | ((f & 0xFFFFFFFFFFFFull) % hb);
         size_t h = (size_t)((f * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
         while (tr->map[h] && tr->ufid[tr->map[h] - 1] != f)
@@ -342,7 +365,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     err = tr->backend.apply(tr->backend.ud, tr->ufid, nu, tr->ug, nu * d, now_s);
     if (!err) err = tr->backend.apply(tr->backend.ud, tr->ufid1, nu, tr->ugw, nu, now_s);
     if (err) return err;
-    adam_step(tr);
+    if (!tr->dense_remote) adam_step(tr);
     if (st) {
         st->loss = loss;
         st->examples = b->n;

@@ -58,6 +58,36 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
                       size_t grads_len, int64_t now_s, uint64_t step, uint64_t *applied,
                       uint64_t *missing, mt_rpc_status_t *st);
 
+/** A dense tensor as sent to / received from the PS (row-major; ndim 1 or 2). */
+typedef struct mt_psc_tensor {
+    const char *name;
+    uint32_t ndim;
+    uint32_t shape[2];
+    size_t size;   /* floats: the product of the shape */
+    float *values; /* push: read; pull: written (size floats) */
+} mt_psc_tensor_t;
+
+/**
+ * Dense parameters live on shard 0. Pushes one gradient per tensor (applied with the PS's
+ * dense optimizer); @p init (optional, parallel to @p grads) creates tensors the PS does not
+ * hold yet (an existing tensor keeps its values: the first trainer's init wins).
+ * @param[out] version  optional: the PS's dense version after the push
+ * @returns MT_OK, MT_INVALID (the PS refused: shape mismatch, not finite, unknown without
+ *          init; see @p st), MT_UNAVAILABLE, MT_TIMEOUT, MT_CORRUPT, MT_NOMEM.
+ */
+mt_err_t mt_psc_push_dense(mt_psc_t *c, const mt_psc_tensor_t *grads, const mt_psc_tensor_t *init,
+                           size_t n, uint64_t step, uint64_t *version, mt_rpc_status_t *st);
+
+/**
+ * Pulls the dense tensors named in @p ts (each's values receive size floats) from shard 0
+ * when its version is newer than @p if_newer_than; *version receives the PS's version.
+ * @param[out] updated  1 when the values were written, 0 when the PS was not newer
+ * @returns MT_OK, MT_NOT_FOUND (a tensor the PS does not hold), MT_MISMATCH (another
+ *          shape), and the transport errors of mt_psc_push_dense().
+ */
+mt_err_t mt_psc_pull_dense(mt_psc_t *c, mt_psc_tensor_t *ts, size_t n, uint64_t if_newer_than,
+                           uint64_t *version, int *updated, mt_rpc_status_t *st);
+
 /** The channel of shard @p i (for other methods: Stats, Sync, Snapshot, dense calls). */
 mt_rpc_channel_t *mt_psc_channel(mt_psc_t *c, uint32_t i);
 

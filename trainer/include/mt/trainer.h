@@ -13,6 +13,10 @@
  * Collisions on purpose: with hash_buckets > 0 every id's value is reduced modulo
  * hash_buckets before anything else (fid = slot | value % hash_buckets), which is what a
  * fixed-size hashed embedding table does. Runs with and without it differ only in that.
+ * slot_hash_buckets[s] > 0 overrides hash_buckets for feature slot slot_ids[s] alone, so
+ * that e.g. only the user and item slots collide while the side features stay exact. The
+ * value reduced is the fid's low 48 bits: the integer itself for integer ids
+ * (mt_fid_of_int), the XXH3 of the bytes for strings (mt_fid_of_bytes).
  *
  * Gradients: the model's loss is the batch mean; the sparse gradient of an id is the sum,
  * over its occurrences in the batch, of the per-example gradients (the mean's gradient
@@ -46,19 +50,21 @@ typedef struct mt_trainer_backend {
 } mt_trainer_backend_t;
 
 typedef struct mt_trainer_config {
-    uint32_t nslots;            /* feature slots of the batches, 1..256 */
-    uint16_t slot_ids[256];     /* each < 0x8000 */
-    uint32_t dim;               /* embedding dim of every slot (default 16) */
-    uint32_t nhidden;           /* MLP hidden layers (default 2) */
-    uint32_t hidden[8];         /* widths (default 256, 128) */
-    uint64_t seed;              /* model and embedding initialization (default 1) */
-    mt_table_opt_t sparse_opt;  /* optimizer of embeddings and first-order weights (Adagrad) */
-    float sparse_lr;            /* default 0.05 */
-    float init_scale;           /* uniform embedding init half-width (default 0.01) */
-    uint32_t min_count;         /* frequency filter of every slot (default 0) */
-    float dense_lr;             /* Adam on the dense parameters (default 0.001) */
-    uint64_t hash_buckets;      /* 0: collisionless; else ids are reduced modulo this */
-    uint32_t table_shards_log2; /* parts of the table (default 6) */
+    uint32_t nslots;                 /* feature slots of the batches, 1..256 */
+    uint16_t slot_ids[256];          /* each < 0x8000 */
+    uint32_t dim;                    /* embedding dim of every slot (default 16) */
+    uint32_t nhidden;                /* MLP hidden layers (default 2) */
+    uint32_t hidden[8];              /* widths (default 256, 128) */
+    uint64_t seed;                   /* model and embedding initialization (default 1) */
+    mt_table_opt_t sparse_opt;       /* optimizer of embeddings and first-order weights (Adagrad) */
+    float sparse_lr;                 /* default 0.05 */
+    float init_scale;                /* uniform embedding init half-width (default 0.01) */
+    uint32_t min_count;              /* frequency filter of every slot (default 0) */
+    float dense_lr;                  /* Adam on the dense parameters (default 0.001) */
+    uint64_t hash_buckets;           /* 0: collisionless; else ids are reduced modulo this */
+    uint64_t slot_hash_buckets[256]; /* per feature slot, parallel to slot_ids; 0:
+                                        hash_buckets applies (default all 0) */
+    uint32_t table_shards_log2;      /* parts of the table (default 6) */
     const mt_trainer_backend_t *backend; /* NULL: a local table; else copied at create */
 } mt_trainer_config_t;
 
@@ -102,6 +108,34 @@ void mt_trainer_backend_psc(mt_psc_t *c, mt_trainer_backend_t *out);
  *  them, so that a remote run computes exactly what a local one does. */
 mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *out,
                                  size_t cap);
+
+/** With @p remote set, a training step leaves the dense parameters alone (their gradients
+ *  are still computed, in the model): someone else updates them, e.g. mt_trainer_dense_sync. */
+void mt_trainer_set_dense_remote(mt_trainer_t *tr, int remote);
+
+/*
+ * Dense parameters on the parameter servers (shard 0), the trainer keeping a copy:
+ * create pushes the model's initial values (the first trainer's win) and pulls the PS's;
+ * after every step, mt_trainer_dense_sync_step() adds the step's dense gradients to a sum
+ * and every `every` steps pushes their mean (the PS applies its dense optimizer, [dense])
+ * and pulls the parameters back. With every = 1 and one trainer this is exactly a local
+ * optimizer on the PS; with larger values the copy is up to every - 1 steps stale and the
+ * PS takes one step per push. The trainer is switched to mt_trainer_set_dense_remote().
+ * Used by the thread that trains.
+ */
+typedef struct mt_trainer_dense_sync mt_trainer_dense_sync_t;
+
+/** @returns MT_OK, MT_NOMEM, or a client error (message in @p errbuf). */
+mt_err_t mt_trainer_dense_sync_create(mt_trainer_t *tr, mt_psc_t *c, uint32_t every,
+                                      mt_trainer_dense_sync_t **out, char *errbuf, size_t errlen);
+/** After each mt_trainer_train(). @param[out] synced  optional: 1 if it pushed and pulled. */
+mt_err_t mt_trainer_dense_sync_step(mt_trainer_dense_sync_t *d, int *synced, char *errbuf,
+                                    size_t errlen);
+/** Pushes the gradients summed since the last push, if any, and pulls. */
+mt_err_t mt_trainer_dense_sync_flush(mt_trainer_dense_sync_t *d, char *errbuf, size_t errlen);
+/** The PS's dense version after the last pull. */
+uint64_t mt_trainer_dense_sync_version(const mt_trainer_dense_sync_t *d);
+void mt_trainer_dense_sync_destroy(mt_trainer_dense_sync_t *d);
 
 /** The trainer's table (NULL with a backend) and model (owned by it). */
 mt_table_t *mt_trainer_table(mt_trainer_t *tr);
