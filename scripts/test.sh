@@ -18,6 +18,7 @@ echo "== benchmark smoke (quick mode) =="
 build/release/bench/table_bench --quick --reps 1
 build/release/bench/ps_bench --quick
 build/release/bench/trainer_bench --quick
+build/release/bench/movielens_bench --quick
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

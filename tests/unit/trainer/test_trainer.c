@@ -143,3 +143,69 @@ Test(trainer, bad_input) {
     mt_batch_free(&b);
     mt_trainer_destroy(tr);
 }
+
+/* Rows of table slot @p slot among @p n consecutive values from 0 (a lookup without the
+ * training flag creates nothing and says what was found). */
+static size_t rows_of(mt_trainer_t *tr, uint16_t slot, uint64_t n, uint32_t dim) {
+    uint64_t *f = malloc(n * sizeof(uint64_t));
+    float *e = malloc(n * dim * sizeof(float));
+    uint8_t *found = malloc(n);
+    for (uint64_t v = 0; v < n; v++)
+        f[v] = mt_fid_of_int(slot, v);
+    cr_assert_eq(mt_table_lookup(mt_trainer_table(tr), f, n, e, n * dim, found, 0, 1, NULL), MT_OK);
+    size_t rows = 0;
+    for (uint64_t v = 0; v < n; v++)
+        rows += found[v] != 0;
+    free(f);
+    free(e);
+    free(found);
+    return rows;
+}
+
+Test(trainer, per_slot_buckets_collide_only_their_slot) {
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = 3;
+    tc.slot_ids[0] = 1;
+    tc.slot_ids[1] = 2;
+    tc.slot_ids[2] = 3;
+    tc.dim = 4;
+    tc.hidden[0] = 8;
+    tc.hidden[1] = 4;
+    tc.slot_hash_buckets[2] = 7; /* index 2 = slot id 3: indexed like slot_ids */
+    tc.slot_hash_buckets[3] = 5; /* beyond nslots: refused (it would be a slot-id mix-up) */
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
+    tc.slot_hash_buckets[3] = 0;
+    tc.slot_hash_buckets[0] = 10; /* slot 1: 10 buckets; slot 2: exact; slot 3: 7 buckets */
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    uint16_t ids[3] = {1, 2, 3};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, ids, 3), MT_OK);
+    /* 100 distinct values in every slot; slot 3 gets two ids per example (multi-hot). */
+    for (uint64_t v = 0; v < 100; v++) {
+        uint64_t f1 = mt_fid_of_int(1, v), f2 = mt_fid_of_int(2, v);
+        uint64_t f3[2] = {mt_fid_of_int(3, v), mt_fid_of_int(3, 99 - v)};
+        const uint64_t *f[3] = {&f1, &f2, f3};
+        uint32_t c[3] = {1, 1, 2};
+        cr_assert_eq(mt_batch_add(&b, (float)(v % 2), 0, 1, f, c), MT_OK);
+    }
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK);
+    cr_assert_eq(rows_of(tr, 1, 100, 4), 10, "slot 1 collides into its 10 buckets");
+    cr_assert_eq(rows_of(tr, 2, 100, 4), 100, "slot 2 stays collisionless");
+    cr_assert_eq(rows_of(tr, 3, 100, 4), 7, "slot 3 collides into its 7 buckets");
+    cr_assert_eq(rows_of(tr, 1 | 0x8000, 100, 1), 10, "first-order weights collide alike");
+    mt_table_stats_t st;
+    mt_table_stats(mt_trainer_table(tr), &st);
+    cr_assert_eq(st.rows, 2 * (10 + 100 + 7));
+    mt_trainer_destroy(tr);
+    /* The global hash_buckets still applies to the slots without their own count. */
+    tc.hash_buckets = 3;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK);
+    cr_assert_eq(rows_of(tr, 1, 100, 4), 10);
+    cr_assert_eq(rows_of(tr, 2, 100, 4), 3, "slot 2 falls back to hash_buckets");
+    cr_assert_eq(rows_of(tr, 3, 100, 4), 7);
+    mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+}
