@@ -6,11 +6,15 @@
  *   monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...
  *   monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]
  *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P]
+ *                     [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]
  *
  * gen writes the synthetic click stream (data/gen: a hidden ground-truth model, Zipf
  * popularity, new ids, drift) to stdout as TSV with a header: label, timestamp_ms, then one
  * column per slot (user, item, segment, category, hour, tags) holding the ids' values
- * (tags: comma-separated). The generic CSV/TSV reader reads it back.
+ * (tags: comma-separated). The generic CSV/TSV reader reads it back. With --kafka it
+ * produces monolith.v1.Example protobufs to the topic instead (key = request id
+ * "gen-<seed>-<n>"): a stream monolith-trainer --online trains on without a joiner;
+ * --rate paces it (examples per second; default: as fast as the broker takes them).
  *
  * A FID is "SLOT:VALUE" (decimal, VALUE < 2^48) or a raw 64-bit number (decimal or 0x hex).
  * lookup routes each id to its shard like every client (the --ps list is shard 0, 1, ...).
@@ -22,10 +26,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/ps.pb-c.h"
+#include "mt/example_pb.h"
 #include "mt/gen.h"
+#include "mt/kafka.h"
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/table.h"
@@ -54,13 +62,15 @@ static const char *status_name(int code) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: monolith health   --addr HOST:PORT [--service NAME]\n"
-                    "       monolith stats    --addr HOST:PORT\n"
-                    "       monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...\n"
-                    "       monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]\n"
-                    "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
-                    " [--ctr P]\n"
-                    "FID: SLOT:VALUE or a 64-bit number (decimal or 0x hex)\n");
+    fprintf(stderr,
+            "usage: monolith health   --addr HOST:PORT [--service NAME]\n"
+            "       monolith stats    --addr HOST:PORT\n"
+            "       monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...\n"
+            "       monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]\n"
+            "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
+            " [--ctr P]\n"
+            "                         [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]\n"
+            "FID: SLOT:VALUE or a 64-bit number (decimal or 0x hex)\n");
     return 2;
 }
 
@@ -274,12 +284,76 @@ out:
     return rc;
 }
 
-static int cmd_gen(uint64_t examples, const mt_gen_config_t *gc) {
+/* monolith gen --kafka: the stream as monolith.v1.Example protobufs (key = request id
+ * "gen-<seed>-<n>") to a topic, ready for monolith-trainer --online without a joiner. */
+static int gen_to_kafka(uint64_t examples, const mt_gen_config_t *gc, const char *bootstrap,
+                        const char *topic, double rate) {
+    char err[512];
+    mt_kafka_producer_t *p;
+    if (mt_kafka_producer_create(bootstrap, NULL, &p, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith: gen: Kafka producer on %s: %s\n", bootstrap, err);
+        return 1;
+    }
+    mt_gen_t *g;
+    if (mt_gen_create(gc, &g) != MT_OK) {
+        mt_kafka_producer_destroy(p);
+        return 1;
+    }
+    mt_batch_t b = {0};
+    int rc = 0;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t chunk = rate > 0 && rate < 40960 ? (size_t)(rate / 10) + 1 : 4096;
+    for (uint64_t done = 0; done < examples && !rc;) {
+        size_t n = examples - done < chunk ? (size_t)(examples - done) : chunk;
+        if (rate > 0) { /* paced: done examples are due at t0 + done / rate */
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            double ahead = (double)done / rate - ((double)(now.tv_sec - t0.tv_sec) +
+                                                  (double)(now.tv_nsec - t0.tv_nsec) * 1e-9);
+            if (ahead > 0) usleep((useconds_t)(ahead * 1e6));
+        }
+        if (mt_gen_next(g, &b, n, NULL) != MT_OK) {
+            rc = 1;
+            break;
+        }
+        for (size_t i = 0; i < b.n && !rc; i++) {
+            char key[64];
+            snprintf(key, sizeof(key), "gen-%" PRIu64 "-%" PRIu64, gc->seed, done + i);
+            uint8_t *buf;
+            size_t len;
+            mt_err_t e = mt_example_encode(&b, i, key, &buf, &len);
+            if (!e) e = mt_kafka_produce(p, topic, -1, key, strlen(key), buf, len, 30000);
+            if (e == MT_OK) free(buf);
+            if (e) {
+                fprintf(stderr, "monolith: gen: produce to %s: %s\n", topic, mt_strerror(e));
+                rc = 1;
+            }
+        }
+        done += n;
+    }
+    if (!rc && mt_kafka_producer_flush(p, 60000) != MT_OK) {
+        fprintf(stderr, "monolith: gen: some messages were not delivered to %s\n", topic);
+        rc = 1;
+    }
+    uint64_t delivered = 0, failed = 0;
+    mt_kafka_producer_counts(p, &delivered, &failed);
+    fprintf(stderr, "monolith: gen: %" PRIu64 " examples delivered to %s, %" PRIu64 " failed\n",
+            delivered, topic, failed);
+    mt_batch_free(&b);
+    mt_gen_destroy(g);
+    mt_kafka_producer_destroy(p);
+    return rc;
+}
+
+static int cmd_gen(uint64_t examples, const mt_gen_config_t *gc, const char *kafka,
+                   const char *topic, double rate) {
     char err[256];
     if (mt_gen_config_validate(gc, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith: gen: %s\n", err);
         return 2;
     }
+    if (kafka) return gen_to_kafka(examples, gc, kafka, topic ? topic : "examples", rate);
     mt_gen_t *g;
     if (mt_gen_create(gc, &g) != MT_OK) return 1;
     mt_batch_t b = {0};
@@ -312,10 +386,12 @@ static int cmd_gen(uint64_t examples, const mt_gen_config_t *gc) {
 
 int main(int argc, char **argv) {
     if (argc < 2) return usage();
-    const char *cmd = argv[1], *addr = NULL, *service = NULL, *token = NULL;
+    const char *cmd = argv[1], *addr = NULL, *service = NULL, *token = NULL, *kafka = NULL,
+               *topic = NULL;
     char *ps = NULL;
     int train = 0;
     uint64_t id = 0, examples = 100000;
+    double rate = 0;
     mt_gen_config_t gc;
     mt_gen_config_init(&gc);
     char **rest = calloc((size_t)argc, sizeof(char *));
@@ -332,7 +408,18 @@ int main(int argc, char **argv) {
             service = argv[++i];
         else if (!strcmp(a, "--token") && has)
             token = argv[++i];
-        else if (!strcmp(a, "--id") && has) {
+        else if (!strcmp(a, "--kafka") && has)
+            kafka = argv[++i];
+        else if (!strcmp(a, "--topic") && has)
+            topic = argv[++i];
+        else if (!strcmp(a, "--rate") && has) {
+            char *end;
+            rate = strtod(argv[++i], &end);
+            if (*end || !(rate > 0)) {
+                free(rest);
+                return usage();
+            }
+        } else if (!strcmp(a, "--id") && has) {
             char *end;
             id = strtoull(argv[++i], &end, 10);
             if (*end) {
@@ -378,7 +465,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "snapshot") && addr && !nrest)
         rc = cmd_snapshot(addr, token, id);
     else if (!strcmp(cmd, "gen") && !nrest)
-        rc = cmd_gen(examples, &gc);
+        rc = cmd_gen(examples, &gc, kafka, topic, rate);
     else if (!strcmp(cmd, "lookup") && (ps || addr)) {
         char *list = strdup(ps ? ps : addr);
         rc = list ? cmd_lookup(list, train, rest, nrest) : 1;

@@ -314,7 +314,9 @@ int main(int argc, char **argv) {
             goto out;
         }
     }
-    if (mt_config_validate(&d.cfg, err, sizeof(err)) != MT_OK) {
+    /* the table slots of the trainer's model, when the file configures one ([trainer]) */
+    if (mt_config_derive_trainer_slots(&d.cfg, NULL, NULL, err, sizeof(err)) != MT_OK ||
+        mt_config_validate(&d.cfg, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-ps: %s: %s\n", config, err);
         goto out;
     }

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The main job. Today: builds Monolith-C and runs the embedding-table benchmark at full scale
-# (10 million ids, dim 16, Adagrad), printing one JSON line per figure. Later issues turn this
-# into the one-command local cluster (broker, PS shards, joiner, trainer, serving).
-# Pass benchmark flags through, e.g. `scripts/run-local.sh --quick` or `--rows 2000000`.
+# The main job: installs what is missing, builds Monolith-C, and runs the local cluster on a
+# stream it generates itself (deploy/local-cluster.sh: the embedded Kafka broker, PS shards
+# and an online trainer fed by the synthetic click stream), ending with a report.
+#
+#   scripts/run-local.sh [--quick] [--shards N] [--seconds S] [--rate EX_PER_S]
+#   scripts/run-local.sh --table-bench [table_bench flags]   the 10M-id table benchmark
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh release >/dev/null
-exec build/release/bench/table_bench "$@"
+if [ "${1:-}" = "--table-bench" ]; then
+  shift
+  exec build/release/bench/table_bench "$@"
+fi
+exec bash deploy/local-cluster.sh "$@"

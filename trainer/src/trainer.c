@@ -284,6 +284,19 @@ static mt_err_t check_slots(const mt_trainer_t *tr, const mt_batch_t *b) {
     return MT_OK;
 }
 
+/* y[0..d) += a * x[0..d). Pooling passes a = 1 (1 * x == x exactly). The dim-16 version
+ * has a loop of known length that GCC vectorizes at -O2; per element both do the scalar
+ * operations, so results are the same. Pool and scatter were 5% of a warm step scalar. */
+static inline void add_scaled(float *restrict y, const float *restrict x, float a, size_t d) {
+    for (size_t j = 0; j < d; j++)
+        y[j] += a * x[j];
+}
+
+static inline void add16(float *restrict y, const float *restrict x, float a) {
+    for (size_t j = 0; j < 16; j++)
+        y[j] += a * x[j];
+}
+
 /* Looks the unique ids up and sum-pools them into E and W1. */
 static mt_err_t gather(mt_trainer_t *tr, const mt_batch_t *b, size_t nu, unsigned flags,
                        uint32_t now_s) {
@@ -294,14 +307,18 @@ static mt_err_t gather(mt_trainer_t *tr, const mt_batch_t *b, size_t nu, unsigne
     if (err) return err;
     memset(tr->E, 0, b->n * S * d * sizeof(float));
     memset(tr->W1, 0, b->n * S * sizeof(float));
+    const uint32_t *uidx = tr->uidx;
+    const float *uemb = tr->uemb, *uw1 = tr->uw1;
     for (size_t cell = 0; cell < b->n * S; cell++) {
-        float *e = tr->E + cell * d;
+        float *e = tr->E + cell * d, w1 = tr->W1[cell];
         for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
-            const float *u = tr->uemb + (size_t)tr->uidx[k] * d;
-            for (size_t j = 0; j < d; j++)
-                e[j] += u[j];
-            tr->W1[cell] += tr->uw1[tr->uidx[k]];
+            if (d == 16)
+                add16(e, uemb + (size_t)uidx[k] * 16, 1.0f);
+            else
+                add_scaled(e, uemb + (size_t)uidx[k] * d, 1.0f, d);
+            w1 += uw1[uidx[k]];
         }
+        tr->W1[cell] = w1;
     }
     return MT_OK;
 }
@@ -353,13 +370,17 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     float scale = (float)b->n;
     memset(tr->ug, 0, nu * d * sizeof(float));
     memset(tr->ugw, 0, nu * sizeof(float));
+    const uint32_t *uidx = tr->uidx;
+    float *ug = tr->ug, *ugw = tr->ugw;
     for (size_t cell = 0; cell < b->n * S; cell++) {
         const float *de = tr->dE + cell * d;
+        const float gw = scale * tr->dW1[cell];
         for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
-            float *g = tr->ug + (size_t)tr->uidx[k] * d;
-            for (size_t j = 0; j < d; j++)
-                g[j] += scale * de[j];
-            tr->ugw[tr->uidx[k]] += scale * tr->dW1[cell];
+            if (d == 16)
+                add16(ug + (size_t)uidx[k] * 16, de, scale);
+            else
+                add_scaled(ug + (size_t)uidx[k] * d, de, scale, d);
+            ugw[uidx[k]] += gw;
         }
     }
     err = tr->backend.apply(tr->backend.ud, tr->ufid, nu, tr->ug, nu * d, now_s);

@@ -1,0 +1,270 @@
+/*
+ * kafka.h - Kafka for Monolith-C: an embedded mock cluster, a producer and an at-least-once
+ * consumer-group member, over librdkafka. No librdkafka type appears here: errors are
+ * translated to mt_err_t at this edge (see DESIGN.md section 5 for the topics).
+ *
+ * The mock cluster (mt_kafka_mock_*) is librdkafka's in-process broker: real Kafka protocol on
+ * 127.0.0.1, good for tests, demos and the monolith-kafka-dev daemon. Its limits: each
+ * partition keeps only about 5 MiB or 100,000 messages (older ones are dropped silently); the
+ * first group assignment arrives about 3 s after subscribe, and a reassignment waits
+ * session.timeout.ms - 1000 ms after a member joins or leaves. A real cluster is just another
+ * bootstrap string: nothing else here knows the difference.
+ *
+ * At-least-once consumption: a message counts as processed only once the caller marks it
+ * (mt_kafka_consumer_mark). Commits carry marked positions only, so a message polled but not
+ * marked is delivered again after a restart or a rebalance. A mark never moves a partition's
+ * position backwards, and marks of partitions this member no longer owns are ignored (but
+ * see mt_kafka_consumer_commit for positions carried across a rebalance).
+ *
+ *   mt_kafka_producer_t *p;
+ *   mt_kafka_producer_create("127.0.0.1:9092", NULL, &p, err, sizeof(err));
+ *   mt_kafka_produce(p, "examples", -1, key, klen, val, vlen, 1000);
+ *   mt_kafka_producer_flush(p, 10000);
+ *   mt_kafka_producer_destroy(p);
+ *
+ *   const char *topics[] = {"examples"};
+ *   mt_kafka_consumer_t *c;
+ *   mt_kafka_consumer_create("127.0.0.1:9092", "trainer", topics, 1, NULL, &c, err, sizeof(err));
+ *   mt_kafka_msg_t m[256];
+ *   for (;;) {
+ *       size_t n = mt_kafka_consumer_poll(c, m, 256, 100);
+ *       ... process m[0..n), make the effect durable ...
+ *       for (size_t i = 0; i < n; i++) mt_kafka_consumer_mark(c, &m[i]);  (per partition)
+ *       mt_kafka_consumer_commit(c);
+ *   }
+ *
+ * Thread safety: each function says. In short: the mock, the producer and the counters may be
+ * used from any number of threads; a consumer is polled by one thread at a time, and its mark,
+ * commit, assigned and counts functions may be called from any thread.
+ */
+#ifndef MT_KAFKA_H
+#define MT_KAFKA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mt/err.h"
+
+/* mt_kafka_produce()'s answer when the local queue stays full: the brokers do not keep up. */
+#define MT_KAFKA_BUSY MT_UNAVAILABLE
+
+typedef struct mt_kafka_mock mt_kafka_mock_t;         /* an embedded mock cluster */
+typedef struct mt_kafka_producer mt_kafka_producer_t; /* a producer (librdkafka handle) */
+typedef struct mt_kafka_consumer mt_kafka_consumer_t; /* a consumer-group member */
+
+/* A topic of the mock cluster. */
+typedef struct mt_kafka_topic_spec {
+    const char *name;   /* borrowed during mt_kafka_mock_create() */
+    int32_t partitions; /* >= 1 */
+} mt_kafka_topic_spec_t;
+
+/* ---------------- the mock cluster ---------------- */
+
+/**
+ * Starts @p nbrokers mock brokers listening on 127.0.0.1 (ports chosen by the OS: librdkafka
+ * 2.0.2 has no way to choose them) and creates @p topics. Other topics are created on first
+ * use by the mock with 4 partitions (librdkafka's mock default).
+ *
+ * @param[in]  nbrokers  1..64
+ * @param[in]  topics    @p ntopics specs, borrowed; may be NULL when ntopics is 0
+ * @param[out] out       caller frees with mt_kafka_mock_destroy()
+ * @param[out] errbuf    on error, a message (may be NULL)
+ * @returns MT_OK, MT_INVALID (bad argument), MT_NOMEM, MT_INTERNAL (librdkafka refused).
+ * Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_mock_create(int nbrokers, const mt_kafka_topic_spec_t *topics, size_t ntopics,
+                              mt_kafka_mock_t **out, char *errbuf, size_t errlen);
+
+/**
+ * @returns the bootstrap string "127.0.0.1:p1,127.0.0.1:p2,...", owned by @p m, valid until
+ * mt_kafka_mock_destroy(). Thread safety: thread-safe.
+ */
+const char *mt_kafka_mock_bootstrap(const mt_kafka_mock_t *m);
+
+/**
+ * Creates one more topic on a running mock. @returns MT_OK, MT_INVALID, MT_EXISTS (a topic of
+ * that name exists), MT_INTERNAL. Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_mock_topic_create(mt_kafka_mock_t *m, const char *name, int32_t partitions);
+
+/**
+ * Stops the brokers (clients still connected see their connections fail) and frees @p m.
+ * NULL is a no-op. Thread safety: no other call on @p m may run or follow.
+ */
+void mt_kafka_mock_destroy(mt_kafka_mock_t *m);
+
+/* ---------------- the producer ---------------- */
+
+/**
+ * Creates a producer. Our defaults: partitioner=murmur2_random (the Java clients' choice, so a
+ * key lands on the same partition whoever produces it), acks=all, client.id=monolith; @p conf
+ * entries are applied after them and win.
+ *
+ * @param[in]  bootstrap  "host:port[,host:port...]", borrowed
+ * @param[in]  conf       NULL or a NULL-terminated array of "key=value" librdkafka
+ *                        properties, borrowed during the call
+ * @param[out] out        caller frees with mt_kafka_producer_destroy()
+ * @param[out] errbuf     on error, a message (may be NULL)
+ * @returns MT_OK, MT_INVALID (NULL or empty bootstrap, an entry without '='), MT_CONFIG
+ * (librdkafka refused a property: errbuf names it), MT_NOMEM, MT_INTERNAL.
+ * Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_producer_create(const char *bootstrap, const char *const *conf,
+                                  mt_kafka_producer_t **out, char *errbuf, size_t errlen);
+
+/**
+ * Queues one message; key and value are copied, so the caller's buffers are free at return.
+ * Delivery is asynchronous: its outcome shows in mt_kafka_producer_counts() and in the next
+ * mt_kafka_producer_flush(). Serves pending delivery reports before returning.
+ *
+ * @param[in] partition   a partition, or -1: by key hash (murmur2, as the Java clients; a
+ *                        NULL key goes to a random partition)
+ * @param[in] key         may be NULL (key_len 0)
+ * @param[in] timeout_ms  when the local queue is full (queue.buffering.max.messages /
+ *                        .kbytes), how long to serve delivery reports and retry; 0: do not
+ *                        wait, < 0: wait as long as it takes
+ * @returns MT_OK (queued); MT_KAFKA_BUSY (= MT_UNAVAILABLE: err.h has no MT_BUSY) when the
+ * queue is still full after @p timeout_ms; MT_NOT_FOUND (unknown topic or partition, once
+ * the cluster said so); MT_LIMIT (larger than message.max.bytes); MT_INVALID; MT_IO (other
+ * errors, logged).
+ * Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_produce(mt_kafka_producer_t *p, const char *topic, int32_t partition,
+                          const void *key, size_t key_len, const void *value, size_t len,
+                          int timeout_ms);
+
+/**
+ * Waits until every message produced so far is delivered or has failed, serving delivery
+ * reports. @param[in] timeout_ms  < 0: no limit.
+ * @returns MT_OK; MT_TIMEOUT if messages are still in flight at the deadline (failures seen
+ * so far are then reported by the next flush); MT_IO if any delivery failed since the last
+ * flush that returned MT_OK or MT_IO.
+ * Thread safety: thread-safe (concurrent produces count as "produced so far" if queued
+ * before the flush looks at the queue).
+ */
+mt_err_t mt_kafka_producer_flush(mt_kafka_producer_t *p, int timeout_ms);
+
+/**
+ * Counters since creation: messages acknowledged by the cluster and messages that failed
+ * for good (after librdkafka's retries). Either out-pointer may be NULL.
+ * Thread safety: thread-safe (each counter is read atomically, the pair not as one).
+ */
+void mt_kafka_producer_counts(const mt_kafka_producer_t *p, uint64_t *delivered, uint64_t *failed);
+
+/**
+ * @returns the number of messages queued or in flight (not yet delivered or failed).
+ * Thread safety: thread-safe.
+ */
+size_t mt_kafka_producer_queued(const mt_kafka_producer_t *p);
+
+/**
+ * Flushes for up to 5 s (messages still undelivered then are logged as lost), stops the
+ * producer and frees @p p. NULL is a no-op.
+ * Thread safety: no other call on @p p may run or follow.
+ */
+void mt_kafka_producer_destroy(mt_kafka_producer_t *p);
+
+/* ---------------- the consumer ---------------- */
+
+/* One consumed message. topic is valid until mt_kafka_consumer_destroy(); key and value (and
+ * the message as a whole) until the next mt_kafka_consumer_poll() or destroy. */
+typedef struct mt_kafka_msg {
+    const char *topic;
+    int32_t partition;
+    int64_t offset;
+    int64_t timestamp_ms; /* producer's create time or broker's log-append time; -1 if none */
+    const void *key;      /* NULL if the message has no key */
+    size_t key_len;
+    const void *value; /* NULL if the message has no value (a tombstone) */
+    size_t len;
+} mt_kafka_msg_t;
+
+/* Consumer counters since creation (for metrics). */
+typedef struct mt_kafka_consumer_counts {
+    uint64_t messages;        /* messages returned by mt_kafka_consumer_poll() */
+    uint64_t errors;          /* consumer errors logged (partition EOF is not an error) */
+    uint64_t commits;         /* partition positions committed successfully */
+    uint64_t commit_failures; /* commit requests that failed (positions stay marked) */
+    uint64_t assignments;     /* rebalance callbacks that assigned partitions */
+    uint64_t revocations;     /* rebalance callbacks that revoked partitions */
+} mt_kafka_consumer_counts_t;
+
+/**
+ * Creates a consumer-group member of @p group subscribed to @p topics. Our settings:
+ * enable.auto.commit=false, enable.auto.offset.store=false, auto.offset.reset=earliest,
+ * client.id=monolith; @p conf entries are applied after them and win (tests set
+ * session.timeout.ms=6000 to make the mock rebalance quickly). The eager protocol is the
+ * default; partition.assignment.strategy=cooperative-sticky works too.
+ *
+ * Partitions arrive through rebalances served inside mt_kafka_consumer_poll(): with the mock
+ * cluster the first assignment comes about 3 s after creation.
+ *
+ * @param[in]  bootstrap, group  borrowed
+ * @param[in]  topics     @p ntopics >= 1 names, borrowed during the call
+ * @param[in]  conf       NULL or a NULL-terminated "key=value" array, borrowed
+ * @param[out] out        caller frees with mt_kafka_consumer_destroy()
+ * @param[out] errbuf     on error, a message (may be NULL)
+ * @returns MT_OK, MT_INVALID, MT_CONFIG (errbuf names the property), MT_NOMEM, MT_INTERNAL.
+ * Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_consumer_create(const char *bootstrap, const char *group,
+                                  const char *const *topics, size_t ntopics,
+                                  const char *const *conf, mt_kafka_consumer_t **out, char *errbuf,
+                                  size_t errlen);
+
+/**
+ * Returns up to @p cap messages, waiting at most @p timeout_ms (< 0: no limit) for the first,
+ * then taking only what is already fetched. Serves rebalances (which commit the marked
+ * positions of revoked partitions). Consumer errors are logged and counted, never returned
+ * as messages; partition EOF events are skipped.
+ *
+ * The messages of the previous call are released first: their key and value pointers die here.
+ * @returns how many messages were written to @p msgs (0 on timeout).
+ * Thread safety: one thread at a time per consumer (not concurrently with destroy).
+ */
+size_t mt_kafka_consumer_poll(mt_kafka_consumer_t *c, mt_kafka_msg_t *msgs, size_t cap,
+                              int timeout_ms);
+
+/**
+ * Marks @p msg (and, by Kafka's offset semantics, everything before it in its partition) as
+ * processed: msg->offset + 1 becomes the position to commit for msg's partition, unless the
+ * marked position is already further. Ignored if the partition is no longer assigned to this
+ * member (a rebalance took it: the new owner will deliver the message again), except while a
+ * revoked partition's position is carried (see mt_kafka_consumer_commit).
+ * Only msg->topic, partition and offset are read, so a copy of a message may be marked after
+ * the next poll. Thread safety: thread-safe.
+ */
+void mt_kafka_consumer_mark(mt_kafka_consumer_t *c, const mt_kafka_msg_t *msg);
+
+/**
+ * Commits every marked position not yet committed, synchronously (one round trip to the group
+ * coordinator). Also done for revoked partitions in the rebalance callback, and on destroy.
+ *
+ * If the commit in the rebalance callback fails (the mock cluster refuses all commits during a
+ * rebalance; a real broker takes them), the revoked partitions' positions are carried to the
+ * next assignment: a partition that comes back to this member resumes at its carried position
+ * (which is then committed at once); one that goes to another member restarts there from the
+ * last committed position, so its messages since that commit are delivered again. Commit
+ * often (after each durable step) to keep that window small.
+ * @returns MT_OK (also when nothing is marked); MT_UNAVAILABLE when the group is rebalancing
+ * (positions stay marked and go with the next commit or the revocation), MT_IO for other
+ * failures (logged, counted, positions stay marked).
+ * Thread safety: thread-safe; commits are serialized, so positions never go backwards.
+ */
+mt_err_t mt_kafka_consumer_commit(mt_kafka_consumer_t *c);
+
+/** @returns the number of partitions currently assigned to this member. Thread-safe. */
+size_t mt_kafka_consumer_assigned(const mt_kafka_consumer_t *c);
+
+/** Reads the counters into @p out. Thread safety: thread-safe (each counter atomically). */
+void mt_kafka_consumer_counts(const mt_kafka_consumer_t *c, mt_kafka_consumer_counts_t *out);
+
+/**
+ * Commits the marked positions, leaves the group (rd_kafka_consumer_close: its partitions go
+ * to the other members at the next rebalance) and frees @p c with its last messages. Blocks
+ * for a few round trips. NULL is a no-op.
+ * Thread safety: no other call on @p c may run or follow.
+ */
+void mt_kafka_consumer_destroy(mt_kafka_consumer_t *c);
+
+#endif /* MT_KAFKA_H */

@@ -1,0 +1,489 @@
+/*
+ * consumer.c - an at-least-once consumer-group member over librdkafka.
+ *
+ * librdkafka stores and commits nothing by itself here (enable.auto.commit=false,
+ * enable.auto.offset.store=false): the member keeps its own table of positions, one entry
+ * per partition ever assigned, and commits only what the caller marked as processed.
+ *
+ *   part_t: topic (interned) | partition | assigned | next (marked position) | committed
+ *
+ * Invariants: next and committed only grow while a partition stays assigned; marks of
+ * unassigned partitions are dropped (the partition's new owner delivers the message again).
+ *
+ * Revocation commits the marked positions of the revoked partitions. When that commit fails
+ * (librdkafka's mock cluster refuses every commit during a rebalance; a real broker accepts
+ * them until the group moves on) the marked position is kept as "carried": if the very next
+ * assignment gives the partition back to this member, consumption resumes at the carried
+ * position (not at the stale committed one) and the position is committed at once. Any
+ * other partition's carry is dropped at that assignment, and its new owner starts from the
+ * last committed position: redelivery, never loss. Resuming at a carried position is safe
+ * even if someone else owned the partition meanwhile: a position marks a processed prefix.
+ *
+ * Locks: commit_lock -> lock.
+ *   commit_lock  serializes commits (explicit ones, the revocation in the rebalance callback,
+ *                destroy) so that a later position is never overwritten by an earlier one;
+ *                held across the synchronous commit round trip.
+ *   lock         guards topics[] and parts[]; never held across a call into the network.
+ * The poll thread alone touches held[] and the topic cache. The rebalance callback runs
+ * inside rd_kafka_consumer_poll() / rd_kafka_consumer_close(), on the thread calling them.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kafka_int.h"
+#include "mt/kafka.h"
+#include "mt/log.h"
+
+typedef struct part {
+    const char *topic; /* interned: points into topics[] */
+    int32_t partition;
+    int assigned;
+    int carried;       /* unassigned, next kept for the next assignment (see above) */
+    int64_t next;      /* marked position (offset of the next message to process), -1: none */
+    int64_t committed; /* last position committed by this member in this assignment, -1 */
+} part_t;
+
+struct mt_kafka_consumer {
+    rd_kafka_t *rk;
+    pthread_mutex_t commit_lock;
+
+    pthread_mutex_t lock; /* guards the fields up to the next blank line */
+    char **topics;        /* every topic name seen, freed at destroy */
+    size_t ntopics, topics_cap;
+    part_t *parts;
+    size_t nparts, parts_cap;
+
+    /* poll thread only */
+    rd_kafka_message_t **held; /* the messages handed out by the last poll */
+    size_t nheld, held_cap;
+    const char *cached_topic; /* interned name of the last message's topic */
+
+    _Atomic size_t assigned;
+    _Atomic uint64_t messages, errors, commits, commit_failures, assignments, revocations;
+};
+
+/* ---------------- tables (caller holds lock) ---------------- */
+
+static const char *intern_locked(mt_kafka_consumer_t *c, const char *name) {
+    for (size_t i = 0; i < c->ntopics; i++)
+        if (!strcmp(c->topics[i], name)) return c->topics[i];
+    if (c->ntopics == c->topics_cap) {
+        size_t cap = c->topics_cap ? 2 * c->topics_cap : 8;
+        char **t = realloc(c->topics, cap * sizeof(*t));
+        if (!t) return NULL;
+        c->topics = t;
+        c->topics_cap = cap;
+    }
+    char *s = strdup(name);
+    if (!s) return NULL;
+    c->topics[c->ntopics++] = s;
+    return s;
+}
+
+static part_t *find_locked(mt_kafka_consumer_t *c, const char *topic, int32_t partition) {
+    for (size_t i = 0; i < c->nparts; i++) {
+        part_t *pt = &c->parts[i];
+        if (pt->partition == partition && (pt->topic == topic || !strcmp(pt->topic, topic)))
+            return pt;
+    }
+    return NULL;
+}
+
+static part_t *find_or_add_locked(mt_kafka_consumer_t *c, const char *topic, int32_t partition) {
+    part_t *pt = find_locked(c, topic, partition);
+    if (pt) return pt;
+    const char *name = intern_locked(c, topic);
+    if (!name) return NULL;
+    if (c->nparts == c->parts_cap) {
+        size_t cap = c->parts_cap ? 2 * c->parts_cap : 16;
+        part_t *p = realloc(c->parts, cap * sizeof(*p));
+        if (!p) return NULL;
+        c->parts = p;
+        c->parts_cap = cap;
+    }
+    pt = &c->parts[c->nparts++];
+    pt->topic = name;
+    pt->partition = partition;
+    pt->assigned = 0;
+    pt->next = pt->committed = -1;
+    return pt;
+}
+
+/* ---------------- commits ---------------- */
+
+static int in_list(const rd_kafka_topic_partition_list_t *l, const part_t *pt) {
+    for (int i = 0; i < l->cnt; i++)
+        if (l->elems[i].partition == pt->partition && !strcmp(l->elems[i].topic, pt->topic))
+            return 1;
+    return 0;
+}
+
+/* Commits the marked, uncommitted positions of assigned partitions (only those in @p only,
+ * if not NULL). Caller holds commit_lock. */
+static mt_err_t commit_cl(mt_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *only) {
+    pthread_mutex_lock(&c->lock);
+    rd_kafka_topic_partition_list_t *l =
+        rd_kafka_topic_partition_list_new(c->nparts ? (int)c->nparts : 1);
+    for (size_t i = 0; i < c->nparts; i++) {
+        part_t *pt = &c->parts[i];
+        if (!pt->assigned || pt->next <= pt->committed || (only && !in_list(only, pt))) continue;
+        rd_kafka_topic_partition_list_add(l, pt->topic, pt->partition)->offset = pt->next;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (l->cnt == 0) {
+        rd_kafka_topic_partition_list_destroy(l);
+        return MT_OK;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, l, 0 /* synchronous */);
+    uint64_t ok = 0;
+    rd_kafka_resp_err_t first = e;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < l->cnt; i++) {
+        const rd_kafka_topic_partition_t *el = &l->elems[i];
+        if (e || el->err) {
+            if (!first) first = el->err;
+            continue;
+        }
+        part_t *pt = find_locked(c, el->topic, el->partition);
+        if (pt && pt->assigned && el->offset > pt->committed) pt->committed = el->offset;
+        ok++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    atomic_fetch_add(&c->commits, ok);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (!first) return MT_OK;
+    uint64_t n = atomic_fetch_add(&c->commit_failures, 1) + 1;
+    if (n <= 10 || n % 1000 == 0)
+        mt_log(MT_LOG_WARN, MT__KAFKA_WHO, "%s: commit failed (%llu so far): %s",
+               rd_kafka_name(c->rk), (unsigned long long)n, rd_kafka_err2str(first));
+    switch (first) {
+    case RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS:
+    case RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID:
+    case RD_KAFKA_RESP_ERR__STATE:
+    case RD_KAFKA_RESP_ERR__WAIT_COORD:
+    case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_NOT_COORDINATOR: return MT_UNAVAILABLE;
+    default: return MT_IO;
+    }
+}
+
+/* ---------------- callbacks ---------------- */
+
+static void update_assigned(mt_kafka_consumer_t *c) {
+    rd_kafka_topic_partition_list_t *l = NULL;
+    if (rd_kafka_assignment(c->rk, &l) == RD_KAFKA_RESP_ERR_NO_ERROR && l) {
+        atomic_store(&c->assigned, (size_t)l->cnt);
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+}
+
+/* Assignment: entries for @p parts; carried positions become start offsets in @p parts
+ * (which the caller passes to assign). @returns how many carried positions were resumed. */
+static int on_assign(mt_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *parts) {
+    int resumed = 0;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->nparts; i++)
+        c->parts[i].assigned |= 2; /* tag: "not in this assignment" unless seen below */
+    for (int i = 0; i < parts->cnt; i++) {
+        rd_kafka_topic_partition_t *el = &parts->elems[i];
+        part_t *pt = find_or_add_locked(c, el->topic, el->partition);
+        if (!pt) {
+            mt_log(MT_LOG_ERROR, MT__KAFKA_WHO, "out of memory: marks of %s [%d] are ignored",
+                   el->topic, (int)el->partition);
+            continue;
+        }
+        if (pt->carried && pt->next >= 0) {
+            el->offset = pt->next;
+            pt->committed = -1; /* commit the carried position */
+            resumed++;
+        } else {
+            pt->next = pt->committed = -1;
+        }
+        pt->carried = 0;
+        pt->assigned = 1;
+    }
+    for (size_t i = 0; i < c->nparts; i++) {
+        part_t *pt = &c->parts[i];
+        if (!(pt->assigned & 2)) continue;
+        pt->assigned &= 1; /* still owned (cooperative protocol) or not owned */
+        if (pt->carried) {
+            pt->carried = 0;
+            pt->next = pt->committed = -1;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return resumed;
+}
+
+/* Revocation (caller holds commit_lock, has tried to commit): keep uncommitted marks as
+ * carried unless the partitions were lost. */
+static void on_revoke(mt_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *parts,
+                      int lost) {
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < parts->cnt; i++) {
+        part_t *pt = find_locked(c, parts->elems[i].topic, parts->elems[i].partition);
+        if (!pt) continue;
+        pt->carried = !lost && pt->assigned && pt->next > pt->committed;
+        if (!pt->carried) pt->next = -1;
+        pt->committed = -1;
+        pt->assigned = 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void log_assign_error(rd_kafka_t *rk, const char *what, rd_kafka_error_t *err,
+                             rd_kafka_resp_err_t e) {
+    if (err) {
+        mt_log(MT_LOG_ERROR, MT__KAFKA_WHO, "%s: %s: %s", rd_kafka_name(rk), what,
+               rd_kafka_error_string(err));
+        rd_kafka_error_destroy(err);
+    } else if (e) {
+        mt_log(MT_LOG_ERROR, MT__KAFKA_WHO, "%s: %s: %s", rd_kafka_name(rk), what,
+               rd_kafka_err2str(e));
+    }
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque) {
+    mt_kafka_consumer_t *c = opaque;
+    int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        int resumed = on_assign(c, parts);
+        atomic_fetch_add(&c->assignments, 1);
+        mt_log(MT_LOG_INFO, MT__KAFKA_WHO, "%s: %d partitions assigned (%d at carried positions)",
+               rd_kafka_name(rk), parts->cnt, resumed);
+        if (coop)
+            log_assign_error(rk, "incremental assign", rd_kafka_incremental_assign(rk, parts), 0);
+        else
+            log_assign_error(rk, "assign", NULL, rd_kafka_assign(rk, parts));
+        if (resumed) {
+            pthread_mutex_lock(&c->commit_lock);
+            commit_cl(c, NULL);
+            pthread_mutex_unlock(&c->commit_lock);
+        }
+    } else {
+        /* REVOKE (or an error: treated as losing everything). Commit what was processed of
+         * the revoked partitions while this member still owns them, then unassign their
+         * entries (carrying what the commit did not take): both under commit_lock, so that
+         * no mark slips in between unnoticed. */
+        int lost = err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS || rd_kafka_assignment_lost(rk);
+        pthread_mutex_lock(&c->commit_lock);
+        if (!lost) commit_cl(c, parts);
+        on_revoke(c, parts, lost);
+        pthread_mutex_unlock(&c->commit_lock);
+        atomic_fetch_add(&c->revocations, 1);
+        mt_log(MT_LOG_INFO, MT__KAFKA_WHO, "%s: %d partitions %s", rd_kafka_name(rk), parts->cnt,
+               lost ? "lost" : "revoked");
+        if (coop)
+            log_assign_error(rk, "incremental unassign", rd_kafka_incremental_unassign(rk, parts),
+                             0);
+        else
+            log_assign_error(rk, "unassign", NULL, rd_kafka_assign(rk, NULL));
+    }
+    update_assigned(c);
+}
+
+static void count_error(mt_kafka_consumer_t *c, rd_kafka_resp_err_t e, const char *reason) {
+    uint64_t n = atomic_fetch_add(&c->errors, 1) + 1;
+    /* Connection failures are already logged by librdkafka (FAIL lines). */
+    if (e != RD_KAFKA_RESP_ERR__TRANSPORT && (n <= 10 || n % 1000 == 0))
+        mt_log(MT_LOG_WARN, MT__KAFKA_WHO, "%s: consumer error (%llu so far): %s: %s",
+               rd_kafka_name(c->rk), (unsigned long long)n, rd_kafka_err2name(e), reason);
+}
+
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+    (void)rk;
+    count_error(opaque, (rd_kafka_resp_err_t)err, reason);
+}
+
+/* ---------------- API ---------------- */
+
+mt_err_t mt_kafka_consumer_create(const char *bootstrap, const char *group,
+                                  const char *const *topics, size_t ntopics,
+                                  const char *const *conf, mt_kafka_consumer_t **out, char *errbuf,
+                                  size_t errlen) {
+    mt__kafka_errf(errbuf, errlen, "%s", "");
+    if (!out || !bootstrap || !*bootstrap || !group || !*group || !topics || !ntopics ||
+        ntopics > 1000) {
+        mt__kafka_errf(errbuf, errlen, "need a bootstrap, a group and 1..1000 topics");
+        return MT_INVALID;
+    }
+    for (size_t i = 0; i < ntopics; i++) {
+        if (!topics[i] || !*topics[i]) {
+            mt__kafka_errf(errbuf, errlen, "topic %zu is empty", i);
+            return MT_INVALID;
+        }
+    }
+    static const char *const defaults[] = {"client.id=monolith",
+                                           "enable.auto.commit=false",
+                                           "enable.auto.offset.store=false",
+                                           "auto.offset.reset=earliest",
+                                           "enable.partition.eof=false",
+                                           NULL};
+    rd_kafka_conf_t *rconf = NULL;
+    rd_kafka_topic_partition_list_t *sub = NULL;
+    mt_kafka_consumer_t *c = calloc(1, sizeof(*c));
+    if (!c) return MT_NOMEM;
+    pthread_mutex_init(&c->commit_lock, NULL);
+    pthread_mutex_init(&c->lock, NULL);
+    mt_err_t rc = mt__kafka_conf_new(defaults, conf, &rconf, errbuf, errlen);
+    if (!rc) rc = mt__kafka_conf_set(rconf, "bootstrap.servers", bootstrap, errbuf, errlen);
+    if (!rc) rc = mt__kafka_conf_set(rconf, "group.id", group, errbuf, errlen);
+    if (rc) goto fail;
+    rd_kafka_conf_set_rebalance_cb(rconf, rebalance_cb);
+    rd_kafka_conf_set_error_cb(rconf, error_cb);
+    rd_kafka_conf_set_opaque(rconf, c);
+    char errstr[512];
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, rconf, errstr, sizeof(errstr));
+    if (!c->rk) {
+        mt__kafka_errf(errbuf, errlen, "cannot create a consumer: %s", errstr);
+        rc = MT_INTERNAL;
+        goto fail;
+    }
+    rconf = NULL;                      /* owned by c->rk */
+    rd_kafka_poll_set_consumer(c->rk); /* one queue: callbacks run inside our poll */
+    sub = rd_kafka_topic_partition_list_new((int)ntopics);
+    for (size_t i = 0; i < ntopics; i++)
+        rd_kafka_topic_partition_list_add(sub, topics[i], RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(c->rk, sub);
+    rd_kafka_topic_partition_list_destroy(sub);
+    if (e) {
+        mt__kafka_errf(errbuf, errlen, "cannot subscribe: %s", rd_kafka_err2str(e));
+        rc = e == RD_KAFKA_RESP_ERR__INVALID_ARG ? MT_INVALID : MT_INTERNAL;
+        goto fail;
+    }
+    *out = c;
+    return MT_OK;
+fail:
+    if (rconf) rd_kafka_conf_destroy(rconf);
+    if (c->rk) rd_kafka_destroy(c->rk);
+    pthread_mutex_destroy(&c->commit_lock);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return rc;
+}
+
+static void release_held(mt_kafka_consumer_t *c) {
+    for (size_t i = 0; i < c->nheld; i++)
+        rd_kafka_message_destroy(c->held[i]);
+    c->nheld = 0;
+}
+
+/* The interned name of @p rkm's topic (the poll thread's cache first). */
+static const char *topic_of(mt_kafka_consumer_t *c, const rd_kafka_message_t *rkm) {
+    const char *name = rd_kafka_topic_name(rkm->rkt);
+    if (c->cached_topic && !strcmp(c->cached_topic, name)) return c->cached_topic;
+    pthread_mutex_lock(&c->lock);
+    const char *t = intern_locked(c, name);
+    pthread_mutex_unlock(&c->lock);
+    if (t) c->cached_topic = t;
+    return t ? t : name; /* out of memory: valid as long as the message */
+}
+
+size_t mt_kafka_consumer_poll(mt_kafka_consumer_t *c, mt_kafka_msg_t *msgs, size_t cap,
+                              int timeout_ms) {
+    release_held(c);
+    if (!cap || !msgs) return 0;
+    if (cap > c->held_cap) {
+        rd_kafka_message_t **h = realloc(c->held, cap * sizeof(*h));
+        if (h) {
+            c->held = h;
+            c->held_cap = cap;
+        } else if (!c->held_cap) {
+            mt_log(MT_LOG_ERROR, MT__KAFKA_WHO, "out of memory for %zu messages", cap);
+            return 0;
+        } else {
+            cap = c->held_cap;
+        }
+    }
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : mt__kafka_now_ms() + timeout_ms;
+    size_t n = 0;
+    while (n < cap) {
+        int wait_ms = 0;
+        if (n == 0 && timeout_ms < 0) {
+            wait_ms = -1;
+        } else if (n == 0) {
+            int64_t left = deadline - mt__kafka_now_ms();
+            wait_ms = left > 0 ? (left > 1000000 ? 1000000 : (int)left) : 0;
+        }
+        rd_kafka_message_t *rkm = rd_kafka_consumer_poll(c->rk, wait_ms);
+        if (!rkm) {
+            if (n > 0 || wait_ms == 0 || mt__kafka_now_ms() >= deadline) break;
+            continue;
+        }
+        if (rkm->err) {
+            if (rkm->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                count_error(c, rkm->err, rd_kafka_message_errstr(rkm));
+            rd_kafka_message_destroy(rkm);
+            if (n == 0 && timeout_ms >= 0 && mt__kafka_now_ms() >= deadline) break;
+            continue;
+        }
+        c->held[c->nheld++] = rkm;
+        mt_kafka_msg_t *m = &msgs[n++];
+        m->topic = topic_of(c, rkm);
+        m->partition = rkm->partition;
+        m->offset = rkm->offset;
+        m->timestamp_ms = rd_kafka_message_timestamp(rkm, NULL);
+        m->key = rkm->key;
+        m->key_len = rkm->key_len;
+        m->value = rkm->payload;
+        m->len = rkm->len;
+    }
+    atomic_fetch_add(&c->messages, (uint64_t)n);
+    return n;
+}
+
+void mt_kafka_consumer_mark(mt_kafka_consumer_t *c, const mt_kafka_msg_t *msg) {
+    if (!c || !msg || !msg->topic || msg->offset < 0) return;
+    pthread_mutex_lock(&c->lock);
+    part_t *pt = find_locked(c, msg->topic, msg->partition);
+    if (pt && (pt->assigned || pt->carried) && msg->offset + 1 > pt->next)
+        pt->next = msg->offset + 1;
+    pthread_mutex_unlock(&c->lock);
+}
+
+mt_err_t mt_kafka_consumer_commit(mt_kafka_consumer_t *c) {
+    if (!c) return MT_INVALID;
+    pthread_mutex_lock(&c->commit_lock);
+    mt_err_t rc = commit_cl(c, NULL);
+    pthread_mutex_unlock(&c->commit_lock);
+    return rc;
+}
+
+size_t mt_kafka_consumer_assigned(const mt_kafka_consumer_t *c) {
+    return atomic_load(&((mt_kafka_consumer_t *)c)->assigned);
+}
+
+void mt_kafka_consumer_counts(const mt_kafka_consumer_t *c, mt_kafka_consumer_counts_t *out) {
+    mt_kafka_consumer_t *m = (mt_kafka_consumer_t *)c;
+    out->messages = atomic_load(&m->messages);
+    out->errors = atomic_load(&m->errors);
+    out->commits = atomic_load(&m->commits);
+    out->commit_failures = atomic_load(&m->commit_failures);
+    out->assignments = atomic_load(&m->assignments);
+    out->revocations = atomic_load(&m->revocations);
+}
+
+void mt_kafka_consumer_destroy(mt_kafka_consumer_t *c) {
+    if (!c) return;
+    mt_kafka_consumer_commit(c);
+    release_held(c);
+    /* Leaves the group: the rebalance callback runs once more (revocation, nothing left to
+     * commit unless a mark raced in) and the group reassigns our partitions. */
+    rd_kafka_resp_err_t e = rd_kafka_consumer_close(c->rk);
+    if (e)
+        mt_log(MT_LOG_WARN, MT__KAFKA_WHO, "%s: close: %s", rd_kafka_name(c->rk),
+               rd_kafka_err2str(e));
+    rd_kafka_destroy(c->rk);
+    for (size_t i = 0; i < c->ntopics; i++)
+        free(c->topics[i]);
+    free(c->topics);
+    free(c->parts);
+    free(c->held);
+    pthread_mutex_destroy(&c->commit_lock);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# monolith-trainer end to end (batch mode), on the synthetic stream of `monolith gen`:
+#  1. a local run learns (eval AUC well above chance), reports its figures as JSON, and skips
+#     the bad lines it was given, logging each with its file and line number;
+#  2. the same run against a monolith-ps shard started from the same config file (sparse
+#     rows and dense parameters on the PS) reports exactly the same figures;
+#  3. bad command lines and configurations exit 2 with a message naming the culprit, an
+#     unreadable file exits 1.
+# Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN and MT_SOURCE_DIR.
+set -euo pipefail
+: "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_SOURCE_DIR:?}"
+tmp=$(mktemp -d /tmp/mt-trainer-e2e-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+json() { # json FILE KEY -> the number after "KEY":
+  sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" "$1"
+}
+
+conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
+small=(--set trainer.hidden=64,32 --set trainer.batch_size=500 --set trainer.progress_interval_ms=200
+       --set trainer.auc_window=5000)
+# one stream (one seed: one hidden world), split in time: the first 30,000 train, the last 10,000 eval
+"$MT_CLI_BIN" gen --examples 40000 --seed 11 --users 3000 --items 1000 > "$tmp/all.tsv"
+head -n 30001 "$tmp/all.tsv" > "$tmp/train.tsv"
+{ head -n 1 "$tmp/all.tsv"; tail -n 10000 "$tmp/all.tsv"; } > "$tmp/eval.tsv"
+# two bad lines: line 5 (a missing column) and line 9 (a label that is no number)
+sed -i '5s/^.*$/1\t1700000000004\t17/; 9s/^[01]/x/' "$tmp/train.tsv"
+
+echo "== 1. local batch run"
+"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" --train "$tmp/train.tsv" --eval "$tmp/eval.tsv" \
+  --epochs 2 --report "$tmp/local.json" > "$tmp/local.out" 2> "$tmp/local.err" \
+  || { cat "$tmp/local.err" >&2; fail "local run exited $?"; }
+cat "$tmp/local.out"
+grep -q "train.tsv:5: bad line skipped" "$tmp/local.err" || fail "line 5 not logged"
+grep -q "train.tsv:9: bad line skipped" "$tmp/local.err" || fail "line 9 not logged"
+grep -q "ex/s" "$tmp/local.err" || fail "no progress line"
+[ "$(json "$tmp/local.json" examples)" = 29998 ] || fail "examples: $(cat "$tmp/local.json")"
+[ "$(json "$tmp/local.json" bad_lines)" = 4 ] || fail "bad lines (2 per epoch): $(cat "$tmp/local.json")"
+auc=$(json "$tmp/local.json" eval_auc)
+awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "eval AUC $auc is not above 0.6"
+
+echo "== 2. the same run against a PS shard"
+"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps.port" "${small[@]}" \
+  2> "$tmp/ps.err" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$tmp/ps.port" ] && break; sleep 0.1; done
+[ -s "$tmp/ps.port" ] || { cat "$tmp/ps.err" >&2; fail "monolith-ps did not start"; }
+port=$(cat "$tmp/ps.port")
+"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" --set "cluster.ps=127.0.0.1:$port" \
+  --train "$tmp/train.tsv" --eval "$tmp/eval.tsv" --epochs 2 --report "$tmp/ps.json" \
+  > "$tmp/ps.out" 2> "$tmp/ps-trainer.err" || { cat "$tmp/ps-trainer.err" >&2; fail "PS run"; }
+grep -q "parameters on the PS" "$tmp/ps-trainer.err" || fail "did not use the PS"
+for k in examples progressive_auc progressive_logloss eval_auc eval_logloss; do
+  [ "$(json "$tmp/local.json" $k)" = "$(json "$tmp/ps.json" $k)" ] \
+    || fail "$k differs: local $(cat "$tmp/local.json") PS $(cat "$tmp/ps.json")"
+done
+[ "$(json "$tmp/ps.json" dense_syncs)" -gt 100 ] || fail "dense syncs: $(cat "$tmp/ps.json")"
+kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
+
+echo "== 3. bad input"
+expect() { # expect STATUS PATTERN ARGS...
+  local want=$1 pat=$2; shift 2
+  set +e; "$MT_TRAINER_BIN" "$@" > /dev/null 2> "$tmp/bad.err"; local got=$?; set -e
+  [ "$got" = "$want" ] || fail "$* exited $got, expected $want: $(cat "$tmp/bad.err")"
+  grep -q -- "$pat" "$tmp/bad.err" || fail "$*: no '$pat' in: $(cat "$tmp/bad.err")"
+}
+expect 2 "trainer.dim" --config "$conf" --set trainer.dim=0 --check
+expect 2 "input.columns" --config "$conf" --set input.columns=user:99999 --train "$tmp/train.tsv"
+expect 2 "unknown argument" --config "$conf" --bogus 1
+expect 2 "either --train" --config "$conf"
+expect 2 "trainer.hidden" --config "$conf" --set trainer.hidden=64,x --train "$tmp/train.tsv"
+expect 2 "slots" --config "$conf" --set trainer.slots=1,2 --train "$tmp/train.tsv"
+expect 1 "No such file" --config "$conf" --train "$tmp/missing.tsv"
+printf '[trainer]\nslots = 1\nbogus = 3\n' > "$tmp/bad.conf"
+expect 2 "bogus" --config "$tmp/bad.conf" --check
+echo "trainer daemon: all good"

@@ -1,0 +1,944 @@
+/*
+ * monolith-trainer - trains the CTR model from files (batch) or from Kafka (online).
+ *
+ *   monolith-trainer --config FILE --train FILE [--eval FILE] [--epochs N]
+ *                    [--report FILE] [--set section.key=value]... [--log-level LEVEL]
+ *   monolith-trainer --config FILE --online [--max-examples N] [--duration-s S]
+ *                    [--report FILE] [--set ...]
+ *   monolith-trainer --config FILE --check
+ *
+ * Parameters: with cluster.ps addresses the sparse parameters live on those PS shards
+ * (routing and dedup in psclient) and, with trainer.dense_sync_batches > 0, the dense ones
+ * on shard 0 (mt_trainer_dense_sync); without addresses the trainer keeps a local table.
+ *
+ * Batch mode: reads --train ([input] says how) trainer.epochs times (--epochs overrides),
+ * scoring each batch before training on it (progressive validation). A progress line every
+ * trainer.progress_interval_ms on stderr: epoch, examples, examples/s, window log loss and
+ * AUC, bytes read and ETA. After each epoch, --eval is scored (no training). The final
+ * report on stdout: examples, examples/s, progressive AUC and log loss, eval AUC and log
+ * loss, bad lines; --report FILE also writes it as one JSON object. Bad lines are logged
+ * (file:line: reason; the first 100, then a count) and skipped.
+ *
+ * Online mode: a member of the consumer group kafka.group on kafka.examples_topic (N
+ * trainers split the partitions). Messages are decoded as monolith.v1.Example; garbage is
+ * counted, logged with topic/partition/offset and skipped. Each batch (trainer.batch_size
+ * examples, or fewer when the topic is idle for a moment) is scored, trained and applied;
+ * only then are its messages marked, and marked offsets are committed every
+ * trainer.commit_interval_ms, at exit and when partitions are revoked: a crash replays at
+ * most the uncommitted batches (at-least-once). Runs until SIGTERM/SIGINT, --max-examples
+ * or --duration-s. Progressive AUC over the last trainer.auc_window examples on the
+ * progress line and /metrics (trainer.metrics_listen).
+ *
+ * Exit status: 0 done, 1 runtime failure (input unreadable, PS unreachable after retries,
+ * Kafka unusable), 2 bad command line or configuration.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mt/config.h"
+#include "mt/eval.h"
+#include "mt/example_pb.h"
+#include "mt/http.h"
+#include "mt/jemalloc_conf.h"
+#include "mt/kafka.h"
+#include "mt/log.h"
+#include "mt/psclient.h"
+#include "mt/readers.h"
+#include "mt/trainer.h"
+
+#define WHO         "trainer"
+#define BAD_LOG_MAX 100 /* bad lines / messages logged one by one; then only counted */
+
+/* Counters shown by /metrics (written by the training thread, read by the HTTP thread). */
+typedef struct counters {
+    _Atomic uint64_t examples, batches, bad_lines, bad_messages, ignored_slots, ps_errors, commits,
+        commit_failures, dense_syncs;
+    _Atomic uint64_t window_auc_bits, window_loss_bits; /* doubles */
+} counters_t;
+
+typedef struct daemon {
+    mt_config_t cfg;
+    uint16_t slots[256];
+    size_t nslots;
+    mt_trainer_t *tr;
+    mt_psc_t *psc;
+    mt_trainer_dense_sync_t *dense;
+    mt_eval_t *eval;
+    counters_t ctr;
+    sigset_t sigs;
+    double started;
+    const char *report_path;
+    uint64_t bad_logged;
+} daemon_t;
+
+static double now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: monolith-trainer --config FILE --train FILE [--eval FILE] [--epochs N]\n"
+            "                        [--report FILE] [--set section.key=value]...\n"
+            "                        [--log-level debug|info|warn|error]\n"
+            "       monolith-trainer --config FILE --online [--max-examples N] [--duration-s S]\n"
+            "                        [--report FILE] [--set ...]\n"
+            "       monolith-trainer --config FILE --check\n");
+}
+
+static int stop_requested(daemon_t *d) {
+    sigset_t pend;
+    sigpending(&pend);
+    return sigismember(&pend, SIGTERM) || sigismember(&pend, SIGINT);
+}
+
+static void store_double(_Atomic uint64_t *a, double v) {
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    atomic_store(a, bits);
+}
+
+static double load_double(_Atomic uint64_t *a) {
+    uint64_t bits = atomic_load(a);
+    double v;
+    memcpy(&v, &bits, sizeof(v));
+    return v;
+}
+
+/* ---------------- metrics ---------------- */
+
+static int render(void *ud, const char *path, char **body, size_t *len) {
+    daemon_t *d = ud;
+    if (strcmp(path, "/metrics") != 0) return 404;
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return 500;
+    counters_t *c = &d->ctr;
+#define C(name, help, v)                                                               \
+    fprintf(f,                                                                         \
+            "# HELP monolith_trainer_" name " " help "\n# TYPE monolith_trainer_" name \
+            " counter\nmonolith_trainer_" name " %" PRIu64 "\n",                       \
+            (uint64_t)(v))
+#define G(name, help, v)                                                               \
+    fprintf(f,                                                                         \
+            "# HELP monolith_trainer_" name " " help "\n# TYPE monolith_trainer_" name \
+            " gauge\nmonolith_trainer_" name " %.6f\n",                                \
+            (double)(v))
+    C("examples_total", "Examples trained on.", atomic_load(&c->examples));
+    C("batches_total", "Training steps.", atomic_load(&c->batches));
+    C("bad_lines_total", "Input lines skipped as bad.", atomic_load(&c->bad_lines));
+    C("bad_messages_total", "Kafka messages skipped as not a valid Example.",
+      atomic_load(&c->bad_messages));
+    C("ignored_slots_total", "Example slots the model does not have.",
+      atomic_load(&c->ignored_slots));
+    C("ps_errors_total", "Training steps that failed against the PS (retried).",
+      atomic_load(&c->ps_errors));
+    C("commits_total", "Kafka offset commits.", atomic_load(&c->commits));
+    C("commit_failures_total", "Kafka offset commits that failed.",
+      atomic_load(&c->commit_failures));
+    C("dense_syncs_total", "Dense parameter push/pull rounds with the PS.",
+      atomic_load(&c->dense_syncs));
+    G("window_auc", "Progressive-validation AUC over the last trainer.auc_window examples.",
+      load_double(&c->window_auc_bits));
+    G("window_logloss", "Progressive-validation log loss over the window.",
+      load_double(&c->window_loss_bits));
+    G("uptime_seconds", "Seconds since start.", now_mono() - d->started);
+#undef C
+#undef G
+    if (fclose(f) != 0) {
+        free(buf);
+        return 500;
+    }
+    *body = buf;
+    *len = n;
+    return 200;
+}
+
+/* ---------------- the model ---------------- */
+
+static int setup_trainer(daemon_t *d) {
+    const mt_config_trainer_t *t = &d->cfg.trainer;
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = (uint32_t)d->nslots;
+    memcpy(tc.slot_ids, d->slots, d->nslots * sizeof(uint16_t));
+    tc.dim = t->dim;
+    uint64_t hidden[8];
+    size_t nh = 0;
+    char err[256];
+    if (mt_config_parse_uint_list(t->hidden, 1, 65536, hidden, 8, &nh, err, sizeof(err))) {
+        fprintf(stderr, "monolith-trainer: trainer.hidden: %s\n", err);
+        return 2;
+    }
+    tc.nhidden = (uint32_t)nh;
+    for (size_t i = 0; i < nh; i++)
+        tc.hidden[i] = (uint32_t)hidden[i];
+    tc.seed = t->seed;
+    tc.sparse_opt = t->sparse_opt;
+    tc.sparse_lr = t->sparse_lr;
+    tc.init_scale = t->init_scale;
+    tc.min_count = t->min_count;
+    tc.dense_lr = t->dense_lr;
+    tc.hash_buckets = t->hash_buckets;
+    mt_trainer_backend_t be;
+    if (d->cfg.cluster.nps) {
+        mt_psc_config_t pc;
+        mt_psc_config_init(&pc);
+        pc.addrs = (const char *const *)d->cfg.cluster.ps;
+        pc.num_shards = (uint32_t)d->cfg.cluster.nps;
+        mt_err_t e = mt_psc_create(&pc, &d->psc);
+        if (e) {
+            mt_log(MT_LOG_ERROR, WHO, "PS client: %s", mt_strerror(e));
+            return 1;
+        }
+        mt_trainer_backend_psc(d->psc, &be);
+        tc.backend = &be;
+    }
+    mt_err_t e = mt_trainer_create(&tc, &d->tr);
+    if (e) {
+        mt_log(MT_LOG_ERROR, WHO, "cannot create the trainer: %s", mt_strerror(e));
+        return e == MT_CONFIG ? 2 : 1;
+    }
+    if (d->psc && t->dense_sync_batches) {
+        /* the PS may still be starting: retry for a while */
+        for (int attempt = 0;; attempt++) {
+            e = mt_trainer_dense_sync_create(d->tr, d->psc, t->dense_sync_batches, &d->dense, err,
+                                             sizeof(err));
+            if (!e) break;
+            if (attempt == 30 || stop_requested(d)) {
+                mt_log(MT_LOG_ERROR, WHO, "dense parameters on the PS: %s", err);
+                return 1;
+            }
+            mt_log(MT_LOG_WARN, WHO, "dense parameters on the PS: %s (retrying)", err);
+            sleep(1);
+        }
+        mt_log(MT_LOG_INFO, WHO, "dense parameters on PS shard 0 (version %" PRIu64 ")",
+               mt_trainer_dense_sync_version(d->dense));
+    }
+    if ((e = mt_eval_create(t->auc_window, &d->eval))) return 1;
+    return 0;
+}
+
+/* One training step with retries against the PS; the batch's scores (before the update)
+ * go to the evaluator. @returns 0, or 1 after giving up (the PS stayed unreachable). */
+static int train_batch(daemon_t *d, const mt_batch_t *b, float *probs, double *loss_sum) {
+    uint32_t now_s = (uint32_t)time(NULL);
+    for (int attempt = 0;; attempt++) {
+        mt_trainer_step_t st;
+        mt_err_t e = mt_trainer_train(d->tr, b, now_s, probs, &st);
+        char err[512] = "";
+        if (!e && d->dense) {
+            int synced = 0;
+            e = mt_trainer_dense_sync_step(d->dense, &synced, err, sizeof(err));
+            if (!e && synced) atomic_fetch_add(&d->ctr.dense_syncs, 1);
+        }
+        if (!e) {
+            mt_eval_add(d->eval, probs, b->labels, b->n);
+            *loss_sum += (double)st.loss * (double)b->n;
+            atomic_fetch_add(&d->ctr.examples, b->n);
+            atomic_fetch_add(&d->ctr.batches, 1);
+            return 0;
+        }
+        atomic_fetch_add(&d->ctr.ps_errors, 1);
+        if (e == MT_MISMATCH || e == MT_INVALID || e == MT_NOMEM) {
+            mt_log(MT_LOG_ERROR, WHO, "training step: %s %s", mt_strerror(e), err);
+            return 1;
+        }
+        if (attempt == 20 || stop_requested(d)) {
+            mt_log(MT_LOG_ERROR, WHO, "training step failed %d times: %s %s", attempt + 1,
+                   mt_strerror(e), err);
+            return 1;
+        }
+        mt_log(MT_LOG_WARN, WHO, "training step: %s %s (retrying)", mt_strerror(e), err);
+        usleep(100000u << (attempt < 4 ? attempt : 4));
+    }
+}
+
+/* ---------------- batch mode ---------------- */
+
+typedef struct bad_ctx {
+    daemon_t *d;
+    const char *path;
+} bad_ctx_t;
+
+static void on_bad_line(void *opaque, uint64_t line, const char *reason) {
+    bad_ctx_t *b = opaque;
+    atomic_fetch_add(&b->d->ctr.bad_lines, 1);
+    if (b->d->bad_logged++ < BAD_LOG_MAX)
+        mt_log(MT_LOG_WARN, WHO, "%s:%" PRIu64 ": bad line skipped: %s", b->path, line, reason);
+    else if (b->d->bad_logged == BAD_LOG_MAX + 1)
+        mt_log(MT_LOG_WARN, WHO, "more bad lines: counting them only (see the report)");
+}
+
+/* Parses [input] columns: "col:slot[:int|string][:multi], ..." */
+static int parse_columns(const char *spec, mt_csv_slot_t *out, size_t cap, size_t *n, char *names,
+                         size_t names_len) {
+    *n = 0;
+    size_t used = 0;
+    const char *p = spec;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p) break;
+        const char *end = strchr(p, ',');
+        if (!end) end = p + strlen(p);
+        char item[256];
+        size_t len = (size_t)(end - p);
+        if (len >= sizeof(item) || *n == cap) {
+            fprintf(stderr, "monolith-trainer: input.columns: entry too long or too many\n");
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        while (len && item[len - 1] == ' ')
+            item[--len] = '\0';
+        mt_csv_slot_t *s = &out[*n];
+        memset(s, 0, sizeof(*s));
+        s->column.index = -1;
+        s->kind = MT_CSV_INT;
+        char *save = NULL, *tok = strtok_r(item, ":", &save);
+        char *slot = strtok_r(NULL, ":", &save);
+        if (!tok || !slot) {
+            fprintf(stderr, "monolith-trainer: input.columns: '%s': expected column:slot\n", item);
+            return -1;
+        }
+        char *e;
+        errno = 0;
+        unsigned long id = strtoul(slot, &e, 10);
+        if (*e || errno || id >= 0x8000) {
+            fprintf(stderr, "monolith-trainer: input.columns: '%s': bad slot (0..32767)\n", slot);
+            return -1;
+        }
+        s->slot_id = (uint16_t)id;
+        long idx = strtol(tok, &e, 10);
+        if (!*e && idx >= 0) {
+            s->column.index = (int)idx;
+        } else {
+            size_t tl = strlen(tok) + 1;
+            if (used + tl > names_len) return -1;
+            memcpy(names + used, tok, tl);
+            s->column.name = names + used;
+            used += tl;
+        }
+        for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
+            if (!strcmp(opt, "int"))
+                s->kind = MT_CSV_INT;
+            else if (!strcmp(opt, "string"))
+                s->kind = MT_CSV_STRING;
+            else if (!strcmp(opt, "multi"))
+                s->multi = true;
+            else {
+                fprintf(stderr,
+                        "monolith-trainer: input.columns: unknown option '%s' (int, string, "
+                        "multi)\n",
+                        opt);
+                return -1;
+            }
+        }
+        (*n)++;
+        p = end;
+    }
+    return 0;
+}
+
+static mt_csv_column_t column_of(const char *s, char *names, size_t *used, size_t cap) {
+    mt_csv_column_t c = {-1, NULL};
+    if (!*s) return c;
+    char *e;
+    long idx = strtol(s, &e, 10);
+    if (!*e && idx >= 0) {
+        c.index = (int)idx;
+        return c;
+    }
+    size_t len = strlen(s) + 1;
+    if (*used + len <= cap) {
+        memcpy(names + *used, s, len);
+        c.name = names + *used;
+        *used += len;
+    }
+    return c;
+}
+
+/* Opens a reader of @p path on @p in as [input] says. @returns 0, 1 (I/O), 2 (config). */
+static int open_reader(daemon_t *d, const char *path, FILE *in, mt_reader_t **r) {
+    const mt_config_input_t *ic = &d->cfg.input;
+    mt_err_t e;
+    char err[512] = "";
+    switch (ic->format) {
+    case MT_INPUT_CRITEO: e = mt_reader_criteo_open(NULL, path, in, r); break;
+    case MT_INPUT_MOVIELENS_100K:
+    case MT_INPUT_MOVIELENS_LATEST: {
+        mt_movielens_config_t mc;
+        mt_movielens_config_init(&mc);
+        mc.format = ic->format == MT_INPUT_MOVIELENS_100K ? MT_MOVIELENS_100K : MT_MOVIELENS_LATEST;
+        mc.users_path = *ic->users_file ? ic->users_file : NULL;
+        mc.items_path = *ic->items_file ? ic->items_file : NULL;
+        e = mt_reader_movielens_open(&mc, path, in, r);
+        break;
+    }
+    default: {
+        static const size_t cap = 4096;
+        char *names = malloc(2 * cap);
+        mt_csv_slot_t *slots = calloc(256, sizeof(*slots));
+        size_t n = 0, used = cap;
+        if (!names || !slots) {
+            free(names);
+            free(slots);
+            return 1;
+        }
+        if (parse_columns(ic->columns, slots, 256, &n, names, cap) != 0 || n == 0) {
+            if (n == 0) fprintf(stderr, "monolith-trainer: input.columns: no columns given\n");
+            free(names);
+            free(slots);
+            return 2;
+        }
+        mt_csv_config_t cc;
+        mt_csv_config_init(&cc);
+        cc.delimiter = ic->format == MT_INPUT_TSV ? '\t' : ',';
+        cc.header = ic->header != 0;
+        cc.multi_sep = (char)ic->multi_sep;
+        cc.label = column_of(ic->label, names, &used, 2 * cap);
+        cc.label_kind =
+            cc.label.index >= 0 || cc.label.name ? MT_CSV_LABEL_THRESHOLD : MT_CSV_LABEL_NONE;
+        cc.label_threshold = ic->label_threshold;
+        cc.timestamp = column_of(ic->timestamp, names, &used, 2 * cap);
+        cc.time_unit = cc.timestamp.index >= 0 || cc.timestamp.name
+                           ? (ic->time_unit == 1 ? MT_CSV_TIME_S : MT_CSV_TIME_MS)
+                           : MT_CSV_TIME_NONE;
+        cc.slots = slots;
+        cc.nslots_cfg = n;
+        e = mt_csv_config_validate(&cc, err, sizeof(err));
+        if (!e) e = mt_reader_csv_open(&cc, path, in, r, err, sizeof(err));
+        free(names);
+        free(slots);
+        break;
+    }
+    }
+    if (e) {
+        fprintf(stderr, "monolith-trainer: %s: %s%s%s\n", path, mt_strerror(e), *err ? ": " : "",
+                err);
+        return e == MT_CONFIG ? 2 : 1;
+    }
+    return 0;
+}
+
+/* The model's slots must be the reader's, in the reader's order. */
+static int check_reader_slots(daemon_t *d, const mt_reader_t *r, const char *path) {
+    uint32_t n;
+    const uint16_t *s = mt_reader_slots(r, &n);
+    if (n == d->nslots && !memcmp(s, d->slots, n * sizeof(uint16_t))) return 0;
+    char have[512] = "", want[512] = "";
+    for (uint32_t i = 0, o = 0; i < n && o < sizeof(have) - 8; i++)
+        o += (uint32_t)snprintf(have + o, sizeof(have) - o, "%s%u", i ? "," : "", s[i]);
+    for (size_t i = 0, o = 0; i < d->nslots && o < sizeof(want) - 8; i++)
+        o += (size_t)snprintf(want + o, sizeof(want) - o, "%s%u", i ? "," : "", d->slots[i]);
+    fprintf(stderr,
+            "monolith-trainer: %s: the input has slots %s but trainer.slots is %s (list them in "
+            "the input's order, or leave trainer.slots empty for criteo / movielens)\n",
+            path, have, want);
+    return 2;
+}
+
+static void fmt_eta(double s, char *out, size_t len) {
+    if (!(s >= 0) || s > 360000) {
+        snprintf(out, len, "--:--:--");
+        return;
+    }
+    unsigned t = (unsigned)s;
+    snprintf(out, len, "%02u:%02u:%02u", t / 3600, t / 60 % 60, t % 60);
+}
+
+typedef struct pass_result {
+    uint64_t examples;
+    double seconds, loss_sum;
+    mt_eval_result_t ev;
+} pass_result_t;
+
+/* One pass over @p path: training (progressive) or scoring only. @returns 0, 1, 2. */
+static int run_pass(daemon_t *d, const char *path, int train, uint32_t epoch, uint32_t epochs,
+                    pass_result_t *res) {
+    memset(res, 0, sizeof(*res));
+    FILE *in = fopen(path, "r");
+    if (!in) {
+        fprintf(stderr, "monolith-trainer: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    struct stat sb;
+    double size = fstat(fileno(in), &sb) == 0 ? (double)sb.st_size : 0;
+    mt_reader_t *r = NULL;
+    int rc = open_reader(d, path, in, &r);
+    if (rc) {
+        fclose(in);
+        return rc;
+    }
+    if ((rc = check_reader_slots(d, r, path))) goto out;
+    bad_ctx_t bc = {d, path};
+    mt_reader_set_bad_line_cb(r, on_bad_line, &bc);
+    mt_eval_t *ev = d->eval;
+    mt_eval_t *own = NULL;
+    if (!train) {
+        if (mt_eval_create(d->cfg.trainer.auc_window, &own)) {
+            rc = 1;
+            goto out;
+        }
+        ev = own;
+    } else {
+        mt_eval_reset(ev);
+    }
+    mt_batch_t b = {0};
+    mt_reader_batch_init(r, &b);
+    size_t bs = d->cfg.trainer.batch_size;
+    float *probs = malloc(bs * sizeof(float));
+    if (!probs) {
+        rc = 1;
+        goto done;
+    }
+    double t0 = now_mono(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
+    mt_err_t e;
+    while ((e = mt_reader_next(r, &b, bs)) == MT_OK) {
+        if (train) {
+            if (train_batch(d, &b, probs, &res->loss_sum)) {
+                rc = 1;
+                break;
+            }
+        } else {
+            if ((e = mt_trainer_predict(d->tr, &b, probs))) break;
+            mt_eval_add(ev, probs, b.labels, b.n);
+        }
+        res->examples += b.n;
+        mt_batch_clear(&b);
+        if (stop_requested(d)) {
+            mt_log(MT_LOG_WARN, WHO, "stopping on a signal after %" PRIu64 " examples",
+                   res->examples);
+            rc = 1;
+            break;
+        }
+        double now = now_mono();
+        if (d->cfg.trainer.progress_interval_ms && now >= next_progress) {
+            next_progress = now + d->cfg.trainer.progress_interval_ms / 1000.0;
+            mt_eval_result_t er;
+            mt_eval_result(ev, &er);
+            store_double(&d->ctr.window_auc_bits, er.window_auc);
+            store_double(&d->ctr.window_loss_bits, er.window_logloss);
+            double pos = (double)ftello(in), rate = (double)res->examples / (now - t0);
+            double eta = pos > 0 && size > 0 ? (now - t0) * (size - pos) / pos : -1;
+            if (train && epochs > 1 && eta >= 0) eta += (now - t0) * size / pos * (epochs - epoch);
+            char etas[16];
+            fmt_eta(eta, etas, sizeof(etas));
+            fprintf(stderr,
+                    "%s %u/%u  %" PRIu64 " ex  %.0f ex/s  loss %.4f  auc %.4f  %.0f%%  ETA %s\n",
+                    train ? "epoch" : "eval", epoch, epochs, res->examples, rate, er.window_logloss,
+                    er.window_auc, size > 0 ? 100.0 * pos / size : 0.0, etas);
+        }
+    }
+    if (e != MT_OK && e != MT_NOT_FOUND && !rc) {
+        mt_log(MT_LOG_ERROR, WHO, "%s: %s", path, mt_strerror(e));
+        rc = 1;
+    }
+    res->seconds = now_mono() - t0;
+    mt_eval_result(ev, &res->ev);
+    if (!train) res->loss_sum = res->ev.logloss * (double)res->ev.n;
+    free(probs);
+done:
+    mt_batch_free(&b);
+    mt_eval_destroy(own);
+out:
+    mt_reader_destroy(r);
+    fclose(in);
+    return rc;
+}
+
+static void json_num(FILE *f, const char *key, double v, int last) {
+    if (isfinite(v))
+        fprintf(f, "\"%s\": %.6g%s", key, v, last ? "" : ", ");
+    else
+        fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
+}
+
+static int write_report(daemon_t *d, const char *mode, const pass_result_t *tr, uint32_t epochs,
+                        const pass_result_t *ev, int have_eval) {
+    printf("== monolith-trainer report (%s) ==\n", mode);
+    if (!strcmp(mode, "batch"))
+        printf("examples trained   %" PRIu64 " per epoch (%u epoch%s)\n", tr->examples, epochs,
+               epochs == 1 ? "" : "s");
+    else
+        printf("examples trained   %" PRIu64 "\n", tr->examples);
+    printf("examples/s         %.0f\n", tr->seconds > 0 ? tr->examples / tr->seconds : 0.0);
+    printf("progressive AUC    %.4f   (%s; last %zu examples: %.4f)\n", tr->ev.auc,
+           strcmp(mode, "batch") ? "all examples" : "last epoch", tr->ev.window_n,
+           tr->ev.window_auc);
+    printf("progressive logloss %.4f\n", tr->ev.logloss);
+    if (have_eval)
+        printf("eval AUC           %.4f   logloss %.4f   (%" PRIu64 " examples)\n", ev->ev.auc,
+               ev->ev.logloss, ev->examples);
+    printf("bad lines          %" PRIu64 "\n", atomic_load(&d->ctr.bad_lines));
+    printf("bad messages       %" PRIu64 "\n", atomic_load(&d->ctr.bad_messages));
+    fflush(stdout);
+    if (!d->report_path) return 0;
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", d->report_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        mt_log(MT_LOG_ERROR, WHO, "%s: %s", tmp, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "{\"mode\": \"%s\", \"examples\": %" PRIu64 ", \"epochs\": %u, ", mode, tr->examples,
+            epochs);
+    json_num(f, "examples_per_s", tr->seconds > 0 ? tr->examples / tr->seconds : 0, 0);
+    json_num(f, "progressive_auc", tr->ev.auc, 0);
+    json_num(f, "progressive_logloss", tr->ev.logloss, 0);
+    json_num(f, "window_auc", tr->ev.window_auc, 0);
+    if (have_eval) {
+        json_num(f, "eval_auc", ev->ev.auc, 0);
+        json_num(f, "eval_logloss", ev->ev.logloss, 0);
+        fprintf(f, "\"eval_examples\": %" PRIu64 ", ", ev->examples);
+    }
+    fprintf(f,
+            "\"bad_lines\": %" PRIu64 ", \"bad_messages\": %" PRIu64 ", \"batches\": %" PRIu64
+            ", \"dense_syncs\": %" PRIu64 ", \"commits\": %" PRIu64 "}\n",
+            atomic_load(&d->ctr.bad_lines), atomic_load(&d->ctr.bad_messages),
+            atomic_load(&d->ctr.batches), atomic_load(&d->ctr.dense_syncs),
+            atomic_load(&d->ctr.commits));
+    if (fclose(f) != 0 || rename(tmp, d->report_path) != 0) {
+        mt_log(MT_LOG_ERROR, WHO, "%s: %s", d->report_path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+static int run_batch(daemon_t *d, const char *train, const char *eval, uint32_t epochs) {
+    pass_result_t tr = {0}, ev = {0};
+    int rc = 0;
+    for (uint32_t ep = 1; ep <= epochs && !rc; ep++) {
+        if ((rc = run_pass(d, train, 1, ep, epochs, &tr))) break;
+        mt_log(MT_LOG_INFO, WHO,
+               "epoch %u: %" PRIu64 " examples, %.0f ex/s, progressive auc %.4f logloss %.4f", ep,
+               tr.examples, tr.seconds > 0 ? tr.examples / tr.seconds : 0.0, tr.ev.auc,
+               tr.ev.logloss);
+        if (eval) {
+            if ((rc = run_pass(d, eval, 0, ep, epochs, &ev))) break;
+            mt_log(MT_LOG_INFO, WHO, "epoch %u: eval auc %.4f logloss %.4f (%" PRIu64 " examples)",
+                   ep, ev.ev.auc, ev.ev.logloss, ev.examples);
+        }
+    }
+    if (!rc && d->dense) {
+        char err[512];
+        if (mt_trainer_dense_sync_flush(d->dense, err, sizeof(err))) {
+            mt_log(MT_LOG_ERROR, WHO, "final dense push: %s", err);
+            rc = 1;
+        }
+    }
+    if (!rc) rc = write_report(d, "batch", &tr, epochs, &ev, eval != NULL);
+    return rc;
+}
+
+/* ---------------- online mode ---------------- */
+
+static int read_bootstrap(daemon_t *d, char *out, size_t len) {
+    if (*d->cfg.kafka.bootstrap) {
+        snprintf(out, len, "%s", d->cfg.kafka.bootstrap);
+        return 0;
+    }
+    FILE *f = fopen(d->cfg.kafka.bootstrap_file, "r");
+    if (!f || !fgets(out, (int)len, f)) {
+        mt_log(MT_LOG_ERROR, WHO, "kafka.bootstrap is empty and %s cannot be read: %s",
+               d->cfg.kafka.bootstrap_file, f ? "empty" : strerror(errno));
+        if (f) fclose(f);
+        return 1;
+    }
+    fclose(f);
+    out[strcspn(out, "\r\n")] = '\0';
+    return 0;
+}
+
+static int commit(daemon_t *d, mt_kafka_consumer_t *kc) {
+    mt_err_t e = mt_kafka_consumer_commit(kc);
+    if (e) {
+        atomic_fetch_add(&d->ctr.commit_failures, 1);
+        mt_log(MT_LOG_WARN, WHO, "offset commit failed: %s (kept for the next one)",
+               mt_strerror(e));
+        return 1;
+    }
+    atomic_fetch_add(&d->ctr.commits, 1);
+    return 0;
+}
+
+static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
+    char bootstrap[4096];
+    if (read_bootstrap(d, bootstrap, sizeof(bootstrap))) return 1;
+    char session[64];
+    snprintf(session, sizeof(session), "session.timeout.ms=%u", d->cfg.kafka.session_timeout_ms);
+    const char *conf[] = {session, NULL};
+    const char *topics[] = {d->cfg.kafka.examples_topic};
+    mt_kafka_consumer_t *kc = NULL;
+    char err[512] = "";
+    if (mt_kafka_consumer_create(bootstrap, d->cfg.kafka.group, topics, 1, conf, &kc, err,
+                                 sizeof(err))) {
+        mt_log(MT_LOG_ERROR, WHO, "Kafka consumer on %s: %s", bootstrap, err);
+        return 1;
+    }
+    mt_log(MT_LOG_INFO, WHO, "consuming %s from %s as group %s", d->cfg.kafka.examples_topic,
+           bootstrap, d->cfg.kafka.group);
+    size_t bs = d->cfg.trainer.batch_size;
+    mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
+    float *probs = malloc(bs * sizeof(float));
+    mt_batch_t b = {0};
+    int rc = 0;
+    if (!msgs || !probs || mt_batch_init(&b, d->slots, (uint32_t)d->nslots)) {
+        rc = 1;
+        goto out;
+    }
+    pass_result_t res = {0};
+    double t0 = now_mono(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
+    double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0;
+    uint64_t last_examples = 0;
+    double last_t = t0;
+    while (!stop_requested(d)) {
+        if (max_examples && res.examples >= max_examples) break;
+        if (duration_s > 0 && now_mono() - t0 >= duration_s) break;
+        size_t want = bs;
+        if (max_examples && max_examples - res.examples < want)
+            want = (size_t)(max_examples - res.examples);
+        size_t n = mt_kafka_consumer_poll(kc, msgs, want, 200);
+        /* decode; garbage is marked (skipped for good) */
+        for (size_t i = 0; i < n; i++) {
+            uint32_t ignored = 0;
+            char why[256] = "";
+            mt_err_t e =
+                mt_example_decode(msgs[i].value, msgs[i].len, &b, &ignored, why, sizeof(why));
+            if (e == MT_NOMEM) {
+                rc = 1;
+                goto out;
+            }
+            if (e) {
+                atomic_fetch_add(&d->ctr.bad_messages, 1);
+                if (d->bad_logged++ < BAD_LOG_MAX)
+                    mt_log(MT_LOG_WARN, WHO, "%s/%d@%" PRId64 ": bad message skipped: %s",
+                           msgs[i].topic, (int)msgs[i].partition, msgs[i].offset, why);
+            }
+            if (ignored) atomic_fetch_add(&d->ctr.ignored_slots, ignored);
+        }
+        if (b.n) {
+            if (train_batch(d, &b, probs, &res.loss_sum)) {
+                rc = 1; /* nothing of this batch is marked: it is replayed after a restart */
+                break;
+            }
+            res.examples += b.n;
+            mt_batch_clear(&b);
+        }
+        /* the updates of every message up to here are applied on the PS: mark them */
+        for (size_t i = 0; i < n; i++)
+            mt_kafka_consumer_mark(kc, &msgs[i]);
+        double now = now_mono();
+        if (n && (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit)) {
+            next_commit = now + d->cfg.trainer.commit_interval_ms / 1000.0;
+            commit(d, kc);
+        }
+        if (d->cfg.trainer.progress_interval_ms && now >= next_progress) {
+            next_progress = now + d->cfg.trainer.progress_interval_ms / 1000.0;
+            mt_eval_result_t er;
+            mt_eval_result(d->eval, &er);
+            store_double(&d->ctr.window_auc_bits, er.window_auc);
+            store_double(&d->ctr.window_loss_bits, er.window_logloss);
+            fprintf(stderr,
+                    "online  %" PRIu64 " ex  %.0f ex/s  window(%zu) loss %.4f  auc %.4f  "
+                    "partitions %zu  bad %" PRIu64 "\n",
+                    res.examples, (double)(res.examples - last_examples) / (now - last_t),
+                    er.window_n, er.window_logloss, er.window_auc, mt_kafka_consumer_assigned(kc),
+                    atomic_load(&d->ctr.bad_messages));
+            last_examples = res.examples;
+            last_t = now;
+        }
+    }
+    if (d->dense && mt_trainer_dense_sync_flush(d->dense, err, sizeof(err))) {
+        mt_log(MT_LOG_ERROR, WHO, "final dense push: %s", err);
+        rc = 1;
+    }
+    if (commit(d, kc)) rc = 1;
+    res.seconds = now_mono() - t0;
+    mt_eval_result(d->eval, &res.ev);
+    if (write_report(d, "online", &res, 1, NULL, 0)) rc = 1;
+out:
+    mt_batch_free(&b);
+    free(msgs);
+    free(probs);
+    mt_kafka_consumer_destroy(kc);
+    return rc;
+}
+
+/* ---------------- main ---------------- */
+
+int main(int argc, char **argv) {
+    daemon_t d;
+    memset(&d, 0, sizeof(d));
+    d.started = now_mono();
+    int rc = 2;
+    const char *config = NULL, *train = NULL, *eval = NULL;
+    int online = 0, check_only = 0;
+    uint32_t epochs = 0;
+    uint64_t max_examples = 0;
+    double duration_s = 0;
+    char err[512] = "";
+    mt_http_t *http = NULL;
+    if (mt_config_init(&d.cfg) != MT_OK) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            rc = 0;
+            goto out;
+        }
+        if (!strcmp(a, "--online")) {
+            online = 1;
+            continue;
+        }
+        if (!strcmp(a, "--check")) {
+            check_only = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "monolith-trainer: %s needs a value\n", a);
+            usage(stderr);
+            goto out;
+        }
+        const char *v = argv[++i];
+        char *end = NULL;
+        if (!strcmp(a, "--config")) {
+            config = v;
+        } else if (!strcmp(a, "--train")) {
+            train = v;
+        } else if (!strcmp(a, "--eval")) {
+            eval = v;
+        } else if (!strcmp(a, "--report")) {
+            d.report_path = v;
+        } else if (!strcmp(a, "--epochs")) {
+            unsigned long x = strtoul(v, &end, 10);
+            if (*end || x < 1 || x > 1000) {
+                fprintf(stderr, "monolith-trainer: --epochs %s: expected 1..1000\n", v);
+                goto out;
+            }
+            epochs = (uint32_t)x;
+        } else if (!strcmp(a, "--max-examples")) {
+            unsigned long long x = strtoull(v, &end, 10);
+            if (*end || x < 1) {
+                fprintf(stderr, "monolith-trainer: --max-examples %s: expected >= 1\n", v);
+                goto out;
+            }
+            max_examples = x;
+        } else if (!strcmp(a, "--duration-s")) {
+            duration_s = strtod(v, &end);
+            if (*end || !(duration_s > 0)) {
+                fprintf(stderr, "monolith-trainer: --duration-s %s: expected > 0\n", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--log-level")) {
+            static const char *const lv[] = {"debug", "info", "warn", "error"};
+            int k = 0;
+            while (k < 4 && strcmp(v, lv[k]))
+                k++;
+            if (k == 4) {
+                fprintf(stderr,
+                        "monolith-trainer: --log-level %s: expected debug|info|warn|error\n", v);
+                goto out;
+            }
+            mt_log_set_level((mt_log_level_t)k);
+        } else if (!strcmp(a, "--set")) {
+            /* applied after the file, in order */
+        } else {
+            fprintf(stderr, "monolith-trainer: unknown argument %s\n", a);
+            usage(stderr);
+            goto out;
+        }
+    }
+    if (!config) {
+        fprintf(stderr, "monolith-trainer: --config is required\n");
+        usage(stderr);
+        goto out;
+    }
+    if (mt_config_load_file(&d.cfg, config, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith-trainer: %s\n", err);
+        goto out;
+    }
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--set") != 0) continue;
+        if (mt_config_set_arg(&d.cfg, argv[++i], err, sizeof(err)) != MT_OK) {
+            fprintf(stderr, "monolith-trainer: --set %s: %s\n", argv[i], err);
+            goto out;
+        }
+    }
+    d.nslots = 256;
+    if (mt_config_derive_trainer_slots(&d.cfg, d.slots, &d.nslots, err, sizeof(err)) != MT_OK ||
+        mt_config_validate(&d.cfg, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
+        goto out;
+    }
+    if (d.nslots == 0) {
+        fprintf(stderr,
+                "monolith-trainer: %s: trainer.slots: no feature slots (list them for format "
+                "tsv / csv)\n",
+                config);
+        goto out;
+    }
+    if (check_only) {
+        printf("%s: ok (%zu feature slots, %zu table slots)\n", config, d.nslots, d.cfg.nslots);
+        rc = 0;
+        goto out;
+    }
+    if (online == (train != NULL)) {
+        fprintf(stderr, "monolith-trainer: give either --train FILE or --online\n");
+        usage(stderr);
+        goto out;
+    }
+    if (!train && (eval || epochs)) {
+        fprintf(stderr, "monolith-trainer: --eval and --epochs are for --train\n");
+        goto out;
+    }
+    if (train && (max_examples || duration_s > 0)) {
+        fprintf(stderr, "monolith-trainer: --max-examples and --duration-s are for --online\n");
+        goto out;
+    }
+    if (!epochs) epochs = d.cfg.trainer.epochs;
+
+    sigemptyset(&d.sigs);
+    sigaddset(&d.sigs, SIGTERM);
+    sigaddset(&d.sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &d.sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = setup_trainer(&d);
+    if (rc) goto out;
+    if (*d.cfg.trainer.metrics_listen) {
+        int port = 0;
+        if (mt_http_start(d.cfg.trainer.metrics_listen, render, &d, &port, &http) != MT_OK) {
+            mt_log(MT_LOG_ERROR, WHO, "cannot serve metrics on %s", d.cfg.trainer.metrics_listen);
+            rc = 1;
+            goto out;
+        }
+        mt_log(MT_LOG_INFO, WHO, "metrics on port %d", port);
+    }
+    mt_log(MT_LOG_INFO, WHO, "%zu feature slots, dim %u, MLP %s, parameters %s", d.nslots,
+           d.cfg.trainer.dim, *d.cfg.trainer.hidden ? d.cfg.trainer.hidden : "(none)",
+           d.psc ? "on the PS" : "local");
+    rc = online ? run_online(&d, max_examples, duration_s) : run_batch(&d, train, eval, epochs);
+out:
+    mt_http_stop(http);
+    mt_trainer_dense_sync_destroy(d.dense);
+    mt_trainer_destroy(d.tr);
+    mt_psc_destroy(d.psc);
+    mt_eval_destroy(d.eval);
+    mt_config_free(&d.cfg);
+    return rc;
+}
