@@ -453,21 +453,37 @@ Test(ps_cluster, dense_push_and_pull) {
     cr_assert_eq(pres->version, 1);
     monolith__v1__push_dense_response__free_unpacked(pres, NULL);
     free(resp);
-    /* Adam's first step moves every weight by lr (0.001) against the gradient's sign. */
+    /* The creating push starts the tensor at its init: its gradient is no step. */
     Monolith__V1__PullDenseRequest q = MONOLITH__V1__PULL_DENSE_REQUEST__INIT;
     len = monolith__v1__pull_dense_request__pack(&q, buf);
     cr_assert_eq(raw(&c, 0, PATH("PullDense"), buf, len, &st, &resp, &rlen), MT_RPC_OK);
     Monolith__V1__PullDenseResponse *pd =
         monolith__v1__pull_dense_response__unpack(NULL, rlen, resp);
     free(resp);
-    cr_assert_eq(pd->version, 1);
+    cr_assert_eq(pd->n_tensors, 1);
+    cr_assert_eq(memcmp(pd->tensors[0]->values, w0, sizeof(w0)), 0);
+    monolith__v1__pull_dense_response__free_unpacked(pd, NULL);
+    /* A push with init for an existing tensor: the init is ignored, the gradient applied.
+     * Adam's first step moves every weight by lr (0.001) against the gradient's sign. */
+    len = monolith__v1__push_dense_request__pack(&pr, buf);
+    cr_assert_eq(raw(&c, 0, PATH("PushDense"), buf, len, &st, &resp, &rlen), MT_RPC_OK, "%s",
+                 st.message);
+    pres = monolith__v1__push_dense_response__unpack(NULL, rlen, resp);
+    cr_assert_eq(pres->version, 2);
+    monolith__v1__push_dense_response__free_unpacked(pres, NULL);
+    free(resp);
+    len = monolith__v1__pull_dense_request__pack(&q, buf);
+    cr_assert_eq(raw(&c, 0, PATH("PullDense"), buf, len, &st, &resp, &rlen), MT_RPC_OK);
+    pd = monolith__v1__pull_dense_response__unpack(NULL, rlen, resp);
+    free(resp);
+    cr_assert_eq(pd->version, 2);
     cr_assert_eq(pd->n_tensors, 1);
     cr_assert_str_eq(pd->tensors[0]->name, "mlp/w0");
     for (int i = 0; i < 6; i++)
         cr_assert_float_eq(pd->tensors[0]->values[i], w0[i] - 0.001f, 1e-5);
     monolith__v1__pull_dense_response__free_unpacked(pd, NULL);
     /* Not newer: no tensors. */
-    q.if_newer_than = 1;
+    q.if_newer_than = 2;
     len = monolith__v1__pull_dense_request__pack(&q, buf);
     cr_assert_eq(raw(&c, 0, PATH("PullDense"), buf, len, &st, &resp, &rlen), MT_RPC_OK);
     pd = monolith__v1__pull_dense_response__unpack(NULL, rlen, resp);
@@ -495,7 +511,7 @@ Test(ps_cluster, dense_push_and_pull) {
     cr_assert_eq(raw(&c, 1, PATH("PullDense"), buf, len, &st, &resp, &rlen), MT_RPC_OK);
     pd = monolith__v1__pull_dense_response__unpack(NULL, rlen, resp);
     free(resp);
-    cr_assert_eq(pd->version, 1);
+    cr_assert_eq(pd->version, 2);
     cr_assert_float_eq(pd->tensors[0]->values[5], 6.0f - 0.001f, 1e-5);
     monolith__v1__pull_dense_response__free_unpacked(pd, NULL);
     (void)ch;

@@ -4,7 +4,9 @@
 #     the bad lines it was given, logging each with its file and line number;
 #  2. the same run against a monolith-ps shard started from the same config file (sparse
 #     rows and dense parameters on the PS) reports exactly the same figures;
-#  3. bad command lines and configurations exit 2 with a message naming the culprit, an
+#  3. real data from ../shared/data: MovieLens 100k with its side files (progressive AUC
+#     above 0.75 over two epochs) and the Criteo sample (above 0.6 in one pass);
+#  4. bad command lines and configurations exit 2 with a message naming the culprit, an
 #     unreadable file exits 1.
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN and MT_SOURCE_DIR.
 set -euo pipefail
@@ -62,7 +64,26 @@ done
 [ "$(json "$tmp/ps.json" dense_syncs)" -gt 100 ] || fail "dense syncs: $(cat "$tmp/ps.json")"
 kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
 
-echo "== 3. bad input"
+echo "== 3. real data (../shared/data): MovieLens 100k with side features, Criteo sample"
+data="$MT_SOURCE_DIR/../shared/data"
+[ -f "$data/movielens-100k/u.data" ] && [ -f "$data/criteo-kaggle-sample/train_head10k.txt" ] \
+  || fail "the datasets are missing from $data (../shared/data beside the repository)"
+"$MT_TRAINER_BIN" --config "$conf" --set input.format=movielens-100k --set trainer.slots= \
+  --set "input.users_file=$data/movielens-100k/u.user" --set "input.items_file=$data/movielens-100k/u.item" \
+  --set trainer.hidden=64,32 --set trainer.batch_size=256 --train "$data/movielens-100k/u.data" \
+  --epochs 2 --report "$tmp/ml.json" > /dev/null 2> "$tmp/ml.err" || { cat "$tmp/ml.err" >&2; fail "movielens"; }
+[ "$(json "$tmp/ml.json" examples)" = 100000 ] || fail "movielens: $(cat "$tmp/ml.json")"
+auc=$(json "$tmp/ml.json" progressive_auc)
+awk -v a="$auc" 'BEGIN { exit !(a > 0.75) }' || fail "movielens progressive AUC $auc"
+"$MT_TRAINER_BIN" --config "$conf" --set input.format=criteo --set trainer.slots= \
+  --set trainer.hidden=64,32 --set trainer.batch_size=256 \
+  --train "$data/criteo-kaggle-sample/train_head10k.txt" --report "$tmp/cr.json" \
+  > /dev/null 2> "$tmp/cr.err" || { cat "$tmp/cr.err" >&2; fail "criteo"; }
+[ "$(json "$tmp/cr.json" examples)" = 10000 ] || fail "criteo: $(cat "$tmp/cr.json")"
+auc=$(json "$tmp/cr.json" progressive_auc)
+awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "criteo progressive AUC $auc"
+
+echo "== 4. bad input"
 expect() { # expect STATUS PATTERN ARGS...
   local want=$1 pat=$2; shift 2
   set +e; "$MT_TRAINER_BIN" "$@" > /dev/null 2> "$tmp/bad.err"; local got=$?; set -e

@@ -34,7 +34,9 @@ typedef struct mt_batch {
     size_t cap_n, cap_fids;
 } mt_batch_t;
 
-/** Empties @p b and sets its slots (copied). @returns MT_OK, MT_INVALID (nslots 0), MT_NOMEM. */
+/** Sets up @p b (any memory: an initialized batch must be freed first, its arrays are not
+ *  released here) with no examples and these slots (copied). On error @p b is zeroed.
+ *  @returns MT_OK, MT_INVALID (nslots 0), MT_NOMEM. */
 mt_err_t mt_batch_init(mt_batch_t *b, const uint16_t *slot_ids, uint32_t nslots);
 
 /** Removes every example, keeps the slots and the memory. */
