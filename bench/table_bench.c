@@ -7,6 +7,9 @@
  *   - inserts/s while growing from empty (training lookups admitting new ids), 1 and 2
  *     threads, and pre-sized;
  *   - batched read-only lookups/s with uniform and Zipf(1.05) keys, 1 and 2 threads;
+ *   - training lookups/s of ids that have a row (MT_TABLE_TRAIN: count, touch, copy) and
+ *     gradient applies/s (Adagrad), uniform and Zipf keys, 1 and 2 threads: the two table
+ *     calls of a training step;
  *   - a 90% lookup / 10% gradient-update mix, 1 and 2 threads;
  *   - bytes per row against the payload (key + embedding + optimizer state + metadata).
  *
@@ -101,14 +104,14 @@ typedef struct job {
     const uint64_t *keys; /* inserted ids */
     const uint64_t *queries;
     uint64_t nqueries;
-    int kind;           /* 0 insert, 1 lookup, 2 mix, 3 gather */
+    int kind;           /* JOB_* */
     const char *gather; /* kind 3 */
     uint64_t seed;
     double sink;
     uint64_t done;
 } job_t;
 
-enum { JOB_INSERT, JOB_LOOKUP, JOB_MIX, JOB_GATHER };
+enum { JOB_INSERT, JOB_LOOKUP, JOB_MIX, JOB_GATHER, JOB_TRAIN, JOB_APPLY };
 
 static void *job_run(void *arg) {
     job_t *j = arg;
@@ -135,6 +138,18 @@ static void *job_run(void *arg) {
             uint32_t m = (uint32_t)(j->nqueries - i < B ? j->nqueries - i : B);
             mt_table_lookup(j->t, j->queries + i, m, out, (size_t)m * o->dim, NULL, 0, 0, NULL);
             sink += out[(m - 1) * o->dim];
+        }
+    } else if (j->kind == JOB_TRAIN) {
+        for (uint64_t i = 0; i < j->nqueries; i += B) {
+            uint32_t m = (uint32_t)(j->nqueries - i < B ? j->nqueries - i : B);
+            mt_table_lookup(j->t, j->queries + i, m, out, (size_t)m * o->dim, NULL, MT_TABLE_TRAIN,
+                            1002, NULL);
+            sink += out[(m - 1) * o->dim];
+        }
+    } else if (j->kind == JOB_APPLY) {
+        for (uint64_t i = 0; i < j->nqueries; i += B) {
+            uint32_t m = (uint32_t)(j->nqueries - i < B ? j->nqueries - i : B);
+            mt_table_apply(j->t, j->queries + i, m, grads, (size_t)m * o->dim, 1002, NULL);
         }
     } else if (j->kind == JOB_MIX) {
         /* Per batch: 90% of B ids looked up, 10% updated with Adagrad. */
@@ -320,6 +335,32 @@ int main(int argc, char **argv) {
                      med / floor_rate[nt - 1]);
             rates_extra(&r, extra, sizeof(extra));
             emit("lookup_rate", med, "ids/s", extra);
+        }
+    }
+
+    /* The training step's calls on rows that exist: training lookups, then applies. */
+    const char *wnames[2] = {"train_lookup_rate", "apply_rate"};
+    for (int kind = 0; kind < 2; kind++) {
+        for (int d = 0; d < 2; d++) {
+            for (int nt = 1; nt <= 2; nt++) {
+                rates_t r = {.n = 0};
+                uint64_t nq = o.ops / 2;
+                for (int rep = 0; rep < o.reps; rep++) {
+                    for (int i = 0; i < nt; i++)
+                        jobs[i] = (job_t){.o = &o,
+                                          .t = t,
+                                          .kind = kind ? JOB_APPLY : JOB_TRAIN,
+                                          .queries = d ? zq[i] : uq[i],
+                                          .nqueries = nq};
+                    r.v[r.n++] = (double)nq * nt / run_threads(jobs, nt);
+                }
+                double med = rates_median(&r);
+                snprintf(extra, sizeof(extra),
+                         "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u", nt,
+                         names[d], (unsigned long long)o.rows, o.dim, o.batch);
+                rates_extra(&r, extra, sizeof(extra));
+                emit(wnames[kind], med, "ids/s", extra);
+            }
         }
     }
 

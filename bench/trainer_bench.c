@@ -1,14 +1,27 @@
 /*
  * trainer_bench.c - training throughput of the DeepFM step (issue #4): 26 slots, dim 16,
- * MLP 256-128, one id per slot and example drawn from a skewed distribution over 1M ids
- * per slot, batches of 512, parameters in a local table and then on one parameter server
- * over loopback (in this process, its own rpc workers). Also the FLOP rate OpenBLAS reaches
- * for the MLP's shapes, so the gap to the compute floor is visible.
+ * MLP 256-128, one id per slot and example, batches of 512. Figures, one JSON object per
+ * line (never asserts on time):
+ *   - sgemm_gflops and compute_floor_examples_per_s: what OpenBLAS reaches on the MLP's
+ *     largest shape on one core, measured first; every rate also says vs_compute_floor
+ *     (per thread) so the gap stays visible on a noisy machine;
+ *   - train_examples_per_s, phase "cold": a stream over 1M ids per slot whose ids are
+ *     mostly new (new_row_share says how many lookups create a row): measures row creation
+ *     (page faults of fresh memory, slab and bucket growth) as much as training;
+ *   - train_examples_per_s, phase "warm": Zipf(1.05) over 1M ids per slot after an
+ *     untimed warm-up pass of as many examples: most ids have a row, as in a steady stream;
+ *   - each with 1 thread (a trainer and its own table) and 2 threads (two trainers, each
+ *     its dense model, on one shared table: hogwild on the sparse part);
+ *   - the cold stream with one PS shard over loopback (in this process, its own rpc
+ *     workers), one thread.
+ * Batches are made before the clock starts. OpenBLAS runs one thread per caller.
  *
- * One JSON object per line; never asserts on time.
- * Usage: trainer_bench [--examples N] [--batch B] [--quick]
+ * Usage: trainer_bench [--examples N] [--batch B] [--reps R] [--threads 1|2]
+ *                      [--phase cold|warm] [--no-ps] [--quick]
+ * A figure is the median of R runs (default 1); examples are per thread.
  */
 #include <cblas.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +32,7 @@
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/trainer.h"
+#include "mt/zipf.h"
 
 #define NSLOTS 26
 #define DIM    16
@@ -43,7 +57,49 @@ static uint64_t skewed(uint64_t *x, uint64_t n) {
     return (uint64_t)(a * b * (double)n);
 }
 
-static void fill(mt_batch_t *b, size_t n, uint64_t *x) {
+static void emit(const char *metric, double v, const char *unit, const char *extra) {
+    printf("{\"bench\":\"trainer\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
+           v, unit, *extra ? "," : "", extra);
+    fflush(stdout);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
+static double rand01_cb(void *rng) {
+    return (double)(splitmix64(rng) >> 11) / 9007199254740992.0;
+}
+
+/* ---------------- id streams ---------------- */
+
+/* cold: the skewed stream above over 1M ids per slot; most ids of a run are new, so the
+ *       step mostly creates rows (page faults, slab and bucket growth);
+ * warm: Zipf(1.05) ranks over 1M ids per slot, measured after a warm-up pass of as many
+ *       examples: most ids have a row, new ones keep arriving from the tail, as in a
+ *       steady stream. */
+enum { PHASE_COLD, PHASE_WARM };
+static const char *phase_name[2] = {"cold", "warm"};
+
+typedef struct stream {
+    int phase;
+    uint64_t x; /* rng state */
+    mt_zipf_t z;
+} stream_t;
+
+static void stream_init(stream_t *s, int phase, uint64_t seed) {
+    s->phase = phase;
+    s->x = seed;
+    mt_zipf_init(&s->z, 1000000, 1.05);
+}
+
+static void fill(mt_batch_t *b, size_t n, stream_t *sm) {
     mt_batch_clear(b);
     uint64_t fids[NSLOTS];
     const uint64_t *fp[NSLOTS];
@@ -51,7 +107,8 @@ static void fill(mt_batch_t *b, size_t n, uint64_t *x) {
     for (size_t i = 0; i < n; i++) {
         uint64_t h = 0;
         for (int s = 0; s < NSLOTS; s++) {
-            uint64_t v = skewed(x, 1000000);
+            uint64_t v = sm->phase == PHASE_COLD ? skewed(&sm->x, 1000000)
+                                                 : mt_zipf_next(&sm->z, rand01_cb, &sm->x);
             fids[s] = mt_fid_of_int((uint16_t)(s + 1), v);
             fp[s] = &fids[s];
             counts[s] = 1;
@@ -61,14 +118,171 @@ static void fill(mt_batch_t *b, size_t n, uint64_t *x) {
     }
 }
 
-static void emit(const char *metric, double v, const char *unit, const char *extra) {
-    printf("{\"bench\":\"trainer\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
-           v, unit, *extra ? "," : "", extra);
-    fflush(stdout);
+/* Pre-made batches, so that a timed run (and each thread of it) does nothing but train. */
+typedef struct batches {
+    mt_batch_t *b;
+    size_t n;
+} batches_t;
+
+static int batches_make(batches_t *bs, size_t count, size_t batch, stream_t *sm) {
+    uint16_t ids[NSLOTS];
+    for (int s = 0; s < NSLOTS; s++)
+        ids[s] = (uint16_t)(s + 1);
+    bs->b = calloc(count, sizeof(mt_batch_t));
+    if (!bs->b) return -1;
+    bs->n = count;
+    for (size_t i = 0; i < count; i++) {
+        if (mt_batch_init(&bs->b[i], ids, NSLOTS) != MT_OK) return -1;
+        fill(&bs->b[i], batch, sm);
+    }
+    return 0;
+}
+
+static void batches_free(batches_t *bs) {
+    for (size_t i = 0; i < bs->n; i++)
+        mt_batch_free(&bs->b[i]);
+    free(bs->b);
+    bs->b = NULL;
+    bs->n = 0;
+}
+
+/* ---------------- a table shared by several trainers (hogwild on the sparse part) ---------------- */
+
+static mt_err_t shared_lookup(void *ud, const uint64_t *fids, size_t n, int train, uint32_t now_s,
+                              float *out, size_t out_len) {
+    return mt_table_lookup(ud, fids, n, out, out_len, NULL, train ? MT_TABLE_TRAIN : 0, now_s,
+                           NULL);
+}
+
+static mt_err_t shared_apply(void *ud, const uint64_t *fids, size_t n, const float *grads,
+                             size_t len, uint32_t now_s) {
+    return mt_table_apply(ud, fids, n, grads, len, now_s, NULL);
+}
+
+/* The same table a local trainer makes for itself (mt_trainer_create). */
+static mt_table_t *shared_table(const mt_trainer_config_t *tc) {
+    mt_table_slot_config_t slots[2 * NSLOTS];
+    mt_trainer_slot_configs(tc, slots, 2 * NSLOTS);
+    mt_table_config_t c;
+    mt_table_config_init(&c);
+    c.slots = slots;
+    c.nslots = 2 * NSLOTS;
+    c.shards_log2 = tc->table_shards_log2;
+    c.changelog_entries = 0;
+    c.filter_bytes = 0;
+    mt_table_t *t;
+    return mt_table_create(&c, &t) == MT_OK ? t : NULL;
+}
+
+typedef struct worker {
+    mt_trainer_t *tr;
+    const batches_t *bs;
+    float *probs;
+    double sec;
+    int err;
+} worker_t;
+
+static void *worker_run(void *arg) {
+    worker_t *w = arg;
+    double t0 = now_s();
+    for (size_t i = 0; i < w->bs->n && !w->err; i++)
+        w->err = mt_trainer_train(w->tr, &w->bs->b[i], 2, w->probs, NULL) != MT_OK;
+    w->sec = now_s() - t0;
+    return NULL;
+}
+
+typedef struct run_result {
+    double rate;          /* examples/s over all threads (wall clock) */
+    double new_row_share; /* rows created per table lookup of an id during the run */
+} run_result_t;
+
+/* One measurement: nt trainers (1: its own local table; 2: one shared table through a
+ * backend) on phase's stream; a warm phase first trains `warm_batches` untimed. */
+static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t nbatches,
+                     size_t warm_batches, size_t batch, uint64_t seed, run_result_t *res) {
+    mt_trainer_config_t tc = *tc0;
+    mt_trainer_t *tr[2] = {NULL, NULL};
+    mt_table_t *shared = NULL;
+    mt_trainer_backend_t be;
+    int rc = -1;
+    batches_t bs[2] = {{0}, {0}}, wb = {0};
+    worker_t w[2];
+    memset(w, 0, sizeof(w));
+    if (nt > 1) {
+        if (!(shared = shared_table(&tc))) goto out;
+        be = (mt_trainer_backend_t){shared, shared_lookup, shared_apply};
+        tc.backend = &be;
+    }
+    for (int i = 0; i < nt; i++)
+        if (mt_trainer_create(&tc, &tr[i]) != MT_OK) goto out;
+    mt_table_t *t = shared ? shared : mt_trainer_table(tr[0]);
+    /* Warm-up (untimed): the warm phase's long pass, or one batch (the first rows). */
+    stream_t sm;
+    stream_init(&sm, phase, seed);
+    if (batches_make(&wb, phase == PHASE_WARM ? warm_batches : 1, batch, &sm)) goto out;
+    w[0] = (worker_t){.tr = tr[0], .bs = &wb, .probs = malloc(batch * sizeof(float))};
+    w[1].probs = malloc(batch * sizeof(float));
+    if (!w[0].probs || !w[1].probs) goto out;
+    worker_run(&w[0]);
+    if (w[0].err) goto out;
+    for (int i = 0; i < nt; i++) {
+        stream_t si;
+        stream_init(&si, phase, seed * 1000 + 7 + (uint64_t)i);
+        if (batches_make(&bs[i], nbatches, batch, &si)) goto out;
+        w[i].tr = tr[i];
+        w[i].bs = &bs[i];
+    }
+    mt_table_stats_t s0, s1;
+    mt_table_stats(t, &s0);
+    pthread_t th[2];
+    double t0 = now_s();
+    for (int i = 0; i < nt; i++)
+        if (pthread_create(&th[i], NULL, worker_run, &w[i]) != 0) goto out;
+    for (int i = 0; i < nt; i++)
+        pthread_join(th[i], NULL);
+    double sec = now_s() - t0;
+    mt_table_stats(t, &s1);
+    for (int i = 0; i < nt; i++)
+        if (w[i].err) goto out;
+    double ids = (double)nt * (double)nbatches * (double)batch * NSLOTS * 2; /* emb + w1 */
+    res->rate = (double)nt * (double)nbatches * (double)batch / sec;
+    res->new_row_share = (double)(s1.rows - s0.rows) / ids;
+    rc = 0;
+out:
+    for (int i = 0; i < 2; i++) {
+        batches_free(&bs[i]);
+        free(w[i].probs);
+        mt_trainer_destroy(tr[i]);
+    }
+    batches_free(&wb);
+    mt_table_destroy(shared);
+    return rc;
+}
+
+/* The MLP's first (largest) layer shape through sgemm: GFLOP/s, median of 3. */
+static double sgemm_gflops(size_t batch) {
+    size_t in = NSLOTS * DIM;
+    float *A = calloc(batch * in, sizeof(float)), *W = calloc(in * 256, sizeof(float)),
+          *C = calloc(batch * 256, sizeof(float));
+    double r[3];
+    for (int k = 0; k < 3; k++) {
+        double flops = 0, f0 = now_s();
+        for (int rep = 0; rep < 50; rep++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)batch, 256, (int)in, 1.0f,
+                        A, (int)in, W, 256, 0.0f, C, 256);
+            flops += 2.0 * (double)batch * 256 * (double)in;
+        }
+        r[k] = flops / (now_s() - f0) / 1e9;
+    }
+    free(A);
+    free(W);
+    free(C);
+    return median(r, 3);
 }
 
 int main(int argc, char **argv) {
     size_t total = 300000, batch = 512;
+    int reps = 1, with_ps = 1, max_threads = 2, phase_lo = PHASE_COLD, phase_hi = PHASE_WARM;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             total = 20000;
@@ -76,12 +290,24 @@ int main(int argc, char **argv) {
             total = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            max_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--phase") && i + 1 < argc) {
+            i++;
+            phase_lo = phase_hi = !strcmp(argv[i], "warm") ? PHASE_WARM : PHASE_COLD;
+        } else if (!strcmp(argv[i], "--no-ps"))
+            with_ps = 0;
         else {
-            fprintf(stderr, "usage: trainer_bench [--examples N] [--batch B] [--quick]\n");
+            fprintf(stderr, "usage: trainer_bench [--examples N] [--batch B] [--reps R] "
+                            "[--threads 1|2] [--phase cold|warm] [--no-ps] [--quick]\n");
             return 2;
         }
     }
-    if (batch < 1 || total < batch) return 2;
+    if (batch < 1 || total < batch || reps < 1 || reps > 15 || max_threads < 1 || max_threads > 2)
+        return 2;
+    /* Per-core figures: OpenBLAS must not spread one trainer's sgemm over other cores. */
     openblas_set_num_threads(1);
     mt_trainer_config_t tc;
     mt_trainer_config_init(&tc);
@@ -91,15 +317,52 @@ int main(int argc, char **argv) {
     tc.dim = DIM;
     tc.hidden[0] = 256;
     tc.hidden[1] = 128;
-    mt_batch_t b = {0};
-    uint16_t ids[NSLOTS];
-    for (int s = 0; s < NSLOTS; s++)
-        ids[s] = (uint16_t)(s + 1);
-    mt_batch_init(&b, ids, NSLOTS);
-    float *probs = malloc(batch * sizeof(float));
-    char extra[256];
+    char extra[512];
+    size_t nbatches = total / batch;
 
-    /* One PS shard on loopback holding the same slots. */
+    /* The compute floor first: the MLP's sgemm shapes, forward and backward (about 3x
+     * forward). Every rate below is also given as a share of it. */
+    double gf = sgemm_gflops(batch);
+    size_t in = NSLOTS * DIM;
+    snprintf(extra, sizeof(extra), "\"threads\":1,\"m\":%zu,\"n\":256,\"k\":%zu", batch, in);
+    emit("sgemm_gflops", gf, "GFLOP/s", extra);
+    /* FLOPs per example forward: the MLP layers (2*in*256 + 2*256*128 + 2*128). */
+    double fwd = 2.0 * (double)in * 256 + 2.0 * 256 * 128 + 2.0 * 128;
+    double floor_rate = gf * 1e9 / (3 * fwd);
+    snprintf(extra, sizeof(extra), "\"flops_per_example\":%.0f", 3 * fwd);
+    emit("compute_floor_examples_per_s", floor_rate, "examples/s", extra);
+
+    /* Local table: cold and warm streams, 1 and 2 threads. */
+    for (int phase = phase_lo; phase <= phase_hi; phase++) {
+        for (int nt = 1; nt <= max_threads; nt++) {
+            double r[15], share = 0;
+            for (int k = 0; k < reps; k++) {
+                run_result_t res = {0, 0};
+                if (run_local(&tc, phase, nt, nbatches, nbatches, batch, 1 + (uint64_t)k, &res)) {
+                    fprintf(stderr, "trainer_bench: local run failed\n");
+                    return 1;
+                }
+                r[k] = res.rate;
+                share += res.new_row_share / reps;
+            }
+            double med = median(r, reps);
+            snprintf(extra, sizeof(extra),
+                     "\"phase\":\"%s\",\"ids\":\"%s\",\"threads\":%d,\"per_thread\":%.6g,"
+                     "\"new_row_share\":%.4f,\"vs_compute_floor\":%.3f,\"min\":%.6g,\"max\":%.6g,"
+                     "\"reps\":%d,\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
+                     "\"backend\":\"%s\",\"examples\":%zu",
+                     phase_name[phase],
+                     phase == PHASE_COLD ? "skewed over 1M per slot, mostly new"
+                                         : "zipf1.05 over 1M per slot, after a warm-up pass",
+                     nt, med / nt, share, med / nt / floor_rate, r[0], r[reps - 1], reps, NSLOTS,
+                     DIM, batch, nt > 1 ? "local table shared by the threads" : "local table",
+                     nbatches * batch * (size_t)nt);
+            emit("train_examples_per_s", med, "examples/s", extra);
+        }
+    }
+    if (!with_ps) return 0;
+
+    /* One PS shard on loopback holding the same slots (cold stream, one thread). */
     mt_table_slot_config_t slots[2 * NSLOTS];
     mt_trainer_slot_configs(&tc, slots, 2 * NSLOTS);
     mt_ps_config_t pc;
@@ -128,58 +391,30 @@ int main(int argc, char **argv) {
     if (mt_psc_create(&cc, &client) != MT_OK) return 1;
     mt_trainer_backend_t be;
     mt_trainer_backend_psc(client, &be);
-
-    for (int mode = 0; mode < 2; mode++) {
-        tc.backend = mode ? &be : NULL;
-        mt_trainer_t *tr;
-        if (mt_trainer_create(&tc, &tr) != MT_OK) return 1;
-        uint64_t x = 1;
-        /* Warm up (rows get created), then measure whole steps without the batch making. */
-        fill(&b, batch, &x);
-        if (mt_trainer_train(tr, &b, 1, probs, NULL) != MT_OK) return 1;
-        double gen_s = 0, t0 = now_s();
-        size_t done = 0;
-        while (done < total) {
-            double g0 = now_s();
-            fill(&b, batch, &x);
-            gen_s += now_s() - g0;
-            mt_trainer_step_t st;
-            if (mt_trainer_train(tr, &b, 2, probs, &st) != MT_OK) return 1;
-            done += batch;
-        }
-        double sec = now_s() - t0 - gen_s;
-        snprintf(extra, sizeof(extra),
-                 "\"threads\":1,\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
-                 "\"backend\":\"%s\",\"examples\":%zu",
-                 NSLOTS, DIM, batch, mode ? "1 PS over loopback" : "local table", done);
-        emit("train_examples_per_s", (double)done / sec, "examples/s", extra);
-        mt_trainer_destroy(tr);
-    }
+    tc.backend = &be;
+    mt_trainer_t *tr;
+    if (mt_trainer_create(&tc, &tr) != MT_OK) return 1;
+    stream_t sm;
+    stream_init(&sm, PHASE_COLD, 1);
+    batches_t bs = {0};
+    if (batches_make(&bs, nbatches + 1, batch, &sm)) return 1;
+    float *probs = malloc(batch * sizeof(float));
+    if (mt_trainer_train(tr, &bs.b[0], 1, probs, NULL) != MT_OK) return 1; /* first rows */
+    double t0 = now_s();
+    for (size_t i = 1; i <= nbatches; i++)
+        if (mt_trainer_train(tr, &bs.b[i], 2, probs, NULL) != MT_OK) return 1;
+    double rate = (double)(nbatches * batch) / (now_s() - t0);
+    snprintf(extra, sizeof(extra),
+             "\"phase\":\"cold\",\"threads\":1,\"vs_compute_floor\":%.3f,\"slots\":%d,"
+             "\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,\"backend\":\"1 PS over loopback\","
+             "\"examples\":%zu",
+             rate / floor_rate, NSLOTS, DIM, batch, nbatches * batch);
+    emit("train_examples_per_s", rate, "examples/s", extra);
+    mt_trainer_destroy(tr);
+    batches_free(&bs);
+    free(probs);
     mt_psc_destroy(client);
     mt_rpc_server_destroy(srv);
     mt_ps_destroy(ps);
-
-    /* The compute floor: the MLP's sgemm shapes, forward and backward (about 3x forward). */
-    size_t in = NSLOTS * DIM;
-    float *A = calloc(batch * in, sizeof(float)), *W = calloc(in * 256, sizeof(float)),
-          *C = calloc(batch * 256, sizeof(float));
-    double flops = 0, f0 = now_s();
-    for (int r = 0; r < 50; r++) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)batch, 256, (int)in, 1.0f, A,
-                    (int)in, W, 256, 0.0f, C, 256);
-        flops += 2.0 * (double)batch * 256 * (double)in;
-    }
-    double gf = flops / (now_s() - f0) / 1e9;
-    snprintf(extra, sizeof(extra), "\"threads\":1,\"m\":%zu,\"n\":256,\"k\":%zu", batch, in);
-    emit("sgemm_gflops", gf, "GFLOP/s", extra);
-    /* FLOPs per example forward: the MLP layers (2*in*256 + 2*256*128 + 2*128). */
-    double fwd = 2.0 * (double)in * 256 + 2.0 * 256 * 128 + 2.0 * 128;
-    snprintf(extra, sizeof(extra), "\"flops_per_example\":%.0f", 3 * fwd);
-    emit("compute_floor_examples_per_s", gf * 1e9 / (3 * fwd), "examples/s", extra);
-    free(A);
-    free(W);
-    free(C);
-    free(probs);
-    mt_batch_free(&b);
     return 0;
 }
