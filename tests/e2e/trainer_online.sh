@@ -61,7 +61,18 @@ echo "== 2. nothing left for g1; then exactly the 10,000 new ones"
 
 echo "== 3. group g2 reads everything"
 "$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g2 --online --duration-s 10 \
-  --report "$tmp/r4.json" > /dev/null 2> "$tmp/r4.err" || { cat "$tmp/r4.err" >&2; fail "run 4"; }
+  --set trainer.metrics_listen=127.0.0.1:0 --report "$tmp/r4.json" > /dev/null 2> "$tmp/r4.err" &
+t4=$!
+# its Prometheus endpoint while it runs
+for _ in $(seq 100); do grep -q "metrics on port" "$tmp/r4.err" && break; sleep 0.1; done
+mport=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/r4.err" | head -1)
+[ -n "$mport" ] || { cat "$tmp/r4.err" >&2; fail "no metrics port"; }
+exec 3<>"/dev/tcp/127.0.0.1/$mport"
+printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
+metrics=$(cat <&3); exec 3<&-
+grep -q "^monolith_trainer_examples_total " <<< "$metrics" || fail "metrics: $metrics"
+grep -q "^monolith_trainer_window_auc " <<< "$metrics" || fail "metrics: $metrics"
+wait "$t4" || { cat "$tmp/r4.err" >&2; fail "run 4"; }
 [ "$(json "$tmp/r4.json" examples)" = 40000 ] || fail "run 4: $(cat "$tmp/r4.json")"
 [ "$(json "$tmp/r4.json" bad_messages)" = 3 ] || fail "run 4: $(cat "$tmp/r4.json")"
 auc=$(json "$tmp/r4.json" progressive_auc)
