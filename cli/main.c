@@ -7,6 +7,8 @@
  *   monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]
  *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P]
  *                     [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]
+ *   monolith replay   --dataset trivago|movielens-100k|movielens-latest|gen [--path P]
+ *                     [--kafka BOOTSTRAP] [--speed N | --as-fast-as-possible] ...
  *
  * gen writes the synthetic click stream (data/gen: a hidden ground-truth model, Zipf
  * popularity, new ids, drift) to stdout as TSV with a header: label, timestamp_ms, then one
@@ -16,12 +18,17 @@
  * "gen-<seed>-<n>"): a stream monolith-trainer --online trains on without a joiner;
  * --rate paces it (examples per second; default: as fast as the broker takes them).
  *
+ * replay turns a dataset into the loop's streams in event-time order (replay/, docs/replay.md):
+ * impressions (monolith.v1.Impression) to `features`, clicks (monolith.v1.Action) to
+ * `actions`, keyed by request id; `monolith replay --help` lists its options.
+ *
  * A FID is "SLOT:VALUE" (decimal, VALUE < 2^48) or a raw 64-bit number (decimal or 0x hex).
  * lookup routes each id to its shard like every client (the --ps list is shard 0, 1, ...).
  * Output is JSON, one object per line. Exit status: 0 success, 1 the call failed (the
  * gRPC status and message are printed on stderr), 2 bad usage.
  */
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +42,7 @@
 #include "mt/gen.h"
 #include "mt/kafka.h"
 #include "mt/psclient.h"
+#include "mt/replay.h"
 #include "mt/rpc.h"
 #include "mt/table.h"
 
@@ -70,6 +78,8 @@ static int usage(void) {
             "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
             " [--ctr P]\n"
             "                         [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]\n"
+            "       monolith replay   --dataset D [--path P] [--kafka BOOTSTRAP] ..."
+            " (monolith replay --help)\n"
             "FID: SLOT:VALUE or a 64-bit number (decimal or 0x hex)\n");
     return 2;
 }
@@ -384,8 +394,266 @@ static int cmd_gen(uint64_t examples, const mt_gen_config_t *gc, const char *kaf
     return rc;
 }
 
+/* ---------------- monolith replay ---------------- */
+
+static volatile int replay_stop; /* SIGINT / SIGTERM: stop, flush what was produced, exit 1 */
+
+static void replay_on_signal(int sig) {
+    (void)sig;
+    replay_stop = 1;
+}
+
+static int replay_usage(FILE *to) {
+    fprintf(to,
+            "usage: monolith replay --dataset trivago|movielens-100k|movielens-latest|gen\n"
+            "         [--path P]                the dataset: trivago CSV (.gz or plain); the\n"
+            "                                   MovieLens folder (or u.data / ratings.csv)\n"
+            "         [--kafka BOOTSTRAP]       produce to Kafka (without: a dry run)\n"
+            "         [--speed N | --as-fast-as-possible]  N x real time (default: as fast\n"
+            "                                   as possible)\n"
+            "         [--features-topic features] [--actions-topic actions]\n"
+            "         [--limit N]               impressions (gen default 100000; 0 = all)\n"
+            "         [--action-delay-s D]      click time = impression time + D (default 5)\n"
+            "         [--positive-rating R]     MovieLens: rating >= R is a click (default 4)\n"
+            "         [--seed S] [--users U] [--items I] [--ctr P] [--events-per-s E]  (gen)\n"
+            "         [--kafka-conf KEY=VALUE]...  librdkafka producer properties (default\n"
+            "                                   compression.codec=lz4)\n"
+            "         [--progress-s S]          progress on stderr every S s (default 2; 0 off)\n"
+            "         [--print-events]          each event as a JSON line on stdout\n"
+            "Prints one JSON summary line on stdout at the end. Exit status: 0 all events\n"
+            "delivered; 1 a failure (dataset unreadable, delivery failed, interrupted); 2 bad\n"
+            "usage.\n");
+    return to == stdout ? 0 : 2;
+}
+
+typedef struct replay_sink {
+    mt_kafka_producer_t *p; /* NULL: dry run */
+    const char *features, *actions;
+    int print;
+    uint64_t bad_logged;
+} replay_sink_t;
+
+static mt_err_t replay_sink(void *opaque, const mt_replay_event_t *ev, const uint8_t *value,
+                            size_t len) {
+    replay_sink_t *s = opaque;
+    if (s->print)
+        printf("{\"kind\":\"%s\",\"request_id\":\"%s\",\"timestamp_ms\":%" PRId64
+               ",\"item_id\":%" PRIu64 ",\"clicked\":%s,\"line\":%" PRIu64 ",\"bytes\":%zu}\n",
+               ev->kind == MT_REPLAY_IMPRESSION ? "impression" : "action", ev->request_id,
+               ev->timestamp_ms, ev->item_id, ev->clicked ? "true" : "false", ev->line, len);
+    if (!s->p) return MT_OK;
+    const char *topic = ev->kind == MT_REPLAY_IMPRESSION ? s->features : s->actions;
+    mt_err_t e = mt_kafka_produce(s->p, topic, -1, ev->request_id, strlen(ev->request_id), value,
+                                  len, 60000);
+    if (e) fprintf(stderr, "monolith: replay: produce to %s: %s\n", topic, mt_strerror(e));
+    return e;
+}
+
+static void replay_bad_row(void *opaque, uint64_t line, const char *reason) {
+    replay_sink_t *s = opaque;
+    if (s->bad_logged++ < 20)
+        fprintf(stderr, "monolith: replay: line %" PRIu64 ": %s (skipped)\n", line, reason);
+    else if (s->bad_logged == 21)
+        fprintf(stderr, "monolith: replay: more bad rows: only counted from now on\n");
+}
+
+static void replay_progress(void *opaque, const mt_replay_totals_t *t) {
+    (void)opaque;
+    time_t et = (time_t)(t->last_event_ms / 1000);
+    struct tm tm;
+    char when[32] = "-";
+    if (t->last_event_ms > 0 && gmtime_r(&et, &tm))
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(stderr,
+            "monolith: replay: %" PRIu64 " impressions, %" PRIu64 " actions, event time %s,"
+            " %.0f events/s\n",
+            t->impressions, t->actions, when,
+            t->wall_s > 0 ? (double)(t->impressions + t->actions) / t->wall_s : 0.0);
+}
+
+static int replay_number(const char *opt, const char *v, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "monolith: replay: %s: '%s' is not a number in [%g, %g]\n", opt, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int cmd_replay(int argc, char **argv) {
+    mt_replay_config_t rc;
+    mt_replay_config_init(&rc);
+    mt_replay_run_config_t run;
+    mt_replay_run_config_init(&run);
+    const char *dataset = NULL, *kafka = NULL;
+    replay_sink_t sink = {NULL, "features", "actions", 0, 0};
+    /* lz4: the 25 impressions of a request share their user-side fids and their key, hence
+     * their partition and batch; compressed, all of trivago fits the mock's per-partition
+     * retention (docs/replay.md). --kafka-conf entries come after and win. */
+    const char *kconf[34] = {"compression.codec=lz4"};
+    int nkconf = 1, have_limit = 0, have_speed = 0, fast = 0;
+    double progress_s = 2, x;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return replay_usage(stdout);
+        if (!strcmp(a, "--as-fast-as-possible")) {
+            fast = 1;
+            continue;
+        }
+        if (!strcmp(a, "--print-events")) {
+            sink.print = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "monolith: replay: %s needs a value (or is unknown)\n", a);
+            return replay_usage(stderr);
+        }
+        i++;
+        if (!strcmp(a, "--dataset"))
+            dataset = v;
+        else if (!strcmp(a, "--path"))
+            rc.path = v;
+        else if (!strcmp(a, "--kafka"))
+            kafka = v;
+        else if (!strcmp(a, "--features-topic"))
+            sink.features = v;
+        else if (!strcmp(a, "--actions-topic"))
+            sink.actions = v;
+        else if (!strcmp(a, "--kafka-conf")) {
+            if (nkconf == 33 || !strchr(v, '=')) return replay_usage(stderr);
+            kconf[nkconf++] = v;
+        } else if (!strcmp(a, "--speed")) {
+            if (replay_number(a, v, 1e-6, 1e12, &run.speed)) return 2;
+            have_speed = 1;
+        } else if (!strcmp(a, "--limit")) {
+            if (replay_number(a, v, 0, 1e15, &x)) return 2;
+            rc.limit = (uint64_t)x;
+            have_limit = 1;
+        } else if (!strcmp(a, "--action-delay-s")) {
+            if (replay_number(a, v, 0, 86400.0 * 365, &x)) return 2;
+            rc.action_delay_ms = (int64_t)(x * 1000 + 0.5);
+        } else if (!strcmp(a, "--positive-rating")) {
+            if (replay_number(a, v, 0, 10, &x)) return 2;
+            rc.positive_rating = (float)x;
+        } else if (!strcmp(a, "--progress-s")) {
+            if (replay_number(a, v, 0, 86400, &progress_s)) return 2;
+        } else if (!strcmp(a, "--seed") || !strcmp(a, "--users") || !strcmp(a, "--items")) {
+            if (replay_number(a, v, 0, 1.8e19, &x)) return 2;
+            if (!strcmp(a, "--seed"))
+                rc.gen.seed = strtoull(v, NULL, 10);
+            else if (!strcmp(a, "--users"))
+                rc.gen.num_users = (uint64_t)x;
+            else
+                rc.gen.num_items = (uint64_t)x;
+        } else if (!strcmp(a, "--ctr")) {
+            if (replay_number(a, v, 0, 1, &rc.gen.target_ctr)) return 2;
+        } else if (!strcmp(a, "--events-per-s")) {
+            if (replay_number(a, v, 1e-6, 1e9, &rc.gen.events_per_s)) return 2;
+        } else {
+            fprintf(stderr, "monolith: replay: unknown option %s\n", a);
+            return replay_usage(stderr);
+        }
+    }
+    kconf[nkconf] = NULL;
+    if (!dataset) {
+        fprintf(stderr, "monolith: replay: --dataset is required\n");
+        return replay_usage(stderr);
+    }
+    if (!strcmp(dataset, "trivago"))
+        rc.dataset = MT_REPLAY_TRIVAGO;
+    else if (!strcmp(dataset, "movielens-100k"))
+        rc.dataset = MT_REPLAY_MOVIELENS_100K;
+    else if (!strcmp(dataset, "movielens-latest"))
+        rc.dataset = MT_REPLAY_MOVIELENS_LATEST;
+    else if (!strcmp(dataset, "gen"))
+        rc.dataset = MT_REPLAY_GEN;
+    else {
+        fprintf(stderr, "monolith: replay: unknown dataset '%s'\n", dataset);
+        return replay_usage(stderr);
+    }
+    if (fast && have_speed) {
+        fprintf(stderr, "monolith: replay: --speed and --as-fast-as-possible exclude each other\n");
+        return 2;
+    }
+    if (rc.dataset == MT_REPLAY_GEN && !have_limit) rc.limit = 100000;
+    char err[512];
+    if (mt_replay_config_validate(&rc, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith: replay: %s\n", err);
+        return 2;
+    }
+    rc.bad_row_cb = replay_bad_row;
+    rc.bad_row_opaque = &sink;
+    run.progress_interval_ms = (uint32_t)(progress_s * 1000);
+    run.progress = replay_progress;
+    run.stop = &replay_stop;
+
+    mt_replay_t *r = NULL;
+    mt_err_t e = mt_replay_open(&rc, &r, err, sizeof(err));
+    if (e) {
+        fprintf(stderr, "monolith: replay: %s (%s)\n", err[0] ? err : "cannot open",
+                mt_strerror(e));
+        return 1;
+    }
+    if (kafka && mt_kafka_producer_create(kafka, kconf, &sink.p, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith: replay: Kafka producer on %s: %s\n", kafka, err);
+        mt_replay_destroy(r);
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = replay_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    mt_replay_totals_t t;
+    e = mt_replay_run(r, &run, replay_sink, &sink, &t);
+    int rc_exit = 0;
+    if (e) {
+        fprintf(stderr, "monolith: replay: stopped: %s\n", mt_strerror(e));
+        rc_exit = 1;
+    }
+    uint64_t delivered = 0, failed = 0;
+    if (sink.p) {
+        mt_err_t fe = mt_kafka_producer_flush(sink.p, 120000);
+        mt_kafka_producer_counts(sink.p, &delivered, &failed);
+        if (fe != MT_OK || delivered != t.impressions + t.actions) {
+            fprintf(stderr,
+                    "monolith: replay: %" PRIu64 " of %" PRIu64 " messages delivered, %" PRIu64
+                    " failed (%s)\n",
+                    delivered, t.impressions + t.actions, failed, mt_strerror(fe));
+            rc_exit = 1;
+        }
+    }
+    const mt_replay_stats_t *st = mt_replay_stats(r);
+    if (fflush(stdout) != 0) rc_exit = 1;
+    printf("{\"dataset\":\"%s\",\"impressions\":%" PRIu64 ",\"actions\":%" PRIu64
+           ",\"requests\":%" PRIu64 ",\"rows\":%" PRIu64 ",\"bad_rows\":%" PRIu64
+           ",\"clicks_not_shown\":%" PRIu64 ",\"impression_bytes\":%" PRIu64
+           ",\"action_bytes\":%" PRIu64 ",\"first_event_ms\":%" PRId64 ",\"last_event_ms\":%" PRId64
+           ",\"max_pending_actions\":%" PRIu64 ",\"kafka\":%s,\"delivered\":%" PRIu64
+           ",\"failed\":%" PRIu64 ",\"wall_s\":%.3f,\"events_per_s\":%.0f}\n",
+           dataset, t.impressions, t.actions,
+           rc.dataset == MT_REPLAY_GEN ? t.impressions : st->requests, st->rows, st->bad_rows,
+           st->clicks_not_shown, t.impression_bytes, t.action_bytes, t.first_event_ms,
+           t.last_event_ms, st->max_pending_actions, sink.p ? "true" : "false", delivered, failed,
+           t.wall_s, t.wall_s > 0 ? (double)(t.impressions + t.actions) / t.wall_s : 0.0);
+    fprintf(stderr,
+            "monolith: replay: %s: %" PRIu64 " impressions (%" PRIu64 " bytes) to %s, %" PRIu64
+            " actions (%" PRIu64 " bytes) to %s, %" PRIu64 " bad rows, %.1f s\n",
+            dataset, t.impressions, t.impression_bytes, sink.p ? sink.features : "(dry run)",
+            t.actions, t.action_bytes, sink.p ? sink.actions : "(dry run)", st->bad_rows, t.wall_s);
+    if (fflush(stdout) != 0) rc_exit = 1;
+    mt_kafka_producer_destroy(sink.p);
+    mt_replay_destroy(r);
+    return rc_exit;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return usage();
+    if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 2, argv + 2);
     const char *cmd = argv[1], *addr = NULL, *service = NULL, *token = NULL, *kafka = NULL,
                *topic = NULL;
     char *ps = NULL;

@@ -8,7 +8,7 @@ PKGS=(
   libxxhash-dev libjemalloc-dev libcriterion-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
   librdkafka-dev librocksdb-dev libopenblas-dev
-  kcat gnuplot-nox clang-format redis-server libhiredis-dev
+  kcat gnuplot-nox clang-format redis-server libhiredis-dev zlib1g-dev
 )
 
 missing=()

@@ -80,7 +80,7 @@ typedef struct prop {
 /* ============================== the property table ============================== */
 
 static const char *const sections[] = {"cluster", "ps",    "table", "dense",
-                                       "trainer", "input", "kafka"};
+                                       "trainer", "input", "kafka", "joiner"};
 #define NSECTIONS ((int)(sizeof(sections) / sizeof(sections[0])))
 #define SECT_SLOT NSECTIONS /* section index of every [slot.N] */
 
@@ -276,6 +276,46 @@ static const prop_t props[] = {
      .doc = "consumer group of the trainers (they split the partitions)"},
     {KEY("kafka", "session_timeout_ms"), CFG(kafka.session_timeout_ms), UINT(6000, 300000),
      .def = "10000", .doc = "consumer-group session timeout"},
+    /* [joiner] */
+    {KEY("joiner", "window_s"), CFG(joiner.window_s), UINT(1, 30 * 86400), .def = "1800",
+     .doc = "join window: an action joins an impression when its time is at most this many "
+            "seconds after the impression's"},
+    {KEY("joiner", "allowed_lateness_s"), CFG(joiner.allowed_lateness_s), UINT(0, 86400),
+     .def = "10",
+     .doc = "the watermark trails the input's event time (the latest event of its slowest "
+            "partition) by this much; a window closes once the watermark passes its end"},
+    {KEY("joiner", "idle_advance_ms"), CFG(joiner.idle_advance_ms), UINT(0, 86400 * 1000),
+     .def = "5000",
+     .doc = "after this long without a message on either topic the watermark moves on with "
+            "the clock (a stopped stream still gets its negatives); 0: never"},
+    {KEY("joiner", "negative_rate"), CFG(joiner.negative_rate), REAL(0, 1, PF_MIN_OPEN), .def = "1",
+     .doc = "share of negatives kept (a deterministic hash of request id, item id and `seed`); "
+            "a kept negative carries it as `sample_rate`"},
+    {KEY("joiner", "seed"), CFG(joiner.seed), UINT(0, UINT64_MAX), .def = "1",
+     .doc = "seed of the negative sampling hash"},
+    {KEY("joiner", "max_pending_memory"), CFG(joiner.max_pending_memory), UINT(0, 1ull << 32),
+     .def = "1000000",
+     .doc = "pending impressions also held in memory (the newest); all are in RocksDB"},
+    {KEY("joiner", "max_early_actions"), CFG(joiner.max_early_actions), UINT(1, 1ull << 32),
+     .def = "1000000",
+     .doc = "actions waiting for their impression (in RocksDB); beyond, the oldest is dropped "
+            "and counted"},
+    {KEY("joiner", "state_dir"), CFG(joiner.state_dir), STR(1, 4095), .def = "/tmp/monolith-joiner",
+     .doc = "RocksDB directory of the joiner's state (pending impressions, early actions, "
+            "tombstones, input positions, undelivered examples); one joiner per directory"},
+    {KEY("joiner", "group"), CFG(joiner.group), STR(1, 249), .def = "monolith-joiner",
+     .doc = "consumer group of the joiner on `kafka.features_topic` and `kafka.actions_topic`"},
+    {KEY("joiner", "commit_interval_ms"), CFG(joiner.commit_interval_ms), UINT(0, 600000),
+     .def = "500",
+     .doc = "period of a commit round: sync the state, deliver the examples, commit the "
+            "offsets; 0: after every poll"},
+    {KEY("joiner", "progress_interval_ms"), CFG(joiner.progress_interval_ms), UINT(0, 3600 * 1000),
+     .def = "1000", .doc = "period of the progress line; 0: none"},
+    {KEY("joiner", "sync"), CFG(joiner.sync), ENUM(bool_enum), .def = "true",
+     .doc = "fsync the state's write-ahead log in each commit round (off: a machine crash "
+            "may lose the last rounds' state; a process crash loses nothing either way)"},
+    {KEY("joiner", "metrics_listen"), CFG(joiner.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
+     .def = "", .doc = "address of the joiner's Prometheus `/metrics` endpoint; empty: disabled"},
     /* [slot.N]: mt_table_slot_config_t, defaults as mt_table_slot_config_init() */
     {KEY("slot", "dim"), SLOT(dim), UINT(1, MT_TABLE_MAX_DIM), .def = NULL,
      .doc = "embedding width"},
@@ -1025,7 +1065,7 @@ static mt_err_t on_section(parser_t *ps, char *s) {
     if (sect == -1)
         return perr(ps, MT_CONFIG,
                     "unknown section [%s] (sections: cluster, ps, table, dense, trainer, input, "
-                    "kafka, slot.N)",
+                    "kafka, joiner, slot.N)",
                     show(name, t, sizeof(t)));
     if (sect == -2)
         return perr(ps, MT_CONFIG, "bad slot id in [%s]: expected slot.0 .. slot.65535",

@@ -11,7 +11,7 @@
  *
  *     # comment                 ; comment
  *     [cluster]                 sections: cluster, ps, table, dense, trainer, input, kafka,
- *                               slot.N (N = 0..65535)
+ *                               joiner, slot.N (N = 0..65535)
  *     num_shards = 3            key = value; whitespace around both is trimmed
  *     ps = 10.0.0.1:7100, 10.0.0.2:7100   # inline comment: '#' or ';' after whitespace
  *     [slot.1]                  one section per slot; every slot needs a dim
@@ -135,6 +135,23 @@ typedef struct mt_config_kafka {
     uint32_t session_timeout_ms;
 } mt_config_kafka_t;
 
+/** [joiner]: monolith-joiner (docs/joiner.md). Strings owned, never NULL. */
+typedef struct mt_config_joiner {
+    uint32_t window_s;             /* join window after an impression */
+    uint32_t allowed_lateness_s;   /* watermark = the input's event time - this */
+    uint32_t idle_advance_ms;      /* both topics idle this long: watermark follows the clock */
+    double negative_rate;          /* negatives kept (sampled deterministically), (0, 1] */
+    uint64_t seed;                 /* of the negative sampling hash */
+    uint64_t max_pending_memory;   /* pending impressions held in memory (all are in RocksDB) */
+    uint64_t max_early_actions;    /* actions waiting for their impression */
+    char *state_dir;               /* RocksDB directory of the joiner's state */
+    char *group;                   /* consumer group on the features and actions topics */
+    uint32_t commit_interval_ms;   /* period of deliver + sync + commit */
+    uint32_t progress_interval_ms; /* progress line period; 0 = none */
+    int sync;                      /* 1: fsync the state before each commit */
+    char *metrics_listen;          /* Prometheus /metrics "host:port"; "" = disabled */
+} mt_config_joiner_t;
+
 /** Everything one file configures. Initialize with mt_config_init(). */
 typedef struct mt_config {
     mt_config_cluster_t cluster;
@@ -144,6 +161,7 @@ typedef struct mt_config {
     mt_config_trainer_t trainer;
     mt_config_input_t input;
     mt_config_kafka_t kafka;
+    mt_config_joiner_t joiner;
     mt_table_slot_config_t *slots; /* owned: nslots slots sorted by slot id ([slot.N]) */
     char **slot_names;             /* owned: nslots owned names, parallel to slots ("" = none) */
     size_t nslots;

@@ -139,6 +139,19 @@ static const char *const all_keys[] = {
     "[kafka] actions_topic",
     "[kafka] group",
     "[kafka] session_timeout_ms",
+    "[joiner] window_s",
+    "[joiner] allowed_lateness_s",
+    "[joiner] idle_advance_ms",
+    "[joiner] negative_rate",
+    "[joiner] seed",
+    "[joiner] max_pending_memory",
+    "[joiner] max_early_actions",
+    "[joiner] state_dir",
+    "[joiner] group",
+    "[joiner] commit_interval_ms",
+    "[joiner] progress_interval_ms",
+    "[joiner] sync",
+    "[joiner] metrics_listen",
     "[slot.N] dim",
     "[slot.N] init",
     "[slot.N] init_scale",
@@ -226,6 +239,15 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         strcmp(k1->features_topic, k2->features_topic) ||
         strcmp(k1->actions_topic, k2->actions_topic) || strcmp(k1->group, k2->group) ||
         k1->session_timeout_ms != k2->session_timeout_ms)
+        return false;
+    const mt_config_joiner_t *j1 = &a->joiner, *j2 = &b->joiner;
+    if (j1->window_s != j2->window_s || j1->allowed_lateness_s != j2->allowed_lateness_s ||
+        j1->idle_advance_ms != j2->idle_advance_ms || j1->negative_rate != j2->negative_rate ||
+        j1->seed != j2->seed || j1->max_pending_memory != j2->max_pending_memory ||
+        j1->max_early_actions != j2->max_early_actions || strcmp(j1->state_dir, j2->state_dir) ||
+        strcmp(j1->group, j2->group) || j1->commit_interval_ms != j2->commit_interval_ms ||
+        j1->progress_interval_ms != j2->progress_interval_ms || j1->sync != j2->sync ||
+        strcmp(j1->metrics_listen, j2->metrics_listen))
         return false;
     if (a->nslots != b->nslots) return false;
     for (size_t i = 0; i < a->nslots; i++)

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The replayed trivago stream, joined by monolith-joiner, against labels computed directly
+# from the file (issue #5):
+#   1. count from the CSV itself (gzip -dc | awk, independent of replay/): click-outs,
+#      shown hotels, click-outs whose clicked hotel was shown;
+#      positives = those click-outs, negatives = every other shown hotel;
+#   2. `monolith replay --dataset trivago --as-fast-as-possible` into monolith-kafka-dev
+#      (features:8, actions:8 as by default: lz4 keeps the replay inside the mock's
+#      per-partition retention; examples:32 because the joiner's ~60 MB of uncompressed
+#      examples would not fit 8 partitions of ~5 MiB);
+#   3. monolith-joiner (negative_rate 1, --drain: the stream has ended, close every window)
+#      reads both topics; its report must show exactly those positives and negatives, and
+#      the examples topic must hold positives + negatives messages (kcat).
+# Needs MT_CLI_BIN, MT_KAFKA_BIN, MT_JOINER_BIN, MT_SHARED_DATA; kcat. Without the trivago
+# sample (a clone without ../shared/data) it says so and passes.
+set -euo pipefail
+: "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_JOINER_BIN:?}" "${MT_SHARED_DATA:?}"
+command -v kcat > /dev/null || { echo "FAIL: kcat is missing (apt-get install kcat)" >&2; exit 1; }
+data="$MT_SHARED_DATA/trivago-recsys2019-sample/trivago_val_100k.csv.gz"
+if [ ! -r "$data" ]; then
+  echo "replay_trivago_join: $data missing: real-data test not run"
+  exit 0
+fi
+tmp=$(mktemp -d /tmp/mt-replay-join-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+json() { sed -n "s/.*\"$2\": *\([-0-9.e+]*\).*/\1/p" "$1" | head -1; }
+
+echo "== 1. labels straight from the file"
+# Click-out rows: fields 1-6 (user, session, timestamp, step, action_type, reference) and
+# the last two (impressions, prices) are never quoted; only city is.
+read -r clickouts shown positives < <(gzip -dc "$data" | awk -F, '
+  NR > 1 && $5 == "clickout item" {
+    c++; n = split($(NF - 1), imp, "|"); s += n; hit = 0
+    for (i = 1; i <= n; i++) if (imp[i] == $6) hit = 1
+    p += hit
+  }
+  END { print c, s, p }')
+negatives=$((shown - positives))
+echo "click-outs $clickouts, shown $shown, positives $positives, negatives $negatives"
+[ "$clickouts" -gt 10000 ] || fail "too few click-outs: $clickouts"
+
+"$MT_KAFKA_BIN" --topics features:8,actions:8,examples:32 --bootstrap-file "$tmp/bootstrap" > /dev/null 2> "$tmp/kafka.err" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$tmp/bootstrap" ] && break; sleep 0.1; done
+[ -s "$tmp/bootstrap" ] || { cat "$tmp/kafka.err" >&2; fail "monolith-kafka-dev did not start"; }
+bs=$(cat "$tmp/bootstrap")
+
+echo "== 2. replay"
+start=$(date +%s.%N)
+"$MT_CLI_BIN" replay --dataset trivago --path "$data" --kafka "$bs" --as-fast-as-possible \
+  > "$tmp/replay.json" 2> "$tmp/replay.err" || { cat "$tmp/replay.err" >&2; fail "replay"; }
+echo "replayed in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.2f", e - s }') s:"
+cat "$tmp/replay.json"
+sed 's/:/: /g' "$tmp/replay.json" > "$tmp/replay.sp.json"
+[ "$(json "$tmp/replay.sp.json" impressions)" = "$shown" ] || fail "replay impressions"
+[ "$(json "$tmp/replay.sp.json" actions)" = "$positives" ] || fail "replay actions"
+
+echo "== 3. join"
+cat > "$tmp/joiner.conf" <<EOF
+[kafka]
+bootstrap = $bs
+session_timeout_ms = 6000
+
+[joiner]
+state_dir = $tmp/joiner-state
+negative_rate = 1
+sync = false
+commit_interval_ms = 200
+
+[slot.1]
+dim = 8
+EOF
+# The joiner reads a backlog here: its 8 partitions at different paces, so its watermark
+# (the largest event time seen, minus allowed_lateness_s) runs ahead of the slower
+# partitions; with the default 10 s lateness their messages count as late. A day of
+# lateness covers that skew (the windows of 1800 s still close as the stream advances).
+# The joiner stops after --duration-s and resumes from its state: run it until it has seen
+# every message, then once more with --drain to close the last windows. Reports are per run.
+total=$((shown + positives))
+seen=0 pos=0 neg=0 late=0
+for round in 1 2 3 4 5 6 drain; do
+  extra=()
+  dur=30
+  if [ "$round" = drain ]; then extra=(--drain); dur=8; fi
+  "$MT_JOINER_BIN" --config "$tmp/joiner.conf" --set "kafka.bootstrap=$bs" \
+    --set joiner.allowed_lateness_s=86400 --set joiner.idle_advance_ms=0 \
+    --duration-s "$dur" "${extra[@]}" --report "$tmp/join.json" > "$tmp/join.out" \
+    2> "$tmp/join.err" || { tail -30 "$tmp/join.err" >&2; fail "monolith-joiner (round $round)"; }
+  echo "round $round: $(cat "$tmp/join.json")"
+  seen=$((seen + $(json "$tmp/join.json" impressions) + $(json "$tmp/join.json" actions)))
+  pos=$((pos + $(json "$tmp/join.json" positives)))
+  neg=$((neg + $(json "$tmp/join.json" negatives)))
+  late=$((late + $(json "$tmp/join.json" late_impressions) + $(json "$tmp/join.json" late_actions)))
+  [ "$round" = drain ] && break
+  [ "$round" -lt 6 ] || fail "the joiner saw $seen of $total messages in 6 rounds"
+  if [ "$seen" -ge "$total" ]; then
+    # skip to the drain round
+    "$MT_JOINER_BIN" --config "$tmp/joiner.conf" --set "kafka.bootstrap=$bs" \
+      --set joiner.allowed_lateness_s=86400 --set joiner.idle_advance_ms=0 \
+      --duration-s 8 --drain --report "$tmp/join.json" > "$tmp/join.out" 2> "$tmp/join.err" \
+      || { tail -30 "$tmp/join.err" >&2; fail "monolith-joiner (drain)"; }
+    echo "drain: $(cat "$tmp/join.json")"
+    seen=$((seen + $(json "$tmp/join.json" impressions) + $(json "$tmp/join.json" actions)))
+    pos=$((pos + $(json "$tmp/join.json" positives)))
+    neg=$((neg + $(json "$tmp/join.json" negatives)))
+    break
+  fi
+done
+[ "$seen" -eq "$total" ] || fail "the joiner read $seen messages, $total were replayed"
+[ "$late" -eq 0 ] || echo "note: $late messages counted late by the joiner"
+[ "$pos" = "$positives" ] || fail "joiner positives $pos, the file says $positives"
+[ "$neg" = "$negatives" ] || fail "joiner negatives $neg, the file says $negatives"
+examples=$(kcat -b "$bs" -C -t examples -e -o beginning -q -f '%o\n' | wc -l)
+[ "$examples" -eq "$shown" ] || fail "examples topic holds $examples, expected $shown"
+echo "replay -> joiner: $pos positives, $neg negatives, as in the file: all good"
