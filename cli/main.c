@@ -300,7 +300,8 @@ static int gen_to_kafka(uint64_t examples, const mt_gen_config_t *gc, const char
                         const char *topic, double rate) {
     char err[512];
     mt_kafka_producer_t *p;
-    if (mt_kafka_producer_create(bootstrap, NULL, &p, err, sizeof(err)) != MT_OK) {
+    const char *pconf[] = {"compression.codec=lz4", NULL}; /* more per mock partition */
+    if (mt_kafka_producer_create(bootstrap, pconf, &p, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith: gen: Kafka producer on %s: %s\n", bootstrap, err);
         return 1;
     }

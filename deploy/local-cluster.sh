@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The local cluster on one machine, on a stream it generates itself:
-#   monolith-kafka-dev (the embedded broker) -> N monolith-ps shards -> monolith-trainer
-#   --online, fed by `monolith gen --kafka` (the synthetic click stream with a hidden
-#   ground-truth model, paced in real time), for a fixed duration; then a report.
+#   monolith replay --dataset gen (impressions to `features`, clicks to `actions`, from the
+#   synthetic click stream with a hidden ground-truth model, paced) -> monolith-kafka-dev
+#   (the embedded broker) -> monolith-joiner (labelled examples to `examples`) ->
+#   monolith-trainer --online -> N monolith-ps shards; for a fixed duration, then a report.
 #
 #   deploy/local-cluster.sh [--quick] [--shards N] [--seconds S] [--rate EX_PER_S]
 #
 # Binaries from build/release (scripts/run-local.sh builds them first). Everything runs on
-# 127.0.0.1 with OS-chosen ports; logs and the report land in build/run/. Serving and the
-# joiner join this loop with issues #5 and #6.
+# 127.0.0.1 with OS-chosen ports; logs and the reports land in build/run/. Serving closes
+# the loop with issue #6.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MT_BIN:-build/release}
@@ -56,21 +57,34 @@ for i in $(seq 0 $((shards - 1))); do
 done
 echo "   $addrs"
 
-echo "== stream: monolith gen --kafka, $rate examples/s for ${seconds}s"
-"$bin/cli/monolith" gen --examples $((rate * seconds)) --seed 1 --users 200000 --items 50000 \
-  --kafka "$bootstrap" --topic examples --rate "$rate" 2> "$run/gen.log" &
-gen=$!
-pids+=($gen)
+echo "== joiner: monolith-joiner (window 10 s of event time)"
+"$bin/joiner/monolith-joiner" --config "$conf" --set "kafka.bootstrap=$bootstrap" \
+  --set joiner.window_s=10 --set "joiner.state_dir=$PWD/$run/joiner" \
+  --set joiner.progress_interval_ms=0 --duration-s $((seconds + 8)) --drain \
+  --report "$run/joiner.json" > "$run/joiner.out" 2> "$run/joiner.log" &
+joiner=$!
+pids+=($joiner)
 
 echo "== trainer: monolith-trainer --online (progress every 5 s)"
-"$bin/trainer/monolith-trainer" --config "$conf" --online --duration-s $((seconds + 5)) \
+"$bin/trainer/monolith-trainer" --config "$conf" --online --duration-s $((seconds + 15)) \
   --set "kafka.bootstrap=$bootstrap" --set "cluster.ps=$addrs" \
   --set trainer.progress_interval_ms=5000 --set trainer.metrics_listen=127.0.0.1:0 \
-  --report "$run/report.json" 2> >(tee "$run/trainer.log" | grep --line-buffered -E "online|error|ERROR" >&2)
-wait "$gen" || true
+  --report "$run/report.json" 2> >(tee "$run/trainer.log" | grep --line-buffered -E "online|error|ERROR" >&2) &
+trainer=$!
+pids+=($trainer)
 
-echo "== report (also $run/report.json)"
-cat "$run/report.json"
+echo "== stream: monolith replay --dataset gen, $rate impressions/s for ${seconds}s"
+"$bin/cli/monolith" replay --dataset gen --kafka "$bootstrap" --limit $((rate * seconds)) \
+  --seed 1 --users 200000 --items 50000 --events-per-s 1000 \
+  --speed "$(awk -v r="$rate" 'BEGIN { print r / 1000 }')" --progress-s 0 \
+  > "$run/replay.json" 2> "$run/replay.log" || { cat "$run/replay.log"; exit 1; }
+wait "$joiner" || { echo "joiner failed: see $run/joiner.log"; exit 1; }
+wait "$trainer" || { echo "trainer failed: see $run/trainer.log"; exit 1; }
+
+echo "== report"
+printf 'replay:  '; cat "$run/replay.json"
+printf 'joiner:  '; cat "$run/joiner.json"
+printf 'trainer: '; cat "$run/report.json"
 for i in $(seq 0 $((shards - 1))); do
   printf 'shard %d: ' "$i"
   "$bin/cli/monolith" stats --addr "127.0.0.1:$(cat "$run/ps$i.port")" | head -c 300; echo

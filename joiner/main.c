@@ -343,7 +343,9 @@ static int run(daemon_t *d, double duration_s, int drain) {
     if (read_bootstrap(d, bootstrap, sizeof(bootstrap))) return 1;
     snprintf(session, sizeof(session), "session.timeout.ms=%u", d->cfg.kafka.session_timeout_ms);
     const char *cconf[] = {session, NULL};
-    const char *pconf[] = {"linger.ms=1", NULL};
+    /* lz4: the examples of one request share their user-side fids; it also stretches what a
+     * mock partition retains (~5 MiB each) */
+    const char *pconf[] = {"linger.ms=1", "compression.codec=lz4", NULL};
     const char *topics[] = {d->cfg.kafka.features_topic, d->cfg.kafka.actions_topic};
     mt_kafka_producer_t *p = NULL;
     mt_kafka_consumer_t *kc = NULL;
