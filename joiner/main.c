@@ -70,6 +70,7 @@ typedef struct daemon {
     mt_joiner_stats_t snap;
     uint64_t delivered, delivery_failures, commits, commit_failures, messages;
     double wall_now_s; /* Unix time of the snapshot */
+    int64_t kafka_lag; /* messages behind the inputs' high watermarks, -1 unknown */
     mark_t *marks;
     size_t nmarks;
 } daemon_t;
@@ -120,6 +121,7 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
     uint64_t delivered = d->delivered, dfail = d->delivery_failures, commits = d->commits,
              cfail = d->commit_failures, messages = d->messages;
     double wall = d->wall_now_s;
+    int64_t kafka_lag = d->kafka_lag;
     pthread_mutex_unlock(&d->lock);
 #define C(name, help, v)                                                             \
     fprintf(f,                                                                       \
@@ -170,6 +172,9 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
       s.watermark_ms == INT64_MIN ? 0 : s.watermark_ms);
     G("event_lag_seconds", "Wall clock minus the largest event time seen.",
       s.max_event_ms == INT64_MIN ? 0 : wall - (double)s.max_event_ms / 1000.0);
+    G("consumer_lag_messages",
+      "Messages behind the high watermarks of the assigned input partitions (-1: unknown).",
+      kafka_lag);
     G("uptime_seconds", "Seconds since start.", now_mono() - d->started);
 #undef C
 #undef G
@@ -372,10 +377,17 @@ static int run(daemon_t *d, double duration_s, int drain) {
            bootstrap, d->cfg.joiner.group, d->cfg.joiner.window_s);
     const mt_config_joiner_t *jc = &d->cfg.joiner;
     double t0 = now_mono(), next_commit = t0 + jc->commit_interval_ms / 1000.0;
-    double next_progress = t0 + 1.0, last_t = t0;
+    double next_progress = t0 + 1.0, last_t = t0, next_lag = t0;
     uint64_t last_msgs = 0, msgs_total = 0;
     while (!stop_requested()) {
         if (duration_s > 0 && now_mono() - t0 >= duration_s) break;
+        if (now_mono() >= next_lag) { /* a few librdkafka calls: once a second is plenty */
+            int64_t lag = mt_kafka_consumer_lag(kc);
+            pthread_mutex_lock(&d->lock);
+            d->kafka_lag = lag;
+            pthread_mutex_unlock(&d->lock);
+            next_lag = now_mono() + 1.0;
+        }
         size_t n = 0;
         if (mt_joiner_outbox_size(d->j) < OUTBOX_STOP)
             n = mt_kafka_consumer_poll(kc, msgs, POLL_BATCH, 100);
@@ -468,6 +480,7 @@ out:
 int main(int argc, char **argv) {
     daemon_t d;
     memset(&d, 0, sizeof(d));
+    d.kafka_lag = -1;
     pthread_mutex_init(&d.lock, NULL);
     d.started = now_mono();
     int rc = 2, check_only = 0, drain = 0;

@@ -65,6 +65,7 @@ typedef struct counters {
     _Atomic uint64_t examples, batches, bad_lines, bad_messages, ignored_slots, ps_errors, commits,
         commit_failures, dense_syncs;
     _Atomic uint64_t window_auc_bits, window_loss_bits; /* doubles */
+    _Atomic int64_t kafka_lag;                          /* online: -1 unknown */
 } counters_t;
 
 typedef struct daemon {
@@ -155,6 +156,9 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
       load_double(&c->window_auc_bits));
     G("window_logloss", "Progressive-validation log loss over the window.",
       load_double(&c->window_loss_bits));
+    G("consumer_lag_messages",
+      "Online: examples behind the high watermarks of the assigned partitions (-1: unknown).",
+      atomic_load(&c->kafka_lag));
     G("uptime_seconds", "Seconds since start.", now_mono() - d->started);
 #undef C
 #undef G
@@ -705,10 +709,14 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
     double t0 = now_mono(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
     double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0;
     uint64_t last_examples = 0;
-    double last_t = t0;
+    double last_t = t0, next_lag = t0;
     while (!stop_requested(d)) {
         if (max_examples && res.examples >= max_examples) break;
         if (duration_s > 0 && now_mono() - t0 >= duration_s) break;
+        if (now_mono() >= next_lag) { /* a few librdkafka calls: once a second */
+            atomic_store(&d->ctr.kafka_lag, mt_kafka_consumer_lag(kc));
+            next_lag = now_mono() + 1.0;
+        }
         size_t want = bs;
         if (max_examples && max_examples - res.examples < want)
             want = (size_t)(max_examples - res.examples);
@@ -755,10 +763,10 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
             store_double(&d->ctr.window_loss_bits, er.window_logloss);
             fprintf(stderr,
                     "online  %" PRIu64 " ex  %.0f ex/s  window(%zu) loss %.4f  auc %.4f  "
-                    "partitions %zu  bad %" PRIu64 "\n",
+                    "partitions %zu  lag %" PRId64 "  bad %" PRIu64 "\n",
                     res.examples, (double)(res.examples - last_examples) / (now - last_t),
                     er.window_n, er.window_logloss, er.window_auc, mt_kafka_consumer_assigned(kc),
-                    atomic_load(&d->ctr.bad_messages));
+                    (int64_t)atomic_load(&d->ctr.kafka_lag), atomic_load(&d->ctr.bad_messages));
             last_examples = res.examples;
             last_t = now;
         }
@@ -785,6 +793,7 @@ int main(int argc, char **argv) {
     daemon_t d;
     memset(&d, 0, sizeof(d));
     d.started = now_mono();
+    atomic_store(&d.ctr.kafka_lag, -1);
     int rc = 2;
     const char *config = NULL, *train = NULL, *eval = NULL;
     int online = 0, check_only = 0;

@@ -457,6 +457,27 @@ size_t mt_kafka_consumer_assigned(const mt_kafka_consumer_t *c) {
     return atomic_load(&((mt_kafka_consumer_t *)c)->assigned);
 }
 
+int64_t mt_kafka_consumer_lag(const mt_kafka_consumer_t *c) {
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (rd_kafka_assignment(c->rk, &parts) != RD_KAFKA_RESP_ERR_NO_ERROR || !parts) return -1;
+    int64_t lag = parts->cnt ? 0 : -1;
+    if (parts->cnt && rd_kafka_position(c->rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) lag = -1;
+    for (int i = 0; i < parts->cnt && lag >= 0; i++) {
+        const rd_kafka_topic_partition_t *tp = &parts->elems[i];
+        int64_t lo = 0, hi = 0;
+        if (rd_kafka_get_watermark_offsets(c->rk, tp->topic, tp->partition, &lo, &hi) !=
+                RD_KAFKA_RESP_ERR_NO_ERROR ||
+            hi < 0) {
+            lag = -1; /* not fetched yet */
+            break;
+        }
+        int64_t pos = tp->offset >= 0 ? tp->offset : lo;
+        if (hi > pos) lag += hi - pos;
+    }
+    rd_kafka_topic_partition_list_destroy(parts);
+    return lag;
+}
+
 void mt_kafka_consumer_counts(const mt_kafka_consumer_t *c, mt_kafka_consumer_counts_t *out) {
     mt_kafka_consumer_t *m = (mt_kafka_consumer_t *)c;
     out->messages = atomic_load(&m->messages);

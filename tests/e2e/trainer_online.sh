@@ -72,6 +72,7 @@ printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
 metrics=$(cat <&3); exec 3<&-
 grep -q "^monolith_trainer_examples_total " <<< "$metrics" || fail "metrics: $metrics"
 grep -q "^monolith_trainer_window_auc " <<< "$metrics" || fail "metrics: $metrics"
+grep -q "^monolith_trainer_consumer_lag_messages " <<< "$metrics" || fail "metrics: $metrics"
 wait "$t4" || { cat "$tmp/r4.err" >&2; fail "run 4"; }
 [ "$(json "$tmp/r4.json" examples)" = 40000 ] || fail "run 4: $(cat "$tmp/r4.json")"
 [ "$(json "$tmp/r4.json" bad_messages)" = 3 ] || fail "run 4: $(cat "$tmp/r4.json")"

@@ -256,6 +256,14 @@ mt_err_t mt_kafka_consumer_commit(mt_kafka_consumer_t *c);
 /** @returns the number of partitions currently assigned to this member. Thread-safe. */
 size_t mt_kafka_consumer_assigned(const mt_kafka_consumer_t *c);
 
+/**
+ * Consumer lag: messages between this member's positions and the high watermarks of its
+ * assigned partitions, from the watermarks the fetcher cached (no broker round trip).
+ * @returns the sum, or -1 while unknown (nothing assigned or fetched yet).
+ * Thread safety: any thread.
+ */
+int64_t mt_kafka_consumer_lag(const mt_kafka_consumer_t *c);
+
 /** Reads the counters into @p out. Thread safety: thread-safe (each counter atomically). */
 void mt_kafka_consumer_counts(const mt_kafka_consumer_t *c, mt_kafka_consumer_counts_t *out);
 
