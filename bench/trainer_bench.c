@@ -4,7 +4,9 @@
  * line (never asserts on time):
  *   - sgemm_gflops and compute_floor_examples_per_s: what OpenBLAS reaches on the MLP's
  *     largest shape on one core, measured first; every rate also says vs_compute_floor
- *     (per thread) so the gap stays visible on a noisy machine;
+ *     (per thread) so the gap stays visible on a noisy machine; both also by the threads'
+ *     CPU time (cpu_gflops, per_thread_cpu, vs_compute_floor_cpu: a core shared with other
+ *     processes slows the wall clock, much less the CPU-time figures);
  *   - train_examples_per_s, phase "cold": a stream over 1M ids per slot whose ids are
  *     mostly new (new_row_share says how many lookups create a row): measures row creation
  *     (page faults of fresh memory, slab and bucket growth) as much as training;
@@ -15,9 +17,12 @@
  *   - the cold stream with one PS shard over loopback (in this process, its own rpc
  *     workers), one thread.
  * Batches are made before the clock starts. OpenBLAS runs one thread per caller.
+ * --initial-rows N pre-sizes the local table's bucket arrays (mt_trainer_config_t
+ * table_initial_rows) so that a run measures no bucket-array growth; each figure says the
+ * table's rows at its end ("rows"), the size to pass (default 0: grown from empty).
  *
  * Usage: trainer_bench [--examples N] [--batch B] [--reps R] [--threads 1|2]
- *                      [--phase cold|warm] [--no-ps] [--quick]
+ *                      [--phase cold|warm] [--initial-rows N] [--no-ps] [--quick]
  * A figure is the median of R runs (default 1); examples are per thread.
  */
 #include <cblas.h>
@@ -40,6 +45,14 @@
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU time of the calling thread: on a shared machine the share of a core another process
+ * takes does not count against us (caches and memory bandwidth still do). */
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -168,6 +181,7 @@ static mt_table_t *shared_table(const mt_trainer_config_t *tc) {
     c.slots = slots;
     c.nslots = 2 * NSLOTS;
     c.shards_log2 = tc->table_shards_log2;
+    c.initial_rows = tc->table_initial_rows;
     c.changelog_entries = 0;
     c.filter_bytes = 0;
     mt_table_t *t;
@@ -178,22 +192,25 @@ typedef struct worker {
     mt_trainer_t *tr;
     const batches_t *bs;
     float *probs;
-    double sec;
+    double sec, cpu_sec;
     int err;
 } worker_t;
 
 static void *worker_run(void *arg) {
     worker_t *w = arg;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = thread_cpu_s();
     for (size_t i = 0; i < w->bs->n && !w->err; i++)
         w->err = mt_trainer_train(w->tr, &w->bs->b[i], 2, w->probs, NULL) != MT_OK;
     w->sec = now_s() - t0;
+    w->cpu_sec = thread_cpu_s() - c0;
     return NULL;
 }
 
 typedef struct run_result {
     double rate;          /* examples/s over all threads (wall clock) */
     double new_row_share; /* rows created per table lookup of an id during the run */
+    double rows;          /* rows of the table at the end */
+    double cpu_rate;      /* examples per CPU second of a training thread (mean of threads) */
 } run_result_t;
 
 /* One measurement: nt trainers (1: its own local table; 2: one shared table through a
@@ -247,6 +264,10 @@ static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t n
     double ids = (double)nt * (double)nbatches * (double)batch * NSLOTS * 2; /* emb + w1 */
     res->rate = (double)nt * (double)nbatches * (double)batch / sec;
     res->new_row_share = (double)(s1.rows - s0.rows) / ids;
+    res->rows = (double)s1.rows;
+    res->cpu_rate = 0;
+    for (int i = 0; i < nt; i++)
+        res->cpu_rate += (double)nbatches * (double)batch / w[i].cpu_sec / nt;
     rc = 0;
 out:
     for (int i = 0; i < 2; i++) {
@@ -259,29 +280,33 @@ out:
     return rc;
 }
 
-/* The MLP's first (largest) layer shape through sgemm: GFLOP/s, median of 3. */
-static double sgemm_gflops(size_t batch) {
+/* The MLP's first (largest) layer shape through sgemm: GFLOP/s, median of 3, by the wall
+ * clock and (@p cpu) by the thread's CPU time. */
+static double sgemm_gflops(size_t batch, double *cpu) {
     size_t in = NSLOTS * DIM;
     float *A = calloc(batch * in, sizeof(float)), *W = calloc(in * 256, sizeof(float)),
           *C = calloc(batch * 256, sizeof(float));
-    double r[3];
+    double r[3], rc[3];
     for (int k = 0; k < 3; k++) {
-        double flops = 0, f0 = now_s();
+        double flops = 0, f0 = now_s(), c0 = thread_cpu_s();
         for (int rep = 0; rep < 50; rep++) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)batch, 256, (int)in, 1.0f,
                         A, (int)in, W, 256, 0.0f, C, 256);
             flops += 2.0 * (double)batch * 256 * (double)in;
         }
         r[k] = flops / (now_s() - f0) / 1e9;
+        rc[k] = flops / (thread_cpu_s() - c0) / 1e9;
     }
     free(A);
     free(W);
     free(C);
+    *cpu = median(rc, 3);
     return median(r, 3);
 }
 
 int main(int argc, char **argv) {
     size_t total = 300000, batch = 512;
+    uint64_t initial_rows = 0;
     int reps = 1, with_ps = 1, max_threads = 2, phase_lo = PHASE_COLD, phase_hi = PHASE_WARM;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
@@ -290,6 +315,8 @@ int main(int argc, char **argv) {
             total = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--initial-rows") && i + 1 < argc)
+            initial_rows = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -301,7 +328,8 @@ int main(int argc, char **argv) {
             with_ps = 0;
         else {
             fprintf(stderr, "usage: trainer_bench [--examples N] [--batch B] [--reps R] "
-                            "[--threads 1|2] [--phase cold|warm] [--no-ps] [--quick]\n");
+                            "[--threads 1|2] [--phase cold|warm] [--initial-rows N] [--no-ps] "
+                            "[--quick]\n");
             return 2;
         }
     }
@@ -317,46 +345,52 @@ int main(int argc, char **argv) {
     tc.dim = DIM;
     tc.hidden[0] = 256;
     tc.hidden[1] = 128;
-    char extra[512];
+    tc.table_initial_rows = initial_rows;
+    char extra[640];
     size_t nbatches = total / batch;
 
     /* The compute floor first: the MLP's sgemm shapes, forward and backward (about 3x
      * forward). Every rate below is also given as a share of it. */
-    double gf = sgemm_gflops(batch);
+    double gf_cpu, gf = sgemm_gflops(batch, &gf_cpu);
     size_t in = NSLOTS * DIM;
-    snprintf(extra, sizeof(extra), "\"threads\":1,\"m\":%zu,\"n\":256,\"k\":%zu", batch, in);
+    snprintf(extra, sizeof(extra),
+             "\"threads\":1,\"m\":%zu,\"n\":256,\"k\":%zu,\"cpu_gflops\":%.4g", batch, in, gf_cpu);
     emit("sgemm_gflops", gf, "GFLOP/s", extra);
     /* FLOPs per example forward: the MLP layers (2*in*256 + 2*256*128 + 2*128). */
     double fwd = 2.0 * (double)in * 256 + 2.0 * 256 * 128 + 2.0 * 128;
-    double floor_rate = gf * 1e9 / (3 * fwd);
-    snprintf(extra, sizeof(extra), "\"flops_per_example\":%.0f", 3 * fwd);
+    double floor_rate = gf * 1e9 / (3 * fwd), floor_cpu = gf_cpu * 1e9 / (3 * fwd);
+    snprintf(extra, sizeof(extra), "\"flops_per_example\":%.0f,\"cpu\":%.6g", 3 * fwd, floor_cpu);
     emit("compute_floor_examples_per_s", floor_rate, "examples/s", extra);
 
     /* Local table: cold and warm streams, 1 and 2 threads. */
     for (int phase = phase_lo; phase <= phase_hi; phase++) {
         for (int nt = 1; nt <= max_threads; nt++) {
-            double r[15], share = 0;
+            double r[15], rc[15], share = 0, rows = 0;
             for (int k = 0; k < reps; k++) {
-                run_result_t res = {0, 0};
+                run_result_t res = {0, 0, 0, 0};
                 if (run_local(&tc, phase, nt, nbatches, nbatches, batch, 1 + (uint64_t)k, &res)) {
                     fprintf(stderr, "trainer_bench: local run failed\n");
                     return 1;
                 }
                 r[k] = res.rate;
+                rc[k] = res.cpu_rate;
                 share += res.new_row_share / reps;
+                rows += res.rows / reps;
             }
-            double med = median(r, reps);
+            double med = median(r, reps), med_cpu = median(rc, reps);
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"%s\",\"ids\":\"%s\",\"threads\":%d,\"per_thread\":%.6g,"
                      "\"new_row_share\":%.4f,\"vs_compute_floor\":%.3f,\"min\":%.6g,\"max\":%.6g,"
-                     "\"reps\":%d,\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
-                     "\"backend\":\"%s\",\"examples\":%zu",
+                     "\"per_thread_cpu\":%.6g,\"vs_compute_floor_cpu\":%.3f,\"reps\":%d,\"slots\":%"
+                     "d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
+                     "\"backend\":\"%s\",\"examples\":%zu,\"rows\":%.0f,\"initial_rows\":%llu",
                      phase_name[phase],
                      phase == PHASE_COLD ? "skewed over 1M per slot, mostly new"
                                          : "zipf1.05 over 1M per slot, after a warm-up pass",
-                     nt, med / nt, share, med / nt / floor_rate, r[0], r[reps - 1], reps, NSLOTS,
-                     DIM, batch, nt > 1 ? "local table shared by the threads" : "local table",
-                     nbatches * batch * (size_t)nt);
+                     nt, med / nt, share, med / nt / floor_rate, r[0], r[reps - 1], med_cpu,
+                     med_cpu / floor_cpu, reps, NSLOTS, DIM, batch,
+                     nt > 1 ? "local table shared by the threads" : "local table",
+                     nbatches * batch * (size_t)nt, rows, (unsigned long long)initial_rows);
             emit("train_examples_per_s", med, "examples/s", extra);
         }
     }
@@ -370,6 +404,7 @@ int main(int argc, char **argv) {
     pc.table.slots = slots;
     pc.table.nslots = 2 * NSLOTS;
     pc.table.shards_log2 = 6;
+    pc.table.initial_rows = initial_rows;
     pc.table.filter_bytes = 0;
     mt_ps_t *ps;
     mt_rpc_server_t *srv;

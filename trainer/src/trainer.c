@@ -11,6 +11,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define FIRST_ORDER 0x8000u
 
@@ -136,6 +139,7 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         tc.slots = sc;
         tc.nslots = 2 * cfg->nslots;
         tc.shards_log2 = cfg->table_shards_log2;
+        tc.initial_rows = cfg->table_initial_rows;
         tc.changelog_entries = 0; /* a local training table has no replicas to sync */
         if (cfg->min_count <= 1) tc.filter_bytes = 0;
         err = mt_table_create(&tc, &tr->table);
@@ -305,13 +309,19 @@ static mt_err_t gather(mt_trainer_t *tr, const mt_batch_t *b, size_t nu, unsigne
     mt_err_t err = tr->backend.lookup(tr->backend.ud, tr->ufid, nu, train, now_s, tr->uemb, nu * d);
     if (!err) err = tr->backend.lookup(tr->backend.ud, tr->ufid1, nu, train, now_s, tr->uw1, nu);
     if (err) return err;
-    memset(tr->E, 0, b->n * S * d * sizeof(float));
-    memset(tr->W1, 0, b->n * S * sizeof(float));
+    /* A cell starts from its first id's row (no clearing pass over E), or zeros. */
     const uint32_t *uidx = tr->uidx;
     const float *uemb = tr->uemb, *uw1 = tr->uw1;
     for (size_t cell = 0; cell < b->n * S; cell++) {
-        float *e = tr->E + cell * d, w1 = tr->W1[cell];
-        for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
+        float *e = tr->E + cell * d, w1 = 0;
+        size_t k = b->offsets[cell], end = b->offsets[cell + 1];
+        if (k == end) {
+            memset(e, 0, d * sizeof(float));
+        } else {
+            memcpy(e, uemb + (size_t)uidx[k] * d, d * sizeof(float));
+            w1 = uw1[uidx[k++]];
+        }
+        for (; k < end; k++) {
             if (d == 16)
                 add16(e, uemb + (size_t)uidx[k] * 16, 1.0f);
             else
@@ -342,7 +352,25 @@ static void adam_step(mt_trainer_t *tr) {
         mt_model_param_t p;
         mt_model_param(tr->model, i, &p);
         float *m = tr->am[i], *v = tr->av[i];
-        for (size_t k = 0; k < p.size; k++) {
+        size_t k = 0;
+#if defined(__SSE2__)
+        /* Four at a time (3% of a warm step scalar: GCC keeps sqrtf scalar, see
+         * embedding/src/optim.c): the same IEEE operations in the same order as the scalar
+         * loop, so the result is identical bit for bit (and to the PS's dense Adam). */
+        const __m128 vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2), vc1 = _mm_set1_ps(1.0f - b1),
+                     vc2 = _mm_set1_ps(1.0f - b2), vlr = _mm_set1_ps(lr), veps = _mm_set1_ps(eps);
+        for (; k + 4 <= p.size; k += 4) {
+            __m128 g = _mm_loadu_ps(p.grads + k);
+            __m128 mk = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + k)), _mm_mul_ps(vc1, g));
+            __m128 vk =
+                _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + k)), _mm_mul_ps(_mm_mul_ps(vc2, g), g));
+            _mm_storeu_ps(m + k, mk);
+            _mm_storeu_ps(v + k, vk);
+            __m128 step = _mm_div_ps(_mm_mul_ps(vlr, mk), _mm_add_ps(_mm_sqrt_ps(vk), veps));
+            _mm_storeu_ps(p.values + k, _mm_sub_ps(_mm_loadu_ps(p.values + k), step));
+        }
+#endif
+        for (; k < p.size; k++) {
             float g = p.grads[k];
             m[k] = b1 * m[k] + (1.0f - b1) * g;
             v[k] = b2 * v[k] + (1.0f - b2) * g * g;

@@ -65,6 +65,10 @@ typedef struct mt_trainer_config {
     uint64_t slot_hash_buckets[256]; /* per feature slot, parallel to slot_ids; 0:
                                         hash_buckets applies (default all 0) */
     uint32_t table_shards_log2;      /* parts of the table (default 6) */
+    uint64_t table_initial_rows;     /* local table: pre-size its bucket arrays for this many
+                                        rows, embedding and first-order rows together (2 per
+                                        id); 0 grows from empty (default 0). Ignored with a
+                                        backend. */
     const mt_trainer_backend_t *backend; /* NULL: a local table; else copied at create */
 } mt_trainer_config_t;
 
