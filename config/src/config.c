@@ -79,8 +79,8 @@ typedef struct prop {
 
 /* ============================== the property table ============================== */
 
-static const char *const sections[] = {"cluster", "ps",    "table", "dense",
-                                       "trainer", "input", "kafka", "joiner"};
+static const char *const sections[] = {"cluster", "ps",    "table",  "dense",  "trainer",
+                                       "input",   "kafka", "joiner", "serving"};
 #define NSECTIONS ((int)(sizeof(sections) / sizeof(sections[0])))
 #define SECT_SLOT NSECTIONS /* section index of every [slot.N] */
 
@@ -316,6 +316,29 @@ static const prop_t props[] = {
             "may lose the last rounds' state; a process crash loses nothing either way)"},
     {KEY("joiner", "metrics_listen"), CFG(joiner.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
      .def = "", .doc = "address of the joiner's Prometheus `/metrics` endpoint; empty: disabled"},
+    /* [serving] */
+    {KEY("serving", "listen"), CFG(serving.listen), ADDR(PF_PORT0_OK), .def = "127.0.0.1:7200",
+     .doc = "address serving answers Predict and Lookup on (port 0: any free port)"},
+    {KEY("serving", "threads"), CFG(serving.threads), UINT(1, 64), .def = "4",
+     .doc = "threads serving requests (each keeps its own model workspace)"},
+    {KEY("serving", "sync_interval_ms"), CFG(serving.sync_interval_ms), UINT(50, 3600 * 1000),
+     .def = "10000",
+     .doc = "period of the incremental sparse sync from every PS shard (rows changed and ids "
+            "deleted since the last sync)"},
+    {KEY("serving", "dense_sync_interval_ms"), CFG(serving.dense_sync_interval_ms),
+     UINT(50, 86400 * 1000), .def = "60000",
+     .doc = "period of the dense pull from shard 0 (only a newer version is transferred)"},
+    {KEY("serving", "sync_timeout_ms"), CFG(serving.sync_timeout_ms), UINT(100, 3600 * 1000),
+     .def = "120000",
+     .doc = "deadline of one Sync stream (a full sync of a large shard included) or PullDense "
+            "call; a sync that misses it is retried at the next tick"},
+    {KEY("serving", "log_sample_rate"), CFG(serving.log_sample_rate), REAL(0, 1, 0), .def = "1",
+     .doc = "share of requests whose impressions are logged to `kafka.features_topic` (a "
+            "deterministic hash of the request id); 0: no logging, no Kafka"},
+    {KEY("serving", "max_candidates"), CFG(serving.max_candidates), UINT(1, 1u << 20),
+     .def = "10000", .doc = "candidates in one Predict; more fail with RESOURCE_EXHAUSTED"},
+    {KEY("serving", "metrics_listen"), CFG(serving.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
+     .def = "", .doc = "address of serving's Prometheus `/metrics` endpoint; empty: disabled"},
     /* [slot.N]: mt_table_slot_config_t, defaults as mt_table_slot_config_init() */
     {KEY("slot", "dim"), SLOT(dim), UINT(1, MT_TABLE_MAX_DIM), .def = NULL,
      .doc = "embedding width"},
@@ -1065,7 +1088,7 @@ static mt_err_t on_section(parser_t *ps, char *s) {
     if (sect == -1)
         return perr(ps, MT_CONFIG,
                     "unknown section [%s] (sections: cluster, ps, table, dense, trainer, input, "
-                    "kafka, joiner, slot.N)",
+                    "kafka, joiner, serving, slot.N)",
                     show(name, t, sizeof(t)));
     if (sect == -2)
         return perr(ps, MT_CONFIG, "bad slot id in [%s]: expected slot.0 .. slot.65535",

@@ -11,7 +11,7 @@
  *
  *     # comment                 ; comment
  *     [cluster]                 sections: cluster, ps, table, dense, trainer, input, kafka,
- *                               joiner, slot.N (N = 0..65535)
+ *                               joiner, serving, slot.N (N = 0..65535)
  *     num_shards = 3            key = value; whitespace around both is trimmed
  *     ps = 10.0.0.1:7100, 10.0.0.2:7100   # inline comment: '#' or ';' after whitespace
  *     [slot.1]                  one section per slot; every slot needs a dim
@@ -152,6 +152,20 @@ typedef struct mt_config_joiner {
     char *metrics_listen;          /* Prometheus /metrics "host:port"; "" = disabled */
 } mt_config_joiner_t;
 
+/** [serving]: monolith-serving (docs/serving.md). Strings owned, never NULL. The model's
+ *  shape comes from [trainer], the PS shards from [cluster], the log-odds correction from
+ *  joiner.negative_rate, the impression log's topic from [kafka]. */
+typedef struct mt_config_serving {
+    char *listen;                    /* gRPC address "host:port" (port 0: any free port) */
+    uint32_t threads;                /* request-serving threads */
+    uint32_t sync_interval_ms;       /* sparse sync period, per PS shard */
+    uint32_t dense_sync_interval_ms; /* dense pull period (shard 0) */
+    uint32_t sync_timeout_ms;        /* deadline of one Sync stream or PullDense call */
+    double log_sample_rate;          /* share of requests whose impressions are logged */
+    uint32_t max_candidates;         /* candidates in one Predict; more: RESOURCE_EXHAUSTED */
+    char *metrics_listen;            /* Prometheus /metrics "host:port"; "" = disabled */
+} mt_config_serving_t;
+
 /** Everything one file configures. Initialize with mt_config_init(). */
 typedef struct mt_config {
     mt_config_cluster_t cluster;
@@ -162,6 +176,7 @@ typedef struct mt_config {
     mt_config_input_t input;
     mt_config_kafka_t kafka;
     mt_config_joiner_t joiner;
+    mt_config_serving_t serving;
     mt_table_slot_config_t *slots; /* owned: nslots slots sorted by slot id ([slot.N]) */
     char **slot_names;             /* owned: nslots owned names, parallel to slots ("" = none) */
     size_t nslots;

@@ -152,6 +152,14 @@ static const char *const all_keys[] = {
     "[joiner] progress_interval_ms",
     "[joiner] sync",
     "[joiner] metrics_listen",
+    "[serving] listen",
+    "[serving] threads",
+    "[serving] sync_interval_ms",
+    "[serving] dense_sync_interval_ms",
+    "[serving] sync_timeout_ms",
+    "[serving] log_sample_rate",
+    "[serving] max_candidates",
+    "[serving] metrics_listen",
     "[slot.N] dim",
     "[slot.N] init",
     "[slot.N] init_scale",
@@ -248,6 +256,13 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         strcmp(j1->group, j2->group) || j1->commit_interval_ms != j2->commit_interval_ms ||
         j1->progress_interval_ms != j2->progress_interval_ms || j1->sync != j2->sync ||
         strcmp(j1->metrics_listen, j2->metrics_listen))
+        return false;
+    const mt_config_serving_t *v1 = &a->serving, *v2 = &b->serving;
+    if (strcmp(v1->listen, v2->listen) || v1->threads != v2->threads ||
+        v1->sync_interval_ms != v2->sync_interval_ms ||
+        v1->dense_sync_interval_ms != v2->dense_sync_interval_ms ||
+        v1->sync_timeout_ms != v2->sync_timeout_ms || v1->log_sample_rate != v2->log_sample_rate ||
+        v1->max_candidates != v2->max_candidates || strcmp(v1->metrics_listen, v2->metrics_listen))
         return false;
     if (a->nslots != b->nslots) return false;
     for (size_t i = 0; i < a->nslots; i++)
@@ -400,6 +415,42 @@ Test(config, example_file_parses_to_its_values) {
     cr_assert(slot_eq(&c.slots[0], &s));
     cr_assert_str_eq(c.slot_names[0], "user_id");
     cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    mt_config_free(&c);
+}
+
+/* The [serving] section of monolith-serving (docs/serving.md). */
+Test(config, serving_section_is_read) {
+    mt_config_t c;
+    char err[256] = "";
+    const char *text = "[serving]\n"
+                       "listen = 0.0.0.0:7201\n"
+                       "threads = 8\n"
+                       "sync_interval_ms = 1000\n"
+                       "dense_sync_interval_ms = 5000\n"
+                       "sync_timeout_ms = 30000\n"
+                       "log_sample_rate = 0.25\n"
+                       "max_candidates = 500\n"
+                       "metrics_listen = 127.0.0.1:0\n";
+    cr_assert_eq(load(&c, text, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_str_eq(c.serving.listen, "0.0.0.0:7201");
+    cr_assert_eq(c.serving.threads, 8);
+    cr_assert_eq(c.serving.sync_interval_ms, 1000);
+    cr_assert_eq(c.serving.dense_sync_interval_ms, 5000);
+    cr_assert_eq(c.serving.sync_timeout_ms, 30000);
+    cr_assert_eq(c.serving.log_sample_rate, 0.25);
+    cr_assert_eq(c.serving.max_candidates, 500);
+    cr_assert_str_eq(c.serving.metrics_listen, "127.0.0.1:0");
+    mt_config_free(&c);
+    cr_assert_eq(load(&c, "[serving]\nlog_sample_rate = 1.5\n", err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "log_sample_rate"), "%s", err);
+    mt_config_free(&c);
+    cr_assert_eq(load(&c, "[serving]\nsync_interval_ms = 10\n", err, sizeof(err)), MT_CONFIG);
+    mt_config_free(&c);
+    init(&c);
+    cr_assert_str_eq(c.serving.listen, "127.0.0.1:7200");
+    cr_assert_eq(c.serving.sync_interval_ms, 10000);
+    cr_assert_eq(c.serving.dense_sync_interval_ms, 60000);
+    cr_assert_eq(c.serving.log_sample_rate, 1.0);
     mt_config_free(&c);
 }
 

@@ -1,0 +1,322 @@
+/*
+ * monolith-serving - a serving replica: Predict and Lookup from its own copy of the
+ * parameters, synced from the PS shards (docs/serving.md).
+ *
+ *   monolith-serving --config FILE [--set section.key=value]... [--listen ADDR]
+ *                    [--port-file PATH] [--log-level LEVEL] [--check]
+ *   monolith-serving --config-reference        prints every configuration key (Markdown)
+ *
+ * --check reads and checks the configuration (with the overrides) and exits: 0 if good.
+ *
+ * What it reads from the one configuration file: [serving] (its own keys), [cluster] ps
+ * (the shards it syncs from), [trainer] slots / dim / hidden / hash_buckets (the model's
+ * shape: the file that trains also serves; mt_config_derive_trainer_slots() gives the table
+ * slots), [table] (parts and pre-size of the replica), joiner.negative_rate (the log-odds
+ * correction) and [kafka] bootstrap / bootstrap_file / features_topic (the impression log;
+ * not used when serving.log_sample_rate is 0).
+ *
+ * Start-up: read and check the configuration (an error names the key and exits 2), serve
+ * monolith.v1.Serving and grpc.health.v1.Health on serving.listen at once (Health
+ * NOT_SERVING and Predict UNAVAILABLE until the first dense pull and a first sync of every
+ * shard), write the port file, start the sync threads; Prometheus metrics on
+ * serving.metrics_listen. SIGTERM or SIGINT: stop taking calls, let in-flight ones finish,
+ * stop the sync threads, flush the impression log (up to 5 s), exit 0.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mt/config.h"
+#include "mt/http.h"
+#include "mt/jemalloc_conf.h"
+#include "mt/kafka.h"
+#include "mt/log.h"
+#include "mt/rpc.h"
+#include "mt/serving.h"
+
+#define WHO "serving"
+
+typedef struct daemon {
+    mt_config_t cfg;
+    mt_serving_t *sv;
+    time_t started;
+} daemon_t;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: monolith-serving --config FILE [--set section.key=value]...\n"
+               "                        [--listen ADDR] [--port-file PATH]\n"
+               "                        [--log-level debug|info|warn|error] [--check]\n"
+               "       monolith-serving --config-reference\n");
+}
+
+/* Resident set size in bytes, from /proc/self/statm (0 if unreadable). */
+static unsigned long long rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, rss = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%llu %llu", &size, &rss) != 2) rss = 0;
+    fclose(f);
+    return rss * (unsigned long long)sysconf(_SC_PAGESIZE);
+}
+
+static int render(void *ud, const char *path, char **body, size_t *len) {
+    daemon_t *d = ud;
+    if (!strcmp(path, "/healthz")) {
+        const char *s = mt_serving_ready(d->sv) ? "ok\n" : "starting\n";
+        *body = strdup(s);
+        *len = *body ? strlen(s) : 0;
+        return mt_serving_ready(d->sv) ? 200 : 503;
+    }
+    if (strcmp(path, "/metrics") != 0) return 404;
+    char extra[512];
+    snprintf(extra, sizeof(extra),
+             "# HELP monolith_serving_resident_bytes Resident memory of the process.\n"
+             "# TYPE monolith_serving_resident_bytes gauge\n"
+             "monolith_serving_resident_bytes %llu\n"
+             "# HELP monolith_serving_uptime_seconds Seconds since start.\n"
+             "# TYPE monolith_serving_uptime_seconds gauge\n"
+             "monolith_serving_uptime_seconds %lld\n",
+             rss_bytes(), (long long)(time(NULL) - d->started));
+    return mt_serving_render_metrics(d->sv, extra, body, len) == MT_OK ? 200 : 500;
+}
+
+static int read_bootstrap(const mt_config_t *c, char *out, size_t len) {
+    if (*c->kafka.bootstrap) {
+        snprintf(out, len, "%s", c->kafka.bootstrap);
+        return 0;
+    }
+    FILE *f = fopen(c->kafka.bootstrap_file, "r");
+    if (!f || !fgets(out, (int)len, f)) {
+        mt_log(MT_LOG_ERROR, WHO, "kafka.bootstrap is empty and %s cannot be read: %s",
+               c->kafka.bootstrap_file, f ? "empty" : strerror(errno));
+        if (f) fclose(f);
+        return 1;
+    }
+    fclose(f);
+    out[strcspn(out, "\r\n")] = '\0';
+    return 0;
+}
+
+/* The library's configuration from the file's. @returns 0 or 2 (bad configuration). */
+static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t nslots,
+                          mt_serving_config_t *sc, char *err, size_t errlen) {
+    mt_serving_config_init(sc);
+    uint32_t ns = c->cluster.num_shards ? c->cluster.num_shards : (uint32_t)c->cluster.nps;
+    if (c->cluster.nps == 0 || ns != c->cluster.nps) {
+        snprintf(err, errlen, "cluster.ps: serving needs the address of every PS shard");
+        return 2;
+    }
+    sc->ps_addrs = (const char *const *)c->cluster.ps;
+    sc->num_shards = ns;
+    if (nslots == 0) {
+        snprintf(err, errlen, "trainer.slots: no feature slots (the model serving scores)");
+        return 2;
+    }
+    sc->nslots = (uint32_t)nslots;
+    memcpy(sc->slot_ids, slots, nslots * sizeof(uint16_t));
+    sc->dim = c->trainer.dim;
+    uint64_t hidden[MT_SERVING_MAX_HIDDEN];
+    size_t nh = 0;
+    if (mt_config_parse_uint_list(c->trainer.hidden, 1, 65536, hidden, MT_SERVING_MAX_HIDDEN, &nh,
+                                  err, errlen) != MT_OK)
+        return 2;
+    sc->nhidden = (uint32_t)nh;
+    for (size_t i = 0; i < nh; i++)
+        sc->hidden[i] = (uint32_t)hidden[i];
+    sc->hash_buckets = c->trainer.hash_buckets;
+    mt_config_table(c, &sc->table);
+    sc->negative_rate = (float)c->joiner.negative_rate;
+    sc->sync_interval_ms = c->serving.sync_interval_ms;
+    sc->dense_sync_interval_ms = c->serving.dense_sync_interval_ms;
+    sc->sync_timeout_ms = c->serving.sync_timeout_ms;
+    sc->max_candidates = c->serving.max_candidates;
+    sc->workers = c->serving.threads;
+    sc->features_topic = c->kafka.features_topic;
+    sc->log_sample_rate = c->serving.log_sample_rate;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    daemon_t d;
+    memset(&d, 0, sizeof(d));
+    d.started = time(NULL);
+    char err[1024] = "";
+    const char *config = NULL, *port_file = NULL;
+    int rc = 2, check_only = 0;
+    mt_rpc_server_t *srv = NULL;
+    mt_http_t *http = NULL;
+    mt_kafka_producer_t *producer = NULL;
+    if (mt_config_init(&d.cfg) != MT_OK) return 1;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--config-reference")) {
+            mt_config_write_reference(stdout);
+            mt_config_free(&d.cfg);
+            return 0;
+        } else if (!strcmp(a, "--check")) {
+            check_only = 1;
+            continue;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            mt_config_free(&d.cfg);
+            return 0;
+        } else if (!v) {
+            fprintf(stderr, "monolith-serving: %s needs a value\n", a);
+            usage(stderr);
+            goto out;
+        } else if (!strcmp(a, "--config")) {
+            config = v;
+        } else if (!strcmp(a, "--port-file")) {
+            port_file = v;
+        } else if (!strcmp(a, "--log-level")) {
+            mt_log_level_t lv;
+            if (mt_log_parse_level(v, &lv) != 0) {
+                fprintf(stderr,
+                        "monolith-serving: --log-level: '%s' is not debug, info, warn, error\n", v);
+                goto out;
+            }
+            mt_log_set_level(lv);
+        } else if (strcmp(a, "--listen") && strcmp(a, "--set")) {
+            fprintf(stderr, "monolith-serving: unknown option %s\n", a);
+            usage(stderr);
+            goto out;
+        }
+        i++;
+    }
+    if (!config) {
+        fprintf(stderr, "monolith-serving: --config FILE is required\n");
+        usage(stderr);
+        goto out;
+    }
+    if (mt_config_load_file(&d.cfg, config, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith-serving: %s\n", err);
+        goto out;
+    }
+    /* Command-line overrides, after the file, in order. */
+    for (int i = 1; i + 1 < argc; i++) {
+        const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--check")) continue;
+        i++;
+        mt_err_t e = MT_OK;
+        if (!strcmp(a, "--listen"))
+            e = mt_config_set(&d.cfg, "serving.listen", v, err, sizeof(err));
+        else if (!strcmp(a, "--set"))
+            e = mt_config_set_arg(&d.cfg, v, err, sizeof(err));
+        if (e) {
+            fprintf(stderr, "monolith-serving: %s %s: %s\n", a, v, err);
+            goto out;
+        }
+    }
+    uint16_t slots[MT_SERVING_MAX_SLOTS];
+    size_t nslots = MT_SERVING_MAX_SLOTS;
+    if (mt_config_derive_trainer_slots(&d.cfg, slots, &nslots, err, sizeof(err)) != MT_OK ||
+        mt_config_validate(&d.cfg, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
+        goto out;
+    }
+    mt_serving_config_t sc;
+    if (serving_config(&d.cfg, slots, nslots, &sc, err, sizeof(err))) {
+        fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
+        goto out;
+    }
+    if (check_only) {
+        /* the library's own checks too (model shape, slots of the model in the table) */
+        mt_err_t e = mt_serving_create(&sc, &d.sv, err, sizeof(err));
+        if (e) {
+            fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
+            rc = e == MT_CONFIG ? 2 : 1;
+            goto out;
+        }
+        printf("%s: ok (%zu feature slots, %u shards)\n", config, nslots, sc.num_shards);
+        rc = 0;
+        goto out;
+    }
+
+    /* Signals are taken by the main loop only: block them before any thread starts. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    /* Concurrent Predicts each run their own sgemm: one BLAS thread per request thread. */
+    openblas_set_num_threads(1);
+
+    rc = 1;
+    if (d.cfg.serving.log_sample_rate > 0) {
+        char bootstrap[4096];
+        if (read_bootstrap(&d.cfg, bootstrap, sizeof(bootstrap))) goto out;
+        /* lz4: the impressions of one request share their user-side fids */
+        const char *pconf[] = {"linger.ms=5", "compression.codec=lz4", NULL};
+        if (mt_kafka_producer_create(bootstrap, pconf, &producer, err, sizeof(err)) != MT_OK) {
+            mt_log(MT_LOG_ERROR, WHO, "Kafka producer on %s: %s", bootstrap, err);
+            goto out;
+        }
+        sc.producer = producer;
+    }
+    mt_err_t e = mt_serving_create(&sc, &d.sv, err, sizeof(err));
+    if (e) {
+        mt_log(MT_LOG_ERROR, WHO, "cannot create the service: %s: %s", mt_strerror(e), err);
+        rc = e == MT_CONFIG ? 2 : 1;
+        goto out;
+    }
+    mt_rpc_server_config_t rcfg;
+    mt_rpc_server_config_init(&rcfg);
+    rcfg.listen = d.cfg.serving.listen;
+    rcfg.threads = d.cfg.serving.threads;
+    int port = 0;
+    if ((e = mt_rpc_server_create(&rcfg, &srv)) != MT_OK ||
+        (e = mt_serving_register(d.sv, srv)) != MT_OK ||
+        (e = mt_rpc_server_start(srv, &port)) != MT_OK) {
+        mt_log(MT_LOG_ERROR, WHO, "cannot serve on %s: %s", d.cfg.serving.listen, mt_strerror(e));
+        goto out;
+    }
+    if (*d.cfg.serving.metrics_listen) {
+        int mport = 0;
+        if (mt_http_start(d.cfg.serving.metrics_listen, render, &d, &mport, &http) != MT_OK) {
+            mt_log(MT_LOG_ERROR, WHO, "cannot serve metrics on %s", d.cfg.serving.metrics_listen);
+            goto out;
+        }
+        mt_log(MT_LOG_INFO, WHO, "metrics on port %d", mport);
+    }
+    if ((e = mt_serving_start(d.sv)) != MT_OK) {
+        mt_log(MT_LOG_ERROR, WHO, "cannot start the sync threads: %s", mt_strerror(e));
+        goto out;
+    }
+    mt_log(MT_LOG_INFO, WHO,
+           "serving on port %d: %u shards, sync every %u ms, dense every %u ms, logging %.3g of "
+           "requests",
+           port, sc.num_shards, sc.sync_interval_ms, sc.dense_sync_interval_ms,
+           producer ? sc.log_sample_rate : 0.0);
+    if (port_file) {
+        FILE *f = fopen(port_file, "w");
+        if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) != 0) {
+            mt_log(MT_LOG_ERROR, WHO, "cannot write %s: %s", port_file, strerror(errno));
+            goto out;
+        }
+    }
+    int sig = 0;
+    while (!sig) {
+        int s = sigwaitinfo(&sigs, NULL);
+        if (s == SIGTERM || s == SIGINT) sig = s;
+    }
+    mt_log(MT_LOG_INFO, WHO, "%s: finishing in-flight calls",
+           sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    mt_rpc_server_shutdown(srv);
+    mt_serving_stop(d.sv);
+    rc = 0;
+    mt_log(MT_LOG_INFO, WHO, "stopped");
+out:
+    mt_http_stop(http);
+    mt_rpc_server_destroy(srv);
+    mt_serving_destroy(d.sv);
+    mt_kafka_producer_destroy(producer);
+    mt_config_free(&d.cfg);
+    return rc;
+}

@@ -1,0 +1,1348 @@
+/*
+ * serving.c - the serving replica (see mt/serving.h and docs/serving.md).
+ *
+ * File layout: types; config and lifecycle; the model reference (publish / acquire /
+ * release); sparse sync (one thread per PS shard); dense sync (one thread); Predict and
+ * Lookup; metrics.
+ *
+ * Invariants:
+ *  - the replica table is written only by the sync threads, and the rows of shard i only
+ *    by shard i's thread (so "the rows of shard i older than version V" is well defined
+ *    while that thread sweeps after a full stream);
+ *  - sv->cur (the published model) is never modified after publication: a new dense version
+ *    goes into a new model, swapped in under model_lock; the holder of the last reference
+ *    frees an old model (a Predict, or the dense thread);
+ *  - a worker context (scratch buffers, model workspace) is owned by one Predict at a time:
+ *    taken with an atomic exchange on its busy flag, never with a lock.
+ *
+ * Pooling is the trainer's (trainer/src/trainer.c): for feature slot s, the sum of the
+ * dim-d rows of its fids (slot s) and the sum of their dim-1 first-order rows (slot
+ * s | 0x8000), after the same hash_buckets reduction. A request's fids of slot s are the
+ * user's followed by the candidate's, a candidate fid the user side already gave being left
+ * out: that is how the joiner merges an Impression into the Example the trainer learns from.
+ */
+#include "mt/serving.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
+
+#include "monolith/v1/example.pb-c.h"
+#include "monolith/v1/ps.pb-c.h"
+#include "monolith/v1/serving.pb-c.h"
+#include "mt/kafka.h"
+#include "mt/log.h"
+#include "mt/model.h"
+#include "mt/ps.h"
+#include "mt/psclient.h"
+
+#define WHO         "serving"
+#define FIRST_ORDER 0x8000u
+#define NO_SLOT     0xFFFFu
+#define SYNC_PATH   "/monolith.v1.ParameterServer/Sync"
+
+#define HIST_BUCKETS 14
+static const double hist_bounds_s[HIST_BUCKETS - 1] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0};
+
+/* ============================== types ============================== */
+
+/* A published model: the dense parameters of one version. refs counts sv->cur's reference
+ * and every Predict holding it; guarded by model_lock. */
+typedef struct model_ref {
+    mt_model_t *m;
+    uint64_t version;
+    uint32_t refs;
+} model_ref_t;
+
+/* Scratch of one Predict: grown as needed, kept for the next. */
+typedef struct worker {
+    atomic_int busy;
+    mt_model_ws_t *ws;
+    size_t cap_fids, cap_n, cap_set;
+    uint64_t *fids, *fids1; /* [fids] embedding and first-order ids (reduced) */
+    uint16_t *cell;         /* [fids] model slot index of each id */
+    float *emb, *w1;        /* [fids * d], [fids] */
+    float *E, *W1, *probs;  /* [n * S * d], [n * S], [n] */
+    uint64_t *set;          /* user fids (raw), open addressing, 0 = empty */
+    uint8_t *pack;          /* impression encoding */
+    size_t cap_pack;
+} worker_t;
+
+typedef struct shard {
+    struct mt_serving *sv;
+    uint32_t idx;
+    pthread_t thread;
+    int ever; /* this thread applied a full stream once: the replica may hold its rows */
+    /* Guarded by sv->stat_lock (written by the thread, read by metrics). */
+    mt_serving_shard_status_t st;
+} shard_t;
+
+typedef struct method_ctx {
+    struct mt_serving *sv;
+    int idx; /* 0 Predict, 1 Lookup */
+} method_ctx_t;
+
+struct mt_serving {
+    mt_serving_config_t cfg;
+    char *topic;
+    uint16_t *slot_index; /* [65536]: model slot index of a feature slot, or NO_SLOT */
+    mt_table_t *table;
+    mt_psc_t *psc;
+    mt_rpc_server_t *srv;
+    uint32_t max_dim;
+    double started_s;
+    method_ctx_t ctx[2];
+
+    /* Threads. stop_lock guards stopping and started; stop_cond wakes the sleepers. */
+    pthread_mutex_t stop_lock;
+    pthread_cond_t stop_cond;
+    int stopping, started;
+    shard_t *shards;
+    pthread_t dense_thread;
+
+    /* The published model (model_lock). */
+    pthread_mutex_t model_lock;
+    model_ref_t *cur;
+
+    /* Dense status and readiness (stat_lock), shard statuses (stat_lock). */
+    pthread_mutex_t stat_lock;
+    uint64_t dense_pulls, dense_failures;
+    uint64_t dense_incarnation; /* shard 0's incarnation at the last good pull */
+    double dense_ok_s;
+    atomic_int ready;
+    _Atomic uint64_t sparse_version; /* the replica's version clock after the last sync */
+
+    /* Workers: pool of cfg.workers contexts. */
+    worker_t *workers;
+
+    /* Counters. */
+    _Atomic uint64_t predicts, candidates, lookups, ignored_fids;
+    _Atomic uint64_t errors[17];
+    _Atomic uint64_t logged, log_dropped, log_errors;
+    _Atomic uint64_t hist[HIST_BUCKETS], hist_sum_us;
+};
+
+static double now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void msgf(char *buf, size_t len, const char *fmt, ...) {
+    if (!buf || !len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+/* ============================== config and lifecycle ============================== */
+
+void mt_serving_config_init(mt_serving_config_t *cfg) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->dim = 16;
+    cfg->nhidden = 2;
+    cfg->hidden[0] = 256;
+    cfg->hidden[1] = 128;
+    mt_table_config_init(&cfg->table);
+    cfg->negative_rate = 1.0f;
+    cfg->sync_interval_ms = 10000;
+    cfg->dense_sync_interval_ms = 60000;
+    cfg->sync_timeout_ms = 120000;
+    cfg->max_candidates = 10000;
+    cfg->max_request_fids = 1u << 20;
+    cfg->workers = 4;
+    cfg->features_topic = "features";
+    cfg->log_sample_rate = 1.0;
+}
+
+static const mt_table_slot_config_t *find_slot(const mt_table_config_t *t, uint32_t slot) {
+    for (size_t i = 0; i < t->nslots; i++)
+        if (t->slots[i].slot == slot) return &t->slots[i];
+    return NULL;
+}
+
+static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t errlen) {
+#define BAD(...)                           \
+    do {                                   \
+        msgf(errbuf, errlen, __VA_ARGS__); \
+        return MT_CONFIG;                  \
+    } while (0)
+    if (c->num_shards < 1 || !c->ps_addrs) BAD("no PS shards (cluster.ps)");
+    for (uint32_t i = 0; i < c->num_shards; i++)
+        if (!c->ps_addrs[i] || !*c->ps_addrs[i]) BAD("PS shard %u has no address", i);
+    if (c->nslots < 1 || c->nslots > MT_SERVING_MAX_SLOTS)
+        BAD("nslots: %u feature slots, 1..%d allowed", c->nslots, MT_SERVING_MAX_SLOTS);
+    if (c->nhidden > MT_SERVING_MAX_HIDDEN) BAD("nhidden: %u hidden layers", c->nhidden);
+    for (uint32_t s = 0; s < c->nslots; s++) {
+        if (c->slot_ids[s] >= FIRST_ORDER)
+            BAD("feature slot %u is not below 32768", c->slot_ids[s]);
+        for (uint32_t k = 0; k < s; k++)
+            if (c->slot_ids[k] == c->slot_ids[s])
+                BAD("feature slot %u listed twice", c->slot_ids[s]);
+        const mt_table_slot_config_t *e = find_slot(&c->table, c->slot_ids[s]);
+        const mt_table_slot_config_t *w = find_slot(&c->table, c->slot_ids[s] | FIRST_ORDER);
+        if (!e || e->dim != c->dim)
+            BAD("table slot %u: missing or not of dim %u", c->slot_ids[s], c->dim);
+        if (!w || w->dim != 1)
+            BAD("first-order table slot %u: missing or not of dim 1", c->slot_ids[s] | FIRST_ORDER);
+    }
+    if (!(c->negative_rate > 0.0f && c->negative_rate <= 1.0f))
+        BAD("negative_rate: %g is not in (0, 1]", (double)c->negative_rate);
+    if (!(c->log_sample_rate >= 0.0 && c->log_sample_rate <= 1.0))
+        BAD("log_sample_rate: %g is not in [0, 1]", c->log_sample_rate);
+    if (c->sync_interval_ms < 1 || c->dense_sync_interval_ms < 1 || c->sync_timeout_ms < 1)
+        BAD("sync intervals and timeout must be positive");
+    if (c->max_candidates < 1 || c->max_request_fids < 1 || c->workers < 1 || c->workers > 1024)
+        BAD("max_candidates, max_request_fids and workers (1..1024) must be positive");
+    if (!c->features_topic || !*c->features_topic) BAD("features_topic is empty");
+    mt_model_config_t mc;
+    mt_model_config_init(&mc);
+    mc.nslots = c->nslots;
+    mc.dim = c->dim;
+    mc.nhidden = c->nhidden;
+    memcpy(mc.hidden, c->hidden, sizeof(mc.hidden));
+    if (mt_model_config_validate(&mc, errbuf, errlen) != MT_OK) return MT_CONFIG;
+    return MT_OK;
+#undef BAD
+}
+
+mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, char *errbuf,
+                           size_t errlen) {
+    if (!cfg || !out) return MT_CONFIG;
+    mt_err_t err = check_config(cfg, errbuf, errlen);
+    if (err) return err;
+    mt_serving_t *sv = calloc(1, sizeof(*sv));
+    if (!sv) return MT_NOMEM;
+    sv->cfg = *cfg;
+    sv->cfg.ps_addrs = NULL;
+    sv->cfg.table.slots = NULL;
+    sv->cfg.features_topic = NULL;
+    pthread_mutex_init(&sv->stop_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sv->stop_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&sv->model_lock, NULL);
+    pthread_mutex_init(&sv->stat_lock, NULL);
+    sv->started_s = now_mono();
+    err = MT_NOMEM;
+    sv->topic = strdup(cfg->features_topic);
+    sv->slot_index = malloc(65536 * sizeof(uint16_t));
+    sv->shards = calloc(cfg->num_shards, sizeof(shard_t));
+    sv->workers = calloc(cfg->workers, sizeof(worker_t));
+    if (!sv->topic || !sv->slot_index || !sv->shards || !sv->workers) goto fail;
+    for (uint32_t i = 0; i < 65536; i++)
+        sv->slot_index[i] = NO_SLOT;
+    for (uint32_t s = 0; s < cfg->nslots; s++)
+        sv->slot_index[cfg->slot_ids[s]] = (uint16_t)s;
+    for (uint32_t i = 0; i < cfg->num_shards; i++) {
+        sv->shards[i].sv = sv;
+        sv->shards[i].idx = i;
+    }
+
+    /* The replica: the slots' dims and precision; no filter, no expiry (deletions come from
+     * the PS), no optimizer state (SGD keeps none), no change log (nobody syncs from us; a
+     * full stream of the replica is what the sweep after a full sync reads). */
+    mt_table_slot_config_t *slots = calloc(cfg->table.nslots, sizeof(*slots));
+    if (!slots) goto fail;
+    for (size_t i = 0; i < cfg->table.nslots; i++) {
+        const mt_table_slot_config_t *src = &cfg->table.slots[i];
+        mt_table_slot_config_init(&slots[i], src->slot, src->dim);
+        slots[i].precision = src->precision;
+        slots[i].init = MT_INIT_ZEROS;
+        slots[i].opt = MT_OPT_SGD;
+        if (src->dim > sv->max_dim) sv->max_dim = src->dim;
+    }
+    mt_table_config_t tc = cfg->table;
+    tc.slots = slots;
+    tc.filter_bytes = 0;
+    tc.changelog_entries = 0;
+    err = mt_table_config_validate(&tc, errbuf, errlen);
+    if (!err) err = mt_table_create(&tc, &sv->table);
+    free(slots);
+    if (err) goto fail;
+
+    mt_psc_config_t pc;
+    mt_psc_config_init(&pc);
+    pc.addrs = cfg->ps_addrs;
+    pc.num_shards = cfg->num_shards;
+    pc.deadline_ms = cfg->sync_timeout_ms;
+    if ((err = mt_psc_create(&pc, &sv->psc)) != MT_OK) goto fail;
+    *out = sv;
+    return MT_OK;
+fail:
+    if (err == MT_NOMEM) msgf(errbuf, errlen, "out of memory");
+    mt_serving_destroy(sv);
+    return err;
+}
+
+mt_err_t mt_serving_register(mt_serving_t *sv, mt_rpc_server_t *srv);
+void mt_serving_stop(mt_serving_t *sv);
+
+static void worker_free(worker_t *w) {
+    mt_model_ws_destroy(w->ws);
+    free(w->fids);
+    free(w->fids1);
+    free(w->cell);
+    free(w->emb);
+    free(w->w1);
+    free(w->E);
+    free(w->W1);
+    free(w->probs);
+    free(w->set);
+    free(w->pack);
+    memset(w, 0, sizeof(*w));
+}
+
+void mt_serving_destroy(mt_serving_t *sv) {
+    if (!sv) return;
+    mt_serving_stop(sv);
+    if (sv->cur) {
+        mt_model_destroy(sv->cur->m);
+        free(sv->cur);
+    }
+    if (sv->workers)
+        for (uint32_t i = 0; i < sv->cfg.workers; i++)
+            worker_free(&sv->workers[i]);
+    free(sv->workers);
+    mt_psc_destroy(sv->psc);
+    mt_table_destroy(sv->table);
+    free(sv->shards);
+    free(sv->slot_index);
+    free(sv->topic);
+    pthread_mutex_destroy(&sv->stop_lock);
+    pthread_cond_destroy(&sv->stop_cond);
+    pthread_mutex_destroy(&sv->model_lock);
+    pthread_mutex_destroy(&sv->stat_lock);
+    free(sv);
+}
+
+mt_table_t *mt_serving_table(mt_serving_t *sv) {
+    return sv->table;
+}
+
+int mt_serving_ready(mt_serving_t *sv) {
+    return atomic_load(&sv->ready);
+}
+
+/* Ready once the model and every shard arrived; Health follows (it never goes back). */
+static void update_ready(mt_serving_t *sv) {
+    if (atomic_load(&sv->ready)) return;
+    pthread_mutex_lock(&sv->stat_lock);
+    int ok = sv->dense_ok_s > 0;
+    for (uint32_t i = 0; i < sv->cfg.num_shards && ok; i++)
+        ok = sv->shards[i].st.last_ok_s > 0;
+    pthread_mutex_unlock(&sv->stat_lock);
+    if (!ok) return;
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&sv->ready, &expected, 1)) {
+        if (sv->srv) mt_rpc_server_set_serving(sv->srv, 1);
+        mt_log(MT_LOG_INFO, WHO, "ready: dense parameters and %u shards synced",
+               sv->cfg.num_shards);
+    }
+}
+
+/* Sleeps until @p deadline_s (monotonic) or stop. @returns 1 when stopping. */
+static int sleep_until(mt_serving_t *sv, double deadline_s) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)deadline_s;
+    ts.tv_nsec = (long)((deadline_s - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+    pthread_mutex_lock(&sv->stop_lock);
+    while (!sv->stopping && now_mono() < deadline_s)
+        if (pthread_cond_timedwait(&sv->stop_cond, &sv->stop_lock, &ts) != 0) break;
+    int stop = sv->stopping;
+    pthread_mutex_unlock(&sv->stop_lock);
+    return stop;
+}
+
+static int stopping(mt_serving_t *sv) {
+    pthread_mutex_lock(&sv->stop_lock);
+    int s = sv->stopping;
+    pthread_mutex_unlock(&sv->stop_lock);
+    return s;
+}
+
+/* ============================== the model reference ============================== */
+
+static model_ref_t *model_acquire(mt_serving_t *sv) {
+    pthread_mutex_lock(&sv->model_lock);
+    model_ref_t *r = sv->cur;
+    if (r) r->refs++;
+    pthread_mutex_unlock(&sv->model_lock);
+    return r;
+}
+
+static void model_release(mt_serving_t *sv, model_ref_t *r) {
+    if (!r) return;
+    pthread_mutex_lock(&sv->model_lock);
+    uint32_t left = --r->refs;
+    pthread_mutex_unlock(&sv->model_lock);
+    if (left == 0) {
+        mt_model_destroy(r->m);
+        free(r);
+    }
+}
+
+static void model_publish(mt_serving_t *sv, model_ref_t *r) {
+    r->refs = 1; /* sv->cur's */
+    pthread_mutex_lock(&sv->model_lock);
+    model_ref_t *old = sv->cur;
+    sv->cur = r;
+    pthread_mutex_unlock(&sv->model_lock);
+    model_release(sv, old);
+}
+
+/* ============================== sparse sync ============================== */
+
+/* Removes the rows of shard sh that the full stream started at replica version v0 did not
+ * write: they are older than v0 and no longer on the shard. */
+static mt_err_t sweep(shard_t *sh, uint64_t v0, uint64_t *removed_out) {
+    mt_serving_t *sv = sh->sv;
+    enum { CAP = 4096 };
+    mt_table_changes_t *it = NULL;
+    mt_table_change_t *ents = malloc(CAP * sizeof(*ents));
+    float *vals = malloc((size_t)CAP * sv->max_dim * sizeof(float));
+    uint64_t *gone = malloc(CAP * sizeof(uint64_t));
+    uint64_t upto, removed = 0;
+    int full;
+    mt_err_t err = MT_NOMEM;
+    if (!ents || !vals || !gone) goto out;
+    if ((err = mt_table_changes_begin(sv->table, 0, &it, &upto, &full)) != MT_OK) goto out;
+    for (;;) {
+        size_t n = 0, ng = 0;
+        err = mt_table_changes_next(it, ents, CAP, vals, (size_t)CAP * sv->max_dim, &n);
+        if (err || n == 0) break;
+        for (size_t i = 0; i < n; i++)
+            if (!ents[i].deleted && ents[i].version <= v0 &&
+                mt_ps_shard_of(ents[i].fid, sv->cfg.num_shards) == sh->idx)
+                gone[ng++] = ents[i].fid;
+        uint64_t r = 0;
+        if (ng) mt_table_remove(sv->table, gone, ng, &r);
+        removed += r;
+    }
+out:
+    mt_table_changes_end(it);
+    free(ents);
+    free(vals);
+    free(gone);
+    *removed_out = removed;
+    return err;
+}
+
+/* Applies one chunk in order: runs of upserts (assign) and runs of deletions (remove). */
+static mt_err_t apply_chunk(shard_t *sh, const Monolith__V1__SyncChunk *ch, uint64_t *entries,
+                            uint64_t *deleted, char *why, size_t whylen) {
+    mt_serving_t *sv = sh->sv;
+    size_t n = ch->n_fids;
+    if (ch->deleted.len != n) {
+        msgf(why, whylen, "chunk of %zu entries has %zu deletion flags", n, ch->deleted.len);
+        return MT_CORRUPT;
+    }
+    size_t need = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t dim;
+        if (mt_table_dim(sv->table, ch->fids[i], &dim) != MT_OK) {
+            msgf(why, whylen,
+                 "fid 0x%016llx of slot %u: the replica has no such slot (the PS and serving "
+                 "configurations differ)",
+                 (unsigned long long)ch->fids[i], MT_FID_SLOT(ch->fids[i]));
+            return MT_MISMATCH;
+        }
+        if (!ch->deleted.data[i]) need += dim;
+    }
+    if (need != ch->n_values) {
+        msgf(why, whylen, "chunk has %zu values, its entries need %zu", ch->n_values, need);
+        return MT_CORRUPT;
+    }
+    uint32_t now_s = (uint32_t)time(NULL);
+    size_t i = 0, off = 0;
+    while (i < n) {
+        uint8_t del = ch->deleted.data[i] != 0;
+        size_t j = i, nv = 0;
+        while (j < n && (ch->deleted.data[j] != 0) == del) {
+            if (!del) {
+                uint32_t dim;
+                mt_table_dim(sv->table, ch->fids[j], &dim);
+                nv += dim;
+            }
+            j++;
+        }
+        mt_err_t err;
+        if (del) {
+            err = mt_table_remove(sv->table, ch->fids + i, j - i, NULL);
+            *deleted += j - i;
+        } else {
+            err =
+                mt_table_assign(sv->table, ch->fids + i, j - i, ch->values + off, nv, now_s, NULL);
+            off += nv;
+        }
+        if (err) {
+            msgf(why, whylen, "applying: %s", mt_strerror(err));
+            return err;
+        }
+        *entries += j - i;
+        i = j;
+    }
+    return MT_OK;
+}
+
+/* One Sync stream from shard sh. @returns MT_OK, or an error (logged and counted). */
+static mt_err_t sync_once(shard_t *sh) {
+    mt_serving_t *sv = sh->sv;
+    char why[512] = "";
+    pthread_mutex_lock(&sv->stat_lock);
+    uint64_t since = sh->st.since_version, inc = sh->st.incarnation;
+    pthread_mutex_unlock(&sv->stat_lock);
+    Monolith__V1__SyncRequest rq = MONOLITH__V1__SYNC_REQUEST__INIT;
+    rq.since_version = since;
+    rq.incarnation = inc;
+    rq.max_chunk_fids = sv->cfg.sync_chunk_fids;
+    uint8_t req[64];
+    size_t rlen = monolith__v1__sync_request__pack(&rq, req);
+    mt_rpc_stream_t *s = NULL;
+    mt_rpc_status_t st = {0};
+    uint64_t entries = 0, deleted = 0, upto = 0, new_inc = 0, v0 = 0, swept = 0;
+    int full = 0, first = 1, done = 0;
+    double t0 = now_mono();
+    mt_err_t err = mt_rpc_stream_open(mt_psc_channel(sv->psc, sh->idx), SYNC_PATH, req, rlen,
+                                      sv->cfg.sync_timeout_ms, &s);
+    if (err) {
+        msgf(why, sizeof(why), "cannot open the stream");
+        goto out;
+    }
+    while (!done) {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        err = mt_rpc_stream_next(s, &buf, &len);
+        if (err == MT_NOT_FOUND) {
+            /* ended without a last chunk: the status says why */
+            mt_rpc_stream_close(s, &st);
+            s = NULL;
+            err = st.code == MT_RPC_OK ? MT_CORRUPT : MT_UNAVAILABLE;
+            msgf(why, sizeof(why), "stream ended early: status %d: %s", st.code, st.message);
+            goto out;
+        }
+        if (err) {
+            msgf(why, sizeof(why), "stream broken");
+            goto out;
+        }
+        Monolith__V1__SyncChunk *ch = monolith__v1__sync_chunk__unpack(NULL, len, buf);
+        free(buf);
+        if (!ch) {
+            err = MT_CORRUPT;
+            msgf(why, sizeof(why), "malformed SyncChunk");
+            goto out;
+        }
+        if (first) {
+            full = ch->full;
+            upto = ch->upto_version;
+            new_inc = ch->incarnation;
+            if (full) {
+                mt_table_stats_t ts;
+                mt_table_stats(sv->table, &ts);
+                v0 = ts.version;
+            }
+            first = 0;
+        }
+        err = apply_chunk(sh, ch, &entries, &deleted, why, sizeof(why));
+        done = ch->last;
+        monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+        if (err) goto out;
+        if (!done && stopping(sv)) {
+            err = MT_CANCELLED;
+            msgf(why, sizeof(why), "stopping");
+            goto out;
+        }
+    }
+    mt_rpc_stream_close(s, &st);
+    s = NULL;
+    if (full && sh->ever) {
+        if ((err = sweep(sh, v0, &swept)) != MT_OK) {
+            msgf(why, sizeof(why), "sweeping the shard's old rows: %s", mt_strerror(err));
+            goto out;
+        }
+    }
+    if (full) sh->ever = 1;
+out:
+    if (s) mt_rpc_stream_close(s, &st);
+    double t1 = now_mono();
+    pthread_mutex_lock(&sv->stat_lock);
+    if (err) {
+        sh->st.failures++;
+    } else {
+        sh->st.syncs++;
+        sh->st.full_syncs += full != 0;
+        sh->st.since_version = upto;
+        sh->st.incarnation = new_inc;
+        sh->st.last_ok_s = t1;
+    }
+    sh->st.entries += entries;
+    sh->st.deleted += deleted;
+    pthread_mutex_unlock(&sv->stat_lock);
+    if (err) {
+        if (err != MT_CANCELLED)
+            mt_log(MT_LOG_WARN, WHO, "sync of shard %u failed (retried in %u ms): %s: %s", sh->idx,
+                   sv->cfg.sync_interval_ms, mt_strerror(err), why);
+        return err;
+    }
+    mt_table_stats_t ts;
+    mt_table_stats(sv->table, &ts);
+    atomic_store(&sv->sparse_version, ts.version);
+    if (full || entries)
+        mt_log(full ? MT_LOG_INFO : MT_LOG_DEBUG, WHO,
+               "shard %u: %s sync, %llu entries (%llu deleted%s%llu swept) in %.3f s, up to "
+               "version %llu",
+               sh->idx, full ? "full" : "incremental", (unsigned long long)entries,
+               (unsigned long long)deleted, full ? ", " : ", ", (unsigned long long)swept, t1 - t0,
+               (unsigned long long)upto);
+    update_ready(sv);
+    return MT_OK;
+}
+
+static void *sync_main(void *arg) {
+    shard_t *sh = arg;
+    mt_serving_t *sv = sh->sv;
+    double next = now_mono();
+    while (!sleep_until(sv, next)) {
+        sync_once(sh);
+        next = now_mono() + sv->cfg.sync_interval_ms / 1000.0;
+    }
+    return NULL;
+}
+
+/* ============================== dense sync ============================== */
+
+static mt_err_t new_model(mt_serving_t *sv, mt_model_t **out) {
+    mt_model_config_t mc;
+    mt_model_config_init(&mc);
+    mc.nslots = sv->cfg.nslots;
+    mc.dim = sv->cfg.dim;
+    mc.nhidden = sv->cfg.nhidden;
+    memcpy(mc.hidden, sv->cfg.hidden, sizeof(mc.hidden));
+    return mt_model_create(&mc, out);
+}
+
+/* The dense thread's own state (only it publishes models). */
+typedef struct dense_state {
+    mt_model_t *spare; /* pulled into; published when the PS had a newer version */
+    uint64_t version;  /* of the published model */
+    uint64_t inc0;     /* shard 0's incarnation when it was pulled */
+    int have;          /* a model was published */
+    int told;          /* "waiting for the dense parameters" was logged */
+} dense_state_t;
+
+static void dense_once(mt_serving_t *sv, dense_state_t *ds) {
+    mt_err_t err = MT_OK;
+    if (!ds->spare && (err = new_model(sv, &ds->spare)) != MT_OK) {
+        mt_log(MT_LOG_ERROR, WHO, "dense: cannot create a model: %s", mt_strerror(err));
+        return;
+    }
+    size_t n = mt_model_nparams(ds->spare);
+    mt_psc_tensor_t ts[2 * MT_MODEL_MAX_HIDDEN + 2];
+    for (size_t i = 0; i < n; i++) {
+        mt_model_param_t p;
+        mt_model_param(ds->spare, i, &p);
+        ts[i] = (mt_psc_tensor_t){p.name, p.ndim, {p.shape[0], p.shape[1]}, p.size, p.values};
+    }
+    pthread_mutex_lock(&sv->stat_lock);
+    uint64_t inc0 = sv->shards[0].st.incarnation;
+    pthread_mutex_unlock(&sv->stat_lock);
+    /* another life of shard 0 restarts its version clock: ask for everything */
+    uint64_t have = ds->have && inc0 == ds->inc0 ? ds->version : 0;
+    uint64_t version = 0;
+    int updated = 0;
+    mt_rpc_status_t st = {0};
+    err = mt_psc_pull_dense(sv->psc, ts, n, have, &version, &updated, &st);
+    if (!err && updated) {
+        model_ref_t *r = calloc(1, sizeof(*r));
+        if (!r) {
+            err = MT_NOMEM;
+        } else {
+            r->m = ds->spare;
+            r->version = version;
+            ds->spare = NULL;
+            ds->version = version;
+            ds->have = 1;
+            model_publish(sv, r);
+            mt_log(MT_LOG_DEBUG, WHO, "dense version %llu", (unsigned long long)version);
+        }
+    }
+    if (!err) ds->inc0 = inc0;
+    if (!err && !ds->have && !ds->told) {
+        ds->told = 1;
+        mt_log(MT_LOG_INFO, WHO,
+               "shard 0 holds no dense parameters yet (no trainer pushed them): not serving "
+               "until it does");
+    }
+    pthread_mutex_lock(&sv->stat_lock);
+    if (err) {
+        sv->dense_failures++;
+    } else {
+        sv->dense_pulls++;
+        if (ds->have) sv->dense_ok_s = now_mono();
+    }
+    pthread_mutex_unlock(&sv->stat_lock);
+    if (err) {
+        mt_log(err == MT_NOT_FOUND ? MT_LOG_INFO : MT_LOG_WARN, WHO,
+               "dense pull from shard 0 failed (retried): %s (status %d: %s)", mt_strerror(err),
+               st.code, st.message);
+        return;
+    }
+    update_ready(sv);
+}
+
+static void *dense_main(void *arg) {
+    mt_serving_t *sv = arg;
+    dense_state_t ds = {0};
+    double next = now_mono();
+    while (!sleep_until(sv, next)) {
+        dense_once(sv, &ds);
+        /* until the first model arrives, retry at the sparse pace (at most 1 s) */
+        uint32_t ms = sv->cfg.dense_sync_interval_ms;
+        if (!ds.have) {
+            ms = sv->cfg.sync_interval_ms;
+            if (ms > 1000) ms = 1000;
+        }
+        next = now_mono() + ms / 1000.0;
+    }
+    mt_model_destroy(ds.spare);
+    return NULL;
+}
+
+mt_err_t mt_serving_start(mt_serving_t *sv) {
+    pthread_mutex_lock(&sv->stop_lock);
+    if (sv->started) {
+        pthread_mutex_unlock(&sv->stop_lock);
+        return MT_INVALID;
+    }
+    sv->started = 1;
+    sv->stopping = 0;
+    pthread_mutex_unlock(&sv->stop_lock);
+    uint32_t i = 0;
+    for (; i < sv->cfg.num_shards; i++)
+        if (pthread_create(&sv->shards[i].thread, NULL, sync_main, &sv->shards[i]) != 0) break;
+    int dense_ok =
+        i == sv->cfg.num_shards && pthread_create(&sv->dense_thread, NULL, dense_main, sv) == 0;
+    if (dense_ok) return MT_OK;
+    pthread_mutex_lock(&sv->stop_lock);
+    sv->stopping = 1;
+    pthread_cond_broadcast(&sv->stop_cond);
+    pthread_mutex_unlock(&sv->stop_lock);
+    for (uint32_t k = 0; k < i; k++)
+        pthread_join(sv->shards[k].thread, NULL);
+    pthread_mutex_lock(&sv->stop_lock);
+    sv->started = 0;
+    pthread_mutex_unlock(&sv->stop_lock);
+    return MT_NOMEM;
+}
+
+void mt_serving_stop(mt_serving_t *sv) {
+    pthread_mutex_lock(&sv->stop_lock);
+    int was = sv->started;
+    sv->stopping = 1;
+    sv->started = 0;
+    pthread_cond_broadcast(&sv->stop_cond);
+    pthread_mutex_unlock(&sv->stop_lock);
+    if (!was) return;
+    for (uint32_t i = 0; i < sv->cfg.num_shards; i++)
+        pthread_join(sv->shards[i].thread, NULL);
+    pthread_join(sv->dense_thread, NULL);
+}
+
+/* ============================== Predict and Lookup ============================== */
+
+static worker_t *worker_get(mt_serving_t *sv, worker_t *tmp) {
+    for (uint32_t i = 0; i < sv->cfg.workers; i++)
+        if (!atomic_exchange(&sv->workers[i].busy, 1)) return &sv->workers[i];
+    memset(tmp, 0, sizeof(*tmp)); /* all busy: a scratch for this call only */
+    return tmp;
+}
+
+static void worker_put(mt_serving_t *sv, worker_t *w, worker_t *tmp) {
+    if (w == tmp)
+        worker_free(tmp);
+    else
+        atomic_store(&w->busy, 0);
+    (void)sv;
+}
+
+static int grow(void **p, size_t want, size_t elem) {
+    void *np = realloc(*p, (want ? want : 1) * elem);
+    if (!np) return -1;
+    *p = np;
+    return 0;
+}
+
+/* Sizes the scratch for @p nf fids and @p n candidates. @returns 0 or -1 (out of memory). */
+static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, size_t nuser) {
+    size_t d = sv->cfg.dim, S = sv->cfg.nslots;
+    if (!w->ws && mt_model_ws_create(&w->ws) != MT_OK) return -1;
+    if (nf > w->cap_fids) {
+        if (grow((void **)&w->fids, nf, sizeof(uint64_t)) ||
+            grow((void **)&w->fids1, nf, sizeof(uint64_t)) ||
+            grow((void **)&w->cell, nf, sizeof(uint16_t)) ||
+            grow((void **)&w->emb, nf * d, sizeof(float)) ||
+            grow((void **)&w->w1, nf, sizeof(float)))
+            return -1;
+        w->cap_fids = nf;
+    }
+    size_t rows = n + 1; /* row 0: the user's pooled part */
+    if (rows > w->cap_n) {
+        if (grow((void **)&w->E, rows * S * d, sizeof(float)) ||
+            grow((void **)&w->W1, rows * S, sizeof(float)) ||
+            grow((void **)&w->probs, rows, sizeof(float)))
+            return -1;
+        w->cap_n = rows;
+    }
+    size_t sz = 16;
+    while (sz < 2 * nuser)
+        sz *= 2;
+    if (sz > w->cap_set) {
+        if (grow((void **)&w->set, sz, sizeof(uint64_t))) return -1;
+        w->cap_set = sz;
+    }
+    memset(w->set, 0, w->cap_set * sizeof(uint64_t));
+    return 0;
+}
+
+static size_t set_pos(const worker_t *w, uint64_t f) {
+    return (size_t)((f * 0x9E3779B97F4A7C15ull) >> 17) & (w->cap_set - 1);
+}
+
+static void set_add(worker_t *w, uint64_t f) {
+    if (f == 0) return; /* 0 marks empty: fid 0 is never deduplicated */
+    size_t h = set_pos(w, f);
+    while (w->set[h] && w->set[h] != f)
+        h = (h + 1) & (w->cap_set - 1);
+    w->set[h] = f;
+}
+
+static int set_has(const worker_t *w, uint64_t f) {
+    if (f == 0) return 0;
+    size_t h = set_pos(w, f);
+    while (w->set[h]) {
+        if (w->set[h] == f) return 1;
+        h = (h + 1) & (w->cap_set - 1);
+    }
+    return 0;
+}
+
+static uint64_t reduce(const mt_serving_t *sv, uint64_t f) {
+    uint64_t hb = sv->cfg.hash_buckets;
+    return hb ? (f & 0xFFFF000000000000ull) | ((f & 0xFFFFFFFFFFFFull) % hb) : f;
+}
+
+#define FAIL(sv, c, code, ...)                    \
+    do {                                          \
+        atomic_fetch_add(&(sv)->errors[code], 1); \
+        mt_rpc_fail(c, code, __VA_ARGS__);        \
+    } while (0)
+
+/* Checks a request's SlotFids: slot range and every fid's top 16 bits. Counts fids of
+ * model slots into *nf and the others into *ignored. @returns 0 or -1 (message in why). */
+static int check_slot_fids(const mt_serving_t *sv, Monolith__V1__SlotFids *const *sf, size_t n,
+                           size_t *nf, size_t *ignored, char *why, size_t whylen) {
+    for (size_t i = 0; i < n; i++) {
+        if (sf[i]->slot > 0xFFFF) {
+            msgf(why, whylen, "slot %u is not a 16-bit slot id", sf[i]->slot);
+            return -1;
+        }
+        for (size_t k = 0; k < sf[i]->n_fids; k++) {
+            if (MT_FID_SLOT(sf[i]->fids[k]) != sf[i]->slot) {
+                msgf(why, whylen, "fid 0x%016llx is not of its SlotFids' slot %u",
+                     (unsigned long long)sf[i]->fids[k], sf[i]->slot);
+                return -1;
+            }
+        }
+        if (sv->slot_index[sf[i]->slot] == NO_SLOT)
+            *ignored += sf[i]->n_fids;
+        else
+            *nf += sf[i]->n_fids;
+    }
+    return 0;
+}
+
+/* Appends the fids of model slots in sf to the worker's lists (skipping those in the user
+ * set when @p dedup). @returns the new count. */
+static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k,
+                      Monolith__V1__SlotFids *const *sf, size_t n, int dedup) {
+    for (size_t i = 0; i < n; i++) {
+        uint16_t s = sv->slot_index[sf[i]->slot];
+        if (s == NO_SLOT) continue;
+        for (size_t j = 0; j < sf[i]->n_fids; j++) {
+            uint64_t raw = sf[i]->fids[j];
+            if (dedup && set_has(w, raw)) continue;
+            if (!dedup) set_add(w, raw);
+            uint64_t f = reduce(sv, raw);
+            w->fids[k] = f;
+            w->fids1[k] = f | ((uint64_t)FIRST_ORDER << 48);
+            w->cell[k] = s;
+            k++;
+        }
+    }
+    return k;
+}
+
+static void pool(const mt_serving_t *sv, const worker_t *w, size_t from, size_t to, float *E,
+                 float *W1) {
+    size_t d = sv->cfg.dim;
+    for (size_t k = from; k < to; k++) {
+        float *e = E + (size_t)w->cell[k] * d;
+        const float *x = w->emb + k * d;
+        for (size_t j = 0; j < d; j++)
+            e[j] += x[j];
+        W1[w->cell[k]] += w->w1[k];
+    }
+}
+
+/* Deterministic sampling of a request: XXH3 of its id against the rate. */
+static int sampled(const mt_serving_t *sv, const char *request_id) {
+    double r = sv->cfg.log_sample_rate;
+    if (r <= 0.0 || !sv->cfg.producer || !request_id || !*request_id) return 0;
+    if (r >= 1.0) return 1;
+    uint64_t h = XXH3_64bits(request_id, strlen(request_id));
+    return (double)(h >> 11) * 0x1.0p-53 < r;
+}
+
+static void log_impressions(mt_serving_t *sv, worker_t *w, const Monolith__V1__PredictRequest *r,
+                            int64_t ts_ms, const float *scores) {
+    Monolith__V1__Impression im = MONOLITH__V1__IMPRESSION__INIT;
+    im.request_id = r->request_id;
+    im.timestamp_ms = ts_ms;
+    im.n_user = r->n_user;
+    im.user = r->user;
+    size_t klen = strlen(r->request_id);
+    for (size_t i = 0; i < r->n_candidates; i++) {
+        const Monolith__V1__Candidate *c = r->candidates[i];
+        im.n_item = c->n_item;
+        im.item = c->item;
+        im.item_id = c->item_id;
+        im.score = scores[i];
+        size_t len = monolith__v1__impression__get_packed_size(&im);
+        if (len > w->cap_pack) {
+            uint8_t *np = realloc(w->pack, len);
+            if (!np) {
+                atomic_fetch_add(&sv->log_dropped, 1);
+                continue;
+            }
+            w->pack = np;
+            w->cap_pack = len;
+        }
+        monolith__v1__impression__pack(&im, w->pack);
+        mt_err_t err =
+            mt_kafka_produce(sv->cfg.producer, sv->topic, -1, r->request_id, klen, w->pack, len, 0);
+        if (err == MT_OK) {
+            atomic_fetch_add(&sv->logged, 1);
+        } else if (err == MT_KAFKA_BUSY) {
+            atomic_fetch_add(&sv->log_dropped, 1);
+        } else {
+            if (atomic_fetch_add(&sv->log_errors, 1) == 0)
+                mt_log(MT_LOG_WARN, WHO, "impression log to %s: %s (further errors counted)",
+                       sv->topic, mt_strerror(err));
+        }
+    }
+}
+
+static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    atomic_fetch_add(&sv->predicts, 1);
+    if (!atomic_load(&sv->ready)) {
+        FAIL(sv, c, MT_RPC_UNAVAILABLE, "serving is starting: parameters not synced yet");
+        return;
+    }
+    Monolith__V1__PredictRequest *r = monolith__v1__predict_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "malformed PredictRequest");
+        return;
+    }
+    char why[256];
+    worker_t tmp, *w = NULL;
+    model_ref_t *m = NULL;
+    size_t n = r->n_candidates, nf = 0, ignored = 0, nuser = 0;
+    if (n > sv->cfg.max_candidates) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "%zu candidates, the limit is %u", n,
+             sv->cfg.max_candidates);
+        goto out;
+    }
+    if (check_slot_fids(sv, r->user, r->n_user, &nf, &ignored, why, sizeof(why))) {
+        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "user: %s", why);
+        goto out;
+    }
+    nuser = nf;
+    for (size_t i = 0; i < n; i++) {
+        if (check_slot_fids(sv, r->candidates[i]->item, r->candidates[i]->n_item, &nf, &ignored,
+                            why, sizeof(why))) {
+            FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "candidate %zu: %s", i, why);
+            goto out;
+        }
+    }
+    if (nf + ignored > sv->cfg.max_request_fids) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "%zu fids in one request, the limit is %u",
+             nf + ignored, sv->cfg.max_request_fids);
+        goto out;
+    }
+    if (ignored) atomic_fetch_add(&sv->ignored_fids, ignored);
+    atomic_fetch_add(&sv->candidates, n);
+    m = model_acquire(sv);
+    if (!m) {
+        FAIL(sv, c, MT_RPC_UNAVAILABLE, "no dense parameters yet");
+        goto out;
+    }
+    w = worker_get(sv, &tmp);
+    if (worker_reserve(sv, w, nf, n, nuser)) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    /* fids: the user's [0, ku), then candidate i's [ends[i-1], ends[i]) */
+    size_t ku = collect(sv, w, 0, r->user, r->n_user, 0);
+    size_t *ends = malloc((n ? n : 1) * sizeof(size_t));
+    if (!ends) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    size_t k = ku;
+    for (size_t i = 0; i < n; i++) {
+        k = collect(sv, w, k, r->candidates[i]->item, r->candidates[i]->n_item, 1);
+        ends[i] = k;
+    }
+    size_t d = sv->cfg.dim, S = sv->cfg.nslots;
+    mt_err_t err = mt_table_lookup(sv->table, w->fids, k, w->emb, k * d, NULL, 0, 0, NULL);
+    if (!err) err = mt_table_lookup(sv->table, w->fids1, k, w->w1, k, NULL, 0, 0, NULL);
+    if (err) {
+        free(ends);
+        FAIL(sv, c, MT_RPC_INTERNAL, "replica lookup: %s", mt_strerror(err));
+        goto out;
+    }
+    /* the user's part once, in the last row; then each candidate's on top of a copy */
+    float *Eu = w->E + n * S * d, *W1u = w->W1 + n * S;
+    memset(Eu, 0, S * d * sizeof(float));
+    memset(W1u, 0, S * sizeof(float));
+    pool(sv, w, 0, ku, Eu, W1u);
+    for (size_t i = 0; i < n; i++) {
+        float *E = w->E + i * S * d, *W1 = w->W1 + i * S;
+        memcpy(E, Eu, S * d * sizeof(float));
+        memcpy(W1, W1u, S * sizeof(float));
+        pool(sv, w, i ? ends[i - 1] : ku, ends[i], E, W1);
+    }
+    free(ends);
+    err = mt_model_forward_serving(m->m, w->ws, w->E, w->W1, n, sv->cfg.negative_rate, w->probs);
+    if (err) {
+        FAIL(sv, c, MT_RPC_INTERNAL, "model: %s", mt_strerror(err));
+        goto out;
+    }
+    Monolith__V1__PredictResponse resp = MONOLITH__V1__PREDICT_RESPONSE__INIT;
+    resp.n_scores = n;
+    resp.scores = w->probs;
+    resp.sparse_version = atomic_load(&sv->sparse_version);
+    resp.dense_version = m->version;
+    size_t plen = monolith__v1__predict_response__get_packed_size(&resp);
+    uint8_t *buf = malloc(plen ? plen : 1);
+    if (!buf) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    monolith__v1__predict_response__pack(&resp, buf);
+    mt_rpc_reply(c, buf, plen);
+    free(buf);
+    /* after the reply: the client does not wait for the log */
+    if (n && sampled(sv, r->request_id)) {
+        int64_t ts_ms = r->timestamp_ms;
+        if (ts_ms <= 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        }
+        log_impressions(sv, w, r, ts_ms, w->probs);
+    }
+out:
+    if (w) worker_put(sv, w, &tmp);
+    model_release(sv, m);
+    monolith__v1__predict_request__free_unpacked(r, NULL);
+}
+
+static void lookup(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    atomic_fetch_add(&sv->lookups, 1);
+    Monolith__V1__LookupRequest *r = monolith__v1__lookup_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "malformed LookupRequest");
+        return;
+    }
+    float *values = NULL;
+    uint8_t *found = NULL;
+    size_t nfloats = 0;
+    if (r->train) {
+        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "serving lookups never train: train must be false");
+        goto out;
+    }
+    if (r->n_fids > sv->cfg.max_request_fids) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "%zu fids in one request, the limit is %u",
+             r->n_fids, sv->cfg.max_request_fids);
+        goto out;
+    }
+    for (size_t i = 0; i < r->n_fids; i++) {
+        uint32_t dim;
+        if (mt_table_dim(sv->table, r->fids[i], &dim) != MT_OK) {
+            FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "fid %zu (0x%016llx): slot %u is not configured",
+                 i, (unsigned long long)r->fids[i], MT_FID_SLOT(r->fids[i]));
+            goto out;
+        }
+        nfloats += dim;
+    }
+    values = malloc((nfloats ? nfloats : 1) * sizeof(float));
+    found = malloc(r->n_fids ? r->n_fids : 1);
+    if (!values || !found) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    mt_err_t err =
+        mt_table_lookup(sv->table, r->fids, r->n_fids, values, nfloats, found, 0, 0, NULL);
+    if (err) {
+        FAIL(sv, c, MT_RPC_INTERNAL, "replica lookup: %s", mt_strerror(err));
+        goto out;
+    }
+    Monolith__V1__LookupResponse resp = MONOLITH__V1__LOOKUP_RESPONSE__INIT;
+    resp.n_values = nfloats;
+    resp.values = values;
+    resp.found.len = r->n_fids;
+    resp.found.data = found;
+    size_t plen = monolith__v1__lookup_response__get_packed_size(&resp);
+    uint8_t *buf = malloc(plen ? plen : 1);
+    if (!buf) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    monolith__v1__lookup_response__pack(&resp, buf);
+    mt_rpc_reply(c, buf, plen);
+    free(buf);
+out:
+    free(values);
+    free(found);
+    monolith__v1__lookup_request__free_unpacked(r, NULL);
+}
+
+/* Times Predicts into the latency histogram. */
+static void handler(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    method_ctx_t *ctx = ud;
+    if (ctx->idx == 1) {
+        lookup(ctx->sv, c, req, len);
+        return;
+    }
+    double t0 = now_mono();
+    predict(ctx->sv, c, req, len);
+    double s = now_mono() - t0;
+    int b = 0;
+    while (b < HIST_BUCKETS - 1 && s > hist_bounds_s[b])
+        b++;
+    atomic_fetch_add(&ctx->sv->hist[b], 1);
+    atomic_fetch_add(&ctx->sv->hist_sum_us, (uint64_t)(s * 1e6));
+}
+
+mt_err_t mt_serving_register(mt_serving_t *sv, mt_rpc_server_t *srv) {
+    sv->ctx[0] = (method_ctx_t){sv, 0};
+    sv->ctx[1] = (method_ctx_t){sv, 1};
+    mt_err_t err = mt_rpc_server_add(srv, "/monolith.v1.Serving/Predict", 0, handler, &sv->ctx[0]);
+    if (!err) err = mt_rpc_server_add(srv, "/monolith.v1.Serving/Lookup", 0, handler, &sv->ctx[1]);
+    if (err) return err;
+    sv->srv = srv;
+    mt_rpc_server_set_serving(srv, atomic_load(&sv->ready));
+    return MT_OK;
+}
+
+/* ============================== status and metrics ============================== */
+
+mt_err_t mt_serving_shard_status(mt_serving_t *sv, uint32_t shard, mt_serving_shard_status_t *out) {
+    if (shard >= sv->cfg.num_shards) return MT_INVALID;
+    pthread_mutex_lock(&sv->stat_lock);
+    *out = sv->shards[shard].st;
+    pthread_mutex_unlock(&sv->stat_lock);
+    return MT_OK;
+}
+
+void mt_serving_counters(mt_serving_t *sv, mt_serving_counters_t *out) {
+    memset(out, 0, sizeof(*out));
+    out->predicts = atomic_load(&sv->predicts);
+    out->candidates = atomic_load(&sv->candidates);
+    out->lookups = atomic_load(&sv->lookups);
+    for (int i = 0; i < 17; i++)
+        out->errors[i] = atomic_load(&sv->errors[i]);
+    out->ignored_fids = atomic_load(&sv->ignored_fids);
+    out->logged = atomic_load(&sv->logged);
+    out->log_dropped = atomic_load(&sv->log_dropped);
+    out->log_errors = atomic_load(&sv->log_errors);
+    pthread_mutex_lock(&sv->stat_lock);
+    out->dense_pulls = sv->dense_pulls;
+    out->dense_failures = sv->dense_failures;
+    pthread_mutex_unlock(&sv->stat_lock);
+    model_ref_t *m = model_acquire(sv);
+    out->dense_version = m ? m->version : 0;
+    model_release(sv, m);
+    mt_table_stats_t ts;
+    mt_table_stats(sv->table, &ts);
+    out->rows = ts.rows;
+    out->ready = atomic_load(&sv->ready);
+}
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf_t;
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf_t *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t c = b->cap ? b->cap * 2 : 8192;
+        while (c < b->len + (size_t)n + 1)
+            c *= 2;
+        char *np = realloc(b->p, c);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = c;
+    }
+}
+
+static const char *const status_names[17] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **body, size_t *len) {
+    sbuf_t b = {0};
+    mt_serving_counters_t k;
+    mt_serving_counters(sv, &k);
+    mt_table_stats_t ts;
+    mt_table_stats(sv->table, &ts);
+    struct {
+        const char *name, *type, *help;
+        double v;
+    } g[] = {
+        {"monolith_serving_predict_requests_total", "counter", "Predict calls.",
+         (double)k.predicts},
+        {"monolith_serving_predict_candidates_total", "counter", "Candidates scored.",
+         (double)k.candidates},
+        {"monolith_serving_lookup_requests_total", "counter", "Lookup calls.", (double)k.lookups},
+        {"monolith_serving_ignored_fids_total", "counter",
+         "Request fids of slots the model does not have (ignored).", (double)k.ignored_fids},
+        {"monolith_serving_ready", "gauge", "1 once dense parameters and every shard synced.",
+         (double)k.ready},
+        {"monolith_serving_rows", "gauge", "Rows in the replica.", (double)ts.rows},
+        {"monolith_serving_table_bytes", "gauge", "Bytes held by the replica table.",
+         (double)ts.bytes_total},
+        {"monolith_serving_dense_version", "gauge", "Version of the dense parameters served.",
+         (double)k.dense_version},
+        {"monolith_serving_dense_pulls_total", "counter", "Successful dense pulls.",
+         (double)k.dense_pulls},
+        {"monolith_serving_dense_failures_total", "counter", "Failed dense pulls.",
+         (double)k.dense_failures},
+        {"monolith_serving_impressions_logged_total", "counter",
+         "Impressions queued to the features topic.", (double)k.logged},
+        {"monolith_serving_impressions_dropped_total", "counter",
+         "Impressions dropped because the producer queue was full.", (double)k.log_dropped},
+        {"monolith_serving_impression_errors_total", "counter", "Impressions the producer refused.",
+         (double)k.log_errors},
+    };
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
+        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", g[i].name, g[i].help, g[i].name,
+                  g[i].type, g[i].name, g[i].v);
+    sb_printf(&b, "# HELP monolith_serving_errors_total Predict and Lookup calls failed, by "
+                  "status.\n# TYPE monolith_serving_errors_total counter\n");
+    for (int i = 1; i < 17; i++)
+        if (k.errors[i])
+            sb_printf(&b, "monolith_serving_errors_total{code=\"%s\"} %llu\n", status_names[i],
+                      (unsigned long long)k.errors[i]);
+    sb_printf(&b, "# HELP monolith_serving_predict_seconds Predict latency.\n"
+                  "# TYPE monolith_serving_predict_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int i = 0; i < HIST_BUCKETS; i++) {
+        cum += atomic_load(&sv->hist[i]);
+        if (i < HIST_BUCKETS - 1)
+            sb_printf(&b, "monolith_serving_predict_seconds_bucket{le=\"%g\"} %llu\n",
+                      hist_bounds_s[i], (unsigned long long)cum);
+        else
+            sb_printf(&b, "monolith_serving_predict_seconds_bucket{le=\"+Inf\"} %llu\n",
+                      (unsigned long long)cum);
+    }
+    sb_printf(&b, "monolith_serving_predict_seconds_sum %.6f\n",
+              (double)atomic_load(&sv->hist_sum_us) * 1e-6);
+    sb_printf(&b, "monolith_serving_predict_seconds_count %llu\n", (unsigned long long)cum);
+    /* per shard */
+    double now = now_mono(), max_lag = 0;
+    uint32_t ns = sv->cfg.num_shards;
+    mt_serving_shard_status_t *st = malloc(ns * sizeof(*st));
+    if (!st) {
+        free(b.p);
+        return MT_NOMEM;
+    }
+    pthread_mutex_lock(&sv->stat_lock);
+    for (uint32_t i = 0; i < ns; i++)
+        st[i] = sv->shards[i].st;
+    pthread_mutex_unlock(&sv->stat_lock);
+    struct {
+        const char *name, *type, *help;
+        int field;
+    } per[] = {
+        {"monolith_serving_syncs_total", "counter", "Successful Sync streams per shard.", 0},
+        {"monolith_serving_sync_failures_total", "counter", "Failed Sync streams per shard.", 1},
+        {"monolith_serving_full_syncs_total", "counter", "Full Sync streams per shard.", 2},
+        {"monolith_serving_sync_entries_total", "counter", "Sync entries applied per shard.", 3},
+        {"monolith_serving_sync_deleted_total", "counter", "Deletions applied per shard.", 4},
+        {"monolith_serving_sync_lag_seconds", "gauge",
+         "Seconds since the last successful sync of the shard (since start if none).", 5},
+        {"monolith_serving_sync_version", "gauge", "The shard's version the replica is up to.", 6},
+    };
+    for (size_t p = 0; p < sizeof(per) / sizeof(per[0]); p++) {
+        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", per[p].name, per[p].help, per[p].name,
+                  per[p].type);
+        for (uint32_t i = 0; i < ns; i++) {
+            double lag = now - (st[i].last_ok_s > 0 ? st[i].last_ok_s : sv->started_s);
+            if (lag > max_lag) max_lag = lag;
+            double v = per[p].field == 0   ? (double)st[i].syncs
+                       : per[p].field == 1 ? (double)st[i].failures
+                       : per[p].field == 2 ? (double)st[i].full_syncs
+                       : per[p].field == 3 ? (double)st[i].entries
+                       : per[p].field == 4 ? (double)st[i].deleted
+                       : per[p].field == 5 ? lag
+                                           : (double)st[i].since_version;
+            sb_printf(&b, "%s{shard=\"%u\"} %.17g\n", per[p].name, i, v);
+        }
+    }
+    free(st);
+    sb_printf(&b,
+              "# HELP monolith_serving_sync_lag_max_seconds The largest sync lag over shards.\n"
+              "# TYPE monolith_serving_sync_lag_max_seconds gauge\n"
+              "monolith_serving_sync_lag_max_seconds %.3f\n",
+              max_lag);
+    if (extra) sb_printf(&b, "%s", extra);
+    if (b.oom) {
+        free(b.p);
+        return MT_NOMEM;
+    }
+    *body = b.p;
+    *len = b.len;
+    return MT_OK;
+}

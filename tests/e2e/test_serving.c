@@ -1,0 +1,809 @@
+/*
+ * test_serving.c - the serving replica end to end on 127.0.0.1, in this process: two PS
+ * shards (mt_ps over the rpc layer), a trainer training through them (mt_trainer with the
+ * PS backend, dense parameters on shard 0), and a serving instance (mt_serving) syncing
+ * from them every few hundred milliseconds, called over gRPC like any client.
+ *
+ *  - a training burst on a new item changes serving's score for it (polled with a deadline:
+ *    nothing here asserts on speed);
+ *  - ids expired on the PS disappear from serving's Lookup;
+ *  - a restarted serving instance converges to the PS state (every trained id, embedding
+ *    and first-order row, equal bit for bit to the PS's; the same row count); a PS shard
+ *    that comes back empty (another incarnation) makes serving drop that shard's rows only;
+ *  - Predict equals the model computed here from the PS's parameters (within 1e-6), and bad
+ *    requests get the statuses of mt/serving.h; before the first dense pull, UNAVAILABLE
+ *    and Health NOT_SERVING;
+ *  - impressions of a Predict reach the features topic of an embedded Kafka (mock) as
+ *    Impression messages keyed by the request id, with the served scores.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "monolith/v1/example.pb-c.h"
+#include "monolith/v1/ps.pb-c.h"
+#include "monolith/v1/serving.pb-c.h"
+#include "mt/batch.h"
+#include "mt/kafka.h"
+#include "mt/model.h"
+#include "mt/ps.h"
+#include "mt/psclient.h"
+#include "mt/rpc.h"
+#include "mt/serving.h"
+#include "mt/trainer.h"
+
+#define NSHARDS 2
+#define NSLOTS  3 /* 1 user, 2 item, 3 item category */
+#define DIM     8
+#define SYNC_MS 250
+#define RATE    0.25f
+
+static const uint16_t slot_ids[NSLOTS] = {1, 2, 3};
+
+typedef struct cluster {
+    mt_table_slot_config_t slots[2 * NSLOTS];
+    mt_ps_t *ps[NSHARDS];
+    mt_rpc_server_t *srv[NSHARDS];
+    char addr[NSHARDS][64];
+    const char *addrs[NSHARDS];
+    mt_psc_t *psc;
+    mt_trainer_t *tr;
+    mt_trainer_dense_sync_t *ds;
+    mt_trainer_config_t tc;
+} cluster_t;
+
+typedef struct server {
+    mt_serving_t *sv;
+    mt_rpc_server_t *srv;
+    mt_rpc_channel_t *ch;
+} server_t;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void start_shard(cluster_t *c, uint32_t i, const char *listen) {
+    mt_ps_config_t pc;
+    mt_ps_config_init(&pc);
+    pc.shard = i;
+    pc.num_shards = NSHARDS;
+    pc.table.slots = c->slots;
+    pc.table.nslots = 2 * NSLOTS;
+    pc.table.shards_log2 = 3;
+    pc.table.filter_bytes = 0;
+    pc.sync_chunk_fids = 64; /* several chunks per stream */
+    cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
+    mt_rpc_server_config_t sc;
+    mt_rpc_server_config_init(&sc);
+    sc.threads = 2;
+    sc.listen = listen;
+    cr_assert_eq(mt_rpc_server_create(&sc, &c->srv[i]), MT_OK);
+    cr_assert_eq(mt_ps_register(c->ps[i], c->srv[i]), MT_OK);
+    int port;
+    cr_assert_eq(mt_rpc_server_start(c->srv[i], &port), MT_OK);
+    snprintf(c->addr[i], sizeof(c->addr[i]), "127.0.0.1:%d", port);
+    c->addrs[i] = c->addr[i];
+}
+
+static void stop_shard(cluster_t *c, uint32_t i) {
+    mt_rpc_server_destroy(c->srv[i]);
+    mt_ps_destroy(c->ps[i]);
+    c->srv[i] = NULL;
+    c->ps[i] = NULL;
+}
+
+/* Shards (rows idle longer than ttl_s expire, 0: never) and a trainer; with_dense: the
+ * trainer keeps its dense parameters on shard 0 (which gives serving a model). */
+static void cluster_start(cluster_t *c, uint32_t ttl_s, int with_dense) {
+    memset(c, 0, sizeof(*c));
+    mt_trainer_config_init(&c->tc);
+    c->tc.nslots = NSLOTS;
+    memcpy(c->tc.slot_ids, slot_ids, sizeof(slot_ids));
+    c->tc.dim = DIM;
+    c->tc.hidden[0] = 16;
+    c->tc.hidden[1] = 8;
+    c->tc.sparse_lr = 0.2f;
+    c->tc.dense_lr = 0.01f;
+    cr_assert_eq(mt_trainer_slot_configs(&c->tc, c->slots, 2 * NSLOTS), MT_OK);
+    for (int i = 0; i < 2 * NSLOTS; i++)
+        c->slots[i].ttl_s = ttl_s;
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        start_shard(c, i, "127.0.0.1:0");
+    mt_psc_config_t cc;
+    mt_psc_config_init(&cc);
+    cc.addrs = c->addrs;
+    cc.num_shards = NSHARDS;
+    cr_assert_eq(mt_psc_create(&cc, &c->psc), MT_OK);
+    mt_trainer_backend_t be;
+    mt_trainer_backend_psc(c->psc, &be);
+    c->tc.backend = &be;
+    cr_assert_eq(mt_trainer_create(&c->tc, &c->tr), MT_OK);
+    c->tc.backend = NULL;
+    char err[256] = "";
+    if (with_dense)
+        cr_assert_eq(mt_trainer_dense_sync_create(c->tr, c->psc, 1, &c->ds, err, sizeof(err)),
+                     MT_OK, "%s", err);
+}
+
+static void cluster_stop(cluster_t *c) {
+    mt_trainer_dense_sync_destroy(c->ds);
+    mt_trainer_destroy(c->tr);
+    mt_psc_destroy(c->psc);
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        if (c->srv[i]) stop_shard(c, i);
+}
+
+static uint64_t fid(uint16_t slot, uint64_t v) {
+    return mt_fid_of_int(slot, v);
+}
+
+/* A batch of n examples of (user u + k, item, category item % 7) with the given label,
+ * trained at time now (touch time of the rows). */
+static void train(cluster_t *c, uint64_t user0, uint64_t item, float label, int n, uint32_t now) {
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, slot_ids, NSLOTS), MT_OK);
+    for (int k = 0; k < n; k++) {
+        uint64_t f[NSLOTS] = {fid(1, user0 + (uint64_t)k), fid(2, item), fid(3, item % 7)};
+        const uint64_t *per[NSLOTS] = {&f[0], &f[1], &f[2]};
+        uint32_t counts[NSLOTS] = {1, 1, 1};
+        cr_assert_eq(mt_batch_add(&b, label, 0, 1.0f, per, counts), MT_OK);
+    }
+    cr_assert_eq(mt_trainer_train(c->tr, &b, now, NULL, NULL), MT_OK);
+    if (c->ds) {
+        char err[256] = "";
+        cr_assert_eq(mt_trainer_dense_sync_step(c->ds, NULL, err, sizeof(err)), MT_OK, "%s", err);
+    }
+    mt_batch_free(&b);
+}
+
+static void server_start(server_t *s, cluster_t *c, uint32_t max_candidates,
+                         mt_kafka_producer_t *producer) {
+    memset(s, 0, sizeof(*s));
+    mt_serving_config_t sc;
+    mt_serving_config_init(&sc);
+    sc.ps_addrs = c->addrs;
+    sc.num_shards = NSHARDS;
+    sc.nslots = NSLOTS;
+    memcpy(sc.slot_ids, slot_ids, sizeof(slot_ids));
+    sc.dim = DIM;
+    sc.nhidden = 2;
+    sc.hidden[0] = 16;
+    sc.hidden[1] = 8;
+    sc.table.slots = c->slots;
+    sc.table.nslots = 2 * NSLOTS;
+    sc.table.shards_log2 = 2;
+    sc.negative_rate = RATE;
+    sc.sync_interval_ms = SYNC_MS;
+    sc.dense_sync_interval_ms = SYNC_MS;
+    sc.sync_timeout_ms = 10000;
+    sc.sync_chunk_fids = 50;
+    sc.max_candidates = max_candidates;
+    sc.workers = 2;
+    sc.producer = producer;
+    char err[256] = "";
+    cr_assert_eq(mt_serving_create(&sc, &s->sv, err, sizeof(err)), MT_OK, "%s", err);
+    mt_rpc_server_config_t rc;
+    mt_rpc_server_config_init(&rc);
+    rc.threads = 2;
+    cr_assert_eq(mt_rpc_server_create(&rc, &s->srv), MT_OK);
+    cr_assert_eq(mt_serving_register(s->sv, s->srv), MT_OK);
+    int port;
+    cr_assert_eq(mt_rpc_server_start(s->srv, &port), MT_OK);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    mt_rpc_client_config_t cc;
+    mt_rpc_client_config_init(&cc);
+    cc.retries = 0;
+    cr_assert_eq(mt_rpc_channel_create(addr, &cc, &s->ch), MT_OK);
+    cr_assert_eq(mt_serving_start(s->sv), MT_OK);
+}
+
+static void server_stop(server_t *s) {
+    mt_rpc_channel_destroy(s->ch);
+    mt_rpc_server_shutdown(s->srv);
+    mt_serving_destroy(s->sv);
+    mt_rpc_server_destroy(s->srv);
+    memset(s, 0, sizeof(*s));
+}
+
+static void wait_ready(server_t *s) {
+    double end = now_s() + 30;
+    while (!mt_serving_ready(s->sv) && now_s() < end)
+        usleep(20000);
+    cr_assert(mt_serving_ready(s->sv), "serving did not become ready in 30 s");
+}
+
+/* ---------------- calls ---------------- */
+
+/* A request for one user and n candidate items (each with its category). */
+typedef struct request {
+    Monolith__V1__PredictRequest r;
+    Monolith__V1__SlotFids user, *userp[2], extra;
+    uint64_t ufid, xfid;
+    Monolith__V1__Candidate cand[64], *candp[64];
+    Monolith__V1__SlotFids item[64][2], *itemp[64][2];
+    uint64_t ifid[64][2];
+} request_t;
+
+static void request_init(request_t *q, const char *id, uint64_t user, const uint64_t *items,
+                         size_t n) {
+    memset(q, 0, sizeof(*q));
+    monolith__v1__predict_request__init(&q->r);
+    q->r.request_id = (char *)id;
+    monolith__v1__slot_fids__init(&q->user);
+    q->ufid = fid(1, user);
+    q->user.slot = 1;
+    q->user.n_fids = 1;
+    q->user.fids = &q->ufid;
+    q->userp[0] = &q->user;
+    q->r.n_user = 1;
+    q->r.user = q->userp;
+    for (size_t i = 0; i < n; i++) {
+        monolith__v1__candidate__init(&q->cand[i]);
+        q->cand[i].item_id = items[i];
+        q->ifid[i][0] = fid(2, items[i]);
+        q->ifid[i][1] = fid(3, items[i] % 7);
+        for (int k = 0; k < 2; k++) {
+            monolith__v1__slot_fids__init(&q->item[i][k]);
+            q->item[i][k].slot = (uint32_t)(2 + k);
+            q->item[i][k].n_fids = 1;
+            q->item[i][k].fids = &q->ifid[i][k];
+            q->itemp[i][k] = &q->item[i][k];
+        }
+        q->cand[i].n_item = 2;
+        q->cand[i].item = q->itemp[i];
+        q->candp[i] = &q->cand[i];
+    }
+    q->r.n_candidates = n;
+    q->r.candidates = q->candp;
+}
+
+/* Calls method with the packed message; @returns the status code; *resp malloc'd. */
+static int call(server_t *s, const char *method, const ProtobufCMessage *m, uint8_t **resp,
+                size_t *rlen, char *msg, size_t msglen) {
+    size_t len = m ? protobuf_c_message_get_packed_size(m) : 0;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (m) protobuf_c_message_pack(m, buf);
+    mt_rpc_status_t st = {0};
+    char path[128];
+    snprintf(path, sizeof(path), "/monolith.v1.Serving/%s", method);
+    mt_err_t err = mt_rpc_call(s->ch, path, buf, len, 10000, resp, rlen, &st);
+    free(buf);
+    if (err == MT_UNAVAILABLE) /* the server answered UNAVAILABLE (retries exhausted) */
+        st.code = MT_RPC_UNAVAILABLE;
+    else
+        cr_assert_eq(err, MT_OK, "%s: %s", method, mt_strerror(err));
+    if (msg) snprintf(msg, msglen, "%s", st.message);
+    return st.code;
+}
+
+/* Predict; @returns the status; scores (n) and dense version on OK. */
+static int predict(server_t *s, request_t *q, float *scores, uint64_t *dense_version) {
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    char msg[256];
+    int code = call(s, "Predict", &q->r.base, &resp, &rlen, msg, sizeof(msg));
+    if (code == MT_RPC_OK) {
+        Monolith__V1__PredictResponse *p = monolith__v1__predict_response__unpack(NULL, rlen, resp);
+        cr_assert_not_null(p);
+        cr_assert_eq(p->n_scores, q->r.n_candidates);
+        for (size_t i = 0; i < p->n_scores; i++)
+            scores[i] = p->scores[i];
+        if (dense_version) *dense_version = p->dense_version;
+        monolith__v1__predict_response__free_unpacked(p, NULL);
+    }
+    free(resp);
+    return code;
+}
+
+/* Serving's Lookup of n fids: values (sum of dims) and found flags. @returns the status. */
+static int serving_lookup(server_t *s, const uint64_t *fids, size_t n, int train, float *values,
+                          size_t nvalues, uint8_t *found) {
+    Monolith__V1__LookupRequest rq = MONOLITH__V1__LOOKUP_REQUEST__INIT;
+    rq.fids = (uint64_t *)fids;
+    rq.n_fids = n;
+    rq.train = train;
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int code = call(s, "Lookup", &rq.base, &resp, &rlen, NULL, 0);
+    if (code == MT_RPC_OK) {
+        Monolith__V1__LookupResponse *p = monolith__v1__lookup_response__unpack(NULL, rlen, resp);
+        cr_assert_not_null(p);
+        cr_assert_eq(p->n_values, nvalues);
+        cr_assert_eq(p->found.len, n);
+        memcpy(values, p->values, nvalues * sizeof(float));
+        memcpy(found, p->found.data, n);
+        monolith__v1__lookup_response__free_unpacked(p, NULL);
+    }
+    free(resp);
+    return code;
+}
+
+/* The embedding and first-order fids of every id of the given users and items. */
+static size_t all_fids(uint64_t *out, size_t cap, uint64_t user0, size_t nusers,
+                       const uint64_t *items, size_t nitems) {
+    size_t n = 0;
+    for (size_t i = 0; i < nusers && n + 2 <= cap; i++) {
+        out[n++] = fid(1, user0 + i);
+        out[n++] = fid(1 | 0x8000, user0 + i);
+    }
+    for (size_t i = 0; i < nitems && n + 4 <= cap; i++) {
+        out[n++] = fid(2, items[i]);
+        out[n++] = fid(2 | 0x8000, items[i]);
+        out[n++] = fid(3, items[i] % 7);
+        out[n++] = fid(3 | 0x8000, items[i] % 7);
+    }
+    return n;
+}
+
+static size_t nfloats(const uint64_t *fids, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += MT_FID_SLOT(fids[i]) & 0x8000 ? 1 : DIM;
+    return k;
+}
+
+/* Polls until serving's Lookup of fids equals the PS's (values bit for bit, found flags) and
+ * the replica has as many rows as the shards. @returns 1 if it converged before the end. */
+static int converged(server_t *s, cluster_t *c, const uint64_t *fids, size_t n, double secs) {
+    size_t nf = nfloats(fids, n);
+    float *a = malloc(nf * sizeof(float)), *b = malloc(nf * sizeof(float));
+    uint8_t *fa = malloc(n), *fb = malloc(n);
+    double end = now_s() + secs;
+    int ok = 0;
+    while (!ok && now_s() < end) {
+        mt_rpc_status_t st;
+        if (mt_psc_lookup(c->psc, fids, n, 0, 0, b, nf, fb, &st) != MT_OK) {
+            usleep(50000); /* a shard restarting: its channel reconnects */
+            continue;
+        }
+        cr_assert_eq(serving_lookup(s, fids, n, 0, a, nf, fa), MT_RPC_OK);
+        uint64_t rows = 0;
+        for (int i = 0; i < NSHARDS; i++) {
+            mt_table_stats_t ts;
+            mt_table_stats(mt_ps_table(c->ps[i]), &ts);
+            rows += ts.rows;
+        }
+        mt_table_stats_t rs;
+        mt_table_stats(mt_serving_table(s->sv), &rs);
+        ok = !memcmp(a, b, nf * sizeof(float)) && !memcmp(fa, fb, n) && rows == rs.rows;
+        if (!ok) usleep(50000);
+    }
+    free(a);
+    free(b);
+    free(fa);
+    free(fb);
+    return ok;
+}
+
+/* ---------------- tests ---------------- */
+
+/* (1) A burst of clicks on a new item moves its score, through the PS and the sync. */
+Test(serving, training_burst_on_a_new_item_changes_its_score, .timeout = 120) {
+    cluster_t c;
+    cluster_start(&c, 0, 1);
+    uint32_t now = (uint32_t)time(NULL);
+    for (uint64_t it = 0; it < 20; it++)
+        train(&c, 1000, it, it % 3 == 0 ? 1.0f : 0.0f, 20, now);
+    server_t s;
+    server_start(&s, &c, 100, NULL);
+    wait_ready(&s);
+    const uint64_t items[2] = {5, 777777};
+    request_t q;
+    request_init(&q, "req-1", 1003, items, 2);
+    float s0[2], s1[2];
+    cr_assert_eq(predict(&s, &q, s0, NULL), MT_RPC_OK);
+    /* the new item has no row yet: serving reads zeros */
+    uint64_t f = fid(2, 777777);
+    float v[DIM];
+    uint8_t found = 1;
+    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM, &found), MT_RPC_OK);
+    cr_assert_eq(found, 0);
+    for (int k = 0; k < 10; k++)
+        train(&c, 1000, 777777, 1.0f, 50, now);
+    double t0 = now_s(), end = t0 + 30;
+    int changed = 0;
+    while (!changed && now_s() < end) {
+        cr_assert_eq(predict(&s, &q, s1, NULL), MT_RPC_OK);
+        changed = s1[1] != s0[1];
+        if (!changed) usleep(20000);
+    }
+    cr_assert(changed, "the new item's score did not change in 30 s");
+    cr_log_info("score of the new item changed %.3f s after the burst (sync every %d ms)",
+                now_s() - t0, SYNC_MS);
+    /* it converges to the PS: the row is there and the item scores higher than before */
+    const uint64_t ids[1] = {777777};
+    uint64_t fids[64];
+    size_t n = all_fids(fids, 64, 1000, 50, ids, 1);
+    cr_assert(converged(&s, &c, fids, n, 30));
+    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM, &found), MT_RPC_OK);
+    cr_assert_eq(found, 1);
+    cr_assert_eq(predict(&s, &q, s1, NULL), MT_RPC_OK);
+    cr_assert_gt(s1[1], s0[1], "clicks should raise the score: %g -> %g", s0[1], s1[1]);
+    mt_serving_shard_status_t st;
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_eq(mt_serving_shard_status(s.sv, i, &st), MT_OK);
+        cr_assert_geq(st.syncs, 2);
+        cr_assert_eq(st.full_syncs, 1, "one full sync at start, then incremental ones");
+    }
+    char *body = NULL;
+    size_t blen = 0;
+    cr_assert_eq(mt_serving_render_metrics(s.sv, NULL, &body, &blen), MT_OK);
+    cr_assert(strstr(body, "monolith_serving_sync_lag_seconds{shard=\"1\"}"));
+    cr_assert(strstr(body, "monolith_serving_predict_seconds_bucket{le=\"+Inf\"}"));
+    free(body);
+    server_stop(&s);
+    cluster_stop(&c);
+}
+
+/* (2) Rows the PS expires disappear from serving. */
+Test(serving, expired_ids_disappear, .timeout = 120) {
+    cluster_t c;
+    cluster_start(&c, 600, 1);
+    uint32_t now = (uint32_t)time(NULL);
+    const uint64_t old_items[3] = {100, 101, 102}, new_items[2] = {201, 202};
+    /* categories 2, 3, 4 (old) and 5, 6 (new): no row shared by old and new */
+    for (int i = 0; i < 3; i++)
+        train(&c, 5000, old_items[i], 1.0f, 10, now - 3600); /* idle for an hour */
+    for (int i = 0; i < 2; i++)
+        train(&c, 6000, new_items[i], 0.0f, 10, now);
+    server_t s;
+    server_start(&s, &c, 100, NULL);
+    wait_ready(&s);
+    uint64_t olds[64], news[64];
+    size_t no = all_fids(olds, 64, 5000, 10, old_items, 3);
+    size_t nn = all_fids(news, 64, 6000, 10, new_items, 2);
+    cr_assert(converged(&s, &c, olds, no, 30));
+    size_t nf = nfloats(olds, no);
+    float *v = malloc(nfloats(news, nn) * sizeof(float) + nf * sizeof(float));
+    uint8_t found[64];
+    cr_assert_eq(serving_lookup(&s, olds, no, 0, v, nf, found), MT_RPC_OK);
+    for (size_t i = 0; i < no; i++)
+        cr_assert_eq(found[i], 1, "id %zu not synced", i);
+    /* the shards' expiry: everything idle for an hour goes (a whole sweep per shard) */
+    uint64_t expired = 0;
+    for (int i = 0; i < NSHARDS; i++) {
+        mt_table_t *t = mt_ps_table(c.ps[i]);
+        expired += mt_ps_expire_tick(c.ps[i], now, (size_t)mt_table_buckets(t));
+    }
+    cr_assert_eq(expired, no);
+    double end = now_s() + 30;
+    int gone = 0;
+    while (!gone && now_s() < end) {
+        cr_assert_eq(serving_lookup(&s, olds, no, 0, v, nf, found), MT_RPC_OK);
+        gone = 1;
+        for (size_t i = 0; i < no; i++)
+            gone &= found[i] == 0;
+        if (!gone) usleep(20000);
+    }
+    cr_assert(gone, "expired ids still served after 30 s");
+    cr_assert(converged(&s, &c, news, nn, 30), "the rows that did not expire must stay");
+    cr_assert_eq(serving_lookup(&s, news, nn, 0, v, nfloats(news, nn), found), MT_RPC_OK);
+    for (size_t i = 0; i < nn; i++)
+        cr_assert_eq(found[i], 1);
+    uint64_t deleted = 0;
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        mt_serving_shard_status_t st;
+        mt_serving_shard_status(s.sv, i, &st);
+        deleted += st.deleted;
+    }
+    cr_assert_geq(deleted, no, "a deletion per expired row");
+    free(v);
+    server_stop(&s);
+    cluster_stop(&c);
+}
+
+/* (3) A restarted serving instance converges to the PS; a shard that comes back empty
+ * (another incarnation) takes its rows, and only its rows, out of the replica. */
+Test(serving, restarted_instance_converges, .timeout = 180) {
+    cluster_t c;
+    cluster_start(&c, 0, 1);
+    uint32_t now = (uint32_t)time(NULL);
+    uint64_t items[40];
+    for (int i = 0; i < 40; i++)
+        items[i] = 3000 + (uint64_t)i * 13;
+    for (int i = 0; i < 20; i++)
+        train(&c, 100, items[i], (float)(i % 2), 25, now);
+    server_t s;
+    server_start(&s, &c, 100, NULL);
+    wait_ready(&s);
+    server_stop(&s);
+    /* more training while serving is down */
+    for (int i = 20; i < 40; i++)
+        train(&c, 200, items[i], (float)(i % 2), 25, now);
+    for (int i = 0; i < 5; i++)
+        train(&c, 100, items[i], 1.0f, 25, now);
+    server_start(&s, &c, 100, NULL);
+    wait_ready(&s);
+    static uint64_t fids[4096];
+    size_t n = all_fids(fids, 4096, 100, 200, items, 40);
+    cr_assert(converged(&s, &c, fids, n, 30), "the restarted replica differs from the PS");
+    /* training goes on: still converges */
+    for (int i = 0; i < 40; i += 3)
+        train(&c, 150, items[i], 1.0f, 20, now);
+    cr_assert(converged(&s, &c, fids, n, 30));
+
+    /* shard 1 restarts empty on the same address: serving drops its rows only */
+    char listen[64];
+    snprintf(listen, sizeof(listen), "%s", c.addr[1]);
+    stop_shard(&c, 1);
+    start_shard(&c, 1, listen);
+    cr_assert_str_eq(c.addr[1], listen);
+    mt_table_stats_t s0;
+    mt_table_stats(mt_ps_table(c.ps[0]), &s0);
+    cr_assert_gt(s0.rows, 0);
+    double end = now_s() + 30;
+    uint64_t rows = 0;
+    while (now_s() < end) {
+        mt_table_stats_t rs;
+        mt_table_stats(mt_serving_table(s.sv), &rs);
+        rows = rs.rows;
+        if (rows == s0.rows) break;
+        usleep(20000);
+    }
+    cr_assert_eq(rows, s0.rows, "replica rows %llu, shard 0 alone has %llu",
+                 (unsigned long long)rows, (unsigned long long)s0.rows);
+    cr_assert(converged(&s, &c, fids, n, 30));
+    mt_serving_shard_status_t st;
+    mt_serving_shard_status(s.sv, 1, &st);
+    cr_assert_eq(st.full_syncs, 2);
+    cr_assert_eq(st.incarnation, mt_ps_incarnation(c.ps[1]));
+    server_stop(&s);
+    cluster_stop(&c);
+}
+
+/* The score computed here: the PS's embeddings pooled as the trainer pools, the PS's dense
+ * parameters, the same log-odds correction. */
+static void local_scores(cluster_t *c, request_t *q, float *out) {
+    mt_model_config_t mc;
+    mt_model_config_init(&mc);
+    mc.nslots = NSLOTS;
+    mc.dim = DIM;
+    mc.nhidden = 2;
+    mc.hidden[0] = 16;
+    mc.hidden[1] = 8;
+    mt_model_t *m;
+    cr_assert_eq(mt_model_create(&mc, &m), MT_OK);
+    mt_psc_tensor_t ts[6];
+    size_t np = mt_model_nparams(m);
+    for (size_t i = 0; i < np; i++) {
+        mt_model_param_t p;
+        mt_model_param(m, i, &p);
+        ts[i] = (mt_psc_tensor_t){p.name, p.ndim, {p.shape[0], p.shape[1]}, p.size, p.values};
+    }
+    uint64_t version;
+    int updated;
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_pull_dense(c->psc, ts, np, 0, &version, &updated, &st), MT_OK);
+    size_t n = q->r.n_candidates;
+    float *E = calloc(n * NSLOTS * DIM, sizeof(float)), *W1 = calloc(n * NSLOTS, sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        /* slot 1 from the user, slots 2 and 3 from the candidate */
+        uint64_t f[3] = {q->ufid, q->ifid[i][0], q->ifid[i][1]};
+        for (int s = 0; s < NSLOTS; s++) {
+            uint64_t f1 = f[s] | (0x8000ull << 48);
+            cr_assert_eq(
+                mt_psc_lookup(c->psc, &f[s], 1, 0, 0, E + (i * NSLOTS + s) * DIM, DIM, NULL, &st),
+                MT_OK);
+            cr_assert_eq(mt_psc_lookup(c->psc, &f1, 1, 0, 0, W1 + i * NSLOTS + s, 1, NULL, &st),
+                         MT_OK);
+        }
+    }
+    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, n, RATE, out), MT_OK);
+    free(E);
+    free(W1);
+    mt_model_destroy(m);
+}
+
+/* (4) Predict is the model on the PS's parameters; bad requests get their statuses. */
+Test(serving, predict_matches_a_local_model_and_rejects_bad_requests, .timeout = 120) {
+    cluster_t c;
+    cluster_start(&c, 0, 1);
+    uint32_t now = (uint32_t)time(NULL);
+    uint64_t items[8];
+    for (int i = 0; i < 8; i++) {
+        items[i] = 40 + (uint64_t)i;
+        train(&c, 7000, items[i], (float)(i & 1), 30, now);
+    }
+    server_t s;
+    server_start(&s, &c, 8, NULL);
+    wait_ready(&s);
+    uint64_t fids[512];
+    size_t nf = all_fids(fids, 512, 7000, 30, items, 8);
+    cr_assert(converged(&s, &c, fids, nf, 30));
+    /* the PS's dense version reached serving too */
+    request_t q;
+    const uint64_t cand[8] = {40, 41, 42, 43, 44, 45, 46, 99999}; /* the last one unknown */
+    request_init(&q, "req-4", 7005, cand, 8);
+    float got[8], want[8];
+    uint64_t dv = 0, ps_dv = mt_trainer_dense_sync_version(c.ds);
+    double end = now_s() + 30;
+    do {
+        cr_assert_eq(predict(&s, &q, got, &dv), MT_RPC_OK);
+        if (dv != ps_dv) usleep(20000);
+    } while (dv != ps_dv && now_s() < end);
+    cr_assert_eq(dv, ps_dv);
+    local_scores(&c, &q, want);
+    for (int i = 0; i < 8; i++) {
+        cr_assert(fabsf(got[i] - want[i]) <= 1e-6f, "candidate %d: served %.9g, local %.9g", i,
+                  got[i], want[i]);
+    }
+
+    /* a slot the model does not have is ignored (and counted) */
+    uint64_t xf = fid(42, 1);
+    monolith__v1__slot_fids__init(&q.extra);
+    q.extra.slot = 42;
+    q.extra.n_fids = 1;
+    q.extra.fids = &xf;
+    q.userp[1] = &q.extra;
+    q.r.n_user = 2;
+    float again[8];
+    cr_assert_eq(predict(&s, &q, again, NULL), MT_RPC_OK);
+    cr_assert_eq(memcmp(again, got, sizeof(got)), 0);
+    mt_serving_counters_t k;
+    mt_serving_counters(s.sv, &k);
+    cr_assert_eq(k.ignored_fids, 1);
+    /* a fid that is not of its SlotFids' slot */
+    xf = fid(43, 1);
+    char msg[256];
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    cr_assert_eq(call(&s, "Predict", &q.r.base, &resp, &rlen, msg, sizeof(msg)),
+                 MT_RPC_INVALID_ARGUMENT);
+    cr_assert(strstr(msg, "slot"), "%s", msg);
+    free(resp);
+    resp = NULL;
+    q.r.n_user = 1;
+    /* too many candidates */
+    const uint64_t many[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    request_t big;
+    request_init(&big, "req-big", 7005, many, 9);
+    cr_assert_eq(call(&s, "Predict", &big.r.base, &resp, &rlen, msg, sizeof(msg)),
+                 MT_RPC_RESOURCE_EXHAUSTED);
+    free(resp);
+    resp = NULL;
+    /* malformed bytes */
+    mt_rpc_status_t st = {0};
+    const uint8_t junk[5] = {0x0a, 0x7f, 0x01, 0x02, 0x03};
+    cr_assert_eq(mt_rpc_call(s.ch, "/monolith.v1.Serving/Predict", junk, sizeof(junk), 10000, &resp,
+                             &rlen, &st),
+                 MT_OK);
+    cr_assert_eq(st.code, MT_RPC_INVALID_ARGUMENT);
+    free(resp);
+    resp = NULL;
+    cr_assert_eq(mt_rpc_call(s.ch, "/monolith.v1.Serving/Lookup", junk, sizeof(junk), 10000, &resp,
+                             &rlen, &st),
+                 MT_OK);
+    cr_assert_eq(st.code, MT_RPC_INVALID_ARGUMENT);
+    free(resp);
+    /* Lookup: training lookups and unknown slots are refused */
+    float v[DIM];
+    uint8_t found;
+    uint64_t f = fid(2, 40);
+    cr_assert_eq(serving_lookup(&s, &f, 1, 1, v, DIM, &found), MT_RPC_INVALID_ARGUMENT);
+    f = fid(42, 1);
+    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM, &found), MT_RPC_INVALID_ARGUMENT);
+    /* no candidates: no scores */
+    request_t none;
+    request_init(&none, "req-none", 7005, NULL, 0);
+    cr_assert_eq(predict(&s, &none, got, NULL), MT_RPC_OK);
+    mt_serving_counters(s.sv, &k);
+    cr_assert_eq(k.errors[MT_RPC_INVALID_ARGUMENT], 5);
+    cr_assert_eq(k.errors[MT_RPC_RESOURCE_EXHAUSTED], 1);
+    server_stop(&s);
+    cluster_stop(&c);
+}
+
+/* Before the first dense pull: UNAVAILABLE, Health NOT_SERVING; then SERVING. */
+Test(serving, unavailable_until_the_model_arrives, .timeout = 120) {
+    cluster_t c;
+    cluster_start(&c, 0, 0); /* no dense parameters on the PS */
+    server_t s;
+    server_start(&s, &c, 10, NULL);
+    usleep(3 * SYNC_MS * 1000);
+    cr_assert_eq(mt_serving_ready(s.sv), 0);
+    const uint64_t items[1] = {1};
+    request_t q;
+    request_init(&q, "req-u", 1, items, 1);
+    float sc[1];
+    cr_assert_eq(predict(&s, &q, sc, NULL), MT_RPC_UNAVAILABLE);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    mt_rpc_status_t st = {0};
+    cr_assert_eq(
+        mt_rpc_call(s.ch, "/grpc.health.v1.Health/Check", NULL, 0, 10000, &resp, &rlen, &st),
+        MT_OK);
+    cr_assert_eq(st.code, MT_RPC_OK);
+    cr_assert(rlen == 2 && resp[1] == 2, "Health should be NOT_SERVING");
+    free(resp);
+    /* the trainer pushes its dense parameters: serving becomes ready */
+    char err[256] = "";
+    cr_assert_eq(mt_trainer_dense_sync_create(c.tr, c.psc, 1, &c.ds, err, sizeof(err)), MT_OK, "%s",
+                 err);
+    wait_ready(&s);
+    cr_assert_eq(
+        mt_rpc_call(s.ch, "/grpc.health.v1.Health/Check", NULL, 0, 10000, &resp, &rlen, &st),
+        MT_OK);
+    cr_assert(rlen == 2 && resp[1] == 1, "Health should be SERVING");
+    free(resp);
+    cr_assert_eq(predict(&s, &q, sc, NULL), MT_RPC_OK);
+    server_stop(&s);
+    cluster_stop(&c);
+}
+
+/* (5) Impressions go to the features topic: one per candidate, keyed by the request id. */
+Test(serving, impressions_are_logged_to_kafka, .timeout = 120) {
+    char err[512] = "";
+    mt_kafka_topic_spec_t topic = {"features", 1};
+    mt_kafka_mock_t *mock;
+    cr_assert_eq(mt_kafka_mock_create(1, &topic, 1, &mock, err, sizeof(err)), MT_OK, "%s", err);
+    mt_kafka_producer_t *p;
+    const char *pconf[] = {"linger.ms=1", NULL};
+    cr_assert_eq(
+        mt_kafka_producer_create(mt_kafka_mock_bootstrap(mock), pconf, &p, err, sizeof(err)), MT_OK,
+        "%s", err);
+    cluster_t c;
+    cluster_start(&c, 0, 1);
+    train(&c, 1, 10, 1.0f, 10, (uint32_t)time(NULL));
+    server_t s;
+    server_start(&s, &c, 10, p);
+    wait_ready(&s);
+    const uint64_t items[3] = {10, 11, 12};
+    request_t q;
+    request_init(&q, "req-kafka-42", 5, items, 3);
+    q.r.timestamp_ms = 1700000000123;
+    float sc[3];
+    cr_assert_eq(predict(&s, &q, sc, NULL), MT_RPC_OK);
+    request_t e;
+    request_init(&e, "", 5, items, 1); /* no request id: nothing to join, not logged */
+    cr_assert_eq(predict(&s, &e, sc + 2, NULL), MT_RPC_OK);
+    cr_assert_eq(predict(&s, &q, sc, NULL), MT_RPC_OK); /* deterministic: the same scores */
+    cr_assert_eq(mt_kafka_producer_flush(p, 10000), MT_OK);
+    mt_serving_counters_t k;
+    mt_serving_counters(s.sv, &k);
+    cr_assert_eq(k.logged, 6);
+    cr_assert_eq(k.log_dropped, 0);
+
+    const char *topics[] = {"features"};
+    const char *cconf[] = {"session.timeout.ms=6000", NULL};
+    mt_kafka_consumer_t *kc;
+    cr_assert_eq(mt_kafka_consumer_create(mt_kafka_mock_bootstrap(mock), "t", topics, 1, cconf, &kc,
+                                          err, sizeof(err)),
+                 MT_OK, "%s", err);
+    mt_kafka_msg_t msgs[16];
+    int got = 0;
+    double end = now_s() + 60;
+    while (got < 6 && now_s() < end) {
+        size_t n = mt_kafka_consumer_poll(kc, msgs, 16, 200);
+        for (size_t i = 0; i < n; i++, got++) {
+            cr_assert_eq(msgs[i].key_len, strlen("req-kafka-42"));
+            cr_assert_eq(memcmp(msgs[i].key, "req-kafka-42", msgs[i].key_len), 0);
+            Monolith__V1__Impression *im =
+                monolith__v1__impression__unpack(NULL, msgs[i].len, msgs[i].value);
+            cr_assert_not_null(im);
+            cr_assert_str_eq(im->request_id, "req-kafka-42");
+            cr_assert_eq(im->timestamp_ms, 1700000000123);
+            cr_assert_eq(im->item_id, items[got % 3]);
+            cr_assert_eq(im->score, sc[got % 3]);
+            cr_assert_eq(im->n_user, 1);
+            cr_assert_eq(im->user[0]->slot, 1);
+            cr_assert_eq(im->user[0]->fids[0], fid(1, 5));
+            cr_assert_eq(im->n_item, 2);
+            cr_assert_eq(im->item[0]->fids[0], fid(2, items[got % 3]));
+            cr_assert_eq(im->item[1]->fids[0], fid(3, items[got % 3] % 7));
+            monolith__v1__impression__free_unpacked(im, NULL);
+        }
+    }
+    cr_assert_eq(got, 6);
+    mt_kafka_consumer_destroy(kc);
+    server_stop(&s);
+    cluster_stop(&c);
+    mt_kafka_producer_destroy(p);
+    mt_kafka_mock_destroy(mock);
+}
