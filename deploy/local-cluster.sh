@@ -1,43 +1,90 @@
 #!/usr/bin/env bash
-# The local cluster on one machine, on a stream it generates itself:
-#   monolith replay --dataset gen (impressions to `features`, clicks to `actions`, from the
-#   synthetic click stream with a hidden ground-truth model, paced) -> monolith-kafka-dev
-#   (the embedded broker) -> monolith-joiner (labelled examples to `examples`) ->
-#   monolith-trainer --online -> N monolith-ps shards; for a fixed duration, then a report.
+# The loop on one machine (the README's main job):
 #
-#   deploy/local-cluster.sh [--quick] [--shards N] [--seconds S] [--rate EX_PER_S]
+#   monolith-loadgen ──Predict──▶ monolith-serving ──Impressions──▶ features ─┐
+#        │  (pages drawn from the synthetic ground truth;                     ├─▶ monolith-joiner
+#        └── clicks drawn from the true probabilities ──▶ actions ───────────┘        │
+#   monolith-serving ◀──sync── N monolith-ps shards ◀── monolith-trainer --online ◀── examples
 #
-# Binaries from build/release (scripts/run-local.sh builds them first). Everything runs on
-# 127.0.0.1 with OS-chosen ports; logs and the reports land in build/run/. Serving closes
-# the loop with issue #6.
+# all through monolith-kafka-dev (the embedded broker), for a fixed time, then a report:
+# serving AUC over time (against the clicks, with the ground truth's AUC beside it), QPS,
+# latency, the joiner's and trainer's figures, sync lag, each shard's rows.
+#
+#   deploy/local-cluster.sh [--quick] [--shards N] [--seconds S] [--rate REQ_PER_S]
+#                           [--candidates K] [--sync-ms MS]
+#   deploy/local-cluster.sh --compare [--warmup S] [--seconds S] [--intervals "1000 10000 60000 none"]
+#   deploy/local-cluster.sh --replay [--quick] [--seconds S] [--rate IMPRESSIONS_PER_S]
+#
+# --compare: after --warmup seconds of the loop, starts one more serving replica per sync
+#   interval (logging off: they only score), all with a fresh full sync of the same PS; the
+#   load generator sends every page to all of them, so they are judged on the same pages
+#   and the same clicks (paired). "none" never syncs after its first sync. Ends with the
+#   AUC per replica over time (build/run/sync-compare.tsv) drawn with gnuplot into
+#   build/run/sync-compare.png, and each replica's mean AUC over the paired windows.
+# --replay: the stream of issue #5 instead (monolith replay --dataset gen: impressions and
+#   clicks straight into Kafka, no serving).
+#
+# Binaries from $MT_BIN (default build/release; scripts/run-local.sh builds them first).
+# Everything runs on 127.0.0.1 with OS-chosen ports; logs and reports land in $MT_RUN_DIR
+# (default build/run/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MT_BIN:-build/release}
-shards=2 seconds=60 rate=8000
+run=${MT_RUN_DIR:-build/run}
+shards=2 seconds=60 rate=200 k=10 sync_ms=1000 mode=loop warmup=60 quick=0
+intervals="1000 10000 60000 none"
+rate_set=0
+usage() {
+  sed -n '14,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) seconds=15 rate=4000 ;;
+    --quick) quick=1 ;;
     --shards) shards=$2; shift ;;
     --seconds) seconds=$2; shift ;;
-    --rate) rate=$2; shift ;;
-    *) echo "usage: deploy/local-cluster.sh [--quick] [--shards N] [--seconds S] [--rate R]" >&2
-       exit 2 ;;
+    --rate) rate=$2; rate_set=1; shift ;;
+    --candidates) k=$2; shift ;;
+    --sync-ms) sync_ms=$2; shift ;;
+    --compare) mode=compare ;;
+    --warmup) warmup=$2; shift ;;
+    --intervals) intervals=$2; shift ;;
+    --replay) mode=replay ;;
+    *) usage ;;
   esac
   shift
 done
-run=build/run
+if [ "$quick" = 1 ]; then
+  seconds=20
+  [ "$mode" = compare ] && { warmup=20 seconds=40; }
+fi
+if [ "$mode" = replay ] && [ "$rate_set" = 0 ]; then rate=$([ "$quick" = 1 ] && echo 4000 || echo 8000); fi
 rm -rf "$run"
 mkdir -p "$run"
+runabs=$(cd "$run" && pwd)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
-wait_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
+wait_file() { for _ in $(seq 300); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
+# The Prometheus port a daemon announced in its log ("metrics on port N").
+metrics_port() { sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$1" | head -1; }
+scrape() { # scrape PORT: the /metrics text
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+  printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
+  cat <&3; exec 3<&-
+}
 
 conf=deploy/trainer.example.conf
-echo "== broker: monolith-kafka-dev (examples: 8 partitions)"
+# The loop's event time is the wall clock: short windows so that negatives come soon.
+joiner_sets=(--set joiner.window_s=5 --set joiner.allowed_lateness_s=2 --set joiner.idle_advance_ms=2000)
+[ "$mode" = replay ] && joiner_sets=(--set joiner.window_s=10)
+total=$seconds
+[ "$mode" = compare ] && total=$((warmup + seconds))
+
+echo "== broker: monolith-kafka-dev (8 partitions per topic)"
 "$bin/kafka/monolith-kafka-dev" --topics examples:8,features:8,actions:8 \
   --bootstrap-file "$run/bootstrap" > /dev/null 2> "$run/kafka.log" &
 pids+=($!)
@@ -50,42 +97,176 @@ addrs=""
 for i in $(seq 0 $((shards - 1))); do
   "$bin/ps/monolith-ps" --config "$conf" --shard "$i" --num-shards "$shards" \
     --listen 127.0.0.1:0 --port-file "$run/ps$i.port" --set ps.metrics_listen=127.0.0.1:0 \
-    --set "ps.snapshot_dir=$PWD/$run/snap$i" 2> "$run/ps$i.log" &
+    --set "ps.snapshot_dir=$runabs/snap$i" 2> "$run/ps$i.log" &
   pids+=($!)
   wait_file "$run/ps$i.port" || { cat "$run/ps$i.log"; exit 1; }
   addrs="$addrs${addrs:+,}127.0.0.1:$(cat "$run/ps$i.port")"
 done
 echo "   $addrs"
 
-echo "== joiner: monolith-joiner (window 10 s of event time)"
+echo "== joiner: monolith-joiner (window ${joiner_sets[1]#*=} s of event time)"
 "$bin/joiner/monolith-joiner" --config "$conf" --set "kafka.bootstrap=$bootstrap" \
-  --set joiner.window_s=10 --set "joiner.state_dir=$PWD/$run/joiner" \
-  --set joiner.progress_interval_ms=0 --duration-s $((seconds + 8)) --drain \
+  "${joiner_sets[@]}" --set "joiner.state_dir=$runabs/joiner" \
+  --set joiner.progress_interval_ms=0 --duration-s $((total + 12)) --drain \
   --report "$run/joiner.json" > "$run/joiner.out" 2> "$run/joiner.log" &
 joiner=$!
 pids+=($joiner)
 
 echo "== trainer: monolith-trainer --online (progress every 5 s)"
-"$bin/trainer/monolith-trainer" --config "$conf" --online --duration-s $((seconds + 15)) \
+"$bin/trainer/monolith-trainer" --config "$conf" --online --duration-s $((total + 18)) \
   --set "kafka.bootstrap=$bootstrap" --set "cluster.ps=$addrs" \
+  --set trainer.batch_size=512 --set kafka.session_timeout_ms=6000 \
   --set trainer.progress_interval_ms=5000 --set trainer.metrics_listen=127.0.0.1:0 \
   --report "$run/report.json" 2> >(tee "$run/trainer.log" | grep --line-buffered -E "online|error|ERROR" >&2) &
 trainer=$!
 pids+=($trainer)
 
-echo "== stream: monolith replay --dataset gen, $rate impressions/s for ${seconds}s"
-"$bin/cli/monolith" replay --dataset gen --kafka "$bootstrap" --limit $((rate * seconds)) \
-  --seed 1 --users 200000 --items 50000 --events-per-s 1000 \
-  --speed "$(awk -v r="$rate" 'BEGIN { print r / 1000 }')" --progress-s 0 \
-  > "$run/replay.json" 2> "$run/replay.log" || { cat "$run/replay.log"; exit 1; }
-wait "$joiner" || { echo "joiner failed: see $run/joiner.log"; exit 1; }
-wait "$trainer" || { echo "trainer failed: see $run/trainer.log"; exit 1; }
+if [ "$mode" = replay ]; then
+  echo "== stream: monolith replay --dataset gen, $rate impressions/s for ${seconds}s"
+  "$bin/cli/monolith" replay --dataset gen --kafka "$bootstrap" --limit $((rate * seconds)) \
+    --seed 1 --users 200000 --items 50000 --events-per-s 1000 \
+    --speed "$(awk -v r="$rate" 'BEGIN { print r / 1000 }')" --progress-s 0 \
+    > "$run/replay.json" 2> "$run/replay.log" || { cat "$run/replay.log"; exit 1; }
+  wait "$joiner" || { echo "joiner failed: see $run/joiner.log"; exit 1; }
+  wait "$trainer" || { echo "trainer failed: see $run/trainer.log"; exit 1; }
+  echo "== report"
+  printf 'replay:  '; cat "$run/replay.json"
+  printf 'joiner:  '; cat "$run/joiner.json"
+  printf 'trainer: '; cat "$run/report.json"
+  for i in $(seq 0 $((shards - 1))); do
+    printf 'shard %d: ' "$i"
+    "$bin/cli/monolith" stats --addr "127.0.0.1:$(cat "$run/ps$i.port")" | head -c 300; echo
+  done
+  exit 0
+fi
+
+# name_of MS|none: a replica's name suffix (1000 -> 1s, 500 -> 500ms, none -> none).
+name_of() {
+  if [ "$1" = none ]; then echo none
+  elif [ "$1" -lt 1000 ] || [ $(($1 % 1000)) -ne 0 ]; then echo "${1}ms"
+  else echo "$(($1 / 1000))s"; fi
+}
+
+# serving NAME SYNC_MS LOG_RATE: one replica (port in $run/NAME.port, log in $run/NAME.log).
+serving() {
+  local name=$1 ms=$2 lograte=$3 dense
+  [ "$ms" = none ] && ms=3600000 # never again within a run (the longest interval allowed)
+  dense=$ms
+  "$bin/serving/monolith-serving" --config "$conf" --set "cluster.ps=$addrs" \
+    --set "kafka.bootstrap=$bootstrap" --listen 127.0.0.1:0 --port-file "$run/$name.port" \
+    --set "serving.sync_interval_ms=$ms" --set "serving.dense_sync_interval_ms=$dense" \
+    --set "serving.log_sample_rate=$lograte" --set serving.metrics_listen=127.0.0.1:0 \
+    2> "$run/$name.log" &
+  pids+=($!)
+}
+
+echo "== serving: monolith-serving (sync every ${sync_ms} ms, logs impressions to features)"
+serving serving "$sync_ms" 1
+wait_file "$run/serving.port" || { cat "$run/serving.log"; exit 1; }
+echo "   127.0.0.1:$(cat "$run/serving.port")"
+
+# The synthetic world (data/gen.h), on a clock 10x the wall clock: 5,000 users, 2,000 live
+# items of which 50 are born per wall second and whose popularity halves every 30 wall
+# seconds of age, item vectors turning once per 6 wall minutes. A model that stops learning
+# meets new items it never saw and users whose tastes moved.
+world=(--seed 1 --users 5000 --items 2000 --items-born-per-s 5 --item-half-life-s 300
+       --drift-period-s 3600 --time-scale 10)
+targets=(--serving "serving=127.0.0.1:$(cat "$run/serving.port")")
+if [ "$mode" = compare ]; then
+  for iv in $intervals; do
+    n=$(name_of "$iv")
+    targets+=(--serving "sync_$n=@$run/sync_$n.port")
+  done
+fi
+
+echo "== load: monolith-loadgen, $rate pages/s of $k candidates for ${total}s (progress every 5 s)"
+"$bin/loadgen/monolith-loadgen" "${targets[@]}" --kafka "$bootstrap" --rate "$rate" \
+  --candidates "$k" --duration-s "$total" --window-s 10 --inflight 4 "${world[@]}" \
+  --series "$run/auc.tsv" --report "$run/loadgen.json" > /dev/null 2> "$run/loadgen.log" &
+loadgen=$!
+pids+=($loadgen)
+tail -f "$run/loadgen.log" --pid "$loadgen" 2>/dev/null | grep --line-buffered -v "^$" >&2 &
+
+if [ "$mode" = compare ]; then
+  sleep "$warmup"
+  echo "== compare: replicas with sync intervals ($intervals) ms start now, after ${warmup}s of training"
+  for iv in $intervals; do
+    serving "sync_$(name_of "$iv")" "$iv" 0
+  done
+fi
+
+wait "$loadgen" || { echo "loadgen failed: see $run/loadgen.log"; tail -5 "$run/loadgen.log"; exit 1; }
+sleep 1
 
 echo "== report"
-printf 'replay:  '; cat "$run/replay.json"
-printf 'joiner:  '; cat "$run/joiner.json"
-printf 'trainer: '; cat "$run/report.json"
+lagline=""
+for name in serving $(ls "$run" | sed -n 's/^\(sync_.*\)\.port$/\1/p'); do
+  mp=$(metrics_port "$run/$name.log")
+  [ -n "$mp" ] || continue
+  scrape "$mp" > "$run/$name.metrics" 2>/dev/null || true
+done
+printf 'loadgen: '; cat "$run/loadgen.json"
+echo "   (waiting for the joiner to close the last windows and the trainer to finish)"
+wait "$joiner" || echo "joiner failed: see $run/joiner.log"
+wait "$trainer" || echo "trainer failed: see $run/trainer.log"
+[ -s "$run/joiner.json" ] && { printf 'joiner:  '; cat "$run/joiner.json"; }
+[ -s "$run/report.json" ] && { printf 'trainer: '; cat "$run/report.json"; }
+if [ -s "$run/serving.metrics" ]; then
+  echo "serving: sync (from its /metrics, in $run/serving.metrics):"
+  grep -E "^monolith_serving_(sync|dense|rows|predict)[a-z_]*(\{[^}]*\})? " "$run/serving.metrics" \
+    | grep -vE "_bucket" | head -20 | sed 's/^/   /'
+fi
 for i in $(seq 0 $((shards - 1))); do
   printf 'shard %d: ' "$i"
   "$bin/cli/monolith" stats --addr "127.0.0.1:$(cat "$run/ps$i.port")" | head -c 300; echo
 done
+
+echo "== serving AUC over time (window 10 s; truth = the ground-truth model on the same clicks)"
+awk -F'\t' 'NR > 1 { t[$1] = 1; a[$1, $2] = $3; n[$2] = 1 }
+  END {
+    m = 0; for (x in n) names[++m] = x
+    for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (names[j] < names[i]) { s = names[i]; names[i] = names[j]; names[j] = s }
+    printf "%8s", "t_s"; for (i = 1; i <= m; i++) printf "  %10s", names[i]; printf "\n"
+    k = 0; for (x in t) ts[++k] = x + 0
+    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (ts[j] < ts[i]) { s = ts[i]; ts[i] = ts[j]; ts[j] = s }
+    for (i = 1; i <= k; i++) {
+      printf "%8.0f", ts[i]
+      for (j = 1; j <= m; j++) { v = a[sprintf("%.1f", ts[i]), names[j]]; printf "  %10s", v == "" ? "-" : substr(v, 1, 6) }
+      printf "\n"
+    }
+  }' "$run/auc.tsv"
+
+if [ "$mode" = compare ]; then
+  cp "$run/auc.tsv" "$run/sync-compare.tsv"
+  # mean AUC per replica over the windows where all of them answered
+  summary=$(sed -n 's/.*"targets": {\(.*\)}}/\1/p' "$run/loadgen.json")
+  echo "== paired mean AUC per sync interval (same pages, same clicks)"
+  printf '%s\n' "$summary" | tr '}' '\n' | \
+    sed -n 's/^[, ]*"\([^"]*\)": {.*"paired_auc": \([-0-9.enul]*\).*/   \1  \2/p'
+  if command -v gnuplot > /dev/null; then
+    truth=$(sed -n 's/.*"truth_auc": \([0-9.]*\).*/\1/p' "$run/loadgen.json")
+    plot=""
+    for iv in $intervals; do
+      n=$(name_of "$iv")
+      # one file per replica, so that gnuplot joins its points with lines
+      awk -F'\t' -v n="sync_$n" -v w="$warmup" 'NR > 1 && $2 == n { print $1 - w "\t" $3 }' \
+        "$run/auc.tsv" > "$run/auc-sync_$n.tsv"
+      label=$([ "$iv" = none ] && echo "no sync after the first" || echo "sync every $n")
+      plot="$plot${plot:+, }'$run/auc-sync_$n.tsv' using 1:2 with linespoints lw 2 title '$label'"
+    done
+    gnuplot <<EOF 2> "$run/gnuplot.log" || echo "gnuplot failed: see $run/gnuplot.log"
+set terminal png size 900,540 noenhanced
+set output '$run/sync-compare.png'
+set datafile separator '\t'
+set key bottom right
+set xlabel 'seconds since the replicas started (after ${warmup} s of training); 10 s windows'
+set ylabel 'serving AUC against the clicks'
+set title 'Serving AUC by parameter sync interval (same pages, same clicks; ground truth ${truth:-?})'
+set grid
+plot $plot
+EOF
+    [ -s "$run/sync-compare.png" ] && echo "   plot: $run/sync-compare.png"
+  else
+    echo "   gnuplot missing (apt-get install gnuplot-nox): no plot"
+  fi
+fi

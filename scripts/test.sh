@@ -19,6 +19,7 @@ build/release/bench/table_bench --quick --reps 1
 build/release/bench/ps_bench --quick
 build/release/bench/trainer_bench --quick
 build/release/bench/movielens_bench --quick
+build/release/bench/serving_bench --quick
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

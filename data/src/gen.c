@@ -56,6 +56,7 @@ struct mt_gen {
     pop_t users, items;
     uint64_t slot_key[MT_GEN_NSLOTS + 1]; /* by slot id */
     uint64_t stream_key, calib_key;
+    uint64_t request_key; /* seeds mt_gen_draw_request()'s draws */
     double b0;
     double inv_sqrt_dim;
     double drift_rad_per_s;
@@ -75,6 +76,9 @@ static uint64_t pop_sample(const pop_t *p, double elapsed_s, uint64_t *rng);
 static double entity(const mt_gen_t *g, int slot, uint64_t id, double *vec);
 static mt_err_t draw(const mt_gen_t *g, uint64_t *rng, int64_t ts_ms, int64_t clock_ms,
                      example_t *ex);
+static void features(const mt_gen_t *g, uint64_t user, uint64_t item, int64_t ts_ms,
+                     int64_t clock_ms, example_t *ex);
+static mt_err_t elapsed_of(const mt_gen_t *g, int64_t ts_ms, double *elapsed_s);
 static double sigmoid(double x);
 static double daily_term(const mt_gen_t *g, int64_t ts_ms);
 static mt_err_t calibrate(mt_gen_t *g);
@@ -174,6 +178,7 @@ mt_err_t mt_gen_create(const mt_gen_config_t *cfg, mt_gen_t **out) {
         g->slot_key[s] = mix64(seed_key + (uint64_t)s * GOLDEN);
     g->stream_key = mix64(seed_key ^ 0x73747265616D0000ull);
     g->calib_key = mix64(seed_key ^ 0x63616C6962000000ull);
+    g->request_key = mix64(seed_key ^ 0x7265717565737400ull); /* "request" */
     pop_init(&g->users, MT_GEN_SLOT_USER, cfg->num_users, cfg->user_zipf_exponent,
              cfg->users_born_per_s, cfg->user_half_life_s, mix64(seed_key ^ 0x7573ull));
     pop_init(&g->items, MT_GEN_SLOT_ITEM, cfg->num_items, cfg->item_zipf_exponent,
@@ -248,6 +253,87 @@ uint64_t mt_gen_position(const mt_gen_t *g) {
 
 double mt_gen_global_bias(const mt_gen_t *g) {
     return g ? g->b0 : 0;
+}
+
+int64_t mt_gen_time_ms(const mt_gen_t *g, uint64_t index) {
+    if (!g) return 0;
+    return g->cfg.start_time_ms + (int64_t)floor((double)index * 1000.0 / g->cfg.events_per_s);
+}
+
+mt_err_t mt_gen_draw_request(const mt_gen_t *g, uint64_t index, int64_t ts_ms, size_t k,
+                             uint64_t *user, uint64_t *items) {
+    if (!g || !user || (k > 0 && !items)) return MT_INVALID;
+    if (k > g->cfg.num_items || k > MT_GEN_MAX_CANDIDATES) return MT_INVALID;
+    double elapsed_s;
+    mt_err_t err = elapsed_of(g, ts_ms, &elapsed_s);
+    if (err != MT_OK) return err;
+    uint64_t rng = mix64(g->request_key ^ (index * GOLDEN));
+    uint64_t u = pop_sample(&g->users, elapsed_s, &rng);
+    if (u >= FID_VALUE_LIMIT) return MT_LIMIT;
+    size_t got = 0;
+    /* Distinct items by popularity; a page rarely needs many retries, but a k close to the
+     * live population would: after 64 k draws the rest are taken in id order from a random
+     * live id (k <= num_items, so this ends). */
+    for (size_t tries = 0; got < k && tries < 64 * k; tries++) {
+        uint64_t it = pop_sample(&g->items, elapsed_s, &rng);
+        if (it >= FID_VALUE_LIMIT) return MT_LIMIT;
+        size_t j = 0;
+        while (j < got && items[j] != it)
+            j++;
+        if (j == got) items[got++] = it;
+    }
+    if (got < k) {
+        uint64_t lo =
+            g->items.born_per_s > 0 ? (uint64_t)floor(g->items.born_per_s * elapsed_s) : 0;
+        uint64_t off = splitmix64(&rng) % g->cfg.num_items;
+        for (uint64_t step = 0; got < k && step < g->cfg.num_items; step++) {
+            uint64_t it = lo + (off + step) % g->cfg.num_items;
+            size_t j = 0;
+            while (j < got && items[j] != it)
+                j++;
+            if (j == got) items[got++] = it;
+        }
+    }
+    *user = u;
+    return MT_OK;
+}
+
+mt_err_t mt_gen_true_p(const mt_gen_t *g, uint64_t user, uint64_t item, int64_t ts_ms, double *p) {
+    if (!g || !p) return MT_INVALID;
+    if (user >= FID_VALUE_LIMIT || item >= FID_VALUE_LIMIT) return MT_INVALID;
+    double elapsed_s;
+    mt_err_t err = elapsed_of(g, ts_ms, &elapsed_s);
+    if (err != MT_OK) return err;
+    example_t ex;
+    features(g, user, item, ts_ms, ts_ms, &ex);
+    *p = sigmoid(g->b0 + ex.z);
+    return MT_OK;
+}
+
+void mt_gen_user_fids(const mt_gen_t *g, uint64_t user, int64_t ts_ms,
+                      uint64_t out[MT_GEN_USER_FIDS]) {
+    const mt_gen_config_t *c = &g->cfg;
+    uint64_t segment = mix64(g->slot_key[MT_GEN_SLOT_USER_SEGMENT] + user) % c->num_user_segments;
+    uint64_t hour = (uint64_t)((ts_ms / 3600000) % 24);
+    out[0] = mt_fid_of_int(MT_GEN_SLOT_USER, user);
+    out[1] = mt_fid_of_int(MT_GEN_SLOT_USER_SEGMENT, segment);
+    out[2] = mt_fid_of_int(MT_GEN_SLOT_HOUR, hour);
+}
+
+size_t mt_gen_item_fids(const mt_gen_t *g, uint64_t item, uint64_t out[MT_GEN_MAX_ITEM_FIDS]) {
+    const mt_gen_config_t *c = &g->cfg;
+    size_t n = 0;
+    out[n++] = mt_fid_of_int(MT_GEN_SLOT_ITEM, item);
+    uint64_t category =
+        mix64(g->slot_key[MT_GEN_SLOT_ITEM_CATEGORY] + item) % c->num_item_categories;
+    out[n++] = mt_fid_of_int(MT_GEN_SLOT_ITEM_CATEGORY, category);
+    if (c->max_tags > 0) {
+        uint64_t st = mix64(g->slot_key[MT_GEN_SLOT_ITEM_TAGS] + item);
+        uint32_t ntags = 1 + (uint32_t)(splitmix64(&st) % c->max_tags);
+        for (uint32_t t = 0; t < ntags; t++)
+            out[n++] = mt_fid_of_int(MT_GEN_SLOT_ITEM_TAGS, splitmix64(&st) % c->num_tags);
+    }
+    return n;
 }
 
 /* ---------------- private: random numbers ---------------- */
@@ -331,6 +417,15 @@ static uint64_t pop_sample(const pop_t *p, double elapsed_s, uint64_t *rng) {
 
 /* ---------------- private: the hidden model ---------------- */
 
+/* Seconds since start_time_ms; MT_LIMIT before the start or past the 2^52 ms clock. */
+static mt_err_t elapsed_of(const mt_gen_t *g, int64_t ts_ms, double *elapsed_s) {
+    if (ts_ms < g->cfg.start_time_ms) return MT_LIMIT;
+    double dt_ms = (double)(ts_ms - g->cfg.start_time_ms);
+    if (!(dt_ms < MAX_ELAPSED_MS)) return MT_LIMIT;
+    *elapsed_s = dt_ms / 1000.0;
+    return MT_OK;
+}
+
 /* Bias (returned) and vector (dim entries into vec, if non-NULL) of (slot, id): uniform,
  * mean 0, variance 1, from the hash of (seed, slot, id). */
 static double entity(const mt_gen_t *g, int slot, uint64_t id, double *vec) {
@@ -369,13 +464,24 @@ static double daily_term(const mt_gen_t *g, int64_t ts_ms) {
  * and the daily cycle follow clock_ms instead (equal to ts_ms except when calibrating). */
 static mt_err_t draw(const mt_gen_t *g, uint64_t *rng, int64_t ts_ms, int64_t clock_ms,
                      example_t *ex) {
+    double elapsed_s = (double)(ts_ms - g->cfg.start_time_ms) / 1000.0;
+    uint64_t user = pop_sample(&g->users, elapsed_s, rng);
+    uint64_t item = pop_sample(&g->items, elapsed_s, rng);
+    if (user >= FID_VALUE_LIMIT || item >= FID_VALUE_LIMIT) return MT_LIMIT;
+    features(g, user, item, ts_ms, clock_ms, ex);
+    return MT_OK;
+}
+
+/* The side features of (user, item) and the logit minus b0 at ts_ms (drift) and clock_ms
+ * (hour, daily cycle). Uses no randomness of the stream: a pure function of its inputs. */
+static void features(const mt_gen_t *g, uint64_t user, uint64_t item, int64_t ts_ms,
+                     int64_t clock_ms, example_t *ex) {
     const mt_gen_config_t *c = &g->cfg;
     uint32_t d = c->latent_dim;
     double elapsed_s = (double)(ts_ms - c->start_time_ms) / 1000.0;
     ex->ts_ms = ts_ms;
-    ex->user = pop_sample(&g->users, elapsed_s, rng);
-    ex->item = pop_sample(&g->items, elapsed_s, rng);
-    if (ex->user >= FID_VALUE_LIMIT || ex->item >= FID_VALUE_LIMIT) return MT_LIMIT;
+    ex->user = user;
+    ex->item = item;
     ex->segment = mix64(g->slot_key[MT_GEN_SLOT_USER_SEGMENT] + ex->user) % c->num_user_segments;
     ex->category =
         mix64(g->slot_key[MT_GEN_SLOT_ITEM_CATEGORY] + ex->item) % c->num_item_categories;
@@ -411,7 +517,6 @@ static mt_err_t draw(const mt_gen_t *g, uint64_t *rng, int64_t ts_ms, int64_t cl
     double inter = dot(u, v, d) + dot(s, cat, d) + dot(u, tagsum, d);
     ex->z = daily_term(g, clock_ms) + c->bias_scale * bias +
             c->interaction_scale * inter * g->inv_sqrt_dim;
-    return MT_OK;
 }
 
 /* b0 such that the mean of sigmoid(b0 + z) over CALIB_SAMPLES examples is target_ctr

@@ -614,10 +614,15 @@ out:
 static void *sync_main(void *arg) {
     shard_t *sh = arg;
     mt_serving_t *sv = sh->sv;
-    double next = now_mono();
+    /* A fixed rate: a sync starts every interval however long the last took (a late one
+     * starts at once, and ticks missed meanwhile are skipped), so that the replica's age
+     * stays under interval + one sync's duration. */
+    double period = sv->cfg.sync_interval_ms / 1000.0, next = now_mono();
     while (!sleep_until(sv, next)) {
         sync_once(sh);
-        next = now_mono() + sv->cfg.sync_interval_ms / 1000.0;
+        next += period;
+        double now = now_mono();
+        if (next < now) next = now;
     }
     return NULL;
 }

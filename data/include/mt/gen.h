@@ -80,6 +80,12 @@ enum {
 #define MT_GEN_MAX_IDS (1ull << 40)
 #define MT_GEN_MAX_DIM 64u
 
+/** Fids of one user (slots 1, 3, 5) and at most of one item (slots 2, 4, then 1..64 tags). */
+#define MT_GEN_USER_FIDS      3
+#define MT_GEN_MAX_ITEM_FIDS  66
+/** Largest number of candidates of one mt_gen_draw_request(). */
+#define MT_GEN_MAX_CANDIDATES 65536
+
 typedef struct mt_gen_config {
     uint64_t seed; /* everything derives from it */
 
@@ -162,5 +168,51 @@ uint64_t mt_gen_position(const mt_gen_t *g);
 
 /** @returns the calibrated global bias b0 (the logit of a neutral example). */
 double mt_gen_global_bias(const mt_gen_t *g);
+
+/* ---------------- requests: the hidden model as a live environment ----------------
+ *
+ * For a closed loop (a load generator asking serving to rank candidates, clicks drawn from
+ * the truth): instead of the stream's (user, item) pairs, draw a user and a page of
+ * candidate items at any time t, and score any (user, item) pair at t with the hidden model.
+ * Time t is a timestamp on the generator's clock (>= start_time_ms): births, fading and drift
+ * follow t - start_time_ms, the hour slot and the daily cycle follow t itself. None of these
+ * functions moves the stream's position, and each is a pure function of (config, arguments):
+ * they are safe to call from several threads on one generator at once.
+ */
+
+/** @returns the timestamp of example @p index of the stream (start + index / events_per_s). */
+int64_t mt_gen_time_ms(const mt_gen_t *g, uint64_t index);
+
+/**
+ * Draws request number @p index at time @p ts_ms: a user by popularity among the users alive
+ * at ts_ms, and @p k distinct items by popularity among the items alive at ts_ms (fading by
+ * age included), as a recommender's candidate retrieval would hand them over. Deterministic in
+ * (config, index, ts_ms); independent of the stream of mt_gen_next().
+ * @param[out] user   the user id (the value of slot 1)
+ * @param[out] items  @p k item ids (values of slot 2), caller-provided, popular ones first
+ *                    more often but in draw order
+ * @returns MT_OK; MT_INVALID (NULL argument, k > num_items or > MT_GEN_MAX_CANDIDATES);
+ *          MT_LIMIT (ts_ms before start_time_ms, or ids or the clock past their limits).
+ */
+mt_err_t mt_gen_draw_request(const mt_gen_t *g, uint64_t index, int64_t ts_ms, size_t k,
+                             uint64_t *user, uint64_t *items);
+
+/**
+ * The true click probability of @p user shown @p item at @p ts_ms (the formula at the top of
+ * this file: drift at ts_ms, hour and daily cycle of ts_ms). Any ids are accepted, alive or
+ * not (an id's bias and vector depend on the id only).
+ * @returns MT_OK; MT_INVALID (NULL argument, an id of 2^48 or more); MT_LIMIT (ts_ms before
+ *          start_time_ms or past the clock's limit).
+ */
+mt_err_t mt_gen_true_p(const mt_gen_t *g, uint64_t user, uint64_t item, int64_t ts_ms, double *p);
+
+/** The user-side fids of @p user at @p ts_ms, as the stream has them: user (slot 1), segment
+ *  (slot 3), hour of ts_ms (slot 5). */
+void mt_gen_user_fids(const mt_gen_t *g, uint64_t user, int64_t ts_ms,
+                      uint64_t out[MT_GEN_USER_FIDS]);
+
+/** The item-side fids of @p item: item (slot 2), category (slot 4), its tags (slot 6).
+ *  @returns how many were written (2 + the item's tags). */
+size_t mt_gen_item_fids(const mt_gen_t *g, uint64_t item, uint64_t out[MT_GEN_MAX_ITEM_FIDS]);
 
 #endif /* MT_GEN_H */

@@ -1,0 +1,675 @@
+/*
+ * serving_bench - monolith-serving's Predict and sync against its floors (issue #6).
+ *
+ * Starts monolith-ps shard(s) and one monolith-serving (processes on 127.0.0.1: MT_PS_BIN,
+ * MT_SERVING_BIN) for a model of 26 slots (13 user-side, 13 item-side), dim 16, MLP 256-128;
+ * fills the PS by training on batches that cover every id (an in-process trainer against
+ * the shards, which also creates the dense parameters on shard 0), waits for serving to be
+ * ready, then prints one JSON object per line:
+ *
+ *   - predict: requests of 100 candidates (1 user fid and 13 item fids each, 1 + 13 x 100
+ *     fids), with 1, 4 and 8 calls in flight (one client thread per call): requests/s,
+ *     p50/p99 latency;
+ *   - empty_call: grpc.health.v1.Health/Check against serving, one at a time: p50/p99, the
+ *     price of a gRPC round trip on this machine;
+ *   - sgemm_gflops: single-thread cblas_sgemm on the MLP's first layer shape (100 x 416 by
+ *     416 x 256), measured here, in this run;
+ *   - compute_floor: the model's FLOPs per request (2 x 100 x (416 x 256 + 256 x 128 +
+ *     128 x 1), the MLP; FM and first order are O(100 x 26 x 16) and left out) divided by
+ *     that GFLOP/s;
+ *   - predict_vs_floor: Predict's p50 at 1 in flight / (compute floor + empty call p50); the
+ *     target is 2 or less;
+ *   - sync_lag: with sync_interval_ms = 1000 while a trainer thread keeps pushing updates to
+ *     the PS, a probe creates a new row on the PS (a training lookup of a fresh id) and
+ *     polls serving's Lookup until the row is there: the time in between, p50/p99 over the
+ *     probes (expected: about half the interval, plus a sync's duration).
+ *
+ *   serving_bench [--quick] [--shards N] [--seconds S] [--probes P]
+ *
+ * --quick (CI smoke): fewer ids, 1 s per concurrency level, 6 probes. Never asserts on time.
+ * The client threads share the machine's cores with the daemons: on 2 cores, 8 in flight
+ * measures contention as much as serving.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "grpc/health/v1/health.pb-c.h"
+#include "monolith/v1/ps.pb-c.h"
+#include "monolith/v1/serving.pb-c.h"
+#include "mt/batch.h"
+#include "mt/psclient.h"
+#include "mt/rpc.h"
+#include "mt/trainer.h"
+
+#define NSLOTS       26
+#define USER_SLOTS   13
+#define DIM          16
+#define CANDIDATES   100
+#define MAX_SHARDS   4
+#define MAX_CHILDREN 8
+#define PREDICT      "/monolith.v1.Serving/Predict"
+#define LOOKUP       "/monolith.v1.Serving/Lookup"
+#define HEALTH       "/grpc.health.v1.Health/Check"
+
+/* ============================== helpers ============================== */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
+static void emit(const char *metric, double v, const char *unit, const char *extra) {
+    printf("{\"bench\":\"serving\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
+           v, unit, *extra ? "," : "", extra);
+    fflush(stdout);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Percentile of v[0..n) (sorts it). */
+static double pct(double *v, size_t n, double p) {
+    if (!n) return NAN;
+    qsort(v, n, sizeof(double), cmp_double);
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fid(uint32_t slot, uint64_t v) {
+    return ((uint64_t)slot << 48) | (v & 0xFFFFFFFFFFFFull);
+}
+
+/* ============================== processes ============================== */
+
+/* What this program started, and its temporary directory: killed and removed at exit or on
+ * a signal. Written by the main thread only. */
+static volatile pid_t g_children[MAX_CHILDREN];
+static char g_root[128];
+
+static void kill_children(void) {
+    for (int i = 0; i < MAX_CHILDREN; i++) {
+        pid_t pid = g_children[i];
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            g_children[i] = 0;
+        }
+    }
+}
+
+static void remove_root(void) {
+    if (!g_root[0]) return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/rm", "rm", "-rf", g_root, (char *)NULL);
+        _exit(127);
+    }
+    if (pid > 0) waitpid(pid, NULL, 0);
+    g_root[0] = 0;
+}
+
+static void cleanup_at_exit(void) {
+    kill_children();
+    remove_root();
+}
+
+static void on_signal(int sig) {
+    kill_children();
+    remove_root();
+    _exit(128 + sig);
+}
+
+static pid_t spawn(char *const argv[], const char *log_path) {
+    int slot = -1;
+    for (int i = 0; i < MAX_CHILDREN && slot < 0; i++)
+        if (!g_children[i]) slot = i;
+    if (slot < 0) return -1;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(1);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    g_children[slot] = pid;
+    return pid;
+}
+
+/* Waits up to 30 s for a port file; @returns the port or -1 (and prints the log). */
+static int wait_port(const char *path, const char *log) {
+    for (int i = 0; i < 600; i++) {
+        FILE *f = fopen(path, "r");
+        int port = -1;
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1) port = -1;
+            fclose(f);
+        }
+        if (port > 0) return port;
+        sleep_s(0.05);
+    }
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "tail -n 20 '%s' >&2", log);
+    if (system(cmd)) {
+    }
+    return -1;
+}
+
+/* ============================== requests ============================== */
+
+typedef struct env {
+    uint64_t users, items; /* ids per slot */
+    mt_rpc_channel_t *serving;
+    mt_psc_t *psc;
+    double seconds;
+    _Atomic int stop;
+} env_t;
+
+static env_t E;
+
+/* Encodes a Predict of CANDIDATES candidates for request @p r into *buf (malloc'd). */
+static size_t encode_predict(uint64_t r, uint8_t **buf) {
+    uint64_t ufids[USER_SLOTS], ifids[CANDIDATES][NSLOTS - USER_SLOTS];
+    Monolith__V1__SlotFids us[USER_SLOTS], is[CANDIDATES][NSLOTS - USER_SLOTS];
+    Monolith__V1__SlotFids *up[USER_SLOTS], *ip[CANDIDATES][NSLOTS - USER_SLOTS];
+    Monolith__V1__Candidate cs[CANDIDATES], *cp[CANDIDATES];
+    for (uint32_t s = 0; s < USER_SLOTS; s++) {
+        ufids[s] = fid(s + 1, mix64(r * 31 + s) % E.users);
+        monolith__v1__slot_fids__init(&us[s]);
+        us[s].slot = s + 1;
+        us[s].n_fids = 1;
+        us[s].fids = &ufids[s];
+        up[s] = &us[s];
+    }
+    for (uint32_t c = 0; c < CANDIDATES; c++) {
+        monolith__v1__candidate__init(&cs[c]);
+        cs[c].item_id = mix64(r * 1000 + c) % E.items;
+        for (uint32_t s = 0; s < NSLOTS - USER_SLOTS; s++) {
+            ifids[c][s] = fid(USER_SLOTS + 1 + s, mix64(r * 7919 + c * 31 + s) % E.items);
+            monolith__v1__slot_fids__init(&is[c][s]);
+            is[c][s].slot = USER_SLOTS + 1 + s;
+            is[c][s].n_fids = 1;
+            is[c][s].fids = &ifids[c][s];
+            ip[c][s] = &is[c][s];
+        }
+        cs[c].n_item = NSLOTS - USER_SLOTS;
+        cs[c].item = ip[c];
+        cp[c] = &cs[c];
+    }
+    char rid[32];
+    snprintf(rid, sizeof(rid), "bench-%llu", (unsigned long long)r);
+    Monolith__V1__PredictRequest q = MONOLITH__V1__PREDICT_REQUEST__INIT;
+    q.request_id = rid;
+    q.n_user = USER_SLOTS;
+    q.user = up;
+    q.n_candidates = CANDIDATES;
+    q.candidates = cp;
+    size_t len = monolith__v1__predict_request__get_packed_size(&q);
+    *buf = malloc(len);
+    if (!*buf) return 0;
+    monolith__v1__predict_request__pack(&q, *buf);
+    return len;
+}
+
+typedef struct load {
+    pthread_t th;
+    uint32_t id;
+    double *lat;
+    size_t n, cap;
+    uint64_t errors;
+} load_t;
+
+#define NREQ 64 /* distinct encoded requests, reused */
+static uint8_t *g_req[NREQ];
+static size_t g_req_len[NREQ];
+
+static void *load_main(void *arg) {
+    load_t *l = arg;
+    double end = now_s() + E.seconds;
+    uint64_t i = l->id;
+    while (now_s() < end) {
+        uint8_t *resp = NULL;
+        size_t rlen = 0;
+        mt_rpc_status_t st;
+        size_t k = (size_t)(i++ % NREQ);
+        double t0 = now_s();
+        mt_err_t err =
+            mt_rpc_call(E.serving, PREDICT, g_req[k], g_req_len[k], 5000, &resp, &rlen, &st);
+        double dt = now_s() - t0;
+        int ok = err == MT_OK && st.code == MT_RPC_OK;
+        if (ok) {
+            Monolith__V1__PredictResponse *pr =
+                monolith__v1__predict_response__unpack(NULL, rlen, resp);
+            ok = pr && pr->n_scores == CANDIDATES;
+            if (pr) monolith__v1__predict_response__free_unpacked(pr, NULL);
+        }
+        free(resp);
+        if (!ok) {
+            l->errors++;
+            continue;
+        }
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? 2 * l->cap : 4096;
+            double *v = realloc(l->lat, cap * sizeof(double));
+            if (!v) break;
+            l->lat = v;
+            l->cap = cap;
+        }
+        l->lat[l->n++] = dt * 1000;
+    }
+    return NULL;
+}
+
+static int healthy(void) {
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    mt_rpc_status_t st;
+    int ok = 0;
+    if (mt_rpc_call(E.serving, HEALTH, NULL, 0, 1000, &resp, &rlen, &st) == MT_OK &&
+        st.code == MT_RPC_OK) {
+        Grpc__Health__V1__HealthCheckResponse *h =
+            grpc__health__v1__health_check_response__unpack(NULL, rlen, resp);
+        ok = h && h->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+        if (h) grpc__health__v1__health_check_response__free_unpacked(h, NULL);
+    }
+    free(resp);
+    return ok;
+}
+
+/* 1 if serving's replica has a row for @p f, 0 if not, -1 on error. */
+static int served(uint64_t f) {
+    Monolith__V1__LookupRequest q = MONOLITH__V1__LOOKUP_REQUEST__INIT;
+    q.n_fids = 1;
+    q.fids = &f;
+    uint8_t buf[64];
+    size_t len = monolith__v1__lookup_request__pack(&q, buf);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    mt_rpc_status_t st;
+    int r = -1;
+    if (mt_rpc_call(E.serving, LOOKUP, buf, len, 2000, &resp, &rlen, &st) == MT_OK &&
+        st.code == MT_RPC_OK) {
+        Monolith__V1__LookupResponse *lr = monolith__v1__lookup_response__unpack(NULL, rlen, resp);
+        if (lr) {
+            r = lr->found.len == 1 && lr->found.data[0] == 1;
+            monolith__v1__lookup_response__free_unpacked(lr, NULL);
+        }
+    }
+    free(resp);
+    return r;
+}
+
+/* ============================== training ============================== */
+
+static const uint16_t g_slots[NSLOTS] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,
+                                         14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26};
+
+/* Batch b: example e has id (b * n + e) mod ids in every slot (a fill covers every id). */
+static int make_batch(mt_batch_t *bt, uint64_t b, size_t n) {
+    if (bt->nslots == 0 && mt_batch_init(bt, g_slots, NSLOTS) != MT_OK) return -1;
+    mt_batch_clear(bt);
+    for (size_t e = 0; e < n; e++) {
+        uint64_t v[NSLOTS];
+        const uint64_t *per[NSLOTS];
+        uint32_t counts[NSLOTS];
+        for (uint32_t s = 0; s < NSLOTS; s++) {
+            uint64_t ids = s < USER_SLOTS ? E.users : E.items;
+            v[s] = fid(s + 1, (b * n + e + s * 7) % ids);
+            per[s] = &v[s];
+            counts[s] = 1;
+        }
+        float label = (mix64(b * 100003 + e) % 100) < 5 ? 1.0f : 0.0f;
+        if (mt_batch_add(bt, label, 0, 1.0f, per, counts) != MT_OK) return -1;
+    }
+    return 0;
+}
+
+typedef struct trainer_ctx {
+    mt_trainer_t *tr;
+    mt_trainer_dense_sync_t *ds;
+    uint64_t steps;
+    int failed;
+} trainer_ctx_t;
+
+static int train_steps(trainer_ctx_t *t, uint64_t from, uint64_t n, size_t batch, int until_stop) {
+    mt_batch_t bt;
+    memset(&bt, 0, sizeof(bt));
+    int rc = 0;
+    char err[256];
+    for (uint64_t b = from; until_stop ? !atomic_load(&E.stop) : b < from + n; b++) {
+        if (make_batch(&bt, b, batch) ||
+            mt_trainer_train(t->tr, &bt, (uint32_t)time(NULL), NULL, NULL) != MT_OK ||
+            mt_trainer_dense_sync_step(t->ds, NULL, err, sizeof(err)) != MT_OK) {
+            rc = -1;
+            break;
+        }
+        t->steps++;
+    }
+    mt_batch_free(&bt);
+    return rc;
+}
+
+static void *trainer_main(void *arg) {
+    trainer_ctx_t *t = arg;
+    if (train_steps(t, 1000000, 0, 256, 1)) t->failed = 1;
+    return NULL;
+}
+
+/* ============================== floors ============================== */
+
+static double sgemm_gflops(void) {
+    const int m = CANDIDATES, k = NSLOTS * DIM, n = 256;
+    float *A = calloc((size_t)m * k, sizeof(float)), *W = calloc((size_t)k * n, sizeof(float)),
+          *C = calloc((size_t)m * n, sizeof(float));
+    double r[5];
+    for (int i = 0; i < m * k; i++)
+        A[i] = (float)(i % 7) * 0.1f;
+    for (int i = 0; i < k * n; i++)
+        W[i] = (float)(i % 5) * 0.1f;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_s();
+        int iters = 200;
+        for (int it = 0; it < iters; it++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, W, n, 0.0f,
+                        C, n);
+        r[rep] = 2.0 * m * n * k * iters / (now_s() - t0) / 1e9;
+    }
+    free(A);
+    free(W);
+    free(C);
+    qsort(r, 5, sizeof(double), cmp_double);
+    return r[4]; /* the best of 5: what the core reaches when nothing else runs */
+}
+
+/* ============================== main ============================== */
+
+int main(int argc, char **argv) {
+    int quick = 0, shards = 1, probes = 30;
+    double seconds = 8;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--shards") && i + 1 < argc)
+            shards = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--probes") && i + 1 < argc)
+            probes = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: serving_bench [--quick] [--shards N] [--seconds S] "
+                            "[--probes P]\n");
+            return 2;
+        }
+    }
+    if (shards < 1 || shards > MAX_SHARDS) shards = 1;
+    if (quick) {
+        seconds = 1;
+        probes = 6;
+    }
+    E.users = quick ? 2000 : 20000;
+    E.items = quick ? 2000 : 20000;
+    E.seconds = seconds;
+    openblas_set_num_threads(1);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    atexit(cleanup_at_exit);
+
+    snprintf(g_root, sizeof(g_root), "/tmp/mt-serving-bench-XXXXXX");
+    if (!mkdtemp(g_root)) return 1;
+    char conf[256], path[256], log[256];
+    snprintf(conf, sizeof(conf), "%s/bench.conf", g_root);
+    FILE *f = fopen(conf, "w");
+    if (!f) return 1;
+    fprintf(f, "[trainer]\nslots = ");
+    for (int s = 1; s <= NSLOTS; s++)
+        fprintf(f, "%s%d", s > 1 ? ", " : "", s);
+    fprintf(f,
+            "\ndim = %d\nhidden = 256, 128\ndense_sync_batches = 1\n\n"
+            "[ps]\nthreads = 2\nsnapshot_dir =\n\n"
+            "[serving]\nthreads = 4\nsync_interval_ms = 1000\ndense_sync_interval_ms = 1000\n"
+            "log_sample_rate = 0\n",
+            DIM);
+    fclose(f);
+
+    /* the PS shards */
+    char addrs[MAX_SHARDS][64], cluster[MAX_SHARDS * 64 + 32] = "cluster.ps=";
+    char nsh[16];
+    snprintf(nsh, sizeof(nsh), "%d", shards);
+    for (int i = 0; i < shards; i++) {
+        char shard[16];
+        snprintf(shard, sizeof(shard), "%d", i);
+        snprintf(path, sizeof(path), "%s/ps%d.port", g_root, i);
+        snprintf(log, sizeof(log), "%s/ps%d.log", g_root, i);
+        char *av[] = {MT_PS_BIN,      "--config",    conf,       "--shard",     shard,
+                      "--num-shards", nsh,           "--listen", "127.0.0.1:0", "--port-file",
+                      path,           "--log-level", "warn",     NULL};
+        if (spawn(av, log) < 0) return 1;
+        int port = wait_port(path, log);
+        if (port < 0) return 1;
+        snprintf(addrs[i], sizeof(addrs[i]), "127.0.0.1:%d", port);
+        snprintf(cluster + strlen(cluster), sizeof(cluster) - strlen(cluster), "%s%s", i ? "," : "",
+                 addrs[i]);
+    }
+
+    /* fill: a trainer covers every id of every slot (embedding and first-order rows) */
+    const char *pa[MAX_SHARDS];
+    for (int i = 0; i < shards; i++)
+        pa[i] = addrs[i];
+    mt_psc_config_t pc;
+    mt_psc_config_init(&pc);
+    pc.addrs = pa;
+    pc.num_shards = (uint32_t)shards;
+    if (mt_psc_create(&pc, &E.psc) != MT_OK) return 1;
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = NSLOTS;
+    memcpy(tc.slot_ids, g_slots, sizeof(g_slots));
+    tc.dim = DIM;
+    mt_trainer_backend_t be;
+    mt_trainer_backend_psc(E.psc, &be);
+    tc.backend = &be;
+    trainer_ctx_t T = {0};
+    char err[256];
+    if (mt_trainer_create(&tc, &T.tr) != MT_OK ||
+        mt_trainer_dense_sync_create(T.tr, E.psc, 1, &T.ds, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "serving_bench: trainer: %s\n", err);
+        return 1;
+    }
+    double t0 = now_s();
+    uint64_t ids = E.users > E.items ? E.users : E.items;
+    if (train_steps(&T, 0, (ids + 1023) / 1024, 1024, 0)) {
+        fprintf(stderr, "serving_bench: filling the PS failed\n");
+        return 1;
+    }
+    char extra[512];
+    snprintf(extra, sizeof(extra), "\"shards\":%d,\"ids_per_slot\":%llu,\"slots\":%d,\"dim\":%d",
+             shards, (unsigned long long)ids, NSLOTS, DIM);
+    emit("fill_seconds", now_s() - t0, "s", extra);
+
+    /* serving */
+    snprintf(path, sizeof(path), "%s/serving.port", g_root);
+    snprintf(log, sizeof(log), "%s/serving.log", g_root);
+    char *sv[] = {MT_SERVING_BIN, "--config",    conf, "--set",       cluster, "--listen",
+                  "127.0.0.1:0",  "--port-file", path, "--log-level", "warn",  NULL};
+    if (spawn(sv, log) < 0) return 1;
+    int sport = wait_port(path, log);
+    if (sport < 0) return 1;
+    char saddr[64];
+    snprintf(saddr, sizeof(saddr), "127.0.0.1:%d", sport);
+    mt_rpc_client_config_t cc;
+    mt_rpc_client_config_init(&cc);
+    if (mt_rpc_channel_create(saddr, &cc, &E.serving) != MT_OK) return 1;
+    t0 = now_s();
+    while (!healthy()) {
+        if (now_s() - t0 > 60) {
+            fprintf(stderr, "serving_bench: serving not ready after 60 s\n");
+            return 1;
+        }
+        sleep_s(0.05);
+    }
+    emit("ready_seconds", now_s() - t0, "s", extra);
+
+    for (uint64_t r = 0; r < NREQ; r++)
+        if (!(g_req_len[r] = encode_predict(r, &g_req[r]))) return 1;
+
+    /* the empty call */
+    size_t ne = quick ? 300 : 3000;
+    double *el = calloc(ne, sizeof(double));
+    if (!el) return 1;
+    for (size_t i = 0; i < ne + 50; i++) {
+        double c0 = now_s();
+        if (!healthy()) return 1;
+        if (i >= 50) el[i - 50] = (now_s() - c0) * 1000;
+    }
+    double e50 = pct(el, ne, 0.5), e99 = pct(el, ne, 0.99);
+    snprintf(extra, sizeof(extra),
+             "\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"calls\":%zu,"
+             "\"call\":\"grpc.health.v1.Health/Check\"",
+             e50, e99, ne);
+    emit("empty_call_p50_ms", e50, "ms", extra);
+    free(el);
+
+    /* the compute floor */
+    double gf = sgemm_gflops();
+    double flops = 2.0 * CANDIDATES * ((double)NSLOTS * DIM * 256 + 256 * 128 + 128);
+    double floor_ms = flops / (gf * 1e9) * 1000;
+    snprintf(extra, sizeof(extra), "\"m\":%d,\"n\":256,\"k\":%d,\"threads\":1", CANDIDATES,
+             NSLOTS * DIM);
+    emit("sgemm_gflops", gf, "GFLOP/s", extra);
+    snprintf(extra, sizeof(extra), "\"flops_per_request\":%.0f,\"sgemm_gflops\":%.2f", flops, gf);
+    emit("compute_floor_ms", floor_ms, "ms", extra);
+
+    /* Predict at 1, 4, 8 in flight */
+    double p50_1 = NAN;
+    const uint32_t levels[] = {1, 4, 8};
+    for (size_t li = 0; li < 3; li++) {
+        uint32_t nl = levels[li];
+        load_t *ls = calloc(nl, sizeof(*ls));
+        if (!ls) return 1;
+        double w0 = now_s();
+        for (uint32_t i = 0; i < nl; i++) {
+            ls[i].id = i * 7;
+            if (pthread_create(&ls[i].th, NULL, load_main, &ls[i])) return 1;
+        }
+        size_t total = 0;
+        uint64_t errors = 0;
+        for (uint32_t i = 0; i < nl; i++) {
+            pthread_join(ls[i].th, NULL);
+            total += ls[i].n;
+            errors += ls[i].errors;
+        }
+        double wall = now_s() - w0;
+        double *all = malloc((total ? total : 1) * sizeof(double));
+        if (!all) return 1;
+        size_t k = 0;
+        for (uint32_t i = 0; i < nl; i++) {
+            memcpy(all + k, ls[i].lat, ls[i].n * sizeof(double));
+            k += ls[i].n;
+            free(ls[i].lat);
+        }
+        double p50 = pct(all, total, 0.5), p99 = pct(all, total, 0.99);
+        if (nl == 1) p50_1 = p50;
+        snprintf(extra, sizeof(extra),
+                 "\"inflight\":%u,\"candidates\":%d,\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\","
+                 "\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"requests\":%zu,\"errors\":%llu,"
+                 "\"candidates_per_s\":%.0f",
+                 nl, CANDIDATES, NSLOTS, DIM, p50, p99, total, (unsigned long long)errors,
+                 (double)total * CANDIDATES / wall);
+        emit("predict_requests_per_s", (double)total / wall, "requests/s", extra);
+        free(all);
+        free(ls);
+    }
+    snprintf(extra, sizeof(extra),
+             "\"predict_p50_ms\":%.4f,\"compute_floor_ms\":%.4f,\"empty_call_p50_ms\":%.4f,"
+             "\"target\":\"<= 2\"",
+             p50_1, floor_ms, e50);
+    emit("predict_vs_floor", p50_1 / (floor_ms + e50), "x", extra);
+
+    /* sync lag under training load */
+    pthread_t trth;
+    if (pthread_create(&trth, NULL, trainer_main, &T)) return 1;
+    double *lag = calloc((size_t)probes, sizeof(double));
+    int nlag = 0, lost = 0;
+    if (!lag) return 1;
+    for (int p = 0; p < probes; p++) {
+        sleep_s(0.05 + (double)(mix64((uint64_t)p) % 1000) / 1000.0 * 0.3); /* random phase */
+        uint64_t probe =
+            fid(1, (1ull << 40) + (uint64_t)p * 977 + (uint64_t)time(NULL) % 1000 * 100000);
+        float emb[DIM];
+        mt_rpc_status_t st;
+        double c0 = now_s();
+        if (mt_psc_lookup(E.psc, &probe, 1, 1, 0, emb, DIM, NULL, &st) != MT_OK) {
+            lost++;
+            continue;
+        }
+        int seen = 0;
+        while (now_s() - c0 < 10) {
+            if (served(probe) == 1) {
+                seen = 1;
+                break;
+            }
+            sleep_s(0.002);
+        }
+        if (seen)
+            lag[nlag++] = (now_s() - c0) * 1000;
+        else
+            lost++;
+    }
+    atomic_store(&E.stop, 1);
+    pthread_join(trth, NULL);
+    double l50 = pct(lag, (size_t)nlag, 0.5), l99 = pct(lag, (size_t)nlag, 0.99);
+    snprintf(
+        extra, sizeof(extra),
+        "\"sync_interval_ms\":1000,\"p50_ms\":%.1f,\"p99_ms\":%.1f,\"probes\":%d,"
+        "\"lost\":%d,\"trainer_steps\":%llu,\"trainer_failed\":%d,\"target\":\"p99 < 1000 ms\"",
+        l50, l99, nlag, lost, (unsigned long long)T.steps, T.failed);
+    emit("sync_lag_p99_ms", l99, "ms", extra);
+    free(lag);
+
+    for (int r = 0; r < NREQ; r++)
+        free(g_req[r]);
+    mt_trainer_dense_sync_destroy(T.ds);
+    mt_trainer_destroy(T.tr);
+    mt_rpc_channel_destroy(E.serving);
+    mt_psc_destroy(E.psc);
+    return T.failed || lost > probes / 2 ? 1 : 0;
+}

@@ -1,0 +1,962 @@
+/*
+ * monolith-loadgen - the users of the closed loop (issue #6): asks serving replicas to rank
+ * pages of candidates drawn from the synthetic ground truth (data/gen.h), draws the users'
+ * clicks from the hidden model's true probabilities, sends them to Kafka `actions`, and
+ * measures serving AUC over time.
+ *
+ *   monolith-loadgen --serving [NAME=]ADDR|@PORTFILE [--serving ...]... [--kafka BOOTSTRAP]
+ *                    [--rate REQ_PER_S] [--duration-s S] [--candidates K] [--inflight N] ...
+ *                    (--help lists every flag)
+ *
+ * The protocol, per request i (sent at start + i / rate, at most --inflight at once):
+ *  1. time: the wall clock w (Unix ms) and the generator's clock
+ *     t = start_time + time_scale * (w - w_start): births, fading and drift of the hidden
+ *     model run time_scale times faster than the wall clock, so that a few minutes of loop
+ *     see the ageing of hours;
+ *  2. the page: a user and K distinct candidate items alive at t, by popularity
+ *     (mt_gen_draw_request), with their fids (user side: user, segment, hour of t; item side:
+ *     item, category, tags);
+ *  3. Predict "lg-<nonce>-<i>" (timestamp w) to the first serving target, the primary: it
+ *     scores the page and logs every candidate as an Impression to `features` (key request
+ *     id), as serving does for whatever it serves;
+ *  4. the user sees the whole page (K items; serving logs all K, so the joiner's negatives
+ *     are exactly the items seen and not clicked) and clicks each item independently with its
+ *     TRUE probability at t; each click becomes an Action (request id, item id, CLICK,
+ *     timestamp w + click delay) produced to `actions` once the delay has passed on the wall
+ *     clock. A request the primary failed shows nothing and draws no click;
+ *  5. the same request goes, in parallel, to the other targets (shadow replicas of other
+ *     sync intervals, started with logging off): they score the same pages against the same
+ *     clicks, so their AUCs are paired (the noise of the traffic cancels in differences).
+ *
+ * Measures: per target and window of --window-s seconds (by send time), the AUC of the
+ * served scores against the clicks (exact, Mann-Whitney), log loss and mean score; the same
+ * for the true probabilities ("truth": the best any model can do on these clicks). Targets
+ * given as @PORTFILE join when the file appears and Health says SERVING; a window counts for
+ * a target only if the target answered all of it. Latency (p50/p99) and errors of the
+ * primary, QPS, clicks delivered. Outputs: a progress line on stderr, --series TSV (one row
+ * per window and target, for gnuplot), and a final JSON report on stdout (and --report).
+ *
+ * Threads: --inflight workers (each sends one request at a time, synchronously), one click
+ * producer (a FIFO of clicks by due time), and main (targets, windows, progress). `mu`
+ * guards the windows and the statistics; `click_mu` the click FIFO. Lock order: mu, then
+ * click_mu (never held together in practice).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "grpc/health/v1/health.pb-c.h"
+#include "monolith/v1/example.pb-c.h"
+#include "monolith/v1/serving.pb-c.h"
+#include "mt/gen.h"
+#include "mt/kafka.h"
+#include "mt/log.h"
+#include "mt/rpc.h"
+
+/* ---------------- types ---------------- */
+
+#define MAX_TARGETS 8
+#define PREDICT     "/monolith.v1.Serving/Predict"
+#define HEALTH      "/grpc.health.v1.Health/Check"
+#define LAT_RING    (1u << 20)
+#define TRUTH       MAX_TARGETS /* series index of the true probabilities */
+
+typedef struct scored {
+    float score;
+    float label;
+} scored_t;
+
+/* The pairs of one window and series (a target or the truth). */
+typedef struct series {
+    scored_t *v;
+    size_t n, cap;
+    uint64_t errors;
+} series_t;
+
+typedef struct window {
+    int64_t index; /* -1: unused */
+    series_t s[MAX_TARGETS + 1];
+} window_t;
+
+typedef struct target {
+    char name[32];
+    char addr[256];      /* host:port, empty until known */
+    char port_file[256]; /* @FILE: where the port (or host:port) appears */
+    mt_rpc_channel_t *ch;
+    _Atomic int active;       /* answering: requests go to it */
+    _Atomic int64_t since_ms; /* wall ms when it became active */
+    _Atomic uint64_t ok, errors;
+    /* windows after it joined (mu): its AUCs summed for the paired mean */
+    double auc_sum_paired;
+    uint32_t windows;
+    double auc_sum;
+} target_t;
+
+typedef struct click {
+    struct click *next;
+    int64_t due_ms;
+    int64_t ts_ms;
+    uint64_t item;
+    char request_id[48];
+} click_t;
+
+typedef struct opts {
+    const char *kafka, *actions_topic, *series_path, *report_path;
+    double rate, duration_s, window_s, time_scale, progress_s;
+    uint32_t k, inflight;
+    int64_t deadline_ms, click_delay_ms;
+    mt_gen_config_t gen;
+} opts_t;
+
+/* ---------------- state (this program's globals: one loop per process) ---------------- */
+
+static opts_t o;
+static mt_gen_t *gen;
+static target_t targets[MAX_TARGETS];
+static uint32_t ntargets;
+static mt_kafka_producer_t *producer;
+static char nonce[16];
+static int64_t wall_start_ms;
+static volatile sig_atomic_t stop_flag;
+static _Atomic uint64_t next_req, sent, late_sends, clicks_made, impressions;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static window_t windows[8]; /* open windows, by index % 8 (mu) */
+static float *lat_ms;       /* primary latencies, a ring of LAT_RING (mu) */
+static uint64_t nlat;       /* (mu) */
+static FILE *series_f;
+static double truth_auc_sum;
+static uint32_t truth_windows, paired_windows;
+static int64_t next_close = 0; /* next window index to close (main only) */
+static char last_line[512];    /* last window's AUCs for the progress line (mu) */
+
+static pthread_mutex_t click_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t click_cv = PTHREAD_COND_INITIALIZER;
+static click_t *click_head, *click_tail; /* (click_mu) */
+static int clicks_done;                  /* no more clicks will come (click_mu) */
+static _Atomic uint64_t clicks_produced, click_errors;
+
+/* ---------------- helpers ---------------- */
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR && !stop_flag) {
+    }
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double unit(uint64_t x) {
+    return (double)(mix64(x) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int cmp_scored(const void *a, const void *b) {
+    float x = ((const scored_t *)a)->score, y = ((const scored_t *)b)->score;
+    return x < y ? -1 : x > y;
+}
+
+/* Exact AUC (ties get their average rank); NAN without both classes. Sorts v. */
+static double auc_of(scored_t *v, size_t n, double *logloss, double *mean, double *ctr) {
+    double pos = 0, rank_sum = 0, ll = 0, sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        double p = v[i].score < 1e-7f ? 1e-7 : v[i].score > 1 - 1e-7f ? 1 - 1e-7 : v[i].score;
+        ll -= v[i].label > 0.5f ? log(p) : log(1 - p);
+        sum += v[i].score;
+    }
+    qsort(v, n, sizeof(*v), cmp_scored);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        double npos = 0;
+        while (j < n && v[j].score == v[i].score)
+            npos += v[j++].label;
+        rank_sum += npos * (0.5 * (double)(i + 1 + j));
+        pos += npos;
+        i = j;
+    }
+    double neg = (double)n - pos;
+    *logloss = n ? ll / (double)n : NAN;
+    *mean = n ? sum / (double)n : NAN;
+    *ctr = n ? pos / (double)n : NAN;
+    if (pos == 0 || neg == 0) return NAN;
+    return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+}
+
+/* A JSON number with 4 decimals, or null for NaN (JSON has no NaN). buf: 16 bytes. */
+static const char *jnum(char *buf, double v) {
+    if (isnan(v))
+        snprintf(buf, 16, "null");
+    else
+        snprintf(buf, 16, "%.4f", v);
+    return buf;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---------------- targets ---------------- */
+
+/* Health/Check: 1 SERVING, 0 otherwise. */
+static int healthy(mt_rpc_channel_t *ch) {
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    mt_rpc_status_t st;
+    int ok = 0;
+    if (mt_rpc_call(ch, HEALTH, NULL, 0, 1000, &resp, &rlen, &st) == MT_OK &&
+        st.code == MT_RPC_OK) {
+        Grpc__Health__V1__HealthCheckResponse *h =
+            grpc__health__v1__health_check_response__unpack(NULL, rlen, resp);
+        if (h) {
+            ok = h->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+            grpc__health__v1__health_check_response__free_unpacked(h, NULL);
+        }
+    }
+    free(resp);
+    return ok;
+}
+
+/* Activates targets that became reachable (main thread). */
+static void poll_targets(void) {
+    for (uint32_t i = 0; i < ntargets; i++) {
+        target_t *t = &targets[i];
+        if (atomic_load(&t->active)) continue;
+        if (!t->addr[0] && t->port_file[0]) {
+            FILE *f = fopen(t->port_file, "r");
+            char buf[128] = "";
+            if (f) {
+                if (!fgets(buf, sizeof(buf), f)) buf[0] = 0;
+                fclose(f);
+            }
+            buf[strcspn(buf, "\r\n")] = 0;
+            if (!buf[0]) continue;
+            if (strchr(buf, ':'))
+                snprintf(t->addr, sizeof(t->addr), "%s", buf);
+            else
+                snprintf(t->addr, sizeof(t->addr), "127.0.0.1:%s", buf);
+        }
+        if (!t->ch) {
+            mt_rpc_client_config_t cc;
+            mt_rpc_client_config_init(&cc);
+            cc.retries = 0;
+            if (mt_rpc_channel_create(t->addr, &cc, &t->ch) != MT_OK) continue;
+        }
+        if (healthy(t->ch)) {
+            atomic_store(&t->since_ms, wall_ms());
+            atomic_store(&t->active, 1);
+            mt_log(MT_LOG_INFO, "loadgen", "target %s (%s) is serving", t->name, t->addr);
+        }
+    }
+}
+
+/* ---------------- windows ---------------- */
+
+static window_t *window_for(int64_t w) {
+    window_t *win = &windows[w % 8];
+    if (win->index != w) {
+        if (win->index >= 0) return NULL; /* an old window still open: too far behind */
+        win->index = w;
+    }
+    return win;
+}
+
+static void series_add(series_t *s, float score, float label) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 4096;
+        scored_t *v = realloc(s->v, cap * sizeof(*v));
+        if (!v) return;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = (scored_t){score, label};
+}
+
+/* Closes window w (main thread): AUC per series, a TSV row each, the paired sums. */
+static void close_window(int64_t w) {
+    pthread_mutex_lock(&mu);
+    window_t *win = &windows[w % 8];
+    double t_s = (double)(w + 1) * o.window_s;
+    int64_t w_begin_ms = wall_start_ms + (int64_t)((double)w * o.window_s * 1000);
+    int all_active = 1;
+    char line[512];
+    int off = snprintf(line, sizeof(line), "t=%.0fs", t_s);
+    double auc[MAX_TARGETS + 1];
+    for (uint32_t i = 0; i <= MAX_TARGETS; i++) {
+        if (i < MAX_TARGETS && i >= ntargets) continue;
+        series_t *s = &win->s[i];
+        int full = 1;
+        if (i < ntargets) {
+            target_t *t = &targets[i];
+            full = atomic_load(&t->active) && atomic_load(&t->since_ms) <= w_begin_ms &&
+                   s->errors == 0;
+            if (!full) all_active = 0;
+        }
+        double ll, mean, ctr;
+        auc[i] = win->index == w ? auc_of(s->v, s->n, &ll, &mean, &ctr) : NAN;
+        if (win->index != w) ll = mean = ctr = NAN;
+        const char *name = i == TRUTH ? "truth" : targets[i].name;
+        if (series_f && s->n > 0 && full)
+            fprintf(series_f, "%.1f\t%s\t%.5f\t%.5f\t%zu\t%.5f\t%.5f\n", t_s, name, auc[i], ll,
+                    s->n, mean, ctr);
+        if (full && !isnan(auc[i]) && off < (int)sizeof(line))
+            off += snprintf(line + off, sizeof(line) - (size_t)off, "  %s %.3f", name, auc[i]);
+        if (full && !isnan(auc[i])) {
+            if (i == TRUTH) {
+                truth_auc_sum += auc[i];
+                truth_windows++;
+            } else {
+                targets[i].auc_sum += auc[i];
+                targets[i].windows++;
+            }
+        }
+        s->n = 0;
+        s->errors = 0;
+    }
+    if (all_active && ntargets > 0) {
+        int ok = 1;
+        for (uint32_t i = 0; i < ntargets; i++)
+            ok = ok && !isnan(auc[i]);
+        if (ok) {
+            for (uint32_t i = 0; i < ntargets; i++)
+                targets[i].auc_sum_paired += auc[i];
+            paired_windows++;
+        }
+    }
+    win->index = -1;
+    snprintf(last_line, sizeof(last_line), "%s", line);
+    if (series_f) fflush(series_f);
+    pthread_mutex_unlock(&mu);
+}
+
+/* ---------------- clicks ---------------- */
+
+static void click_push(click_t *c) {
+    pthread_mutex_lock(&click_mu);
+    c->next = NULL;
+    if (click_tail)
+        click_tail->next = c;
+    else
+        click_head = c;
+    click_tail = c;
+    pthread_cond_signal(&click_cv);
+    pthread_mutex_unlock(&click_mu);
+}
+
+/* Produces each click once its delay has passed (clicks arrive in about due order). */
+static void *click_thread(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&click_mu);
+        while (!click_head && !clicks_done)
+            pthread_cond_wait(&click_cv, &click_mu);
+        click_t *c = click_head;
+        if (!c) { /* done and empty */
+            pthread_mutex_unlock(&click_mu);
+            break;
+        }
+        int64_t wait_ms = c->due_ms - wall_ms();
+        if (wait_ms > 0) {
+            pthread_mutex_unlock(&click_mu);
+            sleep_s((double)(wait_ms < 50 ? wait_ms : 50) / 1000.0);
+            continue;
+        }
+        click_head = c->next;
+        if (!click_head) click_tail = NULL;
+        pthread_mutex_unlock(&click_mu);
+        if (producer) {
+            Monolith__V1__Action a = MONOLITH__V1__ACTION__INIT;
+            a.request_id = c->request_id;
+            a.timestamp_ms = c->ts_ms;
+            a.type = MONOLITH__V1__ACTION_TYPE__ACTION_CLICK;
+            a.item_id = c->item;
+            uint8_t buf[128];
+            size_t len = monolith__v1__action__pack(&a, buf);
+            if (mt_kafka_produce(producer, o.actions_topic, -1, c->request_id,
+                                 strlen(c->request_id), buf, len, 1000) == MT_OK)
+                atomic_fetch_add(&clicks_produced, 1);
+            else
+                atomic_fetch_add(&click_errors, 1);
+        }
+        free(c);
+    }
+    return NULL;
+}
+
+/* ---------------- workers ---------------- */
+
+typedef struct worker {
+    pthread_t th;
+    uint64_t *items;
+    float *true_p;
+    uint64_t *item_fids; /* K * MT_GEN_MAX_ITEM_FIDS */
+    size_t *item_nfids;  /* K */
+    uint8_t *buf;        /* encoded request */
+    size_t buf_cap;
+} worker_t;
+
+/* Encodes request i into w->buf. Returns its length, 0 on failure. */
+static size_t encode(worker_t *w, const char *rid, int64_t ts_ms, uint64_t user, int64_t gen_ts) {
+    uint64_t ufids[MT_GEN_USER_FIDS];
+    mt_gen_user_fids(gen, user, gen_ts, ufids);
+    Monolith__V1__SlotFids us[MT_GEN_USER_FIDS];
+    Monolith__V1__SlotFids *up[MT_GEN_USER_FIDS];
+    for (int s = 0; s < MT_GEN_USER_FIDS; s++) {
+        monolith__v1__slot_fids__init(&us[s]);
+        us[s].slot = (uint32_t)(ufids[s] >> 48);
+        us[s].n_fids = 1;
+        us[s].fids = &ufids[s];
+        up[s] = &us[s];
+    }
+    size_t k = o.k;
+    Monolith__V1__Candidate *cands = calloc(k, sizeof(*cands));
+    Monolith__V1__Candidate **cp = calloc(k, sizeof(*cp));
+    Monolith__V1__SlotFids *is = calloc(3 * k, sizeof(*is));
+    Monolith__V1__SlotFids **ip = calloc(3 * k, sizeof(*ip));
+    size_t len = 0;
+    if (!cands || !cp || !is || !ip) goto out;
+    for (size_t j = 0; j < k; j++) {
+        uint64_t *f = w->item_fids + j * MT_GEN_MAX_ITEM_FIDS;
+        size_t nf = w->item_nfids[j];
+        monolith__v1__candidate__init(&cands[j]);
+        cands[j].item_id = w->items[j];
+        /* slots 2, 4 one fid each, then the tags (slot 6) */
+        size_t ns = 0;
+        for (size_t a = 0; a < nf;) {
+            size_t b = a;
+            while (b < nf && (f[b] >> 48) == (f[a] >> 48))
+                b++;
+            Monolith__V1__SlotFids *sf = &is[3 * j + ns];
+            monolith__v1__slot_fids__init(sf);
+            sf->slot = (uint32_t)(f[a] >> 48);
+            sf->n_fids = b - a;
+            sf->fids = f + a;
+            ip[3 * j + ns] = sf;
+            ns++;
+            a = b;
+        }
+        cands[j].n_item = ns;
+        cands[j].item = ip + 3 * j;
+        cp[j] = &cands[j];
+    }
+    Monolith__V1__PredictRequest r = MONOLITH__V1__PREDICT_REQUEST__INIT;
+    r.request_id = (char *)rid;
+    r.timestamp_ms = ts_ms;
+    r.n_user = MT_GEN_USER_FIDS;
+    r.user = up;
+    r.n_candidates = k;
+    r.candidates = cp;
+    len = monolith__v1__predict_request__get_packed_size(&r);
+    if (len > w->buf_cap) {
+        uint8_t *nb = realloc(w->buf, len);
+        if (!nb) {
+            len = 0;
+            goto out;
+        }
+        w->buf = nb;
+        w->buf_cap = len;
+    }
+    monolith__v1__predict_request__pack(&r, w->buf);
+out:
+    free(cands);
+    free(cp);
+    free(is);
+    free(ip);
+    return len;
+}
+
+/* Scores of a reply, or NULL (malformed or wrong count). Caller frees with free_unpacked. */
+static Monolith__V1__PredictResponse *decode(const uint8_t *resp, size_t rlen) {
+    Monolith__V1__PredictResponse *r = monolith__v1__predict_response__unpack(NULL, rlen, resp);
+    if (r && r->n_scores != o.k) {
+        monolith__v1__predict_response__free_unpacked(r, NULL);
+        return NULL;
+    }
+    return r;
+}
+
+static void *worker_main(void *arg) {
+    worker_t *w = arg;
+    double t0 = mono_s();
+    for (;;) {
+        uint64_t i = atomic_fetch_add(&next_req, 1);
+        double due = o.rate > 0 ? (double)i / o.rate : 0;
+        if (stop_flag || due >= o.duration_s || mono_s() - t0 >= o.duration_s) break;
+        double now = mono_s() - t0;
+        if (due > now)
+            sleep_s(due - now);
+        else if (o.rate > 0 && now - due > 0.1)
+            atomic_fetch_add(&late_sends, 1);
+        if (stop_flag) break;
+
+        int64_t w_ms = wall_ms();
+        int64_t gen_ts =
+            o.gen.start_time_ms + (int64_t)((double)(w_ms - wall_start_ms) * o.time_scale);
+        uint64_t user;
+        if (mt_gen_draw_request(gen, i, gen_ts, o.k, &user, w->items) != MT_OK) {
+            mt_log(MT_LOG_ERROR, "loadgen", "generator: cannot draw request %" PRIu64, i);
+            stop_flag = 1;
+            break;
+        }
+        for (size_t j = 0; j < o.k; j++) {
+            double p = 0;
+            mt_gen_true_p(gen, user, w->items[j], gen_ts, &p);
+            w->true_p[j] = (float)p;
+            w->item_nfids[j] =
+                mt_gen_item_fids(gen, w->items[j], w->item_fids + j * MT_GEN_MAX_ITEM_FIDS);
+        }
+        char rid[48];
+        snprintf(rid, sizeof(rid), "lg-%s-%" PRIu64, nonce, i);
+        size_t len = encode(w, rid, w_ms, user, gen_ts);
+        if (!len) continue;
+        int64_t win_index = (int64_t)((double)(w_ms - wall_start_ms) / 1000.0 / o.window_s);
+
+        /* primary, timed */
+        target_t *prim = &targets[0];
+        uint8_t *resp = NULL;
+        size_t rlen = 0;
+        mt_rpc_status_t st;
+        double c0 = mono_s();
+        Monolith__V1__PredictResponse *pr = NULL;
+        if (atomic_load(&prim->active) &&
+            mt_rpc_call(prim->ch, PREDICT, w->buf, len, o.deadline_ms, &resp, &rlen, &st) ==
+                MT_OK &&
+            st.code == MT_RPC_OK)
+            pr = decode(resp, rlen);
+        double lat = (mono_s() - c0) * 1000;
+        free(resp);
+        if (!atomic_load(&prim->active)) {
+            sleep_s(0.05); /* not serving yet: this request is not sent */
+            continue;
+        }
+        atomic_fetch_add(&sent, 1);
+
+        /* shadows, in parallel */
+        mt_rpc_batch_call_t calls[MAX_TARGETS];
+        uint32_t idx[MAX_TARGETS], nc = 0;
+        for (uint32_t t = 1; t < ntargets; t++) {
+            if (!atomic_load(&targets[t].active)) continue;
+            memset(&calls[nc], 0, sizeof(calls[nc]));
+            calls[nc].ch = targets[t].ch;
+            calls[nc].path = PREDICT;
+            calls[nc].req = w->buf;
+            calls[nc].len = len;
+            idx[nc++] = t;
+        }
+        if (nc) mt_rpc_call_many(calls, nc, o.deadline_ms);
+
+        /* the user's clicks: only on a page that was shown */
+        float labels[MT_GEN_MAX_CANDIDATES > 4096 ? 4096 : MT_GEN_MAX_CANDIDATES];
+        for (size_t j = 0; j < o.k; j++)
+            labels[j] = unit(mix64(o.gen.seed ^ 0x636C69636Bull) ^
+                             (i * 0x9E3779B97F4A7C15ull + j)) < w->true_p[j]
+                            ? 1.0f
+                            : 0.0f;
+        if (pr) {
+            atomic_fetch_add(&prim->ok, 1);
+            atomic_fetch_add(&impressions, o.k);
+            for (size_t j = 0; j < o.k; j++) {
+                if (labels[j] < 0.5f) continue;
+                click_t *c = calloc(1, sizeof(*c));
+                if (!c) continue;
+                c->ts_ms = w_ms + o.click_delay_ms;
+                c->due_ms = c->ts_ms;
+                c->item = w->items[j];
+                snprintf(c->request_id, sizeof(c->request_id), "%s", rid);
+                atomic_fetch_add(&clicks_made, 1);
+                click_push(c);
+            }
+        } else {
+            atomic_fetch_add(&prim->errors, 1);
+        }
+
+        pthread_mutex_lock(&mu);
+        if (pr) lat_ms[nlat++ % LAT_RING] = (float)lat;
+        window_t *win = window_for(win_index);
+        if (win) {
+            if (pr) {
+                for (size_t j = 0; j < o.k; j++) {
+                    series_add(&win->s[0], pr->scores[j], labels[j]);
+                    series_add(&win->s[TRUTH], w->true_p[j], labels[j]);
+                }
+            } else {
+                win->s[0].errors++;
+            }
+        }
+        for (uint32_t c = 0; c < nc; c++) {
+            target_t *t = &targets[idx[c]];
+            Monolith__V1__PredictResponse *sr =
+                calls[c].st.code == MT_RPC_OK ? decode(calls[c].resp, calls[c].resp_len) : NULL;
+            if (sr) {
+                atomic_fetch_add(&t->ok, 1);
+                if (win && pr)
+                    for (size_t j = 0; j < o.k; j++)
+                        series_add(&win->s[idx[c]], sr->scores[j], labels[j]);
+                monolith__v1__predict_response__free_unpacked(sr, NULL);
+            } else {
+                atomic_fetch_add(&t->errors, 1);
+                if (win) win->s[idx[c]].errors++;
+            }
+            free(calls[c].resp);
+        }
+        pthread_mutex_unlock(&mu);
+        if (pr) monolith__v1__predict_response__free_unpacked(pr, NULL);
+    }
+    return NULL;
+}
+
+/* ---------------- command line ---------------- */
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: monolith-loadgen --serving [NAME=]ADDR|@PORTFILE [--serving ...]...\n"
+            "  [--kafka BOOTSTRAP] [--actions-topic actions] [--rate REQ_PER_S (200)]\n"
+            "  [--duration-s S (60)] [--candidates K (10)] [--inflight N (4)]\n"
+            "  [--window-s W (10)] [--click-delay-ms D (1000)] [--deadline-ms D (2000)]\n"
+            "  [--time-scale X (10): generator seconds per wall second]\n"
+            "  [--seed S (1)] [--users U (5000)] [--items I (2000)] [--items-born-per-s B (5)]\n"
+            "  [--item-half-life-s H (300)] [--users-born-per-s B (0.5)]\n"
+            "  [--drift-period-s P (3600)] [--ctr P (0.05)]\n"
+            "  [--series FILE.tsv] [--report FILE.json] [--progress-s S (5; 0: none)]\n"
+            "The first --serving target is the primary (its pages are shown and logged); the\n"
+            "others are scored on the same pages and clicks. @PORTFILE: the target joins when\n"
+            "the file holds its port (or host:port) and it answers Health SERVING.\n");
+    return 2;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int add_target(const char *spec) {
+    if (ntargets == MAX_TARGETS) return -1;
+    target_t *t = &targets[ntargets];
+    const char *eq = strchr(spec, '=');
+    const char *where = spec;
+    if (eq) {
+        snprintf(t->name, sizeof(t->name), "%.*s", (int)(eq - spec), spec);
+        where = eq + 1;
+    } else {
+        snprintf(t->name, sizeof(t->name), ntargets ? "serving%u" : "serving", ntargets);
+    }
+    if (!*where || !t->name[0]) return -1;
+    if (where[0] == '@')
+        snprintf(t->port_file, sizeof(t->port_file), "%s", where + 1);
+    else
+        snprintf(t->addr, sizeof(t->addr), "%s", where);
+    ntargets++;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv) {
+    o.actions_topic = "actions";
+    o.rate = 200;
+    o.duration_s = 60;
+    o.window_s = 10;
+    o.time_scale = 10;
+    o.progress_s = 5;
+    o.k = 10;
+    o.inflight = 4;
+    o.deadline_ms = 2000;
+    o.click_delay_ms = 1000;
+    mt_gen_config_init(&o.gen);
+    o.gen.seed = 1;
+    o.gen.num_users = 5000;
+    o.gen.num_items = 2000;
+    o.gen.users_born_per_s = 0.5;
+    o.gen.items_born_per_s = 5;
+    o.gen.item_half_life_s = 300;
+    o.gen.drift_period_s = 3600;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(), -1;
+        if (i + 1 >= argc) return usage(), -1;
+        const char *v = argv[++i];
+        double d;
+#define NUM(flag, lo, hi, dst)                                                    \
+    else if (!strcmp(a, flag)) {                                                  \
+        if (parse_double(v, lo, hi, &d)) {                                        \
+            fprintf(stderr, "monolith-loadgen: bad value for %s: %s\n", flag, v); \
+            return -1;                                                            \
+        }                                                                         \
+        dst;                                                                      \
+    }
+        if (!strcmp(a, "--serving")) {
+            if (add_target(v)) return usage(), -1;
+        } else if (!strcmp(a, "--kafka"))
+            o.kafka = v;
+        else if (!strcmp(a, "--actions-topic"))
+            o.actions_topic = v;
+        else if (!strcmp(a, "--series"))
+            o.series_path = v;
+        else if (!strcmp(a, "--report"))
+            o.report_path = v;
+        NUM("--rate", 0, 1e7, o.rate = d)
+        NUM("--duration-s", 0.1, 1e7, o.duration_s = d)
+        NUM("--candidates", 1, 4096, o.k = (uint32_t)d)
+        NUM("--inflight", 1, 256, o.inflight = (uint32_t)d)
+        NUM("--window-s", 0.5, 86400, o.window_s = d)
+        NUM("--click-delay-ms", 0, 3600000, o.click_delay_ms = (int64_t)d)
+        NUM("--deadline-ms", 1, 3600000, o.deadline_ms = (int64_t)d)
+        NUM("--time-scale", 0, 1e6, o.time_scale = d)
+        NUM("--progress-s", 0, 86400, o.progress_s = d)
+        NUM("--seed", 0, 1e18, o.gen.seed = (uint64_t)d)
+        NUM("--users", 1, 1e12, o.gen.num_users = (uint64_t)d)
+        NUM("--items", 1, 1e12, o.gen.num_items = (uint64_t)d)
+        NUM("--users-born-per-s", 0, 1e9, o.gen.users_born_per_s = d)
+        NUM("--items-born-per-s", 0, 1e9, o.gen.items_born_per_s = d)
+        NUM("--item-half-life-s", 0, 1e12, o.gen.item_half_life_s = d)
+        NUM("--drift-period-s", 0, 1e12, o.gen.drift_period_s = d)
+        NUM("--ctr", 1e-6, 0.999999, o.gen.target_ctr = d)
+        else {
+            fprintf(stderr, "monolith-loadgen: unknown flag %s\n", a);
+            return usage(), -1;
+        }
+#undef NUM
+    }
+    if (ntargets == 0) return usage(), -1;
+    if (o.gen.item_half_life_s > 0 && o.gen.items_born_per_s == 0) o.gen.item_half_life_s = 0;
+    char err[256];
+    if (mt_gen_config_validate(&o.gen, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith-loadgen: generator: %s\n", err);
+        return -1;
+    }
+    if (o.k > o.gen.num_items) {
+        fprintf(stderr, "monolith-loadgen: --candidates above --items\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------- main ---------------- */
+
+static void percentiles(double *p50, double *p99) {
+    pthread_mutex_lock(&mu);
+    size_t n = nlat < LAT_RING ? nlat : LAT_RING;
+    float *c = n ? malloc(n * sizeof(float)) : NULL;
+    if (c) memcpy(c, lat_ms, n * sizeof(float));
+    pthread_mutex_unlock(&mu);
+    *p50 = *p99 = NAN;
+    if (!c) return;
+    qsort(c, n, sizeof(float), cmp_float);
+    *p50 = c[(size_t)(0.5 * (double)(n - 1))];
+    *p99 = c[(size_t)(0.99 * (double)(n - 1))];
+    free(c);
+}
+
+int main(int argc, char **argv) {
+    if (parse_args(argc, argv)) return 2;
+    int rc = 1;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 0; i < 8; i++)
+        windows[i].index = -1;
+    lat_ms = calloc(LAT_RING, sizeof(float));
+    worker_t *ws = calloc(o.inflight, sizeof(*ws));
+    pthread_t clicker;
+    int clicker_started = 0;
+    uint32_t nstarted = 0;
+    if (!lat_ms || !ws) goto out;
+    if (mt_gen_create(&o.gen, &gen) != MT_OK) goto out;
+    snprintf(nonce, sizeof(nonce), "%x%x", (unsigned)getpid() & 0xFFFF,
+             (unsigned)(wall_ms() & 0xFFFFFF));
+    if (o.series_path) {
+        series_f = fopen(o.series_path, "w");
+        if (!series_f) {
+            mt_log(MT_LOG_ERROR, "loadgen", "cannot write %s: %s", o.series_path, strerror(errno));
+            goto out;
+        }
+        fprintf(series_f, "t_s\ttarget\tauc\tlogloss\tn\tmean_score\tctr\n");
+    }
+    if (o.kafka) {
+        char err[256];
+        const char *conf[] = {"linger.ms=5", NULL};
+        if (mt_kafka_producer_create(o.kafka, conf, &producer, err, sizeof(err)) != MT_OK) {
+            mt_log(MT_LOG_ERROR, "loadgen", "kafka: %s", err);
+            goto out;
+        }
+    }
+    /* the primary must answer before the clock starts */
+    double t_wait = mono_s();
+    while (!atomic_load(&targets[0].active) && !stop_flag) {
+        poll_targets();
+        if (atomic_load(&targets[0].active)) break;
+        if (mono_s() - t_wait > 120) {
+            mt_log(MT_LOG_ERROR, "loadgen", "primary %s not serving after 120 s", targets[0].name);
+            goto out;
+        }
+        sleep_s(0.2);
+    }
+    if (pthread_create(&clicker, NULL, click_thread, NULL) == 0) clicker_started = 1;
+    wall_start_ms = wall_ms();
+    double t0 = mono_s(), next_progress = o.progress_s;
+    for (uint32_t i = 0; i < o.inflight; i++) {
+        ws[i].items = calloc(o.k, sizeof(uint64_t));
+        ws[i].true_p = calloc(o.k, sizeof(float));
+        ws[i].item_fids = calloc((size_t)o.k * MT_GEN_MAX_ITEM_FIDS, sizeof(uint64_t));
+        ws[i].item_nfids = calloc(o.k, sizeof(size_t));
+        if (!ws[i].items || !ws[i].true_p || !ws[i].item_fids || !ws[i].item_nfids) break;
+        if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]) != 0) break;
+        nstarted++;
+    }
+    uint64_t last_sent = 0;
+    double last_t = 0;
+    for (;;) {
+        sleep_s(0.1);
+        double el = mono_s() - t0;
+        poll_targets();
+        /* a window closes once every request sent in it has answered or timed out */
+        while ((double)(next_close + 1) * o.window_s * 1000 + (double)o.deadline_ms + 300 <=
+               (double)(wall_ms() - wall_start_ms)) {
+            close_window(next_close);
+            next_close++;
+        }
+        if (o.progress_s > 0 && el >= next_progress) {
+            double p50, p99;
+            percentiles(&p50, &p99);
+            uint64_t s = atomic_load(&sent);
+            pthread_mutex_lock(&mu);
+            fprintf(stderr,
+                    "loadgen %6.1fs  req %" PRIu64 "  %.0f req/s  p50 %.2f ms  p99 %.2f ms  "
+                    "err %" PRIu64 "  clicks %" PRIu64 "  |  %s\n",
+                    el, s, (double)(s - last_sent) / (el - last_t), p50, p99,
+                    atomic_load(&targets[0].errors), atomic_load(&clicks_made), last_line);
+            pthread_mutex_unlock(&mu);
+            last_sent = s;
+            last_t = el;
+            next_progress += o.progress_s;
+        }
+        if (el >= o.duration_s + 0.2 || stop_flag) break;
+    }
+    for (uint32_t i = 0; i < nstarted; i++)
+        pthread_join(ws[i].th, NULL);
+    double seconds = mono_s() - t0;
+    /* the last windows: full ones only */
+    while ((double)(next_close + 1) * o.window_s <= o.duration_s + 1e-9) {
+        int64_t end_ms = wall_start_ms + (int64_t)((double)(next_close + 1) * o.window_s * 1000);
+        if (wall_ms() < end_ms) break;
+        close_window(next_close++);
+    }
+    pthread_mutex_lock(&click_mu);
+    clicks_done = 1;
+    pthread_cond_signal(&click_cv);
+    pthread_mutex_unlock(&click_mu);
+    if (clicker_started) pthread_join(clicker, NULL);
+    clicker_started = 0;
+    uint64_t delivered = 0, failed = 0;
+    if (producer) {
+        mt_kafka_producer_flush(producer, 30000);
+        mt_kafka_producer_counts(producer, &delivered, &failed);
+    }
+
+    /* the report */
+    double p50, p99;
+    percentiles(&p50, &p99);
+    char *rep = NULL;
+    size_t replen = 0;
+    FILE *m = open_memstream(&rep, &replen);
+    if (!m) goto out;
+    uint64_t s = atomic_load(&sent);
+    char b1[32], b2[32], b3[32];
+    uint64_t imp = atomic_load(&impressions), clk = atomic_load(&clicks_made);
+    fprintf(m,
+            "{\"seconds\": %.1f, \"requests\": %" PRIu64 ", \"qps\": %.1f, \"candidates\": %u, "
+            "\"impressions\": %" PRIu64 ", \"clicks\": %" PRIu64 ", \"ctr\": %s, "
+            "\"clicks_delivered\": %" PRIu64 ", \"clicks_failed\": %" PRIu64
+            ", \"late_sends\": %" PRIu64 ", \"latency_p50_ms\": %s, \"latency_p99_ms\": %s, "
+            "\"window_s\": %.1f, \"paired_windows\": %u, \"truth_auc\": %s, \"targets\": {",
+            seconds, s, (double)s / seconds, o.k, imp, clk,
+            jnum(b1, imp ? (double)clk / (double)imp : NAN), delivered, failed,
+            atomic_load(&late_sends), jnum(b2, p50), jnum(b3, p99), o.window_s, paired_windows,
+            jnum(b1 + 16, truth_windows ? truth_auc_sum / truth_windows : NAN));
+    for (uint32_t i = 0; i < ntargets; i++) {
+        target_t *t = &targets[i];
+        fprintf(m,
+                "%s\"%s\": {\"ok\": %" PRIu64 ", \"errors\": %" PRIu64
+                ", \"windows\": %u, \"mean_auc\": %s, \"paired_auc\": %s}",
+                i ? ", " : "", t->name, atomic_load(&t->ok), atomic_load(&t->errors), t->windows,
+                jnum(b2, t->windows ? t->auc_sum / t->windows : NAN),
+                jnum(b3, paired_windows ? t->auc_sum_paired / paired_windows : NAN));
+    }
+    fprintf(m, "}}\n");
+    fclose(m);
+    fputs(rep, stdout);
+    if (o.report_path) {
+        FILE *f = fopen(o.report_path, "w");
+        if (f) {
+            fputs(rep, f);
+            fclose(f);
+        }
+    }
+    free(rep);
+    rc = s > 0 && atomic_load(&targets[0].ok) > 0 ? 0 : 1;
+    if (failed > 0 || atomic_load(&click_errors) > 0) rc = 1;
+out:
+    stop_flag = 1;
+    if (clicker_started) {
+        pthread_mutex_lock(&click_mu);
+        clicks_done = 1;
+        pthread_cond_signal(&click_cv);
+        pthread_mutex_unlock(&click_mu);
+        pthread_join(clicker, NULL);
+    }
+    for (click_t *c = click_head; c;) {
+        click_t *n = c->next;
+        free(c);
+        c = n;
+    }
+    if (ws)
+        for (uint32_t i = 0; i < o.inflight; i++) {
+            free(ws[i].items);
+            free(ws[i].true_p);
+            free(ws[i].item_fids);
+            free(ws[i].item_nfids);
+            free(ws[i].buf);
+        }
+    free(ws);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j <= MAX_TARGETS; j++)
+            free(windows[i].s[j].v);
+    for (uint32_t i = 0; i < ntargets; i++)
+        mt_rpc_channel_destroy(targets[i].ch);
+    mt_kafka_producer_destroy(producer);
+    if (series_f) fclose(series_f);
+    mt_gen_destroy(gen);
+    free(lat_ms);
+    return rc;
+}
