@@ -57,6 +57,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/readers.h"
 #include "mt/trainer.h"
@@ -90,12 +91,6 @@ typedef struct result {
     double auc, logloss, examples_per_s;
     uint64_t rows;
 } result_t;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
@@ -259,9 +254,9 @@ static mt_err_t run(const opts_t *o, const mt_batch_t *all, const size_t *train,
             size_t m = ntrain - i < o->batch ? ntrain - i : o->batch;
             if ((err = gather_batch(all, order + i, m, &b)) != MT_OK) goto out;
             uint32_t t_s = (uint32_t)(b.timestamps_ms[m - 1] / 1000);
-            double t0 = now_s();
+            double t0 = mt_mono_s();
             err = mt_trainer_train(tr, &b, t_s, NULL, NULL);
-            train_s += now_s() - t0;
+            train_s += mt_mono_s() - t0;
             if (err) goto out;
         }
     }

@@ -67,6 +67,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/psclient.h"
 #include "mt/store.h"
@@ -95,12 +96,6 @@ typedef struct opts {
 } opts_t;
 
 /* ============================== helpers ============================== */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -362,10 +357,10 @@ static int cluster_start(const opts_t *o, uint32_t n, cluster_t *cl) {
         }
     }
     for (uint32_t i = 0; i < n; i++) {
-        double t0 = now_s();
+        double t0 = mt_mono_s();
         while (!(cl->port[i] = read_port_file(portf[i]))) {
             int ws = 0;
-            if (child_exited(cl->pid[i], &ws) || now_s() - t0 > 30) {
+            if (child_exited(cl->pid[i], &ws) || mt_mono_s() - t0 > 30) {
                 fprintf(stderr, "ps_bench: shard %u of %u did not start (status %d); %s:\n", i, n,
                         ws, cl->log[i]);
                 print_log_tail(cl->log[i]);
@@ -416,7 +411,7 @@ static double cluster_fill(const opts_t *o, cluster_t *cl, const uint64_t *keys)
     uint32_t B = o->batch;
     float *out = malloc((size_t)B * o->dim * sizeof(float));
     uint8_t *found = malloc(B);
-    double t0 = now_s(), sec = -1;
+    double t0 = mt_mono_s(), sec = -1;
     if (!out || !found) goto out;
     for (uint64_t i = 0; i < o->rows; i += B) {
         uint32_t m = (uint32_t)(o->rows - i < B ? o->rows - i : B);
@@ -436,7 +431,7 @@ static double cluster_fill(const opts_t *o, cluster_t *cl, const uint64_t *keys)
             }
         }
     }
-    sec = now_s() - t0;
+    sec = mt_mono_s() - t0;
 out:
     free(out);
     free(found);
@@ -479,9 +474,9 @@ static int redis_start(const opts_t *o, redis_t *r) {
             "--appendonly",       "no",     "--daemonize", "no",     "--dir",     g_root,   NULL};
         r->pid = spawn(argv, r->log);
         if (r->pid < 0) break;
-        double t0 = now_s();
+        double t0 = mt_mono_s();
         int ws = 0;
-        while (now_s() - t0 < 10) {
+        while (mt_mono_s() - t0 < 10) {
             if (child_exited(r->pid, &ws)) {
                 r->pid = 0;
                 break;
@@ -569,7 +564,7 @@ static int redis_fill(const opts_t *o, int port, cluster_t *cl, const uint64_t *
     size_t *lens = malloc((2 * (size_t)B + 1) * sizeof(size_t));
     redisContext *rc = redis_connect(port, err, sizeof(err));
     int ret = -1;
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     if (!vals || !argv || !lens || !rc) goto out;
     for (uint64_t i = 0; i < o->rows; i += B) {
         uint32_t m = (uint32_t)(o->rows - i < B ? o->rows - i : B);
@@ -601,7 +596,7 @@ static int redis_fill(const opts_t *o, int port, cluster_t *cl, const uint64_t *
         goto out;
     }
     freeReplyObject(r);
-    *sec = now_s() - t0;
+    *sec = mt_mono_s() - t0;
     ret = 0;
 out:
     if (ret) fprintf(stderr, "ps_bench: filling redis: %s\n", err);
@@ -657,7 +652,7 @@ static void *worker_run(void *arg) {
     while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
         const uint64_t *fids = w->b->pool + (w->next % w->b->nbatch) * B;
         w->next++;
-        double t0 = now_s();
+        double t0 = mt_mono_s();
         if (w->sys == SYS_REDIS) {
             if (redis_mget(w->rc, fids, B, o->dim, out, argv, lens, w->err, sizeof(w->err))) {
                 w->failed = 1;
@@ -673,7 +668,7 @@ static void *worker_run(void *arg) {
                 break;
             }
         }
-        double us = (now_s() - t0) * 1e6;
+        double us = (mt_mono_s() - t0) * 1e6;
         if (w->lat && samples_push(w->lat, us)) {
             w->failed = 1;
             snprintf(w->err, sizeof(w->err), "out of memory");
@@ -706,7 +701,7 @@ static double measure(bench_t *b, int sys, int nthreads, double seconds, samples
                           .next = b->next_batch + (size_t)i * (b->nbatch / (size_t)nthreads),
                           .lat = lat ? &wl[i] : NULL};
     }
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     int started = 0;
     for (int i = 0; i < nthreads; i++) {
         if (pthread_create(&th[i], NULL, worker_run, &w[i]) != 0) break;
@@ -716,7 +711,7 @@ static double measure(bench_t *b, int sys, int nthreads, double seconds, samples
     atomic_store(&stop, 1);
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
-    double sec = now_s() - t0;
+    double sec = mt_mono_s() - t0;
     b->next_batch += 37; /* each measurement starts elsewhere in the pool */
     uint64_t calls = 0;
     int failed = started != nthreads;
@@ -814,9 +809,9 @@ static int lookup_bench(bench_t *b) {
     /* The systems, side by side. */
     for (uint32_t n = 1; n <= 2; n++) {
         cluster_t *cl = &b->cl[n - 1];
-        double t0 = now_s();
+        double t0 = mt_mono_s();
         if (cluster_start(o, n, cl)) return -1;
-        double start_s = now_s() - t0;
+        double start_s = mt_mono_s() - t0;
         double fill_s = cluster_fill(o, cl, b->keys);
         if (fill_s < 0) return -1;
         snprintf(extra, sizeof(extra),
@@ -1027,7 +1022,7 @@ static int snapshot_bench(const opts_t *o) {
      * optimizer state is not the initial one. */
     fill_job_t jobs[2];
     pthread_t th[2];
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     for (int i = 0; i < 2; i++) {
         jobs[i] = (fill_job_t){.t = t,
                                .from = rows * (uint64_t)i / 2,
@@ -1037,7 +1032,7 @@ static int snapshot_bench(const opts_t *o) {
     }
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
-    double fill_s = now_s() - t0;
+    double fill_s = mt_mono_s() - t0;
     for (int i = 0; i < 2; i++) {
         if (jobs[i].err) {
             snprintf(err, sizeof(err), "fill: %s", mt_strerror(jobs[i].err));
@@ -1113,13 +1108,13 @@ static int snapshot_bench(const opts_t *o) {
     t = NULL;
 
     /* Restore (cold page cache, best effort: du_cb dropped the files' pages). */
-    t0 = now_s();
+    t0 = mt_mono_s();
     stc.create_if_missing = 0;
     if ((e = mt_store_open(dir, &stc, &s, err, sizeof(err))) != MT_OK) goto out;
-    double open_s = now_s() - t0;
+    double open_s = mt_mono_s() - t0;
     uint64_t id = 0;
     if ((e = mt_store_load_latest(s, "sparse", &tc, &t, &id, err, sizeof(err))) != MT_OK) goto out;
-    double load_s = now_s() - t0;
+    double load_s = mt_mono_s() - t0;
     mt_table_stats(t, &ts);
     if (ts.rows != rows || id != 1) {
         snprintf(err, sizeof(err), "restored %llu rows of checkpoint %llu, want %llu of 1",
@@ -1254,10 +1249,10 @@ int main(int argc, char **argv) {
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN); /* a dead redis: an error from hiredis, not a signal */
 
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     int rc = lookup_bench(&b);
     if (lookup_teardown(&b)) rc = -1;
     if (rc == 0 && o->snapshot_rows) rc = snapshot_bench(o);
-    fprintf(stderr, "ps_bench: %s in %.1f s\n", rc ? "FAILED" : "done", now_s() - t0);
+    fprintf(stderr, "ps_bench: %s in %.1f s\n", rc ? "FAILED" : "done", mt_mono_s() - t0);
     return rc ? 1 : 0; /* the atexit hook stops what is left and removes the directory */
 }

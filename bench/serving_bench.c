@@ -49,6 +49,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/ps.pb-c.h"
 #include "monolith/v1/serving.pb-c.h"
+#include "mt/clock.h"
 #include "mt/batch.h"
 #include "mt/psclient.h"
 #include "mt/rpc.h"
@@ -65,12 +66,6 @@
 #define HEALTH       "/grpc.health.v1.Health/Check"
 
 /* ============================== helpers ============================== */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
@@ -263,17 +258,17 @@ static size_t g_req_len[NREQ];
 
 static void *load_main(void *arg) {
     load_t *l = arg;
-    double end = now_s() + E.seconds;
+    double end = mt_mono_s() + E.seconds;
     uint64_t i = l->id;
-    while (now_s() < end) {
+    while (mt_mono_s() < end) {
         uint8_t *resp = NULL;
         size_t rlen = 0;
         mt_rpc_status_t st;
         size_t k = (size_t)(i++ % NREQ);
-        double t0 = now_s();
+        double t0 = mt_mono_s();
         mt_err_t err =
             mt_rpc_call(E.serving, PREDICT, g_req[k], g_req_len[k], 5000, &resp, &rlen, &st);
-        double dt = now_s() - t0;
+        double dt = mt_mono_s() - t0;
         int ok = err == MT_OK && st.code == MT_RPC_OK;
         if (ok) {
             Monolith__V1__PredictResponse *pr =
@@ -405,12 +400,12 @@ static double sgemm_gflops(void) {
     for (int i = 0; i < k * n; i++)
         W[i] = (float)(i % 5) * 0.1f;
     for (int rep = 0; rep < 5; rep++) {
-        double t0 = now_s();
+        double t0 = mt_mono_s();
         int iters = 200;
         for (int it = 0; it < iters; it++)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, A, k, W, n, 0.0f,
                         C, n);
-        r[rep] = 2.0 * m * n * k * iters / (now_s() - t0) / 1e9;
+        r[rep] = 2.0 * m * n * k * iters / (mt_mono_s() - t0) / 1e9;
     }
     free(A);
     free(W);
@@ -514,7 +509,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "serving_bench: trainer: %s\n", err);
         return 1;
     }
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     uint64_t ids = E.users > E.items ? E.users : E.items;
     if (train_steps(&T, 0, (ids + 1023) / 1024, 1024, 0)) {
         fprintf(stderr, "serving_bench: filling the PS failed\n");
@@ -523,7 +518,7 @@ int main(int argc, char **argv) {
     char extra[512];
     snprintf(extra, sizeof(extra), "\"shards\":%d,\"ids_per_slot\":%llu,\"slots\":%d,\"dim\":%d",
              shards, (unsigned long long)ids, NSLOTS, DIM);
-    emit("fill_seconds", now_s() - t0, "s", extra);
+    emit("fill_seconds", mt_mono_s() - t0, "s", extra);
 
     /* serving */
     snprintf(path, sizeof(path), "%s/serving.port", g_root);
@@ -538,15 +533,15 @@ int main(int argc, char **argv) {
     mt_rpc_client_config_t cc;
     mt_rpc_client_config_init(&cc);
     if (mt_rpc_channel_create(saddr, &cc, &E.serving) != MT_OK) return 1;
-    t0 = now_s();
+    t0 = mt_mono_s();
     while (!healthy()) {
-        if (now_s() - t0 > 60) {
+        if (mt_mono_s() - t0 > 60) {
             fprintf(stderr, "serving_bench: serving not ready after 60 s\n");
             return 1;
         }
         sleep_s(0.05);
     }
-    emit("ready_seconds", now_s() - t0, "s", extra);
+    emit("ready_seconds", mt_mono_s() - t0, "s", extra);
 
     for (uint64_t r = 0; r < NREQ; r++)
         if (!(g_req_len[r] = encode_predict(r, &g_req[r]))) return 1;
@@ -556,9 +551,9 @@ int main(int argc, char **argv) {
     double *el = calloc(ne, sizeof(double));
     if (!el) return 1;
     for (size_t i = 0; i < ne + 50; i++) {
-        double c0 = now_s();
+        double c0 = mt_mono_s();
         if (!healthy()) return 1;
-        if (i >= 50) el[i - 50] = (now_s() - c0) * 1000;
+        if (i >= 50) el[i - 50] = (mt_mono_s() - c0) * 1000;
     }
     double e50 = pct(el, ne, 0.5), e99 = pct(el, ne, 0.99);
     snprintf(extra, sizeof(extra),
@@ -585,7 +580,7 @@ int main(int argc, char **argv) {
         uint32_t nl = levels[li];
         load_t *ls = calloc(nl, sizeof(*ls));
         if (!ls) return 1;
-        double w0 = now_s();
+        double w0 = mt_mono_s();
         for (uint32_t i = 0; i < nl; i++) {
             ls[i].id = i * 7;
             if (pthread_create(&ls[i].th, NULL, load_main, &ls[i])) return 1;
@@ -597,7 +592,7 @@ int main(int argc, char **argv) {
             total += ls[i].n;
             errors += ls[i].errors;
         }
-        double wall = now_s() - w0;
+        double wall = mt_mono_s() - w0;
         double *all = malloc((total ? total : 1) * sizeof(double));
         if (!all) return 1;
         size_t k = 0;
@@ -636,13 +631,13 @@ int main(int argc, char **argv) {
             fid(1, (1ull << 40) + (uint64_t)p * 977 + (uint64_t)time(NULL) % 1000 * 100000);
         float emb[DIM];
         mt_rpc_status_t st;
-        double c0 = now_s();
+        double c0 = mt_mono_s();
         if (mt_psc_lookup(E.psc, &probe, 1, 1, 0, emb, DIM, NULL, &st) != MT_OK) {
             lost++;
             continue;
         }
         int seen = 0;
-        while (now_s() - c0 < 10) {
+        while (mt_mono_s() - c0 < 10) {
             if (served(probe) == 1) {
                 seen = 1;
                 break;
@@ -650,7 +645,7 @@ int main(int argc, char **argv) {
             sleep_s(0.002);
         }
         if (seen)
-            lag[nlag++] = (now_s() - c0) * 1000;
+            lag[nlag++] = (mt_mono_s() - c0) * 1000;
         else
             lost++;
     }

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/table.h"
 #include "mt/zipf.h"
@@ -44,12 +45,6 @@ static double rss_bytes(void) {
     if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
     fclose(f);
     return (double)res * 4096.0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -180,12 +175,12 @@ static void *job_run(void *arg) {
 /* Runs nthreads copies of a job; each gets its own slice or stream. @returns seconds. */
 static double run_threads(job_t *jobs, int nthreads) {
     pthread_t th[8];
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     for (int i = 0; i < nthreads; i++)
         pthread_create(&th[i], NULL, job_run, &jobs[i]);
     for (int i = 0; i < nthreads; i++)
         pthread_join(th[i], NULL);
-    return now_s() - t0;
+    return mt_mono_s() - t0;
 }
 
 static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows) {

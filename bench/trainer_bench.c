@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/ps.h"
 #include "mt/psclient.h"
@@ -41,12 +42,6 @@
 
 #define NSLOTS 26
 #define DIM    16
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* CPU time of the calling thread: on a shared machine the share of a core another process
  * takes does not count against us (caches and memory bandwidth still do). */
@@ -198,10 +193,10 @@ typedef struct worker {
 
 static void *worker_run(void *arg) {
     worker_t *w = arg;
-    double t0 = now_s(), c0 = thread_cpu_s();
+    double t0 = mt_mono_s(), c0 = thread_cpu_s();
     for (size_t i = 0; i < w->bs->n && !w->err; i++)
         w->err = mt_trainer_train(w->tr, &w->bs->b[i], 2, w->probs, NULL) != MT_OK;
-    w->sec = now_s() - t0;
+    w->sec = mt_mono_s() - t0;
     w->cpu_sec = thread_cpu_s() - c0;
     return NULL;
 }
@@ -252,12 +247,12 @@ static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t n
     mt_table_stats_t s0, s1;
     mt_table_stats(t, &s0);
     pthread_t th[2];
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     for (int i = 0; i < nt; i++)
         if (pthread_create(&th[i], NULL, worker_run, &w[i]) != 0) goto out;
     for (int i = 0; i < nt; i++)
         pthread_join(th[i], NULL);
-    double sec = now_s() - t0;
+    double sec = mt_mono_s() - t0;
     mt_table_stats(t, &s1);
     for (int i = 0; i < nt; i++)
         if (w[i].err) goto out;
@@ -288,13 +283,13 @@ static double sgemm_gflops(size_t batch, double *cpu) {
           *C = calloc(batch * 256, sizeof(float));
     double r[3], rc[3];
     for (int k = 0; k < 3; k++) {
-        double flops = 0, f0 = now_s(), c0 = thread_cpu_s();
+        double flops = 0, f0 = mt_mono_s(), c0 = thread_cpu_s();
         for (int rep = 0; rep < 50; rep++) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)batch, 256, (int)in, 1.0f,
                         A, (int)in, W, 256, 0.0f, C, 256);
             flops += 2.0 * (double)batch * 256 * (double)in;
         }
-        r[k] = flops / (now_s() - f0) / 1e9;
+        r[k] = flops / (mt_mono_s() - f0) / 1e9;
         rc[k] = flops / (thread_cpu_s() - c0) / 1e9;
     }
     free(A);
@@ -435,10 +430,10 @@ int main(int argc, char **argv) {
     if (batches_make(&bs, nbatches + 1, batch, &sm)) return 1;
     float *probs = malloc(batch * sizeof(float));
     if (mt_trainer_train(tr, &bs.b[0], 1, probs, NULL) != MT_OK) return 1; /* first rows */
-    double t0 = now_s();
+    double t0 = mt_mono_s();
     for (size_t i = 1; i <= nbatches; i++)
         if (mt_trainer_train(tr, &bs.b[i], 2, probs, NULL) != MT_OK) return 1;
-    double rate = (double)(nbatches * batch) / (now_s() - t0);
+    double rate = (double)(nbatches * batch) / (mt_mono_s() - t0);
     snprintf(extra, sizeof(extra),
              "\"phase\":\"cold\",\"threads\":1,\"vs_compute_floor\":%.3f,\"slots\":%d,"
              "\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,\"backend\":\"1 PS over loopback\","

@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mt/clock.h"
 #include "mt/config.h"
 #include "mt/http.h"
 #include "mt/joiner.h"
@@ -75,18 +76,6 @@ typedef struct daemon {
     size_t nmarks;
 } daemon_t;
 
-static double now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double now_wall(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void usage(FILE *f) {
     fprintf(f, "usage: monolith-joiner --config FILE [--set section.key=value]...\n"
                "                       [--log-level debug|info|warn|error] [--duration-s S]\n"
@@ -103,7 +92,7 @@ static int stop_requested(void) {
 static void snapshot(daemon_t *d) {
     pthread_mutex_lock(&d->lock);
     mt_joiner_stats(d->j, &d->snap);
-    d->wall_now_s = now_wall();
+    d->wall_now_s = mt_wall_s();
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -175,7 +164,7 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
     G("consumer_lag_messages",
       "Messages behind the high watermarks of the assigned input partitions (-1: unknown).",
       kafka_lag);
-    G("uptime_seconds", "Seconds since start.", now_mono() - d->started);
+    G("uptime_seconds", "Seconds since start.", mt_mono_s() - d->started);
 #undef C
 #undef G
     if (fclose(f) != 0) {
@@ -376,17 +365,17 @@ static int run(daemon_t *d, double duration_s, int drain) {
            d->cfg.kafka.features_topic, d->cfg.kafka.actions_topic, d->cfg.kafka.examples_topic,
            bootstrap, d->cfg.joiner.group, d->cfg.joiner.window_s);
     const mt_config_joiner_t *jc = &d->cfg.joiner;
-    double t0 = now_mono(), next_commit = t0 + jc->commit_interval_ms / 1000.0;
+    double t0 = mt_mono_s(), next_commit = t0 + jc->commit_interval_ms / 1000.0;
     double next_progress = t0 + 1.0, last_t = t0, next_lag = t0;
     uint64_t last_msgs = 0, msgs_total = 0;
     while (!stop_requested()) {
-        if (duration_s > 0 && now_mono() - t0 >= duration_s) break;
-        if (now_mono() >= next_lag) { /* a few librdkafka calls: once a second is plenty */
+        if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
+        if (mt_mono_s() >= next_lag) { /* a few librdkafka calls: once a second is plenty */
             int64_t lag = mt_kafka_consumer_lag(kc);
             pthread_mutex_lock(&d->lock);
             d->kafka_lag = lag;
             pthread_mutex_unlock(&d->lock);
-            next_lag = now_mono() + 1.0;
+            next_lag = mt_mono_s() + 1.0;
         }
         size_t n = 0;
         if (mt_joiner_outbox_size(d->j) < OUTBOX_STOP)
@@ -426,7 +415,7 @@ static int run(daemon_t *d, double duration_s, int drain) {
         pthread_mutex_lock(&d->lock);
         d->messages = msgs_total;
         pthread_mutex_unlock(&d->lock);
-        double now = now_mono();
+        double now = mt_mono_s();
         if (now >= next_commit || mt_joiner_outbox_size(d->j) >= OUTBOX_HIGH) {
             next_commit = now + jc->commit_interval_ms / 1000.0;
             if (commit_round(d, p, kc)) goto out;
@@ -467,7 +456,7 @@ static int run(daemon_t *d, double duration_s, int drain) {
         goto out;
     }
     snapshot(d);
-    rc = write_report(d, now_mono() - t0);
+    rc = write_report(d, mt_mono_s() - t0);
 out:
     mt_kafka_consumer_destroy(kc);
     mt_kafka_producer_destroy(p);
@@ -482,7 +471,7 @@ int main(int argc, char **argv) {
     memset(&d, 0, sizeof(d));
     d.kafka_lag = -1;
     pthread_mutex_init(&d.lock, NULL);
-    d.started = now_mono();
+    d.started = mt_mono_s();
     int rc = 2, check_only = 0, drain = 0;
     const char *config = NULL;
     double duration_s = 0;

@@ -56,6 +56,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/example.pb-c.h"
 #include "monolith/v1/serving.pb-c.h"
+#include "mt/clock.h"
 #include "mt/gen.h"
 #include "mt/kafka.h"
 #include "mt/log.h"
@@ -150,12 +151,6 @@ static int64_t wall_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void sleep_s(double s) {
@@ -501,12 +496,12 @@ static Monolith__V1__PredictResponse *decode(const uint8_t *resp, size_t rlen) {
 
 static void *worker_main(void *arg) {
     worker_t *w = arg;
-    double t0 = mono_s();
+    double t0 = mt_mono_s();
     for (;;) {
         uint64_t i = atomic_fetch_add(&next_req, 1);
         double due = o.rate > 0 ? (double)i / o.rate : 0;
-        if (stop_flag || due >= o.duration_s || mono_s() - t0 >= o.duration_s) break;
-        double now = mono_s() - t0;
+        if (stop_flag || due >= o.duration_s || mt_mono_s() - t0 >= o.duration_s) break;
+        double now = mt_mono_s() - t0;
         if (due > now)
             sleep_s(due - now);
         else if (o.rate > 0 && now - due > 0.1)
@@ -540,14 +535,14 @@ static void *worker_main(void *arg) {
         uint8_t *resp = NULL;
         size_t rlen = 0;
         mt_rpc_status_t st;
-        double c0 = mono_s();
+        double c0 = mt_mono_s();
         Monolith__V1__PredictResponse *pr = NULL;
         if (atomic_load(&prim->active) &&
             mt_rpc_call(prim->ch, PREDICT, w->buf, len, o.deadline_ms, &resp, &rlen, &st) ==
                 MT_OK &&
             st.code == MT_RPC_OK)
             pr = decode(resp, rlen);
-        double lat = (mono_s() - c0) * 1000;
+        double lat = (mt_mono_s() - c0) * 1000;
         free(resp);
         if (!atomic_load(&prim->active)) {
             sleep_s(0.05); /* not serving yet: this request is not sent */
@@ -812,11 +807,11 @@ int main(int argc, char **argv) {
         }
     }
     /* the primary must answer before the clock starts */
-    double t_wait = mono_s();
+    double t_wait = mt_mono_s();
     while (!atomic_load(&targets[0].active) && !stop_flag) {
         poll_targets();
         if (atomic_load(&targets[0].active)) break;
-        if (mono_s() - t_wait > 120) {
+        if (mt_mono_s() - t_wait > 120) {
             mt_log(MT_LOG_ERROR, "loadgen", "primary %s not serving after 120 s", targets[0].name);
             goto out;
         }
@@ -824,7 +819,7 @@ int main(int argc, char **argv) {
     }
     if (pthread_create(&clicker, NULL, click_thread, NULL) == 0) clicker_started = 1;
     wall_start_ms = wall_ms();
-    double t0 = mono_s(), next_progress = o.progress_s;
+    double t0 = mt_mono_s(), next_progress = o.progress_s;
     for (uint32_t i = 0; i < o.inflight; i++) {
         ws[i].items = calloc(o.k, sizeof(uint64_t));
         ws[i].true_p = calloc(o.k, sizeof(float));
@@ -838,7 +833,7 @@ int main(int argc, char **argv) {
     double last_t = 0;
     for (;;) {
         sleep_s(0.1);
-        double el = mono_s() - t0;
+        double el = mt_mono_s() - t0;
         poll_targets();
         /* a window closes once every request sent in it has answered or timed out */
         while ((double)(next_close + 1) * o.window_s * 1000 + (double)o.deadline_ms + 300 <=
@@ -865,7 +860,7 @@ int main(int argc, char **argv) {
     }
     for (uint32_t i = 0; i < nstarted; i++)
         pthread_join(ws[i].th, NULL);
-    double seconds = mono_s() - t0;
+    double seconds = mt_mono_s() - t0;
     /* the last windows: full ones only */
     while ((double)(next_close + 1) * o.window_s <= o.duration_s + 1e-9) {
         int64_t end_ms = wall_start_ms + (int64_t)((double)(next_close + 1) * o.window_s * 1000);

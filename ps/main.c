@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "monolith/v1/ps.pb-c.h"
+#include "mt/clock.h"
 #include "mt/config.h"
 #include "mt/http.h"
 #include "mt/jemalloc_conf.h"
@@ -52,12 +53,6 @@ typedef struct daemon {
     uint64_t snapshots, snapshot_failures;
     time_t started;
 } daemon_t;
-
-static double now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: monolith-ps --config FILE [--shard I] [--num-shards N] [--listen ADDR]\n"
@@ -150,7 +145,7 @@ static mt_err_t restore(daemon_t *d, const mt_table_config_t *tc, mt_table_t **t
         return MT_OK;
     }
     if (rc) goto fail;
-    double t0 = now_mono();
+    double t0 = mt_mono_s();
     rc = mt_store_load_table(d->store, id, SPARSE, tc, table, err, sizeof(err));
     if (rc) goto fail;
     const uint8_t *m = meta;
@@ -182,7 +177,7 @@ static mt_err_t restore(daemon_t *d, const mt_table_config_t *tc, mt_table_t **t
     mt_table_stats(*table, &ts);
     d->last_id = id;
     mt_log(MT_LOG_INFO, WHO, "restored snapshot %llu: %llu rows in %.3f s", (unsigned long long)id,
-           (unsigned long long)ts.rows, now_mono() - t0);
+           (unsigned long long)ts.rows, mt_mono_s() - t0);
     free(meta);
     return MT_OK;
 fail:
@@ -414,7 +409,7 @@ int main(int argc, char **argv) {
     }
 
     /* The clocks: expiry ticks and periodic snapshots, until SIGTERM/SIGINT. */
-    double next_expire = now_mono(), next_snap = now_mono() + d.cfg.ps.snapshot_interval_s;
+    double next_expire = mt_mono_s(), next_snap = mt_mono_s() + d.cfg.ps.snapshot_interval_s;
     int sig = 0;
     while (!sig) {
         struct timespec wait = {0, 100 * 1000000L};
@@ -423,7 +418,7 @@ int main(int argc, char **argv) {
             sig = s;
             break;
         }
-        double t = now_mono();
+        double t = mt_mono_s();
         if (d.cfg.ps.expire_interval_ms && t >= next_expire) {
             uint64_t ev = mt_ps_expire_tick(d.ps, (uint32_t)time(NULL),
                                             (size_t)d.cfg.ps.expire_buckets_per_tick);
@@ -432,7 +427,7 @@ int main(int argc, char **argv) {
         }
         if (d.store && d.cfg.ps.snapshot_interval_s && t >= next_snap) {
             snapshot(&d, 0, NULL, NULL, NULL, NULL);
-            next_snap = now_mono() + d.cfg.ps.snapshot_interval_s;
+            next_snap = mt_mono_s() + d.cfg.ps.snapshot_interval_s;
         }
     }
     mt_log(MT_LOG_INFO, WHO, "%s: finishing in-flight calls",

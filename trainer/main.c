@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mt/clock.h"
 #include "mt/config.h"
 #include "mt/eval.h"
 #include "mt/example_pb.h"
@@ -82,12 +83,6 @@ typedef struct daemon {
     const char *report_path;
     uint64_t bad_logged;
 } daemon_t;
-
-static double now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -159,7 +154,7 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
     G("consumer_lag_messages",
       "Online: examples behind the high watermarks of the assigned partitions (-1: unknown).",
       atomic_load(&c->kafka_lag));
-    G("uptime_seconds", "Seconds since start.", now_mono() - d->started);
+    G("uptime_seconds", "Seconds since start.", mt_mono_s() - d->started);
 #undef C
 #undef G
     if (fclose(f) != 0) {
@@ -510,7 +505,7 @@ static int run_pass(daemon_t *d, const char *path, int train, uint32_t epoch, ui
         rc = 1;
         goto done;
     }
-    double t0 = now_mono(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
+    double t0 = mt_mono_s(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
     mt_err_t e;
     while ((e = mt_reader_next(r, &b, bs)) == MT_OK) {
         if (train) {
@@ -530,7 +525,7 @@ static int run_pass(daemon_t *d, const char *path, int train, uint32_t epoch, ui
             rc = 1;
             break;
         }
-        double now = now_mono();
+        double now = mt_mono_s();
         if (d->cfg.trainer.progress_interval_ms && now >= next_progress) {
             next_progress = now + d->cfg.trainer.progress_interval_ms / 1000.0;
             mt_eval_result_t er;
@@ -552,7 +547,7 @@ static int run_pass(daemon_t *d, const char *path, int train, uint32_t epoch, ui
         mt_log(MT_LOG_ERROR, WHO, "%s: %s", path, mt_strerror(e));
         rc = 1;
     }
-    res->seconds = now_mono() - t0;
+    res->seconds = mt_mono_s() - t0;
     mt_eval_result(ev, &res->ev);
     if (!train) res->loss_sum = res->ev.logloss * (double)res->ev.n;
     free(probs);
@@ -706,16 +701,16 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
         goto out;
     }
     pass_result_t res = {0};
-    double t0 = now_mono(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
+    double t0 = mt_mono_s(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
     double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0;
     uint64_t last_examples = 0;
     double last_t = t0, next_lag = t0;
     while (!stop_requested(d)) {
         if (max_examples && res.examples >= max_examples) break;
-        if (duration_s > 0 && now_mono() - t0 >= duration_s) break;
-        if (now_mono() >= next_lag) { /* a few librdkafka calls: once a second */
+        if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
+        if (mt_mono_s() >= next_lag) { /* a few librdkafka calls: once a second */
             atomic_store(&d->ctr.kafka_lag, mt_kafka_consumer_lag(kc));
-            next_lag = now_mono() + 1.0;
+            next_lag = mt_mono_s() + 1.0;
         }
         size_t want = bs;
         if (max_examples && max_examples - res.examples < want)
@@ -750,7 +745,7 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
         /* the updates of every message up to here are applied on the PS: mark them */
         for (size_t i = 0; i < n; i++)
             mt_kafka_consumer_mark(kc, &msgs[i]);
-        double now = now_mono();
+        double now = mt_mono_s();
         if (n && (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit)) {
             next_commit = now + d->cfg.trainer.commit_interval_ms / 1000.0;
             commit(d, kc);
@@ -776,7 +771,7 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
         rc = 1;
     }
     if (commit(d, kc)) rc = 1;
-    res.seconds = now_mono() - t0;
+    res.seconds = mt_mono_s() - t0;
     mt_eval_result(d->eval, &res.ev);
     if (write_report(d, "online", &res, 1, NULL, 0)) rc = 1;
 out:
@@ -792,7 +787,7 @@ out:
 int main(int argc, char **argv) {
     daemon_t d;
     memset(&d, 0, sizeof(d));
-    d.started = now_mono();
+    d.started = mt_mono_s();
     atomic_store(&d.ctr.kafka_lag, -1);
     int rc = 2;
     const char *config = NULL, *train = NULL, *eval = NULL;
@@ -854,16 +849,13 @@ int main(int argc, char **argv) {
                 goto out;
             }
         } else if (!strcmp(a, "--log-level")) {
-            static const char *const lv[] = {"debug", "info", "warn", "error"};
-            int k = 0;
-            while (k < 4 && strcmp(v, lv[k]))
-                k++;
-            if (k == 4) {
+            mt_log_level_t lv;
+            if (mt_log_parse_level(v, &lv)) {
                 fprintf(stderr,
                         "monolith-trainer: --log-level %s: expected debug|info|warn|error\n", v);
                 goto out;
             }
-            mt_log_set_level((mt_log_level_t)k);
+            mt_log_set_level(lv);
         } else if (!strcmp(a, "--set")) {
             /* applied after the file, in order */
         } else {

@@ -6,6 +6,7 @@
  * infinite gradients -> INVALID_ARGUMENT) before touching the table, then act, pack, reply.
  * A bad request changes nothing.
  */
+#include "mt/strbuf.h"
 #include "mt/ps.h"
 
 #include <math.h>
@@ -883,74 +884,43 @@ static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
 static const char *method_names[MT_PS_NMETHODS] = {
     "Lookup", "ApplyGradients", "PullDense", "PushDense", "Sync", "Snapshot", "Stats"};
 
-/* Appends to a growable string. */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf_t;
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t c = b->cap ? b->cap * 2 : 4096;
-        while (c < b->len + (size_t)n + 1)
-            c *= 2;
-        char *np = realloc(b->p, c);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = c;
-    }
-}
-
 mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_t *len) {
-    sbuf_t b = {0};
+    mt_strbuf_t b = {0};
     const char *L = "shard";
     uint32_t sh = ps->cfg.shard;
-    sb_printf(&b, "# HELP monolith_ps_requests_total Calls per method.\n"
-                  "# TYPE monolith_ps_requests_total counter\n");
+    mt_strbuf_printf(&b, "# HELP monolith_ps_requests_total Calls per method.\n"
+                         "# TYPE monolith_ps_requests_total counter\n");
     for (int m = 0; m < MT_PS_NMETHODS; m++)
-        sb_printf(&b, "monolith_ps_requests_total{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
-                  method_names[m], (unsigned long long)atomic_load(&ps->calls[m]));
-    sb_printf(&b, "# HELP monolith_ps_errors_total Calls answered with an error status.\n"
-                  "# TYPE monolith_ps_errors_total counter\n");
+        mt_strbuf_printf(&b, "monolith_ps_requests_total{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
+                         method_names[m], (unsigned long long)atomic_load(&ps->calls[m]));
+    mt_strbuf_printf(&b, "# HELP monolith_ps_errors_total Calls answered with an error status.\n"
+                         "# TYPE monolith_ps_errors_total counter\n");
     for (int m = 0; m < MT_PS_NMETHODS; m++)
-        sb_printf(&b, "monolith_ps_errors_total{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
-                  method_names[m], (unsigned long long)atomic_load(&ps->errors[m]));
-    sb_printf(&b, "# HELP monolith_ps_request_seconds Call latency.\n"
-                  "# TYPE monolith_ps_request_seconds histogram\n");
+        mt_strbuf_printf(&b, "monolith_ps_errors_total{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
+                         method_names[m], (unsigned long long)atomic_load(&ps->errors[m]));
+    mt_strbuf_printf(&b, "# HELP monolith_ps_request_seconds Call latency.\n"
+                         "# TYPE monolith_ps_request_seconds histogram\n");
     for (int m = 0; m < MT_PS_NMETHODS; m++) {
         uint64_t cum = 0;
         for (int k = 0; k < MT__HIST_BUCKETS; k++) {
             cum += atomic_load(&ps->hist[m][k]);
             if (k < MT__HIST_BUCKETS - 1)
-                sb_printf(&b,
-                          "monolith_ps_request_seconds_bucket{%s=\"%u\",method=\"%s\",le=\"%g\"} "
-                          "%llu\n",
-                          L, sh, method_names[m], hist_bounds_s[k], (unsigned long long)cum);
+                mt_strbuf_printf(
+                    &b,
+                    "monolith_ps_request_seconds_bucket{%s=\"%u\",method=\"%s\",le=\"%g\"} "
+                    "%llu\n",
+                    L, sh, method_names[m], hist_bounds_s[k], (unsigned long long)cum);
             else
-                sb_printf(&b,
-                          "monolith_ps_request_seconds_bucket{%s=\"%u\",method=\"%s\",le=\"+Inf\"} "
-                          "%llu\n",
-                          L, sh, method_names[m], (unsigned long long)cum);
+                mt_strbuf_printf(
+                    &b,
+                    "monolith_ps_request_seconds_bucket{%s=\"%u\",method=\"%s\",le=\"+Inf\"} "
+                    "%llu\n",
+                    L, sh, method_names[m], (unsigned long long)cum);
         }
-        sb_printf(&b, "monolith_ps_request_seconds_sum{%s=\"%u\",method=\"%s\"} %.6f\n", L, sh,
-                  method_names[m], (double)atomic_load(&ps->hist_sum_us[m]) * 1e-6);
-        sb_printf(&b, "monolith_ps_request_seconds_count{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
-                  method_names[m], (unsigned long long)cum);
+        mt_strbuf_printf(&b, "monolith_ps_request_seconds_sum{%s=\"%u\",method=\"%s\"} %.6f\n", L,
+                         sh, method_names[m], (double)atomic_load(&ps->hist_sum_us[m]) * 1e-6);
+        mt_strbuf_printf(&b, "monolith_ps_request_seconds_count{%s=\"%u\",method=\"%s\"} %llu\n", L,
+                         sh, method_names[m], (unsigned long long)cum);
     }
     mt_table_stats_t st;
     mt_table_stats(ps->table, &st);
@@ -977,9 +947,9 @@ mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_
          (double)atomic_load(&ps->sync_entries)},
     };
     for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
-        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{%s=\"%u\"} %.17g\n", g[i].name, g[i].help,
-                  g[i].name, g[i].type, g[i].name, L, sh, g[i].v);
-    if (extra) sb_printf(&b, "%s", extra);
+        mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{%s=\"%u\"} %.17g\n", g[i].name,
+                         g[i].help, g[i].name, g[i].type, g[i].name, L, sh, g[i].v);
+    if (extra) mt_strbuf_printf(&b, "%s", extra);
     if (b.oom) {
         free(b.p);
         return MT_NOMEM;

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "mt/clock.h"
+
 #include "monolith/v1/example.pb-c.h"
 #include "replay_int.h"
 
@@ -325,12 +327,6 @@ mt_err_t mt_replay_encode(const mt_replay_event_t *ev, uint8_t **buf, size_t *ca
 /* The paced run                                                                            */
 /* ---------------------------------------------------------------------------------------- */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_s(double s) {
     if (s <= 0) return;
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -349,7 +345,7 @@ mt_err_t mt_replay_run(mt_replay_t *r, const mt_replay_run_config_t *rc, mt_repl
     memset(&t, 0, sizeof(t));
     uint8_t *buf = NULL;
     size_t cap = 0, len = 0;
-    double t0 = now_s(), interval_s = rc->progress_interval_ms / 1000.0;
+    double t0 = mt_mono_s(), interval_s = rc->progress_interval_ms / 1000.0;
     double next_progress = t0 + interval_s;
     bool first = true;
     mt_err_t err = MT_OK;
@@ -369,14 +365,14 @@ mt_err_t mt_replay_run(mt_replay_t *r, const mt_replay_run_config_t *rc, mt_repl
             t.first_event_ms = ev.timestamp_ms;
             first = false;
         }
-        double now = now_s();
+        double now = mt_mono_s();
         if (rc->speed > 0) {
             double due = t0 + (double)(ev.timestamp_ms - t.first_event_ms) / 1000.0 / rc->speed;
             while (now < due && !(rc->stop && *rc->stop)) {
                 double wait = due - now;
                 if (interval_s > 0 && next_progress - now < wait) wait = next_progress - now;
                 sleep_s(wait < 0.2 ? wait : 0.2);
-                now = now_s();
+                now = mt_mono_s();
                 if (rc->progress && interval_s > 0 && now >= next_progress) {
                     t.wall_s = now - t0;
                     rc->progress(rc->progress_opaque, &t);
@@ -406,7 +402,7 @@ mt_err_t mt_replay_run(mt_replay_t *r, const mt_replay_run_config_t *rc, mt_repl
             next_progress = now + interval_s;
         }
     }
-    t.wall_s = now_s() - t0;
+    t.wall_s = mt_mono_s() - t0;
     if (totals) *totals = t;
     free(buf);
     return err;

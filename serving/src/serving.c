@@ -21,6 +21,8 @@
  * user's followed by the candidate's, a candidate fid the user side already gave being left
  * out: that is how the joiner merges an Impression into the Example the trainer learns from.
  */
+#include "mt/strbuf.h"
+#include "mt/clock.h"
 #include "mt/serving.h"
 
 #include <math.h>
@@ -130,12 +132,6 @@ struct mt_serving {
     _Atomic uint64_t hist[HIST_BUCKETS], hist_sum_us;
 };
 
-static double now_mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void msgf(char *buf, size_t len, const char *fmt, ...) {
     if (!buf || !len) return;
@@ -235,7 +231,7 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&sv->model_lock, NULL);
     pthread_mutex_init(&sv->stat_lock, NULL);
-    sv->started_s = now_mono();
+    sv->started_s = mt_mono_s();
     err = MT_NOMEM;
     sv->topic = strdup(cfg->features_topic);
     sv->slot_index = malloc(65536 * sizeof(uint16_t));
@@ -360,7 +356,7 @@ static int sleep_until(mt_serving_t *sv, double deadline_s) {
     ts.tv_nsec = (long)((deadline_s - (double)ts.tv_sec) * 1e9);
     if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
     pthread_mutex_lock(&sv->stop_lock);
-    while (!sv->stopping && now_mono() < deadline_s)
+    while (!sv->stopping && mt_mono_s() < deadline_s)
         if (pthread_cond_timedwait(&sv->stop_cond, &sv->stop_lock, &ts) != 0) break;
     int stop = sv->stopping;
     pthread_mutex_unlock(&sv->stop_lock);
@@ -515,7 +511,7 @@ static mt_err_t sync_once(shard_t *sh) {
     mt_rpc_status_t st = {0};
     uint64_t entries = 0, deleted = 0, upto = 0, new_inc = 0, v0 = 0, swept = 0;
     int full = 0, first = 1, done = 0;
-    double t0 = now_mono();
+    double t0 = mt_mono_s();
     mt_err_t err = mt_rpc_stream_open(mt_psc_channel(sv->psc, sh->idx), SYNC_PATH, req, rlen,
                                       sv->cfg.sync_timeout_ms, &s);
     if (err) {
@@ -577,7 +573,7 @@ static mt_err_t sync_once(shard_t *sh) {
     if (full) sh->ever = 1;
 out:
     if (s) mt_rpc_stream_close(s, &st);
-    double t1 = now_mono();
+    double t1 = mt_mono_s();
     pthread_mutex_lock(&sv->stat_lock);
     if (err) {
         sh->st.failures++;
@@ -617,11 +613,11 @@ static void *sync_main(void *arg) {
     /* A fixed rate: a sync starts every interval however long the last took (a late one
      * starts at once, and ticks missed meanwhile are skipped), so that the replica's age
      * stays under interval + one sync's duration. */
-    double period = sv->cfg.sync_interval_ms / 1000.0, next = now_mono();
+    double period = sv->cfg.sync_interval_ms / 1000.0, next = mt_mono_s();
     while (!sleep_until(sv, next)) {
         sync_once(sh);
         next += period;
-        double now = now_mono();
+        double now = mt_mono_s();
         if (next < now) next = now;
     }
     return NULL;
@@ -696,7 +692,7 @@ static void dense_once(mt_serving_t *sv, dense_state_t *ds) {
         sv->dense_failures++;
     } else {
         sv->dense_pulls++;
-        if (ds->have) sv->dense_ok_s = now_mono();
+        if (ds->have) sv->dense_ok_s = mt_mono_s();
     }
     pthread_mutex_unlock(&sv->stat_lock);
     if (err) {
@@ -711,7 +707,7 @@ static void dense_once(mt_serving_t *sv, dense_state_t *ds) {
 static void *dense_main(void *arg) {
     mt_serving_t *sv = arg;
     dense_state_t ds = {0};
-    double next = now_mono();
+    double next = mt_mono_s();
     while (!sleep_until(sv, next)) {
         dense_once(sv, &ds);
         /* until the first model arrives, retry at the sparse pace (at most 1 s) */
@@ -720,7 +716,7 @@ static void *dense_main(void *arg) {
             ms = sv->cfg.sync_interval_ms;
             if (ms > 1000) ms = 1000;
         }
-        next = now_mono() + ms / 1000.0;
+        next = mt_mono_s() + ms / 1000.0;
     }
     mt_model_destroy(ds.spare);
     return NULL;
@@ -1143,9 +1139,9 @@ static void handler(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
         lookup(ctx->sv, c, req, len);
         return;
     }
-    double t0 = now_mono();
+    double t0 = mt_mono_s();
     predict(ctx->sv, c, req, len);
-    double s = now_mono() - t0;
+    double s = mt_mono_s() - t0;
     int b = 0;
     while (b < HIST_BUCKETS - 1 && s > hist_bounds_s[b])
         b++;
@@ -1198,38 +1194,6 @@ void mt_serving_counters(mt_serving_t *sv, mt_serving_counters_t *out) {
     out->ready = atomic_load(&sv->ready);
 }
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf_t;
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t c = b->cap ? b->cap * 2 : 8192;
-        while (c < b->len + (size_t)n + 1)
-            c *= 2;
-        char *np = realloc(b->p, c);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = c;
-    }
-}
-
 static const char *const status_names[17] = {
     "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
     "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
@@ -1237,7 +1201,7 @@ static const char *const status_names[17] = {
     "DATA_LOSS", "UNAUTHENTICATED"};
 
 mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **body, size_t *len) {
-    sbuf_t b = {0};
+    mt_strbuf_t b = {0};
     mt_serving_counters_t k;
     mt_serving_counters(sv, &k);
     mt_table_stats_t ts;
@@ -1272,31 +1236,31 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
          (double)k.log_errors},
     };
     for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
-        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", g[i].name, g[i].help, g[i].name,
-                  g[i].type, g[i].name, g[i].v);
-    sb_printf(&b, "# HELP monolith_serving_errors_total Predict and Lookup calls failed, by "
-                  "status.\n# TYPE monolith_serving_errors_total counter\n");
+        mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", g[i].name, g[i].help,
+                         g[i].name, g[i].type, g[i].name, g[i].v);
+    mt_strbuf_printf(&b, "# HELP monolith_serving_errors_total Predict and Lookup calls failed, by "
+                         "status.\n# TYPE monolith_serving_errors_total counter\n");
     for (int i = 1; i < 17; i++)
         if (k.errors[i])
-            sb_printf(&b, "monolith_serving_errors_total{code=\"%s\"} %llu\n", status_names[i],
-                      (unsigned long long)k.errors[i]);
-    sb_printf(&b, "# HELP monolith_serving_predict_seconds Predict latency.\n"
-                  "# TYPE monolith_serving_predict_seconds histogram\n");
+            mt_strbuf_printf(&b, "monolith_serving_errors_total{code=\"%s\"} %llu\n",
+                             status_names[i], (unsigned long long)k.errors[i]);
+    mt_strbuf_printf(&b, "# HELP monolith_serving_predict_seconds Predict latency.\n"
+                         "# TYPE monolith_serving_predict_seconds histogram\n");
     uint64_t cum = 0;
     for (int i = 0; i < HIST_BUCKETS; i++) {
         cum += atomic_load(&sv->hist[i]);
         if (i < HIST_BUCKETS - 1)
-            sb_printf(&b, "monolith_serving_predict_seconds_bucket{le=\"%g\"} %llu\n",
-                      hist_bounds_s[i], (unsigned long long)cum);
+            mt_strbuf_printf(&b, "monolith_serving_predict_seconds_bucket{le=\"%g\"} %llu\n",
+                             hist_bounds_s[i], (unsigned long long)cum);
         else
-            sb_printf(&b, "monolith_serving_predict_seconds_bucket{le=\"+Inf\"} %llu\n",
-                      (unsigned long long)cum);
+            mt_strbuf_printf(&b, "monolith_serving_predict_seconds_bucket{le=\"+Inf\"} %llu\n",
+                             (unsigned long long)cum);
     }
-    sb_printf(&b, "monolith_serving_predict_seconds_sum %.6f\n",
-              (double)atomic_load(&sv->hist_sum_us) * 1e-6);
-    sb_printf(&b, "monolith_serving_predict_seconds_count %llu\n", (unsigned long long)cum);
+    mt_strbuf_printf(&b, "monolith_serving_predict_seconds_sum %.6f\n",
+                     (double)atomic_load(&sv->hist_sum_us) * 1e-6);
+    mt_strbuf_printf(&b, "monolith_serving_predict_seconds_count %llu\n", (unsigned long long)cum);
     /* per shard */
-    double now = now_mono(), max_lag = 0;
+    double now = mt_mono_s(), max_lag = 0;
     uint32_t ns = sv->cfg.num_shards;
     mt_serving_shard_status_t *st = malloc(ns * sizeof(*st));
     if (!st) {
@@ -1321,8 +1285,8 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
         {"monolith_serving_sync_version", "gauge", "The shard's version the replica is up to.", 6},
     };
     for (size_t p = 0; p < sizeof(per) / sizeof(per[0]); p++) {
-        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", per[p].name, per[p].help, per[p].name,
-                  per[p].type);
+        mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", per[p].name, per[p].help, per[p].name,
+                         per[p].type);
         for (uint32_t i = 0; i < ns; i++) {
             double lag = now - (st[i].last_ok_s > 0 ? st[i].last_ok_s : sv->started_s);
             if (lag > max_lag) max_lag = lag;
@@ -1333,16 +1297,17 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
                        : per[p].field == 4 ? (double)st[i].deleted
                        : per[p].field == 5 ? lag
                                            : (double)st[i].since_version;
-            sb_printf(&b, "%s{shard=\"%u\"} %.17g\n", per[p].name, i, v);
+            mt_strbuf_printf(&b, "%s{shard=\"%u\"} %.17g\n", per[p].name, i, v);
         }
     }
     free(st);
-    sb_printf(&b,
-              "# HELP monolith_serving_sync_lag_max_seconds The largest sync lag over shards.\n"
-              "# TYPE monolith_serving_sync_lag_max_seconds gauge\n"
-              "monolith_serving_sync_lag_max_seconds %.3f\n",
-              max_lag);
-    if (extra) sb_printf(&b, "%s", extra);
+    mt_strbuf_printf(
+        &b,
+        "# HELP monolith_serving_sync_lag_max_seconds The largest sync lag over shards.\n"
+        "# TYPE monolith_serving_sync_lag_max_seconds gauge\n"
+        "monolith_serving_sync_lag_max_seconds %.3f\n",
+        max_lag);
+    if (extra) mt_strbuf_printf(&b, "%s", extra);
     if (b.oom) {
         free(b.p);
         return MT_NOMEM;

@@ -67,6 +67,7 @@
  * Under the shared lock nothing a reader can see changes: a running save only writes under
  * its own id, which has no commit record yet. Order: save_lock -> ckpt_lock.
  */
+#include "mt/clock.h"
 #include "mt/store.h"
 
 #include <dirent.h>
@@ -184,7 +185,6 @@ static mt_err_t fail(char *errbuf, size_t errlen, mt_err_t err, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 static mt_err_t rdb_code(const char *msg);
 static mt_err_t rdb_fail(char *rerr, char *errbuf, size_t errlen, const char *what);
-static double mono_s(void);
 static uint64_t wall_ms(void);
 static int name_ok(const char *name);
 static int suffix_cmp(const char *a, size_t al, const char *b, size_t bl);
@@ -436,7 +436,7 @@ mt_err_t mt_store_save(mt_store_t *s, uint64_t checkpoint_id, const mt_store_tab
                             tables[i].name);
     }
 
-    double t0 = mono_s(), t1 = t0, t2 = t0;
+    double t0 = mt_mono_s(), t1 = t0, t2 = t0;
     mt_err_t err = MT_OK;
     char *rerr = NULL;
     char key[KEY_MAX], end[KEY_MAX], perr[256] = "";
@@ -533,7 +533,7 @@ mt_err_t mt_store_save(mt_store_t *s, uint64_t checkpoint_id, const mt_store_tab
     }
     err = fsync_path(path, 0, errbuf, errlen);
     if (err) goto out;
-    t1 = mono_s();
+    t1 = mt_mono_s();
 
     /* 3. Into the database, durably, but not yet visible (no commit record). */
     const char *files[1] = {path};
@@ -618,7 +618,7 @@ mt_err_t mt_store_save(mt_store_t *s, uint64_t checkpoint_id, const mt_store_tab
         err = rdb_fail(rerr, errbuf, errlen, "committing the checkpoint");
         goto out;
     }
-    t2 = mono_s();
+    t2 = mt_mono_s();
 
     /* 5. Reclaim the space of pruned checkpoints. */
     for (int pass = 0; pass < 2; pass++) {
@@ -670,7 +670,7 @@ out:
     free(recbuf);
     free(ents);
     rec_free(&rec);
-    double t3 = mono_s();
+    double t3 = mt_mono_s();
     r->seconds = t3 - t0;
     r->stream_s = t1 - t0;
     r->durable_s = t2 > t1 ? t2 - t1 : 0;
@@ -1020,12 +1020,6 @@ static mt_err_t rdb_fail(char *rerr, char *errbuf, size_t errlen, const char *wh
     fail(errbuf, errlen, err, "%s: %s", what, rerr);
     rocksdb_free(rerr);
     return err;
-}
-
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static uint64_t wall_ms(void) {
