@@ -183,7 +183,7 @@ static double auc_of(scored_t *v, size_t n, double *logloss, double *mean, doubl
         ll -= v[i].label > 0.5f ? log(p) : log(1 - p);
         sum += v[i].score;
     }
-    qsort(v, n, sizeof(*v), cmp_scored);
+    if (n) qsort(v, n, sizeof(*v), cmp_scored); /* v may be NULL when n is 0 */
     for (size_t i = 0; i < n;) {
         size_t j = i;
         double npos = 0;
