@@ -583,6 +583,7 @@ out:
         sh->st.since_version = upto;
         sh->st.incarnation = new_inc;
         sh->st.last_ok_s = t1;
+        sh->st.last_duration_s = t1 - t0;
     }
     sh->st.entries += entries;
     sh->st.deleted += deleted;
@@ -1283,6 +1284,8 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
         {"monolith_serving_sync_lag_seconds", "gauge",
          "Seconds since the last successful sync of the shard (since start if none).", 5},
         {"monolith_serving_sync_version", "gauge", "The shard's version the replica is up to.", 6},
+        {"monolith_serving_sync_duration_seconds", "gauge",
+         "How long the shard's last good sync took (stream and applies).", 7},
     };
     for (size_t p = 0; p < sizeof(per) / sizeof(per[0]); p++) {
         mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", per[p].name, per[p].help, per[p].name,
@@ -1296,7 +1299,8 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
                        : per[p].field == 3 ? (double)st[i].entries
                        : per[p].field == 4 ? (double)st[i].deleted
                        : per[p].field == 5 ? lag
-                                           : (double)st[i].since_version;
+                       : per[p].field == 6 ? (double)st[i].since_version
+                                           : st[i].last_duration_s;
             mt_strbuf_printf(&b, "%s{shard=\"%u\"} %.17g\n", per[p].name, i, v);
         }
     }

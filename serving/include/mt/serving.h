@@ -94,6 +94,7 @@ typedef struct mt_serving_shard_status {
     uint64_t since_version;    /* the upto_version of the last good sync */
     uint64_t incarnation;      /* of the shard at the last good sync */
     double last_ok_s;          /* CLOCK_MONOTONIC seconds of the last good sync; 0: never */
+    double last_duration_s;    /* how long the last good sync took (stream + applies) */
 } mt_serving_shard_status_t;
 
 /** Counters of the service (what /metrics exports besides the histograms). */
