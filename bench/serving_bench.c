@@ -22,7 +22,8 @@
  *   - sync_lag: with sync_interval_ms = 1000 while a trainer thread keeps pushing updates to
  *     the PS, a probe creates a new row on the PS (a training lookup of a fresh id) and
  *     polls serving's Lookup until the row is there: the time in between, p50/p99 over the
- *     probes (expected: about half the interval, plus a sync's duration).
+ *     probes, each started at a random phase of the interval (expected: uniform over the
+ *     interval plus a sync's duration: p50 about half of it, p99 just under the interval + d).
  *
  *   serving_bench [--quick] [--shards N] [--seconds S] [--probes P]
  *
@@ -55,15 +56,16 @@
 #include "mt/rpc.h"
 #include "mt/trainer.h"
 
-#define NSLOTS       26
-#define USER_SLOTS   13
-#define DIM          16
-#define CANDIDATES   100
-#define MAX_SHARDS   4
-#define MAX_CHILDREN 8
-#define PREDICT      "/monolith.v1.Serving/Predict"
-#define LOOKUP       "/monolith.v1.Serving/Lookup"
-#define HEALTH       "/grpc.health.v1.Health/Check"
+#define NSLOTS          26
+#define USER_SLOTS      13
+#define DIM             16
+#define CANDIDATES      100
+#define SYNC_INTERVAL_S 1.0 /* serving.sync_interval_ms of the sync-lag run */
+#define MAX_SHARDS      4
+#define MAX_CHILDREN    8
+#define PREDICT         "/monolith.v1.Serving/Predict"
+#define LOOKUP          "/monolith.v1.Serving/Lookup"
+#define HEALTH          "/grpc.health.v1.Health/Check"
 
 /* ============================== helpers ============================== */
 
@@ -626,7 +628,9 @@ int main(int argc, char **argv) {
     int nlag = 0, lost = 0;
     if (!lag) return 1;
     for (int p = 0; p < probes; p++) {
-        sleep_s(0.05 + (double)(mix64((uint64_t)p) % 1000) / 1000.0 * 0.3); /* random phase */
+        /* a phase uniform over the interval: a probe right after the last one was seen would
+         * start just after a sync and measure nearly a whole interval every time */
+        sleep_s((double)(mix64((uint64_t)p) % 1000) / 1000.0 * SYNC_INTERVAL_S);
         uint64_t probe =
             fid(1, (1ull << 40) + (uint64_t)p * 977 + (uint64_t)time(NULL) % 1000 * 100000);
         float emb[DIM];
