@@ -192,6 +192,7 @@ static int setup_trainer(daemon_t *d) {
     tc.min_count = t->min_count;
     tc.dense_lr = t->dense_lr;
     tc.hash_buckets = t->hash_buckets;
+    tc.table_initial_rows = t->table_initial_rows;
     mt_trainer_backend_t be;
     if (d->cfg.cluster.nps) {
         mt_psc_config_t pc;

@@ -223,6 +223,10 @@ static const prop_t props[] = {
     {KEY("trainer", "hash_buckets"), CFG(trainer.hash_buckets), UINT(0, 1ull << 48), .def = "0",
      .doc = "0: collisionless; else every id is reduced modulo this (a hashed table, for "
             "comparison)"},
+    {KEY("trainer", "table_initial_rows"), CFG(trainer.table_initial_rows), UINT(0, 1ull << 40),
+     .def = "0",
+     .doc = "without PS shards: pre-size the trainer's own table for this many rows (2 per id: "
+            "the embedding and the first-order weight); 0: grow from empty"},
     {KEY("trainer", "seed"), CFG(trainer.seed), UINT(0, UINT64_MAX), .def = "1",
      .doc = "seed of the model and embedding initialization"},
     {KEY("trainer", "epochs"), CFG(trainer.epochs), UINT(1, 1000), .def = "1",

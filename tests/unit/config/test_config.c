@@ -116,6 +116,7 @@ static const char *const all_keys[] = {
     "[trainer] dense_lr",
     "[trainer] dense_sync_batches",
     "[trainer] hash_buckets",
+    "[trainer] table_initial_rows",
     "[trainer] seed",
     "[trainer] epochs",
     "[trainer] progress_interval_ms",
@@ -229,9 +230,9 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         t->sparse_lr != u->sparse_lr || t->init_scale != u->init_scale ||
         t->min_count != u->min_count || t->ttl_s != u->ttl_s || t->dense_lr != u->dense_lr ||
         t->dense_sync_batches != u->dense_sync_batches || t->hash_buckets != u->hash_buckets ||
-        t->seed != u->seed || t->epochs != u->epochs ||
-        t->progress_interval_ms != u->progress_interval_ms || t->auc_window != u->auc_window ||
-        t->commit_interval_ms != u->commit_interval_ms ||
+        t->table_initial_rows != u->table_initial_rows || t->seed != u->seed ||
+        t->epochs != u->epochs || t->progress_interval_ms != u->progress_interval_ms ||
+        t->auc_window != u->auc_window || t->commit_interval_ms != u->commit_interval_ms ||
         strcmp(t->metrics_listen, u->metrics_listen))
         return false;
     const mt_config_input_t *i1 = &a->input, *i2 = &b->input;
