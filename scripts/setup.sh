@@ -9,6 +9,7 @@ PKGS=(
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
   librdkafka-dev librocksdb-dev libopenblas-dev
   kcat gnuplot-nox clang-format redis-server libhiredis-dev zlib1g-dev
+  clang
 )
 
 missing=()

@@ -4,8 +4,9 @@
 #   2. checks the format of our sources (.clang-format)
 #   3. builds with -Werror and runs each benchmark in quick mode (a smoke test: figures are
 #      printed, not judged)
-#   4. runs every test (ctest)
-#   5. builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs every test
+#   4. builds the libFuzzer targets with clang and runs each for 5 s (scripts/fuzz.sh)
+#   5. runs every test (ctest)
+#   6. builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs every test
 # and ends with one line "tests: N passed, M failed" over both builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,10 +22,22 @@ build/release/bench/trainer_bench --quick
 build/release/bench/movielens_bench --quick
 build/release/bench/serving_bench --quick
 
+# libFuzzer smoke (clang build in build/fuzz, 5 s per target: docs/fuzzing.md). It counts as
+# one test in the tally below, through a ctest-like line of its own.
+echo "== fuzzing (5 s per target) =="
+fuzz_status=0
+bash scripts/fuzz.sh --seconds 5 || fuzz_status=1
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 san_failed=0
+if [ "$fuzz_status" -eq 0 ]; then
+  echo "100% tests passed, 0 tests failed out of 1" >>"$log"
+else
+  echo "0% tests passed, 1 tests failed out of 1" >>"$log"
+  status=1
+fi
 echo "== tests (release) =="
 (cd build/release && ctest --output-on-failure --timeout 900) 2>&1 | tee -a "$log" || status=1
 

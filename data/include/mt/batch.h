@@ -53,12 +53,13 @@ void mt_batch_free(mt_batch_t *b);
 mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sample_rate,
                       const uint64_t *const *fids_per_slot, const uint32_t *counts);
 
-/** The fids of example @p i, slot @p s, and their count. */
+/** The fids of example @p i, slot @p s, and their count (NULL when there are none: a batch
+ *  without any fid has no fids array, and NULL + 0 is undefined). */
 static inline const uint64_t *mt_batch_fids(const mt_batch_t *b, size_t i, uint32_t s,
                                             size_t *count) {
     size_t k = i * b->nslots + s;
     *count = b->offsets[k + 1] - b->offsets[k];
-    return b->fids + b->offsets[k];
+    return *count ? b->fids + b->offsets[k] : NULL;
 }
 
 /** The fid of @p value in @p slot: the value itself when it fits in 48 bits (contract). */

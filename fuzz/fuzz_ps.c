@@ -1,0 +1,83 @@
+/*
+ * fuzz_ps.c - the parameter server's RPC requests, through the real handlers of ps.c
+ * (unpack, validation, table / dense work, reply packing) on an in-process mt_ps_t with a
+ * small table; gRPC is replaced by fuzz_rpc_stub.c. One source, one target per method:
+ * MT_FUZZ_METHOD is the method name ("Lookup", "ApplyGradients", "PullDense", "PushDense",
+ * "Sync", "Snapshot", "Stats"). The PS lives for the whole process (as a shard does); every
+ * 4096 inputs it is rebuilt so that the table stays small.
+ */
+#include <stdio.h>
+
+#include "fuzz_common.h"
+#include "fuzz_rpc_stub.h"
+#include "monolith/v1/ps.pb-c.h"
+#include "mt/ps.h"
+
+#ifndef MT_FUZZ_METHOD
+#error "MT_FUZZ_METHOD must name a ParameterServer method"
+#endif
+
+static mt_ps_t *ps;
+static unsigned inputs;
+
+static mt_err_t snap(void *ud, uint64_t checkpoint_id, uint64_t *id_out, uint64_t *rows,
+                     uint64_t *bytes, double *secs) {
+    (void)ud;
+    *id_out = checkpoint_id ? checkpoint_id : 1;
+    *rows = 0;
+    *bytes = 0;
+    *secs = 0;
+    return MT_OK;
+}
+
+static void build(void) {
+    mt_table_slot_config_t slots[3];
+    mt_ps_config_t cfg;
+    mt_ps_config_init(&cfg);
+    mt_fuzz_table_config(&cfg.table, slots);
+    cfg.max_batch_fids = 512;
+    cfg.sync_chunk_fids = 16;
+    cfg.admin_token = "secret";
+    mt_fuzz_rpc_reset();
+    if (mt_ps_create(&cfg, NULL, &ps) != MT_OK || mt_ps_register(ps, NULL) != MT_OK) {
+        fprintf(stderr, "fuzz_ps: cannot build the PS\n");
+        abort();
+    }
+    mt_ps_set_snapshot_fn(ps, snap, NULL);
+    /* A few rows and a dense tensor, so that Sync, Stats and PullDense have work. */
+    uint64_t fids[3] = {MT_FID_MAKE(1, 1), MT_FID_MAKE(2, 2), MT_FID_MAKE(3, 3)};
+    Monolith__V1__LookupRequest lr = MONOLITH__V1__LOOKUP_REQUEST__INIT;
+    lr.n_fids = 3;
+    lr.fids = fids;
+    lr.train = 1;
+    uint8_t buf[256];
+    size_t n = monolith__v1__lookup_request__pack(&lr, buf);
+    mt_fuzz_rpc_call("/monolith.v1.ParameterServer/Lookup", buf, n);
+    uint32_t shape[1] = {2};
+    float values[2] = {1, 2};
+    Monolith__V1__DenseTensor w = MONOLITH__V1__DENSE_TENSOR__INIT;
+    w.name = "w";
+    w.n_shape = 1;
+    w.shape = shape;
+    w.n_values = 2;
+    w.values = values;
+    Monolith__V1__DenseTensor *init[1] = {&w};
+    Monolith__V1__PushDenseRequest pr = MONOLITH__V1__PUSH_DENSE_REQUEST__INIT;
+    pr.n_init = 1;
+    pr.init = init;
+    n = monolith__v1__push_dense_request__pack(&pr, buf);
+    mt_fuzz_rpc_call("/monolith.v1.ParameterServer/PushDense", buf, n);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (ps && ++inputs % 4096 == 0) {
+        mt_ps_destroy(ps);
+        ps = NULL;
+    }
+    if (!ps) build();
+    if (mt_fuzz_rpc_call("/monolith.v1.ParameterServer/" MT_FUZZ_METHOD, data, size) != 0) {
+        fprintf(stderr, "fuzz_ps: no handler for %s\n", MT_FUZZ_METHOD);
+        abort();
+    }
+    return 0;
+}
