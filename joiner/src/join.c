@@ -182,6 +182,28 @@ static mt_err_t rerr_of(char *rerr) {
     return e;
 }
 
+/* An iterator over the keys below @p hi (@p hi must outlive it), with its read options. */
+static rocksdb_iterator_t *iter_open(mt_joiner_t *j, const void *hi, size_t hilen,
+                                     rocksdb_readoptions_t **ro) {
+    *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_iterate_upper_bound(*ro, (const char *)hi, hilen);
+    return rocksdb_create_iterator(j->db, *ro);
+}
+
+/* The first error of a scan: the caller's @p err, else the iterator's. */
+static mt_err_t iter_error(rocksdb_iterator_t *it, mt_err_t err) {
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    if (!err) return rerr_of(rerr);
+    rocksdb_free(rerr);
+    return err;
+}
+
+static void iter_close(rocksdb_iterator_t *it, rocksdb_readoptions_t *ro) {
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+}
+
 /* ============================== keys ============================== */
 
 /* prefix + request id + '\0' + be64(item); @returns the length. */
@@ -652,9 +674,8 @@ static mt_err_t prefix_scan(mt_joiner_t *j, char type, const char *rid, size_t r
     memcpy(hi + 1, rid, rlen);
     lo[1 + rlen] = 0;
     hi[1 + rlen] = 1;
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)hi, rlen + 2);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(j->db, ro);
+    rocksdb_readoptions_t *ro;
+    rocksdb_iterator_t *it = iter_open(j, hi, rlen + 2, &ro);
     mt_err_t err = MT_OK;
     *n = 0;
     for (rocksdb_iter_seek(it, (const char *)lo, rlen + 2); rocksdb_iter_valid(it) && *n < 2;
@@ -669,14 +690,8 @@ static mt_err_t prefix_scan(mt_joiner_t *j, char type, const char *rid, size_t r
         }
         (*n)++;
     }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    if (!err)
-        err = rerr_of(rerr);
-    else
-        rocksdb_free(rerr);
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
+    err = iter_error(it, err);
+    iter_close(it, ro);
     return err;
 }
 
@@ -692,9 +707,8 @@ static mt_err_t early_drop_oldest(mt_joiner_t *j) {
     uint8_t lo[9], hi[1] = {'G'};
     lo[0] = 'F';
     put_be64(lo + 1, bias(j->watermark));
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)hi, 1);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(j->db, ro);
+    rocksdb_readoptions_t *ro;
+    rocksdb_iterator_t *it = iter_open(j, hi, 1, &ro);
     rocksdb_iter_seek(it, (const char *)lo, 9);
     mt_err_t err = MT_OK;
     if (rocksdb_iter_valid(it)) {
@@ -709,11 +723,8 @@ static mt_err_t early_drop_oldest(mt_joiner_t *j) {
             j->st.early_dropped++;
         }
     }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    err = rerr_of(rerr);
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
+    err = iter_error(it, err);
+    iter_close(it, ro);
     return err;
 }
 
@@ -886,9 +897,8 @@ static mt_err_t close_range(mt_joiner_t *j, char type, int64_t from, uint64_t *c
     put_be64(hi + 1, bias(j->watermark));
     mt_err_t err = MT_OK;
     for (;;) {
-        rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-        rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)hi, 9);
-        rocksdb_iterator_t *it = rocksdb_create_iterator(j->db, ro);
+        rocksdb_readoptions_t *ro;
+        rocksdb_iterator_t *it = iter_open(j, hi, 9, &ro);
         size_t done = 0;
         for (rocksdb_iter_seek(it, (const char *)lo, 9); rocksdb_iter_valid(it) && !err;
              rocksdb_iter_next(it)) {
@@ -925,12 +935,7 @@ static mt_err_t close_range(mt_joiner_t *j, char type, int64_t from, uint64_t *c
             }
             if (++done == CLOSE_BATCH) break;
         }
-        char *rerr = NULL;
-        rocksdb_iter_get_error(it, &rerr);
-        if (!err)
-            err = rerr_of(rerr);
-        else
-            rocksdb_free(rerr);
+        err = iter_error(it, err);
         if (!err && done == CLOSE_BATCH && rocksdb_iter_valid(it)) {
             size_t kl;
             const char *k = rocksdb_iter_key(it, &kl);
@@ -938,8 +943,7 @@ static mt_err_t close_range(mt_joiner_t *j, char type, int64_t from, uint64_t *c
         } else {
             done = 0;
         }
-        rocksdb_iter_destroy(it);
-        rocksdb_readoptions_destroy(ro);
+        iter_close(it, ro);
         if (err) return err;
         if (rocksdb_writebatch_count(j->wb) && (err = write_batch(j, 0))) return err;
         if (!done) return MT_OK;
@@ -992,10 +996,9 @@ mt_err_t mt_joiner_config_validate(const mt_joiner_config_t *cfg, char *errbuf, 
 }
 
 static mt_err_t load_positions(mt_joiner_t *j) {
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     const char hi[1] = {'L'};
-    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, 1);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(j->db, ro);
+    rocksdb_readoptions_t *ro;
+    rocksdb_iterator_t *it = iter_open(j, hi, 1, &ro);
     mt_err_t err = MT_OK;
     for (rocksdb_iter_seek(it, "K", 1); rocksdb_iter_valid(it) && !err; rocksdb_iter_next(it)) {
         size_t kl;
@@ -1006,22 +1009,15 @@ static mt_err_t load_positions(mt_joiner_t *j) {
             (int32_t)((uint32_t)pb[0] << 24 | (uint32_t)pb[1] << 16 | (uint32_t)pb[2] << 8 | pb[3]);
         position_of(j, k + 1, part, &err); /* reads the record again: a few per partition */
     }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    if (!err)
-        err = rerr_of(rerr);
-    else
-        rocksdb_free(rerr);
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
+    err = iter_error(it, err);
+    iter_close(it, ro);
     return err;
 }
 
 static mt_err_t load_outbox(mt_joiner_t *j) {
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     const char hi[1] = {'P'};
-    rocksdb_readoptions_set_iterate_upper_bound(ro, hi, 1);
-    rocksdb_iterator_t *it = rocksdb_create_iterator(j->db, ro);
+    rocksdb_readoptions_t *ro;
+    rocksdb_iterator_t *it = iter_open(j, hi, 1, &ro);
     mt_err_t err = MT_OK;
     for (rocksdb_iter_seek(it, "O", 1); rocksdb_iter_valid(it) && !err; rocksdb_iter_next(it)) {
         size_t kl, vl;
@@ -1040,14 +1036,8 @@ static mt_err_t load_outbox(mt_joiner_t *j) {
                           vl - 3 - rlen);
         j->st.outbox_recovered++;
     }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    if (!err)
-        err = rerr_of(rerr);
-    else
-        rocksdb_free(rerr);
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
+    err = iter_error(it, err);
+    iter_close(it, ro);
     return err;
 }
 
