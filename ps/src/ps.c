@@ -650,8 +650,10 @@ static void h_push_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t 
     for (size_t i = 0; i < r->n_grads && code == MT_RPC_OK; i++) {
         const Monolith__V1__DenseTensor *g = r->grads[i];
         dense_tensor_t *d = dense_find(ps, g->name);
+        /* the first init of that name: the one the tensor is created from below (checking a
+         * later one let a gradient of another size through: found by fuzz_ps_push_dense) */
         const Monolith__V1__DenseTensor *init = NULL;
-        for (size_t k = 0; k < r->n_init && !d; k++)
+        for (size_t k = 0; k < r->n_init && !d && !init; k++)
             if (!strcmp(r->init[k]->name, g->name)) init = r->init[k];
         size_t n = d ? d->n : init ? init->n_values : 0;
         if (!d && !init) {
