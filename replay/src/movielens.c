@@ -178,7 +178,7 @@ mt_err_t mt__replay_movielens_open(mt_replay_t *r, void **state, const mt__repla
         st->order[i].timestamp_ms = st->b.timestamps_ms[i];
         st->order[i].i = i;
     }
-    qsort(st->order, st->b.n, sizeof(ml_key_t), ml_cmp);
+    if (st->b.n) qsort(st->order, st->b.n, sizeof(ml_key_t), ml_cmp);
     *state = st;
     *src = &ml_source;
     st = NULL;

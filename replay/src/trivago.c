@@ -498,7 +498,7 @@ mt_err_t mt__replay_trivago_open(mt_replay_t *r, void **state, const mt__replay_
         err = MT_CORRUPT;
         goto out;
     }
-    qsort(st->reqs, st->nreqs, sizeof(tv_req_t), req_cmp);
+    if (st->nreqs) qsort(st->reqs, st->nreqs, sizeof(tv_req_t), req_cmp);
     *state = st;
     *src = &tv_source;
     st = NULL;
