@@ -163,7 +163,8 @@ static mt_err_t shared_lookup(void *ud, const uint64_t *fids, size_t n, int trai
 }
 
 static mt_err_t shared_apply(void *ud, const uint64_t *fids, size_t n, const float *grads,
-                             size_t len, uint32_t now_s) {
+                             size_t len, uint32_t now_s, uint64_t examples) {
+    (void)examples;
     return mt_table_apply(ud, fids, n, grads, len, now_s, NULL);
 }
 

@@ -5,6 +5,8 @@
  *   monolith stats    --addr HOST:PORT
  *   monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...
  *   monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]
+ *   (health, stats, lookup, snapshot: [--tls-ca FILE [--tls-cert FILE --tls-key FILE]
+ *    [--tls-server-name NAME]] to talk to daemons with [tls] enabled; docs/security.md)
  *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P]
  *                     [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]
  *   monolith replay   --dataset trivago|movielens-100k|movielens-latest|gen [--path P]
@@ -48,6 +50,14 @@
 
 #define DEADLINE_MS 10000
 
+/* TLS of every channel the tool opens (--tls-*): plaintext unless --tls-ca is given. */
+static mt_rpc_tls_config_t tls;
+
+static void client_config(mt_rpc_client_config_t *cc) {
+    mt_rpc_client_config_init(cc);
+    cc->tls = tls;
+}
+
 static const char *status_name(int code) {
     static const char *n[] = {"OK",
                               "CANCELLED",
@@ -75,6 +85,9 @@ static int usage(void) {
             "       monolith stats    --addr HOST:PORT\n"
             "       monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...\n"
             "       monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]\n"
+            "       (health, stats, lookup, snapshot: [--tls-ca FILE [--tls-cert FILE"
+            " --tls-key FILE]\n"
+            "        [--tls-server-name NAME]]: TLS, as the daemons' [tls] section)\n"
             "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
             " [--ctr P]\n"
             "                         [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]\n"
@@ -97,10 +110,12 @@ static int call(const char *addr, const char *path, const uint8_t *req, size_t l
                 size_t *rlen, const char *what) {
     mt_rpc_channel_t *ch;
     mt_rpc_client_config_t cc;
-    mt_rpc_client_config_init(&cc);
+    client_config(&cc);
     cc.retries = 1;
-    if (mt_rpc_channel_create(addr, &cc, &ch) != MT_OK) {
-        fprintf(stderr, "monolith: bad address %s\n", addr);
+    mt_err_t e = mt_rpc_channel_create(addr, &cc, &ch);
+    if (e != MT_OK) {
+        fprintf(stderr, "monolith: %s: %s\n", addr,
+                tls.enabled ? "bad address or TLS files (see above)" : "bad address");
         return 2;
     }
     mt_rpc_status_t st;
@@ -170,9 +185,11 @@ static int cmd_stats(const char *addr) {
     printf("{\"shard\":%u,\"num_shards\":%u,\"incarnation\":%" PRIu64 ",\"rows\":%" PRIu64
            ",\"capacity\":%" PRIu64 ",\"load_factor\":%.4f,\"bytes_total\":%" PRIu64
            ",\"version\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"filtered\":%" PRIu64
-           ",\"dense_version\":%" PRIu64 ",\"slots\":[",
+           ",\"dense_version\":%" PRIu64 ",\"examples_applied\":%" PRIu64
+           ",\"last_checkpoint_id\":%" PRIu64 ",\"slots\":[",
            s->shard, s->num_shards, s->incarnation, s->rows, s->capacity, s->load_factor,
-           s->bytes_total, s->version, s->evictions, s->filtered, s->dense_version);
+           s->bytes_total, s->version, s->evictions, s->filtered, s->dense_version,
+           s->examples_applied, s->last_checkpoint_id);
     for (size_t i = 0; i < s->n_slots; i++) {
         const Monolith__V1__SlotInfo *si = s->slots[i];
         printf("%s{\"slot\":%u,\"dim\":%u,\"optimizer\":\"%s\",\"min_count\":%u,\"ttl_s\":%u,"
@@ -196,7 +213,9 @@ static int cmd_snapshot(const char *addr, const char *token, uint64_t id) {
     uint8_t *resp = NULL;
     size_t rlen = 0;
     mt_rpc_channel_t *ch;
-    if (mt_rpc_channel_create(addr, NULL, &ch) != MT_OK) {
+    mt_rpc_client_config_t cc;
+    client_config(&cc);
+    if (mt_rpc_channel_create(addr, &cc, &ch) != MT_OK) {
         free(buf);
         return usage();
     }
@@ -244,6 +263,7 @@ static int cmd_lookup(char *ps, int train, char **fid_args, int nfids) {
     pc.addrs = addrs;
     pc.num_shards = n;
     pc.deadline_ms = DEADLINE_MS;
+    client_config(&pc.rpc);
     pc.rpc.retries = 1;
     mt_psc_t *c = NULL;
     int rc = 1;
@@ -677,6 +697,14 @@ int main(int argc, char **argv) {
             service = argv[++i];
         else if (!strcmp(a, "--token") && has)
             token = argv[++i];
+        else if (!strcmp(a, "--tls-ca") && has)
+            tls.ca_file = argv[++i];
+        else if (!strcmp(a, "--tls-cert") && has)
+            tls.cert_file = argv[++i];
+        else if (!strcmp(a, "--tls-key") && has)
+            tls.key_file = argv[++i];
+        else if (!strcmp(a, "--tls-server-name") && has)
+            tls.server_name = argv[++i];
         else if (!strcmp(a, "--kafka") && has)
             kafka = argv[++i];
         else if (!strcmp(a, "--topic") && has)
@@ -725,6 +753,20 @@ int main(int argc, char **argv) {
             return usage();
         } else
             rest[nrest++] = argv[i];
+    }
+    tls.enabled = tls.ca_file || tls.cert_file || tls.key_file || tls.server_name;
+    if (tls.enabled && !tls.ca_file) {
+        fprintf(stderr, "monolith: --tls-cert, --tls-key and --tls-server-name need --tls-ca\n");
+        free(rest);
+        return usage();
+    }
+    if (tls.enabled) {
+        char err[512];
+        if (mt_rpc_tls_check(&tls, 0, err, sizeof(err)) != MT_OK) {
+            fprintf(stderr, "monolith: %s\n", err);
+            free(rest);
+            return 2;
+        }
     }
     int rc;
     if (!strcmp(cmd, "health") && addr && !nrest)

@@ -26,7 +26,11 @@
 #
 # Binaries from $MT_BIN (default build/release; scripts/run-local.sh builds them first).
 # Everything runs on 127.0.0.1 with OS-chosen ports; logs and reports land in $MT_RUN_DIR
-# (default build/run/).
+# (default build/run/), with $MT_RUN_DIR/pids listing "name pid" of every process started.
+# Hooks for scripts that run the loop their own way (bench/soak.sh):
+#   MT_CLUSTER_SETS="section.key=value ..."  --set overrides given to every daemon (PS,
+#                                            joiner, trainer, serving: they share one config)
+#   MT_LOADGEN_ARGS="--flag value ..."       monolith-loadgen flags after ours (they win)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MT_BIN:-build/release}
@@ -63,6 +67,14 @@ rm -rf "$run"
 mkdir -p "$run"
 runabs=$(cd "$run" && pwd)
 pids=()
+# track NAME: remember the process just started in the background ($!).
+track() {
+  pids+=($!)
+  echo "$1 $!" >> "$run/pids"
+}
+extra_sets=()
+for kv in ${MT_CLUSTER_SETS:-}; do extra_sets+=(--set "$kv"); done
+read -r -a loadgen_extra <<< "${MT_LOADGEN_ARGS:-}"
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -87,7 +99,7 @@ total=$seconds
 echo "== broker: monolith-kafka-dev (8 partitions per topic)"
 "$bin/kafka/monolith-kafka-dev" --topics examples:8,features:8,actions:8 \
   --bootstrap-file "$run/bootstrap" > /dev/null 2> "$run/kafka.log" &
-pids+=($!)
+track kafka
 wait_file "$run/bootstrap" || { cat "$run/kafka.log"; exit 1; }
 bootstrap=$(cat "$run/bootstrap")
 echo "   $bootstrap"
@@ -97,8 +109,8 @@ addrs=""
 for i in $(seq 0 $((shards - 1))); do
   "$bin/ps/monolith-ps" --config "$conf" --shard "$i" --num-shards "$shards" \
     --listen 127.0.0.1:0 --port-file "$run/ps$i.port" --set ps.metrics_listen=127.0.0.1:0 \
-    --set "ps.snapshot_dir=$runabs/snap$i" 2> "$run/ps$i.log" &
-  pids+=($!)
+    --set "ps.snapshot_dir=$runabs/snap$i" "${extra_sets[@]}" 2> "$run/ps$i.log" &
+  track "ps$i"
   wait_file "$run/ps$i.port" || { cat "$run/ps$i.log"; exit 1; }
   addrs="$addrs${addrs:+,}127.0.0.1:$(cat "$run/ps$i.port")"
 done
@@ -108,18 +120,18 @@ echo "== joiner: monolith-joiner (window ${joiner_sets[1]#*=} s of event time)"
 "$bin/joiner/monolith-joiner" --config "$conf" --set "kafka.bootstrap=$bootstrap" \
   "${joiner_sets[@]}" --set "joiner.state_dir=$runabs/joiner" \
   --set joiner.progress_interval_ms=0 --duration-s $((total + 12)) --drain \
-  --report "$run/joiner.json" > "$run/joiner.out" 2> "$run/joiner.log" &
+  --report "$run/joiner.json" "${extra_sets[@]}" > "$run/joiner.out" 2> "$run/joiner.log" &
 joiner=$!
-pids+=($joiner)
+track joiner
 
 echo "== trainer: monolith-trainer --online (progress every 5 s)"
 "$bin/trainer/monolith-trainer" --config "$conf" --online --duration-s $((total + 18)) \
   --set "kafka.bootstrap=$bootstrap" --set "cluster.ps=$addrs" \
   --set trainer.batch_size=512 --set kafka.session_timeout_ms=6000 \
   --set trainer.progress_interval_ms=5000 --set trainer.metrics_listen=127.0.0.1:0 \
-  --report "$run/report.json" 2> >(tee "$run/trainer.log" | grep --line-buffered -E "online|error|ERROR" >&2) &
+  "${extra_sets[@]}" --report "$run/report.json" 2> >(tee "$run/trainer.log" | grep --line-buffered -E "online|error|ERROR" >&2) &
 trainer=$!
-pids+=($trainer)
+track trainer
 
 if [ "$mode" = replay ]; then
   echo "== stream: monolith replay --dataset gen, $rate impressions/s for ${seconds}s"
@@ -147,21 +159,24 @@ name_of() {
   else echo "$(($1 / 1000))s"; fi
 }
 
-# serving NAME SYNC_MS LOG_RATE: one replica (port in $run/NAME.port, log in $run/NAME.log).
+# serving NAME SYNC_MS LOG_RATE [STREAM_MS]: one replica (port in $run/NAME.port, log in
+# $run/NAME.log). STREAM_MS > 0 follows the shards' change streams (rounds every STREAM_MS);
+# 0 (the compared replicas) polls every SYNC_MS.
 serving() {
-  local name=$1 ms=$2 lograte=$3 dense
+  local name=$1 ms=$2 lograte=$3 stream=${4:-0} dense
   [ "$ms" = none ] && ms=3600000 # never again within a run (the longest interval allowed)
   dense=$ms
   "$bin/serving/monolith-serving" --config "$conf" --set "cluster.ps=$addrs" \
     --set "kafka.bootstrap=$bootstrap" --listen 127.0.0.1:0 --port-file "$run/$name.port" \
     --set "serving.sync_interval_ms=$ms" --set "serving.dense_sync_interval_ms=$dense" \
+    --set "serving.sync_stream_ms=$stream" \
     --set "serving.log_sample_rate=$lograte" --set serving.metrics_listen=127.0.0.1:0 \
-    2> "$run/$name.log" &
-  pids+=($!)
+    "${extra_sets[@]}" 2> "$run/$name.log" &
+  track "$name"
 }
 
-echo "== serving: monolith-serving (sync every ${sync_ms} ms, logs impressions to features)"
-serving serving "$sync_ms" 1
+echo "== serving: monolith-serving (follows the shards' changes every 100 ms, dense every ${sync_ms} ms; logs impressions to features)"
+serving serving "$sync_ms" 1 100
 wait_file "$run/serving.port" || { cat "$run/serving.log"; exit 1; }
 echo "   127.0.0.1:$(cat "$run/serving.port")"
 
@@ -182,9 +197,10 @@ fi
 echo "== load: monolith-loadgen, $rate pages/s of $k candidates for ${total}s (progress every 5 s)"
 "$bin/loadgen/monolith-loadgen" "${targets[@]}" --kafka "$bootstrap" --rate "$rate" \
   --candidates "$k" --duration-s "$total" --window-s 10 --inflight 4 "${world[@]}" \
-  --series "$run/auc.tsv" --report "$run/loadgen.json" > /dev/null 2> "$run/loadgen.log" &
+  --series "$run/auc.tsv" --report "$run/loadgen.json" "${loadgen_extra[@]}" \
+  > /dev/null 2> "$run/loadgen.log" &
 loadgen=$!
-pids+=($loadgen)
+track loadgen
 tail -f "$run/loadgen.log" --pid "$loadgen" 2>/dev/null | grep --line-buffered -v "^$" >&2 &
 
 if [ "$mode" = compare ]; then

@@ -3,31 +3,60 @@
  * (unpack, validation, table / dense work, reply packing) on an in-process mt_ps_t with a
  * small table; gRPC is replaced by fuzz_rpc_stub.c. One source, one target per method:
  * MT_FUZZ_METHOD is the method name ("Lookup", "ApplyGradients", "PullDense", "PushDense",
- * "Sync", "Snapshot", "Stats"). The PS lives for the whole process (as a shard does); every
- * 4096 inputs it is rebuilt so that the table stays small.
+ * "Sync", "Snapshot", "Stats", "Restore", "Checkpoints"). The PS lives for the whole process
+ * (as a shard does); every 4096 inputs it is rebuilt so that the table stays small. The
+ * checkpoint methods get a real store (RocksDB in a temporary directory, removed at exit)
+ * holding one checkpoint when the PS is built, so that Restore reaches the load and the swap.
  */
+#include <ftw.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "fuzz_common.h"
 #include "fuzz_rpc_stub.h"
 #include "monolith/v1/ps.pb-c.h"
 #include "mt/ps.h"
+#include "mt/store.h"
 
 #ifndef MT_FUZZ_METHOD
 #error "MT_FUZZ_METHOD must name a ParameterServer method"
 #endif
 
 static mt_ps_t *ps;
+static mt_store_t *store;
+static char store_dir[64];
 static unsigned inputs;
 
-static mt_err_t snap(void *ud, uint64_t checkpoint_id, uint64_t *id_out, uint64_t *rows,
-                     uint64_t *bytes, double *secs) {
-    (void)ud;
-    *id_out = checkpoint_id ? checkpoint_id : 1;
-    *rows = 0;
-    *bytes = 0;
-    *secs = 0;
-    return MT_OK;
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void at_exit(void) {
+    mt_ps_destroy(ps);
+    mt_store_close(store);
+    if (store_dir[0]) nftw(store_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The checkpoint methods' store, once per process. */
+static void open_store(void) {
+    if (strcmp(MT_FUZZ_METHOD, "Snapshot") && strcmp(MT_FUZZ_METHOD, "Restore") &&
+        strcmp(MT_FUZZ_METHOD, "Checkpoints"))
+        return;
+    snprintf(store_dir, sizeof(store_dir), "/tmp/mt_fuzz_ps_XXXXXX");
+    char err[256] = "";
+    mt_store_config_t sc;
+    mt_store_config_init(&sc);
+    sc.chunk_bytes = 64u << 10;
+    sc.compact_on_prune = 0;
+    if (!mkdtemp(store_dir) || mt_store_open(store_dir, &sc, &store, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "fuzz_ps: cannot open a store in %s: %s\n", store_dir, err);
+        abort();
+    }
+    atexit(at_exit);
 }
 
 static void build(void) {
@@ -37,13 +66,15 @@ static void build(void) {
     mt_fuzz_table_config(&cfg.table, slots);
     cfg.max_batch_fids = 512;
     cfg.sync_chunk_fids = 16;
+    cfg.sync_max_followers = 0; /* a follow Sync answers its catch-up round and ends */
     cfg.admin_token = "secret";
     mt_fuzz_rpc_reset();
     if (mt_ps_create(&cfg, NULL, &ps) != MT_OK || mt_ps_register(ps, NULL) != MT_OK) {
         fprintf(stderr, "fuzz_ps: cannot build the PS\n");
         abort();
     }
-    mt_ps_set_snapshot_fn(ps, snap, NULL);
+    if (!store) open_store();
+    if (store) mt_ps_set_store(ps, store);
     /* A few rows and a dense tensor, so that Sync, Stats and PullDense have work. */
     uint64_t fids[3] = {MT_FID_MAKE(1, 1), MT_FID_MAKE(2, 2), MT_FID_MAKE(3, 3)};
     Monolith__V1__LookupRequest lr = MONOLITH__V1__LOOKUP_REQUEST__INIT;
@@ -67,6 +98,10 @@ static void build(void) {
     pr.init = init;
     n = monolith__v1__push_dense_request__pack(&pr, buf);
     mt_fuzz_rpc_call("/monolith.v1.ParameterServer/PushDense", buf, n);
+    if (store) { /* a checkpoint of that, for Restore to load */
+        mt_ps_snapshot_req_t req = {0};
+        if (mt_ps_snapshot(ps, &req, NULL, NULL, 0) != MT_OK) abort();
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -81,6 +81,10 @@ int main(int argc, char **argv) {
     Monolith__V1__ApplyGradientsRequest ag = MONOLITH__V1__APPLY_GRADIENTS_REQUEST__INIT;
     ag.n_fids = 3, ag.fids = fids, ag.n_grads = 14, ag.grads = grads;
     put_msg("ps_apply_gradients", "apply", &ag.base);
+    ag.examples = 500;
+    put_msg("ps_apply_gradients", "apply_examples", &ag.base);
+    ag.n_fids = 0, ag.n_grads = 0; /* a shard without ids in the step still counts it */
+    put_msg("ps_apply_gradients", "examples_only", &ag.base);
     char *names[1] = {"w"};
     Monolith__V1__PullDenseRequest pd = MONOLITH__V1__PULL_DENSE_REQUEST__INIT;
     put_msg("ps_pull_dense", "all", &pd.base);
@@ -103,6 +107,18 @@ int main(int argc, char **argv) {
     Monolith__V1__SnapshotRequest sn = MONOLITH__V1__SNAPSHOT_REQUEST__INIT;
     sn.token = "secret", sn.checkpoint_id = 5;
     put_msg("ps_snapshot", "token", &sn.base);
+    Monolith__V1__KafkaOffset ko = MONOLITH__V1__KAFKA_OFFSET__INIT;
+    ko.topic = "examples", ko.partition = 3, ko.offset = 1234;
+    Monolith__V1__KafkaOffset *kop[1] = {&ko};
+    sn.consistent = 1, sn.n_offsets = 1, sn.offsets = kop, sn.expect_incarnation = 0;
+    put_msg("ps_snapshot", "consistent", &sn.base);
+    Monolith__V1__RestoreRequest rr = MONOLITH__V1__RESTORE_REQUEST__INIT;
+    rr.token = "secret", rr.checkpoint_id = 1; /* the checkpoint fuzz_ps writes at start */
+    put_msg("ps_restore", "checkpoint_1", &rr.base);
+    rr.checkpoint_id = 0;
+    put_msg("ps_restore", "empty_state", &rr.base);
+    Monolith__V1__CheckpointsRequest cl = MONOLITH__V1__CHECKPOINTS_REQUEST__INIT;
+    put_msg("ps_checkpoints", "empty", &cl.base);
     Monolith__V1__StatsRequest st = MONOLITH__V1__STATS_REQUEST__INIT;
     put_msg("ps_stats", "empty", &st.base);
     /* PredictRequest */

@@ -34,7 +34,9 @@
  * given as @PORTFILE join when the file appears and Health says SERVING; a window counts for
  * a target only if the target answered all of it. Latency (p50/p99) and errors of the
  * primary, QPS, clicks delivered. Outputs: a progress line on stderr, --series TSV (one row
- * per window and target, for gnuplot), and a final JSON report on stdout (and --report).
+ * per window and target, for gnuplot), --latency-series TSV (the primary's latency
+ * percentiles of each --latency-interval-s alone, for drift over a long run: bench/soak.sh),
+ * and a final JSON report on stdout (and --report).
  *
  * Threads: --inflight workers (each sends one request at a time, synchronously), one click
  * producer (a FIFO of clicks by due time), and main (targets, windows, progress). `mu`
@@ -110,10 +112,11 @@ typedef struct click {
 } click_t;
 
 typedef struct opts {
-    const char *kafka, *actions_topic, *series_path, *report_path;
-    double rate, duration_s, window_s, time_scale, progress_s;
+    const char *kafka, *actions_topic, *series_path, *report_path, *latency_path;
+    double rate, duration_s, window_s, time_scale, progress_s, latency_interval_s;
     uint32_t k, inflight;
     int64_t deadline_ms, click_delay_ms;
+    mt_rpc_tls_config_t tls; /* --tls-*: the serving targets' TLS (docs/security.md) */
     mt_gen_config_t gen;
 } opts_t;
 
@@ -134,6 +137,7 @@ static window_t windows[8]; /* open windows, by index % 8 (mu) */
 static float *lat_ms;       /* primary latencies, a ring of LAT_RING (mu) */
 static uint64_t nlat;       /* (mu) */
 static FILE *series_f;
+static FILE *latency_f; /* --latency-series: main thread only */
 static double truth_auc_sum;
 static uint32_t truth_windows, paired_windows;
 static int64_t next_close = 0; /* next window index to close (main only) */
@@ -259,6 +263,7 @@ static void poll_targets(void) {
             mt_rpc_client_config_t cc;
             mt_rpc_client_config_init(&cc);
             cc.retries = 0;
+            cc.tls = o.tls;
             if (mt_rpc_channel_create(t->addr, &cc, &t->ch) != MT_OK) continue;
         }
         if (healthy(t->ch)) {
@@ -641,7 +646,14 @@ static int usage(void) {
             "  [--seed S (1)] [--users U (5000)] [--items I (2000)] [--items-born-per-s B (5)]\n"
             "  [--item-half-life-s H (300)] [--users-born-per-s B (0.5)]\n"
             "  [--drift-period-s P (3600)] [--ctr P (0.05)]\n"
+            "  [--user-zipf E (0.95)] [--item-zipf E (1.05)]: popularity exponents\n"
+            "  [--tags N (1000)]: the tag vocabulary (each item has 1-3 tags)\n"
             "  [--series FILE.tsv] [--report FILE.json] [--progress-s S (5; 0: none)]\n"
+            "  [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]:\n"
+            "   TLS to the serving targets, as their [tls] section (docs/security.md)\n"
+            "  [--latency-series FILE.tsv] [--latency-interval-s S (60)]: the primary's\n"
+            "   latency percentiles of each interval alone (the progress line's are since\n"
+            "   the start), one row per full interval\n"
             "The first --serving target is the primary (its pages are shown and logged); the\n"
             "others are scored on the same pages and clicks. @PORTFILE: the target joins when\n"
             "the file holds its port (or host:port) and it answers Health SERVING.\n");
@@ -684,6 +696,7 @@ static int parse_args(int argc, char **argv) {
     o.window_s = 10;
     o.time_scale = 10;
     o.progress_s = 5;
+    o.latency_interval_s = 60;
     o.k = 10;
     o.inflight = 4;
     o.deadline_ms = 2000;
@@ -720,6 +733,16 @@ static int parse_args(int argc, char **argv) {
             o.series_path = v;
         else if (!strcmp(a, "--report"))
             o.report_path = v;
+        else if (!strcmp(a, "--tls-ca"))
+            o.tls.ca_file = v;
+        else if (!strcmp(a, "--tls-cert"))
+            o.tls.cert_file = v;
+        else if (!strcmp(a, "--tls-key"))
+            o.tls.key_file = v;
+        else if (!strcmp(a, "--tls-server-name"))
+            o.tls.server_name = v;
+        else if (!strcmp(a, "--latency-series"))
+            o.latency_path = v;
         NUM("--rate", 0, 1e7, o.rate = d)
         NUM("--duration-s", 0.1, 1e7, o.duration_s = d)
         NUM("--candidates", 1, 4096, o.k = (uint32_t)d)
@@ -729,6 +752,7 @@ static int parse_args(int argc, char **argv) {
         NUM("--deadline-ms", 1, 3600000, o.deadline_ms = (int64_t)d)
         NUM("--time-scale", 0, 1e6, o.time_scale = d)
         NUM("--progress-s", 0, 86400, o.progress_s = d)
+        NUM("--latency-interval-s", 0.1, 86400, o.latency_interval_s = d)
         NUM("--seed", 0, 1e18, o.gen.seed = (uint64_t)d)
         NUM("--users", 1, 1e12, o.gen.num_users = (uint64_t)d)
         NUM("--items", 1, 1e12, o.gen.num_items = (uint64_t)d)
@@ -737,6 +761,9 @@ static int parse_args(int argc, char **argv) {
         NUM("--item-half-life-s", 0, 1e12, o.gen.item_half_life_s = d)
         NUM("--drift-period-s", 0, 1e12, o.gen.drift_period_s = d)
         NUM("--ctr", 1e-6, 0.999999, o.gen.target_ctr = d)
+        NUM("--user-zipf", 1e-6, 10, o.gen.user_zipf_exponent = d)
+        NUM("--item-zipf", 1e-6, 10, o.gen.item_zipf_exponent = d)
+        NUM("--tags", 1, 4294967295.0, o.gen.num_tags = (uint32_t)d)
         else {
             fprintf(stderr, "monolith-loadgen: unknown flag %s\n", a);
             return usage(), -1;
@@ -744,6 +771,18 @@ static int parse_args(int argc, char **argv) {
 #undef NUM
     }
     if (ntargets == 0) return usage(), -1;
+    o.tls.enabled = o.tls.ca_file || o.tls.cert_file || o.tls.key_file || o.tls.server_name;
+    if (o.tls.enabled) {
+        char terr[512];
+        if (!o.tls.ca_file) {
+            fprintf(stderr, "monolith-loadgen: the --tls-* flags need --tls-ca\n");
+            return -1;
+        }
+        if (mt_rpc_tls_check(&o.tls, 0, terr, sizeof(terr)) != MT_OK) {
+            fprintf(stderr, "monolith-loadgen: %s\n", terr);
+            return -1;
+        }
+    }
     if (o.gen.item_half_life_s > 0 && o.gen.items_born_per_s == 0) o.gen.item_half_life_s = 0;
     char err[256];
     if (mt_gen_config_validate(&o.gen, err, sizeof(err)) != MT_OK) {
@@ -773,6 +812,36 @@ static void percentiles(double *p50, double *p99) {
     free(c);
 }
 
+/* One --latency-series row: percentiles of the primary's latencies recorded since the last
+ * row (ring entries [*from, nlat); an interval of more than LAT_RING requests keeps its last
+ * LAT_RING). t_s: the interval's end. Main thread. */
+static void latency_row(double t_s, uint64_t *from) {
+    pthread_mutex_lock(&mu);
+    uint64_t to = nlat, lo = to - *from > LAT_RING ? to - LAT_RING : *from;
+    size_t n = (size_t)(to - lo);
+    float *c = n ? malloc(n * sizeof(float)) : NULL;
+    if (c)
+        for (size_t i = 0; i < n; i++)
+            c[i] = lat_ms[(lo + i) % LAT_RING];
+    pthread_mutex_unlock(&mu);
+    *from = to;
+    if (n && !c) return;
+    double p50 = NAN, p90 = NAN, p99 = NAN, mx = NAN, sum = 0;
+    if (n) {
+        qsort(c, n, sizeof(float), cmp_float);
+        p50 = c[(size_t)(0.5 * (double)(n - 1))];
+        p90 = c[(size_t)(0.9 * (double)(n - 1))];
+        p99 = c[(size_t)(0.99 * (double)(n - 1))];
+        mx = c[n - 1];
+        for (size_t i = 0; i < n; i++)
+            sum += c[i];
+    }
+    free(c);
+    fprintf(latency_f, "%.1f\t%zu\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\n", t_s, n,
+            n ? sum / (double)n : NAN, p50, p90, p99, mx);
+    fflush(latency_f);
+}
+
 int main(int argc, char **argv) {
     if (parse_args(argc, argv)) return 2;
     int rc = 1;
@@ -797,6 +866,14 @@ int main(int argc, char **argv) {
             goto out;
         }
         fprintf(series_f, "t_s\ttarget\tauc\tlogloss\tn\tmean_score\tctr\n");
+    }
+    if (o.latency_path) {
+        latency_f = fopen(o.latency_path, "w");
+        if (!latency_f) {
+            mt_log(MT_LOG_ERROR, "loadgen", "cannot write %s: %s", o.latency_path, strerror(errno));
+            goto out;
+        }
+        fprintf(latency_f, "t_s\tn\tmean_ms\tp50_ms\tp90_ms\tp99_ms\tmax_ms\n");
     }
     if (o.kafka) {
         char err[256];
@@ -829,8 +906,8 @@ int main(int argc, char **argv) {
         if (pthread_create(&ws[i].th, NULL, worker_main, &ws[i]) != 0) break;
         nstarted++;
     }
-    uint64_t last_sent = 0;
-    double last_t = 0;
+    uint64_t last_sent = 0, lat_from = 0;
+    double last_t = 0, next_latency = o.latency_interval_s;
     for (;;) {
         sleep_s(0.1);
         double el = mt_mono_s() - t0;
@@ -855,6 +932,10 @@ int main(int argc, char **argv) {
             last_sent = s;
             last_t = el;
             next_progress += o.progress_s;
+        }
+        if (latency_f && el >= next_latency && next_latency <= o.duration_s + 1e-9) {
+            latency_row(next_latency, &lat_from);
+            next_latency += o.latency_interval_s;
         }
         if (el >= o.duration_s + 0.2 || stop_flag) break;
     }
@@ -951,6 +1032,7 @@ out:
         mt_rpc_channel_destroy(targets[i].ch);
     mt_kafka_producer_destroy(producer);
     if (series_f) fclose(series_f);
+    if (latency_f) fclose(latency_f);
     mt_gen_destroy(gen);
     free(lat_ms);
     return rc;

@@ -14,12 +14,14 @@
  * ps.metrics_listen. The main thread handles signals and the clocks: an expiry
  * tick every ps.expire_interval_ms (bounded work) and a snapshot every
  * ps.snapshot_interval_s. SIGTERM or SIGINT: stop taking calls, let in-flight ones finish,
- * write a last snapshot, exit 0.
+ * write a last snapshot, exit 0. A shard that takes part in cluster checkpoints
+ * (mt_ps_coordinated(): a trainer writes and restores them, docs/checkpoint.md) writes no
+ * periodic or last snapshot of its own: they would push the cluster's checkpoints out of
+ * ps.snapshot_keep, and a restart comes back to the last cluster checkpoint anyway.
  *
- * Snapshot layout in the store: table "sparse" (mt_table_save stream) and a metadata blob:
- *   u32 n, n bytes of CheckpointMeta (protobuf), then DenseState (protobuf) to the end.
- * The store commits a checkpoint only once all of it is durable, so a crash mid-snapshot
- * leaves the previous one in place (see store/include/mt/store.h).
+ * Checkpoints (layout, restore while running): ps/src/ckpt.c. The store commits a
+ * checkpoint only once all of it is durable, so a crash mid-snapshot leaves the previous
+ * one in place (see store/include/mt/store.h).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -32,6 +34,7 @@
 #include "monolith/v1/ps.pb-c.h"
 #include "mt/clock.h"
 #include "mt/config.h"
+#include "mt/config_rpc.h"
 #include "mt/http.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/log.h"
@@ -39,18 +42,14 @@
 #include "mt/rpc.h"
 #include "mt/store.h"
 
-#define WHO    "ps"
-#define SPARSE "sparse"
+#define WHO "ps"
 
 /* Daemon state: lives in main's frame; the snapshot hook and the metrics thread borrow it. */
 typedef struct daemon {
     mt_config_t cfg;
     mt_ps_t *ps;
     mt_store_t *store;
-    pthread_mutex_t snap_lock; /* one snapshot at a time (RPC, timer, shutdown) */
-    uint64_t last_id;
-    double last_snap_s;
-    uint64_t snapshots, snapshot_failures;
+    mt_rpc_server_t *srv; /* for /metrics (admission counters); set before the http thread */
     time_t started;
 } daemon_t;
 
@@ -63,130 +62,14 @@ static void usage(FILE *f) {
 
 /* ---------------- snapshots ---------------- */
 
-static mt_err_t snapshot(daemon_t *d, uint64_t want_id, uint64_t *id_out, uint64_t *rows,
-                         uint64_t *bytes, double *secs) {
-    char err[512] = "";
-    mt_err_t rc = MT_OK;
-    uint8_t *dense = NULL, *meta = NULL;
-    size_t dense_len = 0;
-    pthread_mutex_lock(&d->snap_lock);
-    uint64_t cur = 0;
-    mt_err_t e = mt_store_current(d->store, &cur, err, sizeof(err));
-    if (e && e != MT_NOT_FOUND) {
-        rc = e;
-        goto out;
-    }
-    uint64_t id = want_id > cur ? want_id : cur + 1;
-    rc = mt_ps_dense_save(d->ps, &dense, &dense_len);
-    if (rc) goto out;
-    mt_table_stats_t ts;
-    mt_table_stats(mt_ps_table(d->ps), &ts);
-    Monolith__V1__CheckpointMeta cm = MONOLITH__V1__CHECKPOINT_META__INIT;
-    cm.checkpoint_id = id;
-    cm.shard = d->cfg.ps.shard;
-    cm.num_shards = d->cfg.cluster.num_shards
-                        ? d->cfg.cluster.num_shards
-                        : (d->cfg.cluster.nps ? (uint32_t)d->cfg.cluster.nps : 1);
-    cm.created_ms = (int64_t)time(NULL) * 1000;
-    cm.table_version = ts.version;
-    size_t cml = monolith__v1__checkpoint_meta__get_packed_size(&cm);
-    size_t mlen = 4 + cml + dense_len;
-    meta = malloc(mlen);
-    if (!meta) {
-        rc = MT_NOMEM;
-        goto out;
-    }
-    for (int i = 0; i < 4; i++)
-        meta[i] = (uint8_t)(cml >> (8 * i));
-    monolith__v1__checkpoint_meta__pack(&cm, meta + 4);
-    memcpy(meta + 4 + cml, dense, dense_len);
-    mt_store_table_t t = {SPARSE, mt_ps_table(d->ps)};
-    mt_store_result_t res;
-    rc = mt_store_save(d->store, id, &t, 1, meta, mlen, &res, err, sizeof(err));
-    if (rc) goto out;
-    d->last_id = id;
-    d->last_snap_s = res.seconds;
-    d->snapshots++;
-    mt_log(MT_LOG_INFO, WHO, "snapshot %llu: %llu rows, %llu bytes in %.3f s",
-           (unsigned long long)id, (unsigned long long)res.rows, (unsigned long long)res.bytes,
-           res.seconds);
-    if (id_out) *id_out = id;
-    if (rows) *rows = res.rows;
-    if (bytes) *bytes = res.bytes;
-    if (secs) *secs = res.seconds;
-out:
-    if (rc) {
-        d->snapshot_failures++;
-        mt_log(MT_LOG_ERROR, WHO, "snapshot failed: %s%s%s", mt_strerror(rc), *err ? ": " : "",
-               err);
-    }
-    pthread_mutex_unlock(&d->snap_lock);
-    free(dense);
-    free(meta);
-    return rc;
-}
-
-static mt_err_t snapshot_hook(void *ud, uint64_t want, uint64_t *id, uint64_t *rows,
-                              uint64_t *bytes, double *secs) {
-    return snapshot(ud, want, id, rows, bytes, secs);
-}
-
-/* Restores the newest snapshot into a new table; *table stays NULL if there is none. */
-static mt_err_t restore(daemon_t *d, const mt_table_config_t *tc, mt_table_t **table,
-                        uint8_t **dense, size_t *dense_len) {
-    char err[512] = "";
-    uint64_t id = 0;
-    void *meta = NULL;
-    size_t mlen = 0;
-    *table = NULL;
-    mt_err_t rc = mt_store_load_meta(d->store, &id, &meta, &mlen, err, sizeof(err));
-    if (rc == MT_NOT_FOUND) {
-        mt_log(MT_LOG_INFO, WHO, "no snapshot in %s: starting empty", d->cfg.ps.snapshot_dir);
-        return MT_OK;
-    }
-    if (rc) goto fail;
-    double t0 = mt_mono_s();
-    rc = mt_store_load_table(d->store, id, SPARSE, tc, table, err, sizeof(err));
-    if (rc) goto fail;
-    const uint8_t *m = meta;
-    size_t cml = mlen >= 4
-                     ? (size_t)m[0] | (size_t)m[1] << 8 | (size_t)m[2] << 16 | (size_t)m[3] << 24
-                     : SIZE_MAX;
-    if (cml > mlen - 4) {
-        rc = MT_CORRUPT;
-        snprintf(err, sizeof(err), "checkpoint %llu: bad metadata", (unsigned long long)id);
-        goto fail;
-    }
-    Monolith__V1__CheckpointMeta *cm = monolith__v1__checkpoint_meta__unpack(NULL, cml, m + 4);
-    if (!cm || cm->shard != d->cfg.ps.shard) {
-        rc = cm ? MT_MISMATCH : MT_CORRUPT;
-        snprintf(err, sizeof(err), "checkpoint %llu belongs to shard %u, this is shard %u",
-                 (unsigned long long)id, cm ? cm->shard : 0, d->cfg.ps.shard);
-        if (cm) monolith__v1__checkpoint_meta__free_unpacked(cm, NULL);
-        goto fail;
-    }
-    monolith__v1__checkpoint_meta__free_unpacked(cm, NULL);
-    *dense_len = mlen - 4 - cml;
-    *dense = malloc(*dense_len ? *dense_len : 1);
-    if (!*dense) {
-        rc = MT_NOMEM;
-        goto fail;
-    }
-    memcpy(*dense, m + 4 + cml, *dense_len);
-    mt_table_stats_t ts;
-    mt_table_stats(*table, &ts);
-    d->last_id = id;
-    mt_log(MT_LOG_INFO, WHO, "restored snapshot %llu: %llu rows in %.3f s", (unsigned long long)id,
-           (unsigned long long)ts.rows, mt_mono_s() - t0);
-    free(meta);
-    return MT_OK;
-fail:
-    mt_log(MT_LOG_ERROR, WHO, "cannot restore from %s: %s%s%s", d->cfg.ps.snapshot_dir,
-           mt_strerror(rc), *err ? ": " : "", err);
-    mt_table_destroy(*table);
-    *table = NULL;
-    free(meta);
-    return rc;
+/* A local snapshot (timer, shutdown) unless a coordinator owns the shard's checkpoints. */
+static mt_err_t local_snapshot(daemon_t *d, const char *why) {
+    mt_ps_snapshot_req_t req = {.local = 1};
+    mt_ps_ckpt_result_t res;
+    mt_err_t e = mt_ps_snapshot(d->ps, &req, &res, NULL, 0); /* logged by the service */
+    if (!e && !res.checkpoint_id)
+        mt_log(MT_LOG_DEBUG, WHO, "%s snapshot skipped: cluster checkpoints are coordinated", why);
+    return e;
 }
 
 /* ---------------- metrics ---------------- */
@@ -199,29 +82,16 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
         return 200;
     }
     if (strcmp(path, "/metrics") != 0) return 404;
-    char extra[1024];
-    pthread_mutex_lock(&d->snap_lock);
+    char extra[2048];
     snprintf(extra, sizeof(extra),
-             "# HELP monolith_ps_snapshots_total Snapshots written.\n"
-             "# TYPE monolith_ps_snapshots_total counter\n"
-             "monolith_ps_snapshots_total{shard=\"%u\"} %llu\n"
-             "# HELP monolith_ps_snapshot_failures_total Snapshots that failed.\n"
-             "# TYPE monolith_ps_snapshot_failures_total counter\n"
-             "monolith_ps_snapshot_failures_total{shard=\"%u\"} %llu\n"
-             "# HELP monolith_ps_snapshot_seconds Duration of the last snapshot.\n"
-             "# TYPE monolith_ps_snapshot_seconds gauge\n"
-             "monolith_ps_snapshot_seconds{shard=\"%u\"} %.6f\n"
-             "# HELP monolith_ps_last_checkpoint_id Id of the last snapshot written or restored.\n"
-             "# TYPE monolith_ps_last_checkpoint_id gauge\n"
-             "monolith_ps_last_checkpoint_id{shard=\"%u\"} %llu\n"
              "# HELP monolith_ps_uptime_seconds Seconds since start.\n"
              "# TYPE monolith_ps_uptime_seconds gauge\n"
              "monolith_ps_uptime_seconds{shard=\"%u\"} %lld\n",
-             d->cfg.ps.shard, (unsigned long long)d->snapshots, d->cfg.ps.shard,
-             (unsigned long long)d->snapshot_failures, d->cfg.ps.shard, d->last_snap_s,
-             d->cfg.ps.shard, (unsigned long long)d->last_id, d->cfg.ps.shard,
-             (long long)(time(NULL) - d->started));
-    pthread_mutex_unlock(&d->snap_lock);
+             d->cfg.ps.shard, (long long)(time(NULL) - d->started));
+    size_t n = strlen(extra);
+    char lbl[32];
+    snprintf(lbl, sizeof(lbl), "shard=\"%u\"", d->cfg.ps.shard);
+    mt_rpc_server_render_metrics(d->srv, "monolith_ps", lbl, extra + n, sizeof(extra) - n);
     return mt_ps_render_metrics(d->ps, extra, body, len) == MT_OK ? 200 : 500;
 }
 
@@ -231,15 +101,11 @@ int main(int argc, char **argv) {
     daemon_t d;
     memset(&d, 0, sizeof(d));
     d.started = time(NULL);
-    pthread_mutex_init(&d.snap_lock, NULL);
     char err[1024];
     const char *config = NULL, *port_file = NULL;
     int rc = 2, check_only = 0;
     mt_rpc_server_t *srv = NULL;
     mt_http_t *http = NULL;
-    mt_table_t *table = NULL;
-    uint8_t *dense = NULL;
-    size_t dense_len = 0;
     if (mt_config_init(&d.cfg) != MT_OK) return 1;
 
     for (int i = 1; i < argc; i++) {
@@ -345,6 +211,8 @@ int main(int argc, char **argv) {
     pc.dense.init_accum = d.cfg.dense.init_accum;
     pc.max_batch_fids = d.cfg.ps.max_batch_fids;
     pc.sync_chunk_fids = d.cfg.ps.sync_chunk_fids;
+    pc.sync_follow_max_s = d.cfg.ps.sync_follow_max_s;
+    pc.sync_max_followers = d.cfg.ps.sync_max_followers; /* < max_streams (validated) */
     pc.admin_token = d.cfg.ps.admin_token;
 
     /* Serve at once, answering UNAVAILABLE (Health: NOT_SERVING) while a snapshot loads. */
@@ -359,12 +227,16 @@ int main(int argc, char **argv) {
     rcfg.listen = d.cfg.ps.listen;
     rcfg.threads = d.cfg.ps.threads;
     rcfg.max_message_bytes = (uint32_t)d.cfg.ps.max_message_bytes;
+    rcfg.max_queued = d.cfg.ps.max_queued_calls;
+    rcfg.max_streams = d.cfg.ps.max_streams;
+    mt_config_rpc_tls(&d.cfg, &rcfg.tls);
     int port = 0;
     if ((e = mt_rpc_server_create(&rcfg, &srv)) != MT_OK ||
         (e = mt_ps_register(d.ps, srv)) != MT_OK) {
         mt_log(MT_LOG_ERROR, WHO, "cannot serve on %s: %s", d.cfg.ps.listen, mt_strerror(e));
         goto out;
     }
+    d.srv = srv;
     mt_rpc_server_set_serving(srv, 0);
     if ((e = mt_rpc_server_start(srv, &port)) != MT_OK) {
         mt_log(MT_LOG_ERROR, WHO, "cannot serve on %s: %s", d.cfg.ps.listen, mt_strerror(e));
@@ -379,15 +251,12 @@ int main(int argc, char **argv) {
                    err);
             goto out;
         }
-        if (restore(&d, &pc.table, &table, &dense, &dense_len) != MT_OK) goto out;
-        if (table && mt_ps_replace_table(d.ps, table) != MT_OK) goto out;
-        table = NULL; /* owned by the service now */
-        if (dense && mt_ps_dense_load(d.ps, dense, dense_len) != MT_OK) {
-            mt_log(MT_LOG_ERROR, WHO, "snapshot %llu: dense parameters are corrupt",
-                   (unsigned long long)d.last_id);
+        /* the newest complete checkpoint, if any (logged by the service) */
+        mt_ps_set_store(d.ps, d.store);
+        if (mt_ps_restore(d.ps, MT_PS_NEWEST, NULL, err, sizeof(err)) != MT_OK) {
+            mt_log(MT_LOG_ERROR, WHO, "cannot restore from %s: %s", d.cfg.ps.snapshot_dir, err);
             goto out;
         }
-        mt_ps_set_snapshot_fn(d.ps, snapshot_hook, &d);
     }
     mt_ps_set_restoring(d.ps, 0);
     mt_rpc_server_set_serving(srv, 1);
@@ -426,24 +295,22 @@ int main(int argc, char **argv) {
             next_expire = t + d.cfg.ps.expire_interval_ms / 1000.0;
         }
         if (d.store && d.cfg.ps.snapshot_interval_s && t >= next_snap) {
-            snapshot(&d, 0, NULL, NULL, NULL, NULL);
+            local_snapshot(&d, "periodic");
             next_snap = mt_mono_s() + d.cfg.ps.snapshot_interval_s;
         }
     }
     mt_log(MT_LOG_INFO, WHO, "%s: finishing in-flight calls",
            sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    mt_ps_stop_streams(d.ps); /* replicas get their last chunk instead of a cut */
     mt_rpc_server_shutdown(srv);
     rc = 0;
-    if (d.store && snapshot(&d, 0, NULL, NULL, NULL, NULL) != MT_OK) rc = 1;
+    if (d.store && local_snapshot(&d, "last") != MT_OK) rc = 1;
     mt_log(MT_LOG_INFO, WHO, "stopped");
 out:
     mt_http_stop(http);
     mt_rpc_server_destroy(srv);
-    mt_ps_destroy(d.ps);
-    mt_table_destroy(table);
+    mt_ps_destroy(d.ps); /* before the store it borrows */
     mt_store_close(d.store);
-    free(dense);
     mt_config_free(&d.cfg);
-    pthread_mutex_destroy(&d.snap_lock);
     return rc;
 }

@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config git
   libxxhash-dev libjemalloc-dev libcriterion-dev
-  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libssl-dev openssl
   librdkafka-dev librocksdb-dev libopenblas-dev
   kcat gnuplot-nox clang-format redis-server libhiredis-dev zlib1g-dev
   clang

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "mt/config.h"
+#include "mt/config_rpc.h"
 #include "mt/http.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/kafka.h"
@@ -44,6 +45,7 @@
 typedef struct daemon {
     mt_config_t cfg;
     mt_serving_t *sv;
+    mt_rpc_server_t *srv; /* for /metrics (admission counters); set before the http thread */
     time_t started;
 } daemon_t;
 
@@ -73,15 +75,18 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
         return mt_serving_ready(d->sv) ? 200 : 503;
     }
     if (strcmp(path, "/metrics") != 0) return 404;
-    char extra[512];
-    snprintf(extra, sizeof(extra),
-             "# HELP monolith_serving_resident_bytes Resident memory of the process.\n"
-             "# TYPE monolith_serving_resident_bytes gauge\n"
-             "monolith_serving_resident_bytes %llu\n"
-             "# HELP monolith_serving_uptime_seconds Seconds since start.\n"
-             "# TYPE monolith_serving_uptime_seconds gauge\n"
-             "monolith_serving_uptime_seconds %lld\n",
-             rss_bytes(), (long long)(time(NULL) - d->started));
+    char extra[2048];
+    int n = snprintf(extra, sizeof(extra),
+                     "# HELP monolith_serving_resident_bytes Resident memory of the process.\n"
+                     "# TYPE monolith_serving_resident_bytes gauge\n"
+                     "monolith_serving_resident_bytes %llu\n"
+                     "# HELP monolith_serving_uptime_seconds Seconds since start.\n"
+                     "# TYPE monolith_serving_uptime_seconds gauge\n"
+                     "monolith_serving_uptime_seconds %lld\n",
+                     rss_bytes(), (long long)(time(NULL) - d->started));
+    if (n > 0 && (size_t)n < sizeof(extra))
+        mt_rpc_server_render_metrics(d->srv, "monolith_serving", "", extra + n,
+                                     sizeof(extra) - (size_t)n);
     return mt_serving_render_metrics(d->sv, extra, body, len) == MT_OK ? 200 : 500;
 }
 
@@ -132,13 +137,23 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     mt_config_table(c, &sc->table);
     sc->negative_rate = (float)c->joiner.negative_rate;
     sc->sync_interval_ms = c->serving.sync_interval_ms;
+    sc->sync_stream_ms = c->serving.sync_stream_ms;
     sc->dense_sync_interval_ms = c->serving.dense_sync_interval_ms;
     sc->sync_timeout_ms = c->serving.sync_timeout_ms;
     sc->max_candidates = c->serving.max_candidates;
+    sc->max_request_fids = c->serving.max_request_fids;
+    mt_config_rpc_tls(c, &sc->ps_tls);
     sc->workers = c->serving.threads;
     sc->features_topic = c->kafka.features_topic;
     sc->log_sample_rate = c->serving.log_sample_rate;
     return 0;
+}
+
+/* SIGTERM / SIGINT taken by a thread that does not block them (see main). */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig) {
+    g_stop_signal = sig;
 }
 
 int main(int argc, char **argv) {
@@ -238,7 +253,16 @@ int main(int argc, char **argv) {
         goto out;
     }
 
-    /* Signals are taken by the main loop only: block them before any thread starts. */
+    /* Signals are taken by the main loop: block them before any thread of ours starts.
+     * OpenBLAS started its threads when the library loaded, before main(), with the signals
+     * unblocked: a SIGTERM delivered to one of them would kill the process by the default
+     * action (exit 143, no graceful stop). A handler makes that delivery a flag instead. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
@@ -270,6 +294,9 @@ int main(int argc, char **argv) {
     mt_rpc_server_config_init(&rcfg);
     rcfg.listen = d.cfg.serving.listen;
     rcfg.threads = d.cfg.serving.threads;
+    rcfg.max_message_bytes = (uint32_t)d.cfg.serving.max_message_bytes;
+    rcfg.max_queued = d.cfg.serving.max_queued_calls;
+    mt_config_rpc_tls(&d.cfg, &rcfg.tls);
     int port = 0;
     if ((e = mt_rpc_server_create(&rcfg, &srv)) != MT_OK ||
         (e = mt_serving_register(d.sv, srv)) != MT_OK ||
@@ -277,6 +304,7 @@ int main(int argc, char **argv) {
         mt_log(MT_LOG_ERROR, WHO, "cannot serve on %s: %s", d.cfg.serving.listen, mt_strerror(e));
         goto out;
     }
+    d.srv = srv;
     if (*d.cfg.serving.metrics_listen) {
         int mport = 0;
         if (mt_http_start(d.cfg.serving.metrics_listen, render, &d, &mport, &http) != MT_OK) {
@@ -303,8 +331,10 @@ int main(int argc, char **argv) {
     }
     int sig = 0;
     while (!sig) {
-        int s = sigwaitinfo(&sigs, NULL);
+        struct timespec tick = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
+        int s = sigtimedwait(&sigs, NULL, &tick);
         if (s == SIGTERM || s == SIGINT) sig = s;
+        else if (g_stop_signal) sig = (int)g_stop_signal;
     }
     mt_log(MT_LOG_INFO, WHO, "%s: finishing in-flight calls",
            sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -26,7 +26,16 @@
  * only then are its messages marked, and marked offsets are committed every
  * trainer.commit_interval_ms, at exit and when partitions are revoked: a crash replays at
  * most the uncommitted batches (at-least-once). Runs until SIGTERM/SIGINT, --max-examples
- * or --duration-s. Progressive AUC over the last trainer.auc_window examples on the
+ * or --duration-s.
+ *
+ * Exactly-once online mode (trainer.checkpoint_interval_s > 0, docs/checkpoint.md): the
+ * trainer coordinates cluster checkpoints (mt/coord.h). At start, and after any failure of a
+ * step against the PS (a shard killed, restarting, restored) or a checkpoint, it recovers:
+ * every shard goes back to the last complete checkpoint and the consumer to its offsets
+ * (caller-owned positions: committed offsets are not read), the dense copy is reset, and the
+ * batch in hand is dropped. Every checkpoint_interval_s, between steps, it pushes the pending
+ * dense gradients and writes a checkpoint with the positions of everything applied; only
+ * then are those positions committed to Kafka. On exit it writes a last one. Progressive AUC over the last trainer.auc_window examples on the
  * progress line and /metrics (trainer.metrics_listen).
  *
  * Exit status: 0 done, 1 runtime failure (input unreadable, PS unreachable after retries,
@@ -48,6 +57,8 @@
 
 #include "mt/clock.h"
 #include "mt/config.h"
+#include "mt/coord.h"
+#include "mt/config_rpc.h"
 #include "mt/eval.h"
 #include "mt/example_pb.h"
 #include "mt/http.h"
@@ -65,6 +76,9 @@
 typedef struct counters {
     _Atomic uint64_t examples, batches, bad_lines, bad_messages, ignored_slots, ps_errors, commits,
         commit_failures, dense_syncs;
+    /* exactly-once mode (trainer.checkpoint_interval_s) */
+    _Atomic uint64_t checkpoints, checkpoint_failures, recoveries, last_checkpoint;
+
     _Atomic uint64_t window_auc_bits, window_loss_bits; /* doubles */
     _Atomic int64_t kafka_lag;                          /* online: -1 unknown */
 } counters_t;
@@ -82,6 +96,7 @@ typedef struct daemon {
     double started;
     const char *report_path;
     uint64_t bad_logged;
+    int exact; /* online with checkpoints: a PS failure means recover, never retry a step */
 } daemon_t;
 
 static void usage(FILE *f) {
@@ -94,7 +109,18 @@ static void usage(FILE *f) {
             "       monolith-trainer --config FILE --check\n");
 }
 
+/* SIGTERM / SIGINT seen by a thread that does not block them: OpenBLAS starts its worker
+ * threads when the library loads, before main() can block the signals, and the default
+ * action there would kill the trainer mid-step (no last checkpoint, no report). */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig) {
+    g_stop_signal = sig;
+}
+
 static int stop_requested(daemon_t *d) {
+    (void)d;
+    if (g_stop_signal) return 1;
     sigset_t pend;
     sigpending(&pend);
     return sigismember(&pend, SIGTERM) || sigismember(&pend, SIGINT);
@@ -147,6 +173,14 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
       atomic_load(&c->commit_failures));
     C("dense_syncs_total", "Dense parameter push/pull rounds with the PS.",
       atomic_load(&c->dense_syncs));
+    C("checkpoints_total", "Cluster checkpoints written (exactly-once mode).",
+      atomic_load(&c->checkpoints));
+    C("checkpoint_failures_total", "Cluster checkpoints that failed (each followed by a recovery).",
+      atomic_load(&c->checkpoint_failures));
+    C("recoveries_total", "Returns of every PS shard and the consumer to the last checkpoint.",
+      atomic_load(&c->recoveries));
+    G("last_checkpoint_id", "The last complete cluster checkpoint written or restored.",
+      atomic_load(&c->last_checkpoint));
     G("window_auc", "Progressive-validation AUC over the last trainer.auc_window examples.",
       load_double(&c->window_auc_bits));
     G("window_logloss", "Progressive-validation log loss over the window.",
@@ -199,6 +233,7 @@ static int setup_trainer(daemon_t *d) {
         mt_psc_config_init(&pc);
         pc.addrs = (const char *const *)d->cfg.cluster.ps;
         pc.num_shards = (uint32_t)d->cfg.cluster.nps;
+        mt_config_rpc_tls(&d->cfg, &pc.rpc.tls);
         mt_err_t e = mt_psc_create(&pc, &d->psc);
         if (e) {
             mt_log(MT_LOG_ERROR, WHO, "PS client: %s", mt_strerror(e));
@@ -233,7 +268,9 @@ static int setup_trainer(daemon_t *d) {
 }
 
 /* One training step with retries against the PS; the batch's scores (before the update)
- * go to the evaluator. @returns 0, or 1 after giving up (the PS stayed unreachable). */
+ * go to the evaluator. @returns 0, or 1 after giving up (the PS stayed unreachable), or in
+ * exact mode 2 at the first PS failure (a retry could apply part of the step twice: the
+ * caller recovers instead). */
 static int train_batch(daemon_t *d, const mt_batch_t *b, float *probs, double *loss_sum) {
     uint32_t now_s = (uint32_t)time(NULL);
     for (int attempt = 0;; attempt++) {
@@ -256,6 +293,10 @@ static int train_batch(daemon_t *d, const mt_batch_t *b, float *probs, double *l
         if (e == MT_MISMATCH || e == MT_INVALID || e == MT_NOMEM) {
             mt_log(MT_LOG_ERROR, WHO, "training step: %s %s", mt_strerror(e), err);
             return 1;
+        }
+        if (d->exact) {
+            mt_log(MT_LOG_WARN, WHO, "training step: %s %s: recovering", mt_strerror(e), err);
+            return 2;
         }
         if (attempt == 20 || stop_requested(d)) {
             mt_log(MT_LOG_ERROR, WHO, "training step failed %d times: %s %s", attempt + 1,
@@ -608,10 +649,12 @@ static int write_report(daemon_t *d, const char *mode, const pass_result_t *tr, 
     }
     fprintf(f,
             "\"bad_lines\": %" PRIu64 ", \"bad_messages\": %" PRIu64 ", \"batches\": %" PRIu64
-            ", \"dense_syncs\": %" PRIu64 ", \"commits\": %" PRIu64 "}\n",
+            ", \"dense_syncs\": %" PRIu64 ", \"commits\": %" PRIu64 ", \"checkpoints\": %" PRIu64
+            ", \"recoveries\": %" PRIu64 ", \"last_checkpoint\": %" PRIu64 "}\n",
             atomic_load(&d->ctr.bad_lines), atomic_load(&d->ctr.bad_messages),
             atomic_load(&d->ctr.batches), atomic_load(&d->ctr.dense_syncs),
-            atomic_load(&d->ctr.commits));
+            atomic_load(&d->ctr.commits), atomic_load(&d->ctr.checkpoints),
+            atomic_load(&d->ctr.recoveries), atomic_load(&d->ctr.last_checkpoint));
     if (fclose(f) != 0 || rename(tmp, d->report_path) != 0) {
         mt_log(MT_LOG_ERROR, WHO, "%s: %s", d->report_path, strerror(errno));
         return 1;
@@ -676,6 +719,84 @@ static int commit(daemon_t *d, mt_kafka_consumer_t *kc) {
     return 0;
 }
 
+/* ---- exactly-once mode: checkpoints and recovery (mt/coord.h) ---- */
+
+static int stop_cb(void *ud) {
+    return stop_requested(ud);
+}
+
+/* Rolls the shards and the consumer back to the last complete checkpoint and resets the
+ * dense copy. @returns 0, or 1 (gave up: the trainer exits and a restart recovers). */
+static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
+    char err[512] = "";
+    atomic_fetch_add(&d->ctr.recoveries, 1);
+    for (int attempt = 0; attempt < 5 && !stop_requested(d); attempt++) {
+        mt_coord_point_t pt;
+        mt_err_t e = mt_coord_recover(co, &pt, err, sizeof(err));
+        if (e) {
+            mt_log(MT_LOG_ERROR, WHO, "recovery failed: %s", err);
+            return 1;
+        }
+        mt_kafka_position_t *pos = calloc(pt.noffsets ? pt.noffsets : 1, sizeof(*pos));
+        if (!pos) {
+            mt_coord_point_free(&pt);
+            return 1;
+        }
+        for (size_t i = 0; i < pt.noffsets; i++)
+            pos[i] = (mt_kafka_position_t){pt.offsets[i].topic, pt.offsets[i].partition,
+                                           pt.offsets[i].offset};
+        e = mt_kafka_consumer_set_positions(kc, pos, pt.noffsets, err, sizeof(err));
+        free(pos);
+        int fresh = pt.checkpoint_id == 0;
+        atomic_store(&d->ctr.last_checkpoint, pt.checkpoint_id);
+        mt_coord_point_free(&pt);
+        if (e == MT_OK) e = mt_trainer_dense_sync_reset(d->dense, fresh, err, sizeof(err));
+        if (e == MT_OK) return 0;
+        mt_log(MT_LOG_WARN, WHO, "recovery: %s (again)", err);
+        sleep(1);
+    }
+    mt_log(MT_LOG_ERROR, WHO, "recovery did not finish: %s", err);
+    return 1;
+}
+
+/* A cluster checkpoint of everything applied (nothing is in flight: one thread). On success
+ * its positions are committed to Kafka (for lag monitoring and tools: recovery reads the
+ * checkpoint's own). @returns 0, or 1 (the caller recovers). */
+static int checkpoint(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
+    char err[512] = "";
+    mt_err_t e = mt_trainer_dense_sync_flush(d->dense, err, sizeof(err));
+    mt_kafka_position_t *pos = NULL;
+    mt_psc_offset_t *offs = NULL;
+    size_t n = 0;
+    if (e == MT_OK) {
+        mt_kafka_consumer_positions(kc, NULL, 0, &n);
+        pos = calloc(n ? n : 1, sizeof(*pos));
+        offs = calloc(n ? n : 1, sizeof(*offs));
+        if (!pos || !offs) e = MT_NOMEM;
+    }
+    if (e == MT_OK) {
+        mt_kafka_consumer_positions(kc, pos, n, &n); /* the same: only this thread marks */
+        for (size_t i = 0; i < n; i++)
+            offs[i] = (mt_psc_offset_t){(char *)pos[i].topic, pos[i].partition, pos[i].offset};
+        uint64_t id = 0, examples = 0;
+        e = mt_coord_checkpoint(co, offs, n, &id, &examples, err, sizeof(err));
+        if (e == MT_OK) {
+            atomic_fetch_add(&d->ctr.checkpoints, 1);
+            atomic_store(&d->ctr.last_checkpoint, id);
+            if (mt_kafka_consumer_commit_positions(kc, pos, n) == MT_OK)
+                atomic_fetch_add(&d->ctr.commits, 1);
+            else
+                atomic_fetch_add(&d->ctr.commit_failures, 1); /* logged by the consumer */
+        }
+    }
+    free(pos);
+    free(offs);
+    if (e == MT_OK) return 0;
+    atomic_fetch_add(&d->ctr.checkpoint_failures, 1);
+    mt_log(MT_LOG_WARN, WHO, "checkpoint failed: %s%s%s", mt_strerror(e), *err ? ": " : "", err);
+    return 1;
+}
+
 static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
     char bootstrap[4096];
     if (read_bootstrap(d, bootstrap, sizeof(bootstrap))) return 1;
@@ -696,16 +817,31 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
     mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
     float *probs = malloc(bs * sizeof(float));
     mt_batch_t b = {0};
+    mt_coord_t *co = NULL;
     int rc = 0;
     if (!msgs || !probs || mt_batch_init(&b, d->slots, (uint32_t)d->nslots)) {
         rc = 1;
         goto out;
     }
+    uint64_t since_ckpt = 0; /* messages marked since the last checkpoint */
+    double ckpt_period = d->cfg.trainer.checkpoint_interval_s;
+    if (d->exact) {
+        mt_coord_config_t cc;
+        mt_coord_config_init(&cc);
+        cc.token = d->cfg.ps.admin_token;
+        cc.recovery_timeout_s = d->cfg.trainer.recovery_timeout_s;
+        cc.stop = stop_cb;
+        cc.stop_ud = d;
+        if (mt_coord_create(d->psc, &cc, &co) != MT_OK || recover(d, co, kc)) {
+            rc = 1;
+            goto out;
+        }
+    }
     pass_result_t res = {0};
     double t0 = mt_mono_s(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
     double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0;
     uint64_t last_examples = 0;
-    double last_t = t0, next_lag = t0;
+    double last_t = t0, next_lag = t0, next_ckpt = t0 + ckpt_period;
     while (!stop_requested(d)) {
         if (max_examples && res.examples >= max_examples) break;
         if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
@@ -736,7 +872,18 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
             if (ignored) atomic_fetch_add(&d->ctr.ignored_slots, ignored);
         }
         if (b.n) {
-            if (train_batch(d, &b, probs, &res.loss_sum)) {
+            int t = train_batch(d, &b, probs, &res.loss_sum);
+            if (t == 2) { /* exact mode: back to the last checkpoint, batch dropped unmarked */
+                mt_batch_clear(&b);
+                if (recover(d, co, kc)) {
+                    rc = 1;
+                    break;
+                }
+                since_ckpt = 0;
+                next_ckpt = mt_mono_s() + ckpt_period;
+                continue;
+            }
+            if (t) {
                 rc = 1; /* nothing of this batch is marked: it is replayed after a restart */
                 break;
             }
@@ -747,7 +894,21 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
         for (size_t i = 0; i < n; i++)
             mt_kafka_consumer_mark(kc, &msgs[i]);
         double now = mt_mono_s();
-        if (n && (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit)) {
+        since_ckpt += n;
+        if (d->exact && now >= next_ckpt) {
+            /* a checkpoint of what was applied; with nothing new, a look at the incarnations
+             * (an idle trainer still notices a shard that restarted) */
+            char why[512] = "";
+            int bad = since_ckpt ? checkpoint(d, co, kc) : mt_coord_check(co, why, sizeof(why));
+            if (!since_ckpt && bad) mt_log(MT_LOG_WARN, WHO, "%s: recovering", why);
+            if (bad && recover(d, co, kc)) {
+                rc = 1;
+                break;
+            }
+            since_ckpt = 0;
+            next_ckpt = mt_mono_s() + ckpt_period;
+        } else if (!d->exact && n &&
+                   (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit)) {
             next_commit = now + d->cfg.trainer.commit_interval_ms / 1000.0;
             commit(d, kc);
         }
@@ -767,11 +928,17 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
             last_t = now;
         }
     }
-    if (d->dense && mt_trainer_dense_sync_flush(d->dense, err, sizeof(err))) {
+    if (d->exact && !rc && since_ckpt && checkpoint(d, co, kc)) {
+        mt_log(MT_LOG_ERROR, WHO,
+               "last checkpoint failed: the next run redoes what followed checkpoint %" PRIu64,
+               mt_coord_last(co));
+        rc = 1;
+    }
+    if (!d->exact && d->dense && mt_trainer_dense_sync_flush(d->dense, err, sizeof(err))) {
         mt_log(MT_LOG_ERROR, WHO, "final dense push: %s", err);
         rc = 1;
     }
-    if (commit(d, kc)) rc = 1;
+    if (!d->exact && commit(d, kc)) rc = 1;
     res.seconds = mt_mono_s() - t0;
     mt_eval_result(d->eval, &res.ev);
     if (write_report(d, "online", &res, 1, NULL, 0)) rc = 1;
@@ -779,6 +946,7 @@ out:
     mt_batch_free(&b);
     free(msgs);
     free(probs);
+    mt_coord_destroy(co);
     mt_kafka_consumer_destroy(kc);
     return rc;
 }
@@ -919,7 +1087,20 @@ int main(int argc, char **argv) {
     sigaddset(&d.sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &d.sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    struct sigaction stop_sa;
+    memset(&stop_sa, 0, sizeof(stop_sa));
+    stop_sa.sa_handler = on_stop_signal;
+    sigemptyset(&stop_sa.sa_mask);
+    sigaction(SIGTERM, &stop_sa, NULL);
+    sigaction(SIGINT, &stop_sa, NULL);
 
+    d.exact = online && d.cfg.trainer.checkpoint_interval_s > 0;
+    if (d.exact && (!d.cfg.cluster.nps || !d.cfg.trainer.dense_sync_batches)) {
+        fprintf(stderr, "monolith-trainer: trainer.checkpoint_interval_s needs the PS shards "
+                        "(cluster.ps) to hold every parameter (trainer.dense_sync_batches > 0)\n");
+        rc = 2;
+        goto out;
+    }
     rc = setup_trainer(&d);
     if (rc) goto out;
     if (*d.cfg.trainer.metrics_listen) {

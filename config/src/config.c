@@ -79,8 +79,8 @@ typedef struct prop {
 
 /* ============================== the property table ============================== */
 
-static const char *const sections[] = {"cluster", "ps",    "table",  "dense",  "trainer",
-                                       "input",   "kafka", "joiner", "serving"};
+static const char *const sections[] = {"cluster", "ps",    "table",  "dense",   "trainer",
+                                       "input",   "kafka", "joiner", "serving", "tls"};
 #define NSECTIONS ((int)(sizeof(sections) / sizeof(sections[0])))
 #define SECT_SLOT NSECTIONS /* section index of every [slot.N] */
 
@@ -148,6 +148,13 @@ static const prop_t props[] = {
      .doc = "ids in one request; a larger request fails with RESOURCE_EXHAUSTED"},
     {KEY("ps", "sync_chunk_fids"), CFG(ps.sync_chunk_fids), UINT(1, 1u << 20), .def = "4096",
      .doc = "entries per Sync chunk unless the client asks for fewer"},
+    {KEY("ps", "sync_follow_max_s"), CFG(ps.sync_follow_max_s), UINT(1, 86400), .def = "300",
+     .doc = "a follow Sync stream (serving's `sync_stream_ms`) ends after this long and the "
+            "replica opens the next one"},
+    {KEY("ps", "sync_max_followers"), CFG(ps.sync_max_followers), UINT(0, 63), .def = "2",
+     .doc = "follow Sync streams open at once (each holds one of the `max_streams` stream "
+            "threads, so it must be below `max_streams`); more replicas are answered one round "
+            "at a time and poll"},
     {KEY("ps", "snapshot_dir"), CFG(ps.snapshot_dir), STR(0, 4095), .def = "",
      .doc = "directory of table snapshots; empty: no snapshots"},
     {KEY("ps", "snapshot_interval_s"), CFG(ps.snapshot_interval_s), UINT(0, 7 * 86400),
@@ -158,6 +165,12 @@ static const prop_t props[] = {
      .def = "1000", .doc = "milliseconds between expiry ticks; 0: rows never expire"},
     {KEY("ps", "expire_buckets_per_tick"), CFG(ps.expire_buckets_per_tick), UINT(1, UINT32_MAX),
      .def = "65536", .doc = "buckets one expiry tick examines (the `mt_table_expire()` budget)"},
+    {KEY("ps", "max_queued_calls"), CFG(ps.max_queued_calls), UINT(0, 4096), .def = "16",
+     .doc = "calls waiting for one of `threads` when all are busy; one more is answered "
+            "RESOURCE_EXHAUSTED at once (docs/security.md); 0: no waiting"},
+    {KEY("ps", "max_streams"), CFG(ps.max_streams), UINT(1, 256), .def = "8",
+     .doc = "streaming calls (Sync) open at once, each on a thread of its own besides "
+            "`threads`; one more is answered RESOURCE_EXHAUSTED; above `sync_max_followers`"},
     {KEY("ps", "admin_token"), CFG(ps.admin_token), STR(0, 1024), .def = "",
      .doc = "token admin calls must carry; empty: admin calls need no token"},
     {KEY("ps", "metrics_listen"), CFG(ps.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
@@ -239,6 +252,17 @@ static const prop_t props[] = {
      .def = "1000",
      .doc = "online: period of Kafka offset commits (always after the updates are applied); "
             "0: after every batch"},
+    {KEY("trainer", "checkpoint_interval_s"), CFG(trainer.checkpoint_interval_s), UINT(0, 86400),
+     .def = "0",
+     .doc = "online with PS shards: write a cluster checkpoint (every shard, with the Kafka "
+            "offsets) this often and recover from the last one after any failure, so that no "
+            "example is lost or applied twice (docs/checkpoint.md; needs `ps.snapshot_dir` on "
+            "the shards and `dense_sync_batches` > 0); 0: off, at-least-once commits every "
+            "`commit_interval_ms`"},
+    {KEY("trainer", "recovery_timeout_s"), CFG(trainer.recovery_timeout_s), UINT(1, 86400),
+     .def = "300",
+     .doc = "with checkpoints: how long a recovery waits for every shard to answer and "
+            "restore before the trainer exits with status 1"},
     {KEY("trainer", "metrics_listen"), CFG(trainer.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
      .def = "", .doc = "address of the trainer's Prometheus `/metrics` endpoint; empty: disabled"},
     /* [input] */
@@ -328,7 +352,12 @@ static const prop_t props[] = {
     {KEY("serving", "sync_interval_ms"), CFG(serving.sync_interval_ms), UINT(50, 3600 * 1000),
      .def = "10000",
      .doc = "period of the incremental sparse sync from every PS shard (rows changed and ids "
-            "deleted since the last sync)"},
+            "deleted since the last sync) when not streaming, and the pause before a failed "
+            "stream is opened again"},
+    {KEY("serving", "sync_stream_ms"), CFG(serving.sync_stream_ms), UINT(0, 60000), .def = "100",
+     .doc = "follow the PS shards: keep each Sync stream open and take what changed every this "
+            "many milliseconds (a shard over its `ps.sync_max_followers` answers one round, "
+            "then the replica polls every `sync_interval_ms`); 0: poll only"},
     {KEY("serving", "dense_sync_interval_ms"), CFG(serving.dense_sync_interval_ms),
      UINT(50, 86400 * 1000), .def = "60000",
      .doc = "period of the dense pull from shard 0 (only a newer version is transferred)"},
@@ -341,8 +370,35 @@ static const prop_t props[] = {
             "deterministic hash of the request id); 0: no logging, no Kafka"},
     {KEY("serving", "max_candidates"), CFG(serving.max_candidates), UINT(1, 1u << 20),
      .def = "10000", .doc = "candidates in one Predict; more fail with RESOURCE_EXHAUSTED"},
+    {KEY("serving", "max_request_fids"), CFG(serving.max_request_fids), UINT(1, 1u << 30),
+     .def = "1048576",
+     .doc = "user and item ids in one Predict or Lookup; more fail with RESOURCE_EXHAUSTED"},
+    {KEY("serving", "max_message_bytes"), CFG(serving.max_message_bytes), UINT(4096, INT32_MAX),
+     .def = "16777216",
+     .doc = "largest gRPC request received (or reply sent); a larger request fails with "
+            "RESOURCE_EXHAUSTED"},
+    {KEY("serving", "max_queued_calls"), CFG(serving.max_queued_calls), UINT(0, 4096), .def = "16",
+     .doc = "calls waiting for one of `threads` when all are busy; one more is answered "
+            "RESOURCE_EXHAUSTED at once (docs/security.md); 0: no waiting"},
     {KEY("serving", "metrics_listen"), CFG(serving.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
      .def = "", .doc = "address of serving's Prometheus `/metrics` endpoint; empty: disabled"},
+    /* [tls] */
+    {KEY("tls", "enabled"), CFG(tls.enabled), ENUM(bool_enum), .def = "false",
+     .doc = "TLS on every gRPC server and client that reads this file (docs/security.md); "
+            "false: plaintext, for loopback only"},
+    {KEY("tls", "cert_file"), CFG(tls.cert_file), STR(0, 4095), .def = "",
+     .doc = "PEM certificate chain, leaf first: the servers' certificate (its names must match "
+            "the addresses clients dial), also presented by clients; required when enabled"},
+    {KEY("tls", "key_file"), CFG(tls.key_file), STR(0, 4095), .def = "",
+     .doc = "unencrypted PEM private key of `cert_file`; required when enabled"},
+    {KEY("tls", "ca_file"), CFG(tls.ca_file), STR(0, 4095), .def = "",
+     .doc = "PEM CA certificate(s) that servers' (and, with `client_auth`, clients') "
+            "certificates must chain to; required when enabled"},
+    {KEY("tls", "client_auth"), CFG(tls.client_auth), ENUM(bool_enum), .def = "false",
+     .doc = "servers require a client certificate signed by `ca_file` (mutual TLS)"},
+    {KEY("tls", "server_name"), CFG(tls.server_name), STR(0, 253), .def = "",
+     .doc = "clients expect this name in servers' certificates instead of the host they dial "
+            "(e.g. dialing by IP address); empty: the host"},
     /* [slot.N]: mt_table_slot_config_t, defaults as mt_table_slot_config_init() */
     {KEY("slot", "dim"), SLOT(dim), UINT(1, MT_TABLE_MAX_DIM), .def = NULL,
      .doc = "embedding width"},
@@ -1388,6 +1444,26 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
         msgf(errbuf, errlen, "dense.eps: Adam needs eps > 0");
         return MT_CONFIG;
     }
+    if (c->ps.sync_max_followers >= c->ps.max_streams) {
+        msgf(errbuf, errlen,
+             "ps.max_streams: %" PRIu32 " must be above ps.sync_max_followers (%" PRIu32
+             "): polling Sync streams would be refused",
+             c->ps.max_streams, c->ps.sync_max_followers);
+        return MT_CONFIG;
+    }
+    if (c->tls.enabled) {
+        const char *missing = !*c->tls.cert_file  ? "cert_file"
+                              : !*c->tls.key_file ? "key_file"
+                              : !*c->tls.ca_file  ? "ca_file"
+                                                  : NULL;
+        if (missing) {
+            msgf(errbuf, errlen, "tls.%s: required when tls.enabled is true", missing);
+            return MT_CONFIG;
+        }
+    } else if (c->tls.client_auth) {
+        msgf(errbuf, errlen, "tls.client_auth: true needs tls.enabled = true");
+        return MT_CONFIG;
+    }
     if (c->cluster.num_shards && c->cluster.nps && c->cluster.num_shards != c->cluster.nps) {
         msgf(errbuf, errlen,
              "cluster.num_shards: %" PRIu32 " does not match the %zu addresses of cluster.ps",
@@ -1596,7 +1672,8 @@ mt_err_t mt_config_write_reference(FILE *f) {
           "name the file, the line and the key. Values are never quoted and cannot hold ` #`\n"
           "or ` ;`.\n"
           "\n"
-          "Sections: `[cluster]`, `[ps]`, `[table]`, `[dense]`, and one `[slot.N]` per\n"
+          "Sections: `[cluster]`, `[ps]`, `[table]`, `[dense]`, `[trainer]`, `[input]`,\n"
+          "`[kafka]`, `[joiner]`, `[serving]`, `[tls]` (docs/security.md), and one `[slot.N]` per\n"
           "configured slot id N (0..65535; the top 16 bits of a feature id). At least one slot\n"
           "is required and every slot needs a `dim`; `cluster.num_shards` and the number of\n"
           "`cluster.ps` addresses must agree when both are given. Cross-field rules of the\n"

@@ -19,6 +19,11 @@
  * last committed position: redelivery, never loss. Resuming at a carried position is safe
  * even if someone else owned the partition meanwhile: a position marks a processed prefix.
  *
+ * Caller-owned positions (mt_kafka_consumer_set_positions, `owned`): next is then the
+ * caller's position of the partition, set or marked, kept across revocations; an assignment
+ * starts each partition at its next (the beginning without one); nothing is committed but
+ * what mt_kafka_consumer_commit_positions() is given; poll drops messages below next.
+ *
  * Locks: commit_lock -> lock.
  *   commit_lock  serializes commits (explicit ones, the revocation in the rebalance callback,
  *                destroy) so that a later position is never overwritten by an earlier one;
@@ -61,6 +66,8 @@ struct mt_kafka_consumer {
     const char *cached_topic; /* interned name of the last message's topic */
 
     _Atomic size_t assigned;
+    _Atomic int owned; /* caller-owned positions (set once, never cleared) */
+    _Atomic uint64_t skipped;
     _Atomic uint64_t messages, errors, commits, commit_failures, assignments, revocations;
 };
 
@@ -123,6 +130,7 @@ static int in_list(const rd_kafka_topic_partition_list_t *l, const part_t *pt) {
 /* Commits the marked, uncommitted positions of assigned partitions (only those in @p only,
  * if not NULL). Caller holds commit_lock. */
 static mt_err_t commit_cl(mt_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *only) {
+    if (atomic_load(&c->owned)) return MT_OK; /* the caller commits its own positions */
     pthread_mutex_lock(&c->lock);
     rd_kafka_topic_partition_list_t *l =
         rd_kafka_topic_partition_list_new(c->nparts ? (int)c->nparts : 1);
@@ -185,6 +193,24 @@ static void update_assigned(mt_kafka_consumer_t *c) {
 static int on_assign(mt_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *parts) {
     int resumed = 0;
     pthread_mutex_lock(&c->lock);
+    if (atomic_load(&c->owned)) { /* every partition starts at the caller's position */
+        for (int i = 0; i < parts->cnt; i++) {
+            rd_kafka_topic_partition_t *el = &parts->elems[i];
+            part_t *pt = find_or_add_locked(c, el->topic, el->partition);
+            if (!pt) {
+                mt_log(MT_LOG_ERROR, MT__KAFKA_WHO, "out of memory: %s [%d] starts at 0", el->topic,
+                       (int)el->partition);
+                el->offset = RD_KAFKA_OFFSET_BEGINNING;
+                continue;
+            }
+            el->offset = pt->next >= 0 ? pt->next : RD_KAFKA_OFFSET_BEGINNING;
+            pt->carried = 0;
+            pt->committed = -1;
+            pt->assigned = 1;
+        }
+        pthread_mutex_unlock(&c->lock);
+        return 0; /* nothing to commit */
+    }
     for (size_t i = 0; i < c->nparts; i++)
         c->parts[i].assigned |= 2; /* tag: "not in this assignment" unless seen below */
     for (int i = 0; i < parts->cnt; i++) {
@@ -222,10 +248,16 @@ static int on_assign(mt_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *pa
  * carried unless the partitions were lost. */
 static void on_revoke(mt_kafka_consumer_t *c, const rd_kafka_topic_partition_list_t *parts,
                       int lost) {
+    int owned = atomic_load(&c->owned);
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < parts->cnt; i++) {
         part_t *pt = find_locked(c, parts->elems[i].topic, parts->elems[i].partition);
         if (!pt) continue;
+        if (owned) { /* the position is the caller's: kept */
+            pt->assigned = 0;
+            pt->committed = -1;
+            continue;
+        }
         pt->carried = !lost && pt->assigned && pt->next > pt->committed;
         if (!pt->carried) pt->next = -1;
         pt->committed = -1;
@@ -383,6 +415,16 @@ static const char *topic_of(mt_kafka_consumer_t *c, const rd_kafka_message_t *rk
     return t ? t : name; /* out of memory: valid as long as the message */
 }
 
+/* Caller-owned positions: @returns 1 if @p rkm is below its partition's position. */
+static int below_position(mt_kafka_consumer_t *c, const rd_kafka_message_t *rkm) {
+    const char *topic = topic_of(c, rkm);
+    pthread_mutex_lock(&c->lock);
+    const part_t *pt = find_locked(c, topic, rkm->partition);
+    int below = pt && pt->next >= 0 && rkm->offset < pt->next;
+    pthread_mutex_unlock(&c->lock);
+    return below;
+}
+
 size_t mt_kafka_consumer_poll(mt_kafka_consumer_t *c, mt_kafka_msg_t *msgs, size_t cap,
                               int timeout_ms) {
     release_held(c);
@@ -421,6 +463,11 @@ size_t mt_kafka_consumer_poll(mt_kafka_consumer_t *c, mt_kafka_msg_t *msgs, size
             if (n == 0 && timeout_ms >= 0 && mt__kafka_now_ms() >= deadline) break;
             continue;
         }
+        if (atomic_load(&c->owned) && below_position(c, rkm)) {
+            atomic_fetch_add(&c->skipped, 1);
+            rd_kafka_message_destroy(rkm);
+            continue;
+        }
         c->held[c->nheld++] = rkm;
         mt_kafka_msg_t *m = &msgs[n++];
         m->topic = topic_of(c, rkm);
@@ -438,9 +485,11 @@ size_t mt_kafka_consumer_poll(mt_kafka_consumer_t *c, mt_kafka_msg_t *msgs, size
 
 void mt_kafka_consumer_mark(mt_kafka_consumer_t *c, const mt_kafka_msg_t *msg) {
     if (!c || !msg || !msg->topic || msg->offset < 0) return;
+    int owned = atomic_load(&c->owned);
     pthread_mutex_lock(&c->lock);
-    part_t *pt = find_locked(c, msg->topic, msg->partition);
-    if (pt && (pt->assigned || pt->carried) && msg->offset + 1 > pt->next)
+    part_t *pt = owned ? find_or_add_locked(c, msg->topic, msg->partition)
+                       : find_locked(c, msg->topic, msg->partition);
+    if (pt && (pt->assigned || pt->carried || owned) && msg->offset + 1 > pt->next)
         pt->next = msg->offset + 1;
     pthread_mutex_unlock(&c->lock);
 }
@@ -507,4 +556,125 @@ void mt_kafka_consumer_destroy(mt_kafka_consumer_t *c) {
     pthread_mutex_destroy(&c->commit_lock);
     pthread_mutex_destroy(&c->lock);
     free(c);
+}
+
+/* ---------------- caller-owned positions ---------------- */
+
+mt_err_t mt_kafka_consumer_set_positions(mt_kafka_consumer_t *c, const mt_kafka_position_t *pos,
+                                         size_t n, char *errbuf, size_t errlen) {
+    mt__kafka_errf(errbuf, errlen, "%s", "");
+    if (!c || (n && !pos)) return MT_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        if (!pos[i].topic || !*pos[i].topic || pos[i].offset < 0 || pos[i].partition < 0) {
+            mt__kafka_errf(errbuf, errlen, "position %zu: bad topic, partition or offset", i);
+            return MT_INVALID;
+        }
+    }
+    pthread_mutex_lock(&c->commit_lock); /* no commit of marks races the switch */
+    atomic_store(&c->owned, 1);
+    pthread_mutex_lock(&c->lock);
+    mt_err_t err = MT_OK;
+    for (size_t i = 0; i < c->nparts; i++) {
+        c->parts[i].next = -1;
+        c->parts[i].carried = 0;
+    }
+    for (size_t i = 0; i < n && !err; i++) {
+        part_t *pt = find_or_add_locked(c, pos[i].topic, pos[i].partition);
+        if (!pt) {
+            err = MT_NOMEM;
+            break;
+        }
+        pt->next = pos[i].offset;
+    }
+    rd_kafka_topic_partition_list_t *l = NULL;
+    if (!err) {
+        l = rd_kafka_topic_partition_list_new(c->nparts ? (int)c->nparts : 1);
+        for (size_t i = 0; i < c->nparts; i++) {
+            const part_t *pt = &c->parts[i];
+            if (!pt->assigned) continue;
+            rd_kafka_topic_partition_list_add(l, pt->topic, pt->partition)->offset =
+                pt->next >= 0 ? pt->next : RD_KAFKA_OFFSET_BEGINNING;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->commit_lock);
+    if (err) {
+        mt__kafka_errf(errbuf, errlen, "out of memory");
+        return err;
+    }
+    if (l->cnt) {
+        /* Waits until nothing fetched for the old positions can be returned by a poll. No
+         * finite timeout: librdkafka 2.0.2 reads it as microseconds (fixed in 2.1.0, PR
+         * #4230); a seek is a local operation that the fetcher takes at once, and the
+         * Confluent clients wait without a limit too. */
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, l, -1);
+        if (e) {
+            mt__kafka_errf(errbuf, errlen, "seek: %s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+            err = MT_IO;
+        }
+        for (int i = 0; i < l->cnt && !err; i++) {
+            if (l->elems[i].err) {
+                mt__kafka_errf(errbuf, errlen, "seek %s [%d]: %s", l->elems[i].topic,
+                               (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
+                err = MT_IO;
+            }
+        }
+    }
+    mt_log(err ? MT_LOG_WARN : MT_LOG_INFO, MT__KAFKA_WHO,
+           "%s: caller-owned positions: %zu set, %d assigned partitions moved%s%s",
+           rd_kafka_name(c->rk), n, l->cnt, err ? ": " : "", err && errbuf ? errbuf : "");
+    rd_kafka_topic_partition_list_destroy(l);
+    return err;
+}
+
+void mt_kafka_consumer_positions(mt_kafka_consumer_t *c, mt_kafka_position_t *out, size_t cap,
+                                 size_t *n) {
+    size_t k = 0;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->nparts; i++) {
+        const part_t *pt = &c->parts[i];
+        if (pt->next < 0) continue;
+        if (k < cap) out[k] = (mt_kafka_position_t){pt->topic, pt->partition, pt->next};
+        k++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    *n = k;
+}
+
+mt_err_t mt_kafka_consumer_commit_positions(mt_kafka_consumer_t *c, const mt_kafka_position_t *pos,
+                                            size_t n) {
+    if (!c || (n && !pos)) return MT_INVALID;
+    if (!n) return MT_OK;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)n);
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(l, pos[i].topic, pos[i].partition)->offset =
+            pos[i].offset;
+    pthread_mutex_lock(&c->commit_lock);
+    rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, l, 0 /* synchronous */);
+    pthread_mutex_unlock(&c->commit_lock);
+    uint64_t ok = 0;
+    for (int i = 0; i < l->cnt; i++) {
+        if (!e && l->elems[i].err) e = l->elems[i].err;
+        if (!e) ok++;
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    atomic_fetch_add(&c->commits, ok);
+    if (!e) return MT_OK;
+    uint64_t k = atomic_fetch_add(&c->commit_failures, 1) + 1;
+    if (k <= 10 || k % 1000 == 0)
+        mt_log(MT_LOG_WARN, MT__KAFKA_WHO, "%s: commit of positions failed (%llu so far): %s",
+               rd_kafka_name(c->rk), (unsigned long long)k, rd_kafka_err2str(e));
+    return e == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS ||
+                   e == RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION ||
+                   e == RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID || e == RD_KAFKA_RESP_ERR__STATE ||
+                   e == RD_KAFKA_RESP_ERR__WAIT_COORD ||
+                   e == RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE ||
+                   e == RD_KAFKA_RESP_ERR_NOT_COORDINATOR
+               ? MT_UNAVAILABLE
+               : MT_IO;
+}
+
+uint64_t mt_kafka_consumer_skipped(const mt_kafka_consumer_t *c) {
+    return atomic_load(&((mt_kafka_consumer_t *)c)->skipped);
 }

@@ -8,6 +8,7 @@
  */
 #include "mt/strbuf.h"
 #include "mt/ps.h"
+#include "mt/clock.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include <xxhash.h>
 
 #include "monolith/v1/ps.pb-c.h"
+#include "ps_int.h"
 
 #define PATH(m) "/monolith.v1.ParameterServer/" m
 
@@ -53,19 +55,25 @@ struct mt_ps {
     mt_table_t *table;
     uint32_t max_dim;      /* widest slot: sizes Sync's value buffers */
     _Atomic int restoring; /* 1: every method answers UNAVAILABLE; the table may be replaced */
-    uint64_t incarnation;
+    _Atomic uint64_t incarnation;  /* changed only while quiesced (mt__ps_install) */
+    mt_table_slot_config_t *slots; /* owned copy of cfg.table.slots (a restore builds tables) */
+    /* Calls using the table now (see mt__ps_enter): a restore waits for 0 to swap it. The
+     * admin methods (Snapshot, Restore, Checkpoints) are not counted: snap_lock orders them. */
+    _Atomic int64_t inflight;
+    _Atomic uint64_t examples_applied, step; /* ApplyGradients' examples and highest step */
     /* Dense parameters, guarded by dense_lock. */
     pthread_mutex_t dense_lock;
     dense_tensor_t *dense;
     size_t ndense;
     uint64_t dense_version;
-    /* Snapshot hook. */
-    mt_ps_snapshot_fn snap_fn;
-    void *snap_ud;
-    pthread_mutex_t snap_lock; /* one snapshot at a time */
+    /* Checkpoints (ckpt.c): the store and its counters, guarded by snap_lock. */
+    mt__ps_ckpt_t *ck;
+    pthread_mutex_t snap_lock; /* one snapshot, restore or listing at a time */
     /* Counters. */
     _Atomic uint64_t calls[MT_PS_NMETHODS], errors[MT_PS_NMETHODS];
     _Atomic uint64_t lookup_fids, apply_fids, sync_entries;
+    _Atomic int stop_streams;       /* 1: follow Sync streams end at their next round */
+    _Atomic uint32_t followers;     /* follow Sync streams open now */
 };
 
 /* ============================== config ============================== */
@@ -88,6 +96,8 @@ void mt_ps_config_init(mt_ps_config_t *c) {
     mt_ps_dense_config_init(&c->dense);
     c->max_batch_fids = 1u << 20;
     c->sync_chunk_fids = 4096;
+    c->sync_follow_max_s = 300;
+    c->sync_max_followers = 2;
     c->admin_token = NULL;
 }
 
@@ -103,6 +113,20 @@ static uint32_t now_or(int64_t now_s) {
     return (uint32_t)time(NULL);
 }
 
+/* A random incarnation, never 0 and never @p old. */
+static uint64_t new_incarnation(uint64_t old) {
+    uint64_t v = 0;
+    for (int i = 0; i < 4 && (v == 0 || v == old); i++) {
+        if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = 0;
+        if (v == 0 || v == old) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            v = XXH3_64bits_withSeed(&ts, sizeof(ts), old + (uint64_t)i);
+        }
+    }
+    return v ? v : 1;
+}
+
 /* ============================== lifecycle ============================== */
 
 mt_err_t mt_ps_create(const mt_ps_config_t *cfg, mt_table_t *table, mt_ps_t **out) {
@@ -115,21 +139,30 @@ mt_err_t mt_ps_create(const mt_ps_config_t *cfg, mt_table_t *table, mt_ps_t **ou
     mt_ps_t *ps = calloc(1, sizeof(*ps));
     if (!ps) return MT_NOMEM;
     ps->cfg = *cfg;
-    ps->cfg.table.slots = NULL; /* borrowed: not kept */
-    if (cfg->admin_token && *cfg->admin_token) {
-        ps->admin_token = strdup(cfg->admin_token);
-        if (!ps->admin_token) {
-            free(ps);
-            return MT_NOMEM;
-        }
-    }
-    ps->cfg.admin_token = ps->admin_token;
+    ps->cfg.table.slots = NULL; /* borrowed: copied below */
     pthread_mutex_init(&ps->dense_lock, NULL);
     pthread_mutex_init(&ps->snap_lock, NULL);
-    if (getrandom(&ps->incarnation, sizeof(ps->incarnation), 0) != sizeof(ps->incarnation))
-        ps->incarnation = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)ps;
-    if (ps->incarnation == 0) ps->incarnation = 1;
-    mt_err_t err = MT_OK;
+    mt_err_t err = MT_NOMEM;
+    if (cfg->admin_token && *cfg->admin_token && !(ps->admin_token = strdup(cfg->admin_token))) {
+        mt_ps_destroy(ps);
+        return MT_NOMEM;
+    }
+    ps->cfg.admin_token = ps->admin_token;
+    if (cfg->table.nslots && cfg->table.slots) {
+        ps->slots = malloc(cfg->table.nslots * sizeof(*ps->slots));
+        if (!ps->slots) {
+            mt_ps_destroy(ps);
+            return MT_NOMEM;
+        }
+        memcpy(ps->slots, cfg->table.slots, cfg->table.nslots * sizeof(*ps->slots));
+        ps->cfg.table.slots = ps->slots;
+    }
+    if ((err = mt__ps_ckpt_create(&ps->ck)) != MT_OK) {
+        mt_ps_destroy(ps);
+        return err;
+    }
+    ps->incarnation = new_incarnation(0);
+    err = MT_OK;
     if (table) {
         ps->table = table;
     } else {
@@ -163,9 +196,11 @@ void mt_ps_destroy(mt_ps_t *ps) {
     if (!ps) return;
     mt_table_destroy(ps->table);
     dense_free(ps->dense, ps->ndense);
+    mt__ps_ckpt_destroy(ps->ck);
     pthread_mutex_destroy(&ps->dense_lock);
     pthread_mutex_destroy(&ps->snap_lock);
     free(ps->admin_token);
+    free(ps->slots);
     free(ps);
 }
 
@@ -183,21 +218,22 @@ mt_err_t mt_ps_replace_table(mt_ps_t *ps, mt_table_t *table) {
     ps->table = table;
     return MT_OK;
 }
+void mt_ps_stop_streams(mt_ps_t *ps) { atomic_store(&ps->stop_streams, 1); }
+
 uint64_t mt_ps_incarnation(const mt_ps_t *ps) {
     return ps->incarnation;
 }
 
-void mt_ps_set_snapshot_fn(mt_ps_t *ps, mt_ps_snapshot_fn fn, void *ud) {
-    pthread_mutex_lock(&ps->snap_lock);
-    ps->snap_fn = fn;
-    ps->snap_ud = ud;
-    pthread_mutex_unlock(&ps->snap_lock);
-}
-
 uint64_t mt_ps_expire_tick(mt_ps_t *ps, uint32_t now_s, size_t max_buckets) {
     uint64_t evicted = 0;
+    if (mt__ps_enter(ps) != 0) return 0; /* restoring: the next tick */
     mt_table_expire(ps->table, now_s, max_buckets, &evicted);
+    mt__ps_leave(ps);
     return evicted;
+}
+
+uint64_t mt_ps_examples_applied(mt_ps_t *ps) {
+    return atomic_load(&ps->examples_applied);
 }
 
 void mt_ps_counters(mt_ps_t *ps, mt_ps_counters_t *out) {
@@ -209,6 +245,7 @@ void mt_ps_counters(mt_ps_t *ps, mt_ps_counters_t *out) {
     out->lookup_fids = atomic_load(&ps->lookup_fids);
     out->apply_fids = atomic_load(&ps->apply_fids);
     out->sync_entries = atomic_load(&ps->sync_entries);
+    out->examples_applied = atomic_load(&ps->examples_applied);
 }
 
 /* ============================== helpers ============================== */
@@ -264,9 +301,22 @@ static void reply_msg(mt_ps_t *ps, int m, mt_rpc_call_t *c, const ProtobufCMessa
     free(buf);
 }
 
+/* 1 if @p got equals @p want, in a time that depends on the lengths only, never on where a
+ * guess first differs (a remote caller could otherwise find the token byte by byte). */
+static int token_eq(const char *got, const char *want) {
+    size_t n = strlen(want), glen = strlen(got);
+    volatile unsigned char diff = glen != n;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < glen ? got[i] : 0);
+    return diff == 0;
+}
+
+/* The admin check of every admin method (Snapshot, Restore, ...): with ps.admin_token set,
+ * the request's token must equal it, else PERMISSION_DENIED. @returns 1 to go on, 0 when
+ * the call was failed. */
 static int admin_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c, const char *token) {
     if (!ps->admin_token) return 1;
-    if (token && !strcmp(token, ps->admin_token)) return 1;
+    if (token && token_eq(token, ps->admin_token)) return 1;
     FAIL(ps, m, c, MT_RPC_PERMISSION_DENIED, "admin call: missing or wrong token");
     return 0;
 }
@@ -341,6 +391,10 @@ static void h_apply(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
         goto out;
     }
     atomic_fetch_add(&ps->apply_fids, r->n_fids);
+    if (r->examples) atomic_fetch_add(&ps->examples_applied, r->examples);
+    for (uint64_t cur = atomic_load(&ps->step);
+         r->step > cur && !atomic_compare_exchange_weak(&ps->step, &cur, r->step);)
+        ;
     Monolith__V1__ApplyGradientsResponse resp = MONOLITH__V1__APPLY_GRADIENTS_RESPONSE__INIT;
     resp.applied = st.found;
     resp.missing = st.missing;
@@ -349,7 +403,124 @@ out:
     monolith__v1__apply_gradients_request__free_unpacked(r, NULL);
 }
 
-/* Sync: a server stream of SyncChunk; the last chunk has last = 1 (possibly no entries). */
+/* Buffers of one Sync stream. */
+typedef struct sync_bufs {
+    size_t chunk;
+    mt_table_change_t *ents;
+    float *vals;
+    uint64_t *fids;
+    uint8_t *del;
+    uint8_t *buf;
+    size_t cap;
+} sync_bufs_t;
+
+/* Packs and sends one SyncChunk. @returns 0, or -1 (out of memory or the client went away:
+ * the call was failed). */
+static int sync_send(mt_ps_t *ps, mt_rpc_call_t *c, sync_bufs_t *b,
+                     Monolith__V1__SyncChunk *m) {
+    size_t plen = monolith__v1__sync_chunk__get_packed_size(m);
+    if (plen > b->cap) {
+        uint8_t *nb = realloc(b->buf, plen);
+        if (!nb) {
+            FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+            return -1;
+        }
+        b->buf = nb;
+        b->cap = plen;
+    }
+    monolith__v1__sync_chunk__pack(m, b->buf);
+    if (mt_rpc_send(c, b->buf, plen) != MT_OK) {
+        FAIL(ps, MT_PS_SYNC, c, MT_RPC_CANCELLED, "client went away");
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * One round: every change after *since, in chunks; the round's last chunk (possibly
+ * without entries) has caught_up set, and last set when @p last. On success *since is the
+ * round's upto_version. @p full_ok: a full stream is allowed (the stream's first round);
+ * otherwise a round that would be full fails the call (the replica must start over).
+ * @returns 0, or -1 when the call was failed.
+ */
+static int sync_round(mt_ps_t *ps, mt_rpc_call_t *c, sync_bufs_t *b, uint64_t *since,
+                      int full_ok, int last) {
+    mt_table_changes_t *it = NULL;
+    uint64_t upto = 0;
+    int full = 0, rc = -1, first = 1;
+    mt_err_t err = mt_table_changes_begin(ps->table, *since, &it, &upto, &full);
+    if (err) {
+        FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED, "sync: %s", mt_strerror(err));
+        goto out;
+    }
+    if (full && !full_ok) {
+        FAIL(ps, MT_PS_SYNC, c, MT_RPC_FAILED_PRECONDITION,
+             "full sync needed: the change log moved past this stream; retry from 0");
+        goto out;
+    }
+    for (;;) {
+        size_t n = 0;
+        err = mt_table_changes_next(it, b->ents, b->chunk, b->vals, b->chunk * ps->max_dim, &n);
+        if (err == MT_FULL_SYNC) {
+            FAIL(ps, MT_PS_SYNC, c, MT_RPC_FAILED_PRECONDITION,
+                 "full sync needed: the change log moved past this stream; retry from 0");
+            goto out;
+        }
+        if (err) {
+            FAIL(ps, MT_PS_SYNC, c, MT_RPC_INTERNAL, "sync: %s", mt_strerror(err));
+            goto out;
+        }
+        size_t nv = 0;
+        for (size_t i = 0; i < n; i++) {
+            b->fids[i] = b->ents[i].fid;
+            b->del[i] = b->ents[i].deleted;
+            nv += b->ents[i].dim;
+        }
+        Monolith__V1__SyncChunk m = MONOLITH__V1__SYNC_CHUNK__INIT;
+        m.full = first && full;
+        m.incarnation = ps->incarnation;
+        m.upto_version = upto;
+        m.n_fids = n;
+        m.fids = b->fids;
+        m.n_values = nv;
+        m.values = b->vals;
+        m.deleted.len = n;
+        m.deleted.data = b->del;
+        m.caught_up = n == 0;
+        m.last = n == 0 && last;
+        if (sync_send(ps, c, b, &m) != 0) goto out;
+        atomic_fetch_add(&ps->sync_entries, n);
+        first = 0;
+        if (n == 0) break;
+    }
+    *since = upto;
+    rc = 0;
+out:
+    mt_table_changes_end(it);
+    return rc;
+}
+
+/* 1 when follow streams should end: the shard stops, or a restore waits for the calls in
+ * flight to finish (a follower is one of them: it must not hold the restore up). */
+static int follow_over(mt_ps_t *ps) {
+    return atomic_load(&ps->stop_streams) || atomic_load(&ps->restoring);
+}
+
+/* Sleeps @p ms in steps short enough to notice follow_over(). */
+static void follow_sleep(mt_ps_t *ps, uint32_t ms) {
+    while (ms && !follow_over(ps)) {
+        uint32_t step = ms < 20 ? ms : 20;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= step;
+    }
+}
+
+/*
+ * Sync: a server stream of SyncChunk. Without follow_ms one round (the catch-up) whose
+ * last chunk has last = 1. With follow_ms the catch-up, then a round every follow_ms until
+ * the stream should end (see ps.proto), the last one with last = 1.
+ */
 static void h_sync(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     mt_ps_t *ps = ud;
     atomic_fetch_add(&ps->calls[MT_PS_SYNC], 1);
@@ -362,79 +533,49 @@ static void h_sync(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     if (r->incarnation != ps->incarnation) since = 0; /* another life of this shard */
     size_t chunk = r->max_chunk_fids ? r->max_chunk_fids : ps->cfg.sync_chunk_fids;
     if (chunk > 65536) chunk = 65536;
+    uint32_t follow_ms = r->follow_ms;
     monolith__v1__sync_request__free_unpacked(r, NULL);
+    if (follow_ms > 60000) {
+        FAIL(ps, MT_PS_SYNC, c, MT_RPC_INVALID_ARGUMENT, "follow_ms %u is over 60000", follow_ms);
+        return;
+    }
+    if (follow_ms && follow_ms < 5) follow_ms = 5;
 
-    mt_table_changes_t *it = NULL;
-    uint64_t upto = 0;
-    int full = 0;
-    mt_table_change_t *ents = malloc(chunk * sizeof(*ents));
-    float *vals = malloc(chunk * ps->max_dim * sizeof(float));
-    uint64_t *fids = malloc(chunk * sizeof(uint64_t));
-    uint8_t *del = malloc(chunk);
-    uint8_t *buf = NULL;
-    if (!ents || !vals || !fids || !del) {
+    sync_bufs_t b = {.chunk = chunk};
+    b.ents = malloc(chunk * sizeof(*b.ents));
+    b.vals = malloc(chunk * ps->max_dim * sizeof(float));
+    b.fids = malloc(chunk * sizeof(uint64_t));
+    b.del = malloc(chunk);
+    int following = 0;
+    if (!b.ents || !b.vals || !b.fids || !b.del) {
         FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    mt_err_t err = mt_table_changes_begin(ps->table, since, &it, &upto, &full);
-    if (err) {
-        FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED, "sync: %s", mt_strerror(err));
-        goto out;
+    /* Follow only within the bound on followers: each holds a worker thread. */
+    if (follow_ms) {
+        uint32_t n = atomic_fetch_add(&ps->followers, 1) + 1;
+        following = 1;
+        if (n > ps->cfg.sync_max_followers || follow_over(ps)) follow_ms = 0;
     }
-    int first = 1;
-    for (;;) {
-        size_t n = 0;
-        err = mt_table_changes_next(it, ents, chunk, vals, chunk * ps->max_dim, &n);
-        if (err == MT_FULL_SYNC) {
-            FAIL(ps, MT_PS_SYNC, c, MT_RPC_FAILED_PRECONDITION,
-                 "full sync needed: the change log moved past this stream; retry from 0");
-            goto out;
-        }
-        if (err) {
-            FAIL(ps, MT_PS_SYNC, c, MT_RPC_INTERNAL, "sync: %s", mt_strerror(err));
-            goto out;
-        }
-        size_t nv = 0;
-        for (size_t i = 0; i < n; i++) {
-            fids[i] = ents[i].fid;
-            del[i] = ents[i].deleted;
-            nv += ents[i].dim;
-        }
-        Monolith__V1__SyncChunk m = MONOLITH__V1__SYNC_CHUNK__INIT;
-        m.full = first && full;
-        m.incarnation = ps->incarnation;
-        m.upto_version = upto;
-        m.n_fids = n;
-        m.fids = fids;
-        m.n_values = nv;
-        m.values = vals;
-        m.deleted.len = n;
-        m.deleted.data = del;
-        m.last = n == 0;
-        size_t plen = monolith__v1__sync_chunk__get_packed_size(&m);
-        uint8_t *nb = realloc(buf, plen ? plen : 1);
-        if (!nb) {
-            FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
-            goto out;
-        }
-        buf = nb;
-        monolith__v1__sync_chunk__pack(&m, buf);
-        if (mt_rpc_send(c, buf, plen) != MT_OK) {
-            FAIL(ps, MT_PS_SYNC, c, MT_RPC_CANCELLED, "client went away");
-            goto out;
-        }
-        atomic_fetch_add(&ps->sync_entries, n);
-        first = 0;
-        if (n == 0) break;
+    double t0 = mt_mono_s();
+    if (sync_round(ps, c, &b, &since, 1, follow_ms == 0) != 0) goto out;
+    while (follow_ms) {
+        follow_sleep(ps, follow_ms);
+        /* End before the deadline (two rounds of margin) or the stream's age limit. */
+        int64_t left = mt_rpc_call_remaining_ms(c);
+        int end = follow_over(ps) || left < 2 * (int64_t)follow_ms + 1000 ||
+                  mt_mono_s() - t0 >= ps->cfg.sync_follow_max_s;
+        if (sync_round(ps, c, &b, &since, 0, end) != 0) goto out;
+        if (end) break;
     }
     mt_rpc_reply(c, NULL, 0);
 out:
-    mt_table_changes_end(it);
-    free(ents);
-    free(vals);
-    free(fids);
-    free(del);
-    free(buf);
+    if (following) atomic_fetch_sub(&ps->followers, 1);
+    free(b.ents);
+    free(b.vals);
+    free(b.fids);
+    free(b.del);
+    free(b.buf);
 }
 
 static const char *opt_name(mt_table_opt_t o) {
@@ -462,6 +603,8 @@ static void h_stats(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
     resp.shard = ps->cfg.shard;
     resp.num_shards = ps->cfg.num_shards;
     resp.incarnation = ps->incarnation;
+    resp.examples_applied = atomic_load(&ps->examples_applied);
+    resp.last_checkpoint_id = mt__ps_ckpt_last_id(ps);
     resp.rows = st.rows;
     resp.capacity = st.capacity;
     resp.load_factor = st.load_factor;
@@ -505,42 +648,148 @@ static void h_stats(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
     free(ptrs);
 }
 
+/* ============================== checkpoints ==============================
+ * The store work is ckpt.c's (mt_ps_snapshot, mt_ps_restore, mt__ps_ckpt_list); these
+ * handlers translate requests and errors. */
+
+/* The status a checkpoint error is answered with. */
+static int ckpt_status(mt_err_t err) {
+    switch (err) {
+    case MT_INVALID:
+    case MT_MISMATCH: return MT_RPC_FAILED_PRECONDITION;
+    case MT_NOT_FOUND: return MT_RPC_NOT_FOUND;
+    case MT_UNAVAILABLE: return MT_RPC_UNAVAILABLE;
+    case MT_NOMEM: return MT_RPC_RESOURCE_EXHAUSTED;
+    default: return MT_RPC_INTERNAL;
+    }
+}
+
+static int store_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c) {
+    if (mt__ps_ckpt_has_store(ps)) return 1;
+    FAIL(ps, m, c, MT_RPC_FAILED_PRECONDITION,
+         "checkpoints are off (no ps.snapshot_dir configured)");
+    return 0;
+}
+
 static void h_snapshot(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     mt_ps_t *ps = ud;
     atomic_fetch_add(&ps->calls[MT_PS_SNAPSHOT], 1);
     Monolith__V1__SnapshotRequest *r = monolith__v1__snapshot_request__unpack(NULL, len, req);
+    mt_ps_offset_t *offs = NULL;
     if (!r) {
         FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_INVALID_ARGUMENT, "malformed SnapshotRequest");
         return;
     }
-    if (!admin_ok(ps, MT_PS_SNAPSHOT, c, r->token)) goto out;
-    pthread_mutex_lock(&ps->snap_lock);
-    if (!ps->snap_fn) {
-        pthread_mutex_unlock(&ps->snap_lock);
-        FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_FAILED_PRECONDITION,
-             "snapshots are off (no ps.snapshot_dir configured)");
+    if (!admin_ok(ps, MT_PS_SNAPSHOT, c, r->token) || !store_ok(ps, MT_PS_SNAPSHOT, c)) goto out;
+    if (r->consistent && r->checkpoint_id == 0) {
+        FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_INVALID_ARGUMENT,
+             "a consistent snapshot needs its checkpoint_id");
         goto out;
     }
-    uint64_t id = 0, rows = 0, bytes = 0;
-    double secs = 0;
-    mt_err_t err = ps->snap_fn(ps->snap_ud, r->checkpoint_id, &id, &rows, &bytes, &secs);
-    pthread_mutex_unlock(&ps->snap_lock);
+    offs = calloc(r->n_offsets ? r->n_offsets : 1, sizeof(*offs));
+    if (!offs) {
+        FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < r->n_offsets; i++) {
+        offs[i] =
+            (mt_ps_offset_t){r->offsets[i]->topic, r->offsets[i]->partition, r->offsets[i]->offset};
+    }
+    mt_ps_snapshot_req_t sr = {.checkpoint_id = r->checkpoint_id,
+                               .consistent = r->consistent,
+                               .expect_incarnation = r->expect_incarnation,
+                               .offsets = offs,
+                               .noffsets = r->n_offsets};
+    mt_ps_ckpt_result_t res;
+    char why[512] = "";
+    mt_err_t err = mt_ps_snapshot(ps, &sr, &res, why, sizeof(why));
     if (err) {
-        FAIL(ps, MT_PS_SNAPSHOT, c, mt_err_grpc_status(err), "snapshot: %s", mt_strerror(err));
+        FAIL(ps, MT_PS_SNAPSHOT, c, ckpt_status(err), "snapshot: %s", why);
         goto out;
     }
     Monolith__V1__CheckpointMeta meta = MONOLITH__V1__CHECKPOINT_META__INIT;
-    meta.checkpoint_id = id;
+    meta.checkpoint_id = res.checkpoint_id;
     meta.shard = ps->cfg.shard;
     meta.num_shards = ps->cfg.num_shards;
+    meta.consistent = res.consistent;
+    meta.examples_applied = res.examples_applied;
+    meta.n_offsets = r->n_offsets;
+    meta.offsets = r->offsets;
     Monolith__V1__SnapshotResponse resp = MONOLITH__V1__SNAPSHOT_RESPONSE__INIT;
     resp.meta = &meta;
-    resp.rows = rows;
-    resp.bytes = bytes;
-    resp.seconds = secs;
+    resp.rows = res.rows;
+    resp.bytes = res.bytes;
+    resp.seconds = res.seconds;
     reply_msg(ps, MT_PS_SNAPSHOT, c, &resp.base);
 out:
+    free(offs);
     monolith__v1__snapshot_request__free_unpacked(r, NULL);
+}
+
+static void h_restore(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_RESTORE], 1);
+    Monolith__V1__RestoreRequest *r = monolith__v1__restore_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_RESTORE, c, MT_RPC_INVALID_ARGUMENT, "malformed RestoreRequest");
+        return;
+    }
+    if (!admin_ok(ps, MT_PS_RESTORE, c, r->token) || !store_ok(ps, MT_PS_RESTORE, c)) goto out;
+    if (r->checkpoint_id == MT_PS_NEWEST) {
+        FAIL(ps, MT_PS_RESTORE, c, MT_RPC_INVALID_ARGUMENT, "checkpoint_id %llu",
+             (unsigned long long)r->checkpoint_id);
+        goto out;
+    }
+    mt_ps_ckpt_result_t res;
+    char why[512] = "";
+    mt_err_t err = mt_ps_restore(ps, r->checkpoint_id, &res, why, sizeof(why));
+    if (err) {
+        FAIL(ps, MT_PS_RESTORE, c, ckpt_status(err), "restore: %s", why);
+        goto out;
+    }
+    Monolith__V1__CheckpointMeta meta = MONOLITH__V1__CHECKPOINT_META__INIT;
+    meta.checkpoint_id = res.checkpoint_id;
+    meta.shard = ps->cfg.shard;
+    meta.num_shards = ps->cfg.num_shards;
+    meta.consistent = res.consistent;
+    meta.examples_applied = res.examples_applied;
+    Monolith__V1__RestoreResponse resp = MONOLITH__V1__RESTORE_RESPONSE__INIT;
+    resp.meta = &meta;
+    resp.incarnation = res.incarnation;
+    resp.rows = res.rows;
+    resp.seconds = res.seconds;
+    resp.dropped = res.dropped;
+    reply_msg(ps, MT_PS_RESTORE, c, &resp.base);
+out:
+    monolith__v1__restore_request__free_unpacked(r, NULL);
+}
+
+static void h_checkpoints(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    mt_ps_t *ps = ud;
+    atomic_fetch_add(&ps->calls[MT_PS_CHECKPOINTS], 1);
+    Monolith__V1__CheckpointsRequest *r = monolith__v1__checkpoints_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(ps, MT_PS_CHECKPOINTS, c, MT_RPC_INVALID_ARGUMENT, "malformed CheckpointsRequest");
+        return;
+    }
+    monolith__v1__checkpoints_request__free_unpacked(r, NULL);
+    if (!store_ok(ps, MT_PS_CHECKPOINTS, c)) return;
+    Monolith__V1__CheckpointMeta **metas = NULL;
+    size_t n = 0;
+    uint64_t incarnation = 0, examples = 0;
+    char why[512] = "";
+    mt_err_t err = mt__ps_ckpt_list(ps, &metas, &n, &incarnation, &examples, why, sizeof(why));
+    if (err) {
+        FAIL(ps, MT_PS_CHECKPOINTS, c, ckpt_status(err), "checkpoints: %s", why);
+        return;
+    }
+    Monolith__V1__CheckpointsResponse resp = MONOLITH__V1__CHECKPOINTS_RESPONSE__INIT;
+    resp.n_checkpoints = n;
+    resp.checkpoints = metas;
+    resp.incarnation = incarnation;
+    resp.examples_applied = examples;
+    reply_msg(ps, MT_PS_CHECKPOINTS, c, &resp.base);
+    mt__ps_ckpt_list_free(metas, n);
 }
 
 /* ============================== dense ============================== */
@@ -810,9 +1059,57 @@ out:
     return err;
 }
 
+static void dense_swap_locked(mt_ps_t *ps, mt__ps_dense_t *dd);
+
 mt_err_t mt_ps_dense_load(mt_ps_t *ps, const uint8_t *buf, size_t len) {
+    mt__ps_dense_t *dd = NULL;
+    mt_err_t err = mt__ps_dense_parse(buf, len, &dd);
+    if (err) return err;
+    pthread_mutex_lock(&ps->dense_lock);
+    dense_swap_locked(ps, dd);
+    pthread_mutex_unlock(&ps->dense_lock);
+    mt__ps_dense_free(dd);
+    return MT_OK;
+}
+
+/* Parsed dense parameters, not yet installed (mt__ps_dense_parse). */
+struct mt__ps_dense {
+    dense_tensor_t *d;
+    size_t n;
+    uint64_t version;
+};
+
+void mt__ps_dense_free(mt__ps_dense_t *dd) {
+    if (!dd) return;
+    dense_free(dd->d, dd->n);
+    free(dd);
+}
+
+/* Exchanges the shard's dense parameters with @p dd's (caller holds dense_lock). */
+static void dense_swap_locked(mt_ps_t *ps, mt__ps_dense_t *dd) {
+    dense_tensor_t *d = ps->dense;
+    size_t n = ps->ndense;
+    uint64_t v = ps->dense_version;
+    ps->dense = dd->d;
+    ps->ndense = dd->n;
+    ps->dense_version = dd->version;
+    dd->d = d;
+    dd->n = n;
+    dd->version = v;
+}
+
+mt_err_t mt__ps_dense_parse(const uint8_t *buf, size_t len, mt__ps_dense_t **out) {
+    mt__ps_dense_t *dd = calloc(1, sizeof(*dd));
+    if (!dd) return MT_NOMEM;
+    if (!buf || !len) { /* no DenseState at all: no tensors, version 0 */
+        *out = dd;
+        return MT_OK;
+    }
     Monolith__V1__DenseState *st = monolith__v1__dense_state__unpack(NULL, len, buf);
-    if (!st) return MT_CORRUPT;
+    if (!st) {
+        free(dd);
+        return MT_CORRUPT;
+    }
     size_t n = st->n_weights;
     mt_err_t err = MT_OK;
     if (st->n_slot1 != n || st->n_slot2 != n || st->n_steps != n) err = MT_CORRUPT;
@@ -847,25 +1144,90 @@ mt_err_t mt_ps_dense_load(mt_ps_t *ps, const uint8_t *buf, size_t len) {
         d->steps = st->steps[i];
     }
     if (!err) {
-        pthread_mutex_lock(&ps->dense_lock);
-        dense_free(ps->dense, ps->ndense);
-        ps->dense = nd;
-        ps->ndense = n;
-        ps->dense_version = st->version;
-        pthread_mutex_unlock(&ps->dense_lock);
+        dd->d = nd;
+        dd->n = n;
+        dd->version = st->version;
+        *out = dd;
     } else {
         dense_free(nd, built);
+        free(dd);
     }
     monolith__v1__dense_state__free_unpacked(st, NULL);
     return err;
 }
 
+/* ============================== restore ============================== */
+
+int mt__ps_enter(mt_ps_t *ps) {
+    /* Dekker with mt__ps_install: count first, then look (both sequentially consistent), so
+     * that either the installer sees this call in flight or this call sees the flag. */
+    atomic_fetch_add(&ps->inflight, 1);
+    if (!atomic_load(&ps->restoring)) return 0;
+    atomic_fetch_sub(&ps->inflight, 1);
+    return -1;
+}
+
+void mt__ps_leave(mt_ps_t *ps) {
+    atomic_fetch_sub(&ps->inflight, 1);
+}
+
+const mt_ps_config_t *mt__ps_config(const mt_ps_t *ps) {
+    return &ps->cfg;
+}
+
+pthread_mutex_t *mt__ps_snap_lock(mt_ps_t *ps) {
+    return &ps->snap_lock;
+}
+
+mt__ps_ckpt_t *mt__ps_ckpt(mt_ps_t *ps) {
+    return ps->ck;
+}
+
+uint64_t mt__ps_step(mt_ps_t *ps) {
+    return atomic_load(&ps->step);
+}
+
+mt_err_t mt__ps_install(mt_ps_t *ps, mt_table_t *table, mt__ps_dense_t *dense, uint64_t examples,
+                        uint64_t step, double wait_s) {
+    int was = atomic_exchange(&ps->restoring, 1);
+    /* Follow Sync streams end at their next round when stop_streams is not 0; +2 / -2 keeps
+     * a daemon's mt_ps_stop_streams() (a store of 1) meanwhile in force (1 + 2 - 2, or
+     * 2 -> 1 -> -1: not 0 either way). */
+    atomic_fetch_add(&ps->stop_streams, 2);
+    double deadline = mt_mono_s() + wait_s;
+    while (atomic_load(&ps->inflight) > 0 && mt_mono_s() < deadline) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    mt_err_t err = atomic_load(&ps->inflight) > 0 ? MT_UNAVAILABLE : MT_OK;
+    mt_table_t *old = NULL;
+    if (!err) {
+        old = ps->table;
+        ps->table = table;
+        pthread_mutex_lock(&ps->dense_lock);
+        dense_swap_locked(ps, dense);
+        pthread_mutex_unlock(&ps->dense_lock);
+        atomic_store(&ps->examples_applied, examples);
+        atomic_store(&ps->step, step);
+        atomic_store(&ps->incarnation, new_incarnation(atomic_load(&ps->incarnation)));
+    }
+    atomic_fetch_sub(&ps->stop_streams, 2);
+    atomic_store(&ps->restoring, was);
+    mt_table_destroy(old); /* nothing uses it: every call that could is over */
+    return err;
+}
+
 /* ============================== registration ============================== */
 
-/* Times every call into the method's latency histogram. */
+/* Times every call into the method's latency histogram. The methods that use the table run
+ * between mt__ps_enter() and mt__ps_leave(), so that a restore can wait for them; the admin
+ * methods are ordered by snap_lock instead (a Snapshot waiting for it while counted would
+ * make a restore holding it wait for nothing). */
 static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     method_ctx_t *ctx = ud;
-    if (atomic_load_explicit(&ctx->ps->restoring, memory_order_acquire)) {
+    int admin =
+        ctx->idx == MT_PS_SNAPSHOT || ctx->idx == MT_PS_RESTORE || ctx->idx == MT_PS_CHECKPOINTS;
+    if (admin ? atomic_load(&ctx->ps->restoring) != 0 : mt__ps_enter(ctx->ps) != 0) {
         atomic_fetch_add(&ctx->ps->calls[ctx->idx], 1);
         FAIL(ctx->ps, ctx->idx, c, MT_RPC_UNAVAILABLE, "shard %u is restoring a snapshot",
              ctx->ps->cfg.shard);
@@ -874,6 +1236,7 @@ static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ctx->fn(ctx->ps, c, req, len);
+    if (!admin) mt__ps_leave(ctx->ps);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     int b = 0;
@@ -883,8 +1246,9 @@ static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     atomic_fetch_add(&ctx->ps->hist_sum_us[ctx->idx], (uint64_t)(s * 1e6));
 }
 
-static const char *method_names[MT_PS_NMETHODS] = {
-    "Lookup", "ApplyGradients", "PullDense", "PushDense", "Sync", "Snapshot", "Stats"};
+static const char *method_names[MT_PS_NMETHODS] = {"Lookup",    "ApplyGradients", "PullDense",
+                                                   "PushDense", "Sync",           "Snapshot",
+                                                   "Stats",     "Restore",        "Checkpoints"};
 
 mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_t *len) {
     mt_strbuf_t b = {0};
@@ -925,7 +1289,17 @@ mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_
                          sh, method_names[m], (unsigned long long)cum);
     }
     mt_table_stats_t st;
-    mt_table_stats(ps->table, &st);
+    /* a restore swaps the table: wait for it (it is short once the new table is loaded) */
+    int entered = -1;
+    for (int i = 0; i < 20000 && (entered = mt__ps_enter(ps)) != 0; i++) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    memset(&st, 0, sizeof(st));
+    if (entered == 0) {
+        mt_table_stats(ps->table, &st);
+        mt__ps_leave(ps);
+    }
     struct {
         const char *name, *type, *help;
         double v;
@@ -947,10 +1321,16 @@ mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_
          (double)atomic_load(&ps->apply_fids)},
         {"monolith_ps_sync_entries_total", "counter", "Entries sent by Sync streams.",
          (double)atomic_load(&ps->sync_entries)},
+        {"monolith_ps_examples_applied", "gauge",
+         "Examples the shard's state reflects (restored with checkpoints).",
+         (double)atomic_load(&ps->examples_applied)},
+        {"monolith_ps_incarnation", "gauge", "This life of the shard (a restore takes a new one).",
+         (double)atomic_load(&ps->incarnation)},
     };
     for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
         mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{%s=\"%u\"} %.17g\n", g[i].name,
                          g[i].help, g[i].name, g[i].type, g[i].name, L, sh, g[i].v);
+    mt__ps_ckpt_render(ps, &b);
     if (extra) mt_strbuf_printf(&b, "%s", extra);
     if (b.oom) {
         free(b.p);
@@ -974,6 +1354,8 @@ mt_err_t mt_ps_register(mt_ps_t *ps, mt_rpc_server_t *srv) {
         {PATH("Sync"), 1, h_sync},
         {PATH("Snapshot"), 0, h_snapshot},
         {PATH("Stats"), 0, h_stats},
+        {PATH("Restore"), 0, h_restore},
+        {PATH("Checkpoints"), 0, h_checkpoints},
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         ps->ctx[i] = (method_ctx_t){ps, (int)i, m[i].fn};

@@ -71,6 +71,10 @@ mt_rpc_channel_t *mt_psc_channel(mt_psc_t *c, uint32_t i) {
     return i < c->n ? c->ch[i] : NULL;
 }
 
+uint32_t mt_psc_num_shards(const mt_psc_t *c) {
+    return c->n;
+}
+
 static mt_err_t status_to_err(const mt_rpc_status_t *st) {
     switch (st->code) {
     case MT_RPC_OK: return MT_OK;
@@ -358,8 +362,8 @@ out:
 }
 
 mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *grads,
-                      size_t grads_len, int64_t now_s, uint64_t step, uint64_t *applied,
-                      uint64_t *missing, mt_rpc_status_t *st) {
+                      size_t grads_len, int64_t now_s, uint64_t step, uint64_t examples,
+                      uint64_t *applied, uint64_t *missing, mt_rpc_status_t *st) {
     plan_t p;
     size_t need;
     mt_err_t err = plan_build(c, fids, n, &p, &need, st);
@@ -390,7 +394,7 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
     size_t goff = 0;
     for (uint32_t s = 0; s < c->n; s++) {
         size_t cnt = p.start[s + 1] - p.start[s];
-        if (!cnt) continue;
+        if (!cnt && !examples) continue; /* with examples every shard hears of the step */
         size_t g0 = goff;
         for (size_t k = 0; k < cnt; k++) {
             uint32_t j = p.order[p.start[s] + k];
@@ -405,6 +409,7 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
         r.grads = sg + g0;
         r.now_s = now_s;
         r.step = step;
+        r.examples = examples;
         lens[s] = monolith__v1__apply_gradients_request__get_packed_size(&r);
         reqs[s] = malloc(lens[s] ? lens[s] : 1);
         if (!reqs[s]) {
@@ -416,7 +421,7 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
     err = fan_out(c, PATH("ApplyGradients"), reqs, lens, calls, st);
     if (err) goto out;
     for (uint32_t s = 0, k = 0; s < c->n; s++) {
-        if (p.start[s + 1] == p.start[s]) continue;
+        if (!reqs[s]) continue;
         mt_rpc_batch_call_t *bc = &calls[k++];
         Monolith__V1__ApplyGradientsResponse *r =
             monolith__v1__apply_gradients_response__unpack(NULL, bc->resp_len, bc->resp);
@@ -556,5 +561,190 @@ mt_err_t mt_psc_pull_dense(mt_psc_t *c, mt_psc_tensor_t *ts, size_t n, uint64_t 
         if (!err && updated) *updated = 1;
     }
     monolith__v1__pull_dense_response__free_unpacked(r, NULL);
+    return err;
+}
+
+/* ============================== checkpoints ============================== */
+
+void mt_psc_shard_ckpt_free(mt_psc_shard_ckpt_t *out, uint32_t n) {
+    for (uint32_t i = 0; out && i < n; i++) {
+        for (size_t k = 0; k < out[i].n; k++) {
+            for (size_t j = 0; j < out[i].list[k].noffsets; j++)
+                free(out[i].list[k].offsets[j].topic);
+            free(out[i].list[k].offsets);
+        }
+        free(out[i].list);
+        out[i].list = NULL;
+        out[i].n = 0;
+    }
+}
+
+/* Copies a CheckpointMeta into @p out. @returns MT_OK or MT_NOMEM. */
+static mt_err_t ckpt_from_pb(const Monolith__V1__CheckpointMeta *m, mt_psc_checkpoint_t *out) {
+    memset(out, 0, sizeof(*out));
+    out->checkpoint_id = m->checkpoint_id;
+    out->consistent = m->consistent;
+    out->examples_applied = m->examples_applied;
+    out->created_ms = m->created_ms;
+    if (!m->n_offsets) return MT_OK;
+    out->offsets = calloc(m->n_offsets, sizeof(*out->offsets));
+    if (!out->offsets) return MT_NOMEM;
+    for (size_t j = 0; j < m->n_offsets; j++) {
+        out->noffsets = j + 1;
+        out->offsets[j].topic = strdup(m->offsets[j]->topic ? m->offsets[j]->topic : "");
+        out->offsets[j].partition = m->offsets[j]->partition;
+        out->offsets[j].offset = m->offsets[j]->offset;
+        if (!out->offsets[j].topic) return MT_NOMEM;
+    }
+    return MT_OK;
+}
+
+/* Sends reqs[s] (one per shard) to every shard on @p path, unpacks each answer with @p take,
+ * and fills out[s]. @returns MT_OK or the first shard's error. */
+static mt_err_t admin_all(mt_psc_t *c, const char *path, uint8_t **reqs, const size_t *lens,
+                          int64_t deadline_ms, mt_psc_shard_ckpt_t *out,
+                          mt_err_t (*take)(const uint8_t *resp, size_t len,
+                                           mt_psc_shard_ckpt_t *o)) {
+    mt_rpc_batch_call_t *calls = calloc(c->n, sizeof(*calls));
+    if (!calls) return MT_NOMEM;
+    for (uint32_t s = 0; s < c->n; s++) {
+        memset(&out[s], 0, sizeof(out[s]));
+        calls[s] =
+            (mt_rpc_batch_call_t){.ch = c->ch[s], .path = path, .req = reqs[s], .len = lens[s]};
+    }
+    mt_err_t err = mt_rpc_call_many(calls, c->n, deadline_ms);
+    for (uint32_t s = 0; s < c->n; s++) {
+        mt_psc_shard_ckpt_t *o = &out[s];
+        o->st = calls[s].st;
+        if (err) {
+            o->err = err;
+        } else if ((o->err = status_to_err(&calls[s].st)) == MT_OK) {
+            o->err = take(calls[s].resp, calls[s].resp_len, o);
+            if (o->err) status_msg(&o->st, MT_RPC_INTERNAL, "malformed answer");
+        } else if (calls[s].st.code == MT_RPC_FAILED_PRECONDITION) {
+            o->err = MT_MISMATCH;
+        } else if (calls[s].st.code == MT_RPC_NOT_FOUND) {
+            o->err = MT_NOT_FOUND;
+        } else if (calls[s].st.code == MT_RPC_PERMISSION_DENIED) {
+            o->err = MT_INVALID;
+        }
+        free(calls[s].resp);
+    }
+    free(calls);
+    if (err) return err;
+    for (uint32_t s = 0; s < c->n; s++)
+        if (out[s].err) return out[s].err;
+    return MT_OK;
+}
+
+static mt_err_t take_list(const uint8_t *resp, size_t len, mt_psc_shard_ckpt_t *o) {
+    Monolith__V1__CheckpointsResponse *r =
+        monolith__v1__checkpoints_response__unpack(NULL, len, resp);
+    if (!r) return MT_CORRUPT;
+    mt_err_t err = MT_OK;
+    o->incarnation = r->incarnation;
+    o->examples_applied = r->examples_applied;
+    o->list = calloc(r->n_checkpoints ? r->n_checkpoints : 1, sizeof(*o->list));
+    if (!o->list) err = MT_NOMEM;
+    for (size_t k = 0; k < r->n_checkpoints && !err; k++) {
+        o->n = k + 1;
+        err = ckpt_from_pb(r->checkpoints[k], &o->list[k]);
+    }
+    monolith__v1__checkpoints_response__free_unpacked(r, NULL);
+    return err;
+}
+
+static mt_err_t take_snapshot(const uint8_t *resp, size_t len, mt_psc_shard_ckpt_t *o) {
+    Monolith__V1__SnapshotResponse *r = monolith__v1__snapshot_response__unpack(NULL, len, resp);
+    if (!r) return MT_CORRUPT;
+    if (r->meta) o->examples_applied = r->meta->examples_applied;
+    monolith__v1__snapshot_response__free_unpacked(r, NULL);
+    return MT_OK;
+}
+
+static mt_err_t take_restore(const uint8_t *resp, size_t len, mt_psc_shard_ckpt_t *o) {
+    Monolith__V1__RestoreResponse *r = monolith__v1__restore_response__unpack(NULL, len, resp);
+    if (!r) return MT_CORRUPT;
+    o->incarnation = r->incarnation;
+    if (r->meta) o->examples_applied = r->meta->examples_applied;
+    monolith__v1__restore_response__free_unpacked(r, NULL);
+    return MT_OK;
+}
+
+mt_err_t mt_psc_checkpoints(mt_psc_t *c, int64_t deadline_ms, mt_psc_shard_ckpt_t *out) {
+    uint8_t **reqs = calloc(c->n, sizeof(*reqs));
+    size_t *lens = calloc(c->n, sizeof(*lens));
+    static uint8_t empty[1];
+    mt_err_t err = MT_NOMEM;
+    if (reqs && lens) {
+        for (uint32_t s = 0; s < c->n; s++)
+            reqs[s] = empty; /* CheckpointsRequest has no fields: 0 bytes */
+        err = admin_all(c, PATH("Checkpoints"), reqs, lens, deadline_ms, out, take_list);
+    }
+    free(reqs);
+    free(lens);
+    return err;
+}
+
+mt_err_t mt_psc_snapshot_all(mt_psc_t *c, const char *token, uint64_t checkpoint_id,
+                             const uint64_t *expect_incarnation, const mt_psc_offset_t *offsets,
+                             size_t noffsets, int64_t deadline_ms, mt_psc_shard_ckpt_t *out) {
+    uint8_t **reqs = calloc(c->n, sizeof(*reqs));
+    size_t *lens = calloc(c->n, sizeof(*lens));
+    Monolith__V1__KafkaOffset *ko = calloc(noffsets ? noffsets : 1, sizeof(*ko));
+    Monolith__V1__KafkaOffset **kop = calloc(noffsets ? noffsets : 1, sizeof(*kop));
+    mt_err_t err = MT_NOMEM;
+    if (!reqs || !lens || !ko || !kop) goto out;
+    for (size_t i = 0; i < noffsets; i++) {
+        monolith__v1__kafka_offset__init(&ko[i]);
+        ko[i].topic = offsets[i].topic;
+        ko[i].partition = offsets[i].partition;
+        ko[i].offset = offsets[i].offset;
+        kop[i] = &ko[i];
+    }
+    for (uint32_t s = 0; s < c->n; s++) {
+        Monolith__V1__SnapshotRequest r = MONOLITH__V1__SNAPSHOT_REQUEST__INIT;
+        r.token = (char *)(token ? token : "");
+        r.checkpoint_id = checkpoint_id;
+        r.consistent = 1;
+        r.n_offsets = noffsets;
+        r.offsets = kop;
+        r.expect_incarnation = expect_incarnation ? expect_incarnation[s] : 0;
+        lens[s] = monolith__v1__snapshot_request__get_packed_size(&r);
+        if (!(reqs[s] = malloc(lens[s] ? lens[s] : 1))) goto out;
+        monolith__v1__snapshot_request__pack(&r, reqs[s]);
+    }
+    err = admin_all(c, PATH("Snapshot"), reqs, lens, deadline_ms, out, take_snapshot);
+out:
+    for (uint32_t s = 0; reqs && s < c->n; s++)
+        free(reqs[s]);
+    free(reqs);
+    free(lens);
+    free(ko);
+    free(kop);
+    return err;
+}
+
+mt_err_t mt_psc_restore_all(mt_psc_t *c, const char *token, uint64_t checkpoint_id,
+                            int64_t deadline_ms, mt_psc_shard_ckpt_t *out) {
+    Monolith__V1__RestoreRequest r = MONOLITH__V1__RESTORE_REQUEST__INIT;
+    r.token = (char *)(token ? token : "");
+    r.checkpoint_id = checkpoint_id;
+    size_t len = monolith__v1__restore_request__get_packed_size(&r);
+    uint8_t *buf = malloc(len ? len : 1);
+    uint8_t **reqs = calloc(c->n, sizeof(*reqs));
+    size_t *lens = calloc(c->n, sizeof(*lens));
+    mt_err_t err = MT_NOMEM;
+    if (buf && reqs && lens) {
+        monolith__v1__restore_request__pack(&r, buf);
+        for (uint32_t s = 0; s < c->n; s++) {
+            reqs[s] = buf;
+            lens[s] = len;
+        }
+        err = admin_all(c, PATH("Restore"), reqs, lens, deadline_ms, out, take_restore);
+    }
+    free(buf);
+    free(reqs);
+    free(lens);
     return err;
 }

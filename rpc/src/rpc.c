@@ -4,23 +4,41 @@
  * Server anatomy
  * --------------
  *   notification queue (cq, "next" type, registered with the server)
- *     <- one posted request ("slot") per worker per method, plus a few generic slots for
- *        paths nobody registered (they are answered UNIMPLEMENTED; without them such calls
- *        would hang until their deadline).
+ *     <- requested calls ("slots"), per method as many as the method can hold at once plus
+ *        spares: unary: threads + max_queued + 2; streaming: max_streams + 2; Health: 4; and
+ *        2 generic slots for paths nobody registered (answered UNIMPLEMENTED; without them
+ *        such calls would hang until their deadline). So a call beyond the bounds is
+ *        received, and refused at once, instead of waiting inside gRPC for a slot.
  *   slot: {method, call, deadline, metadata, payload, ccq}
  *     ccq is a "pluck" queue bound to the slot's calls: every batch of a call completes
- *     there, and only the worker handling the call plucks it. So a handler that streams
- *     (send, wait, send, wait, ...) never needs another worker to make progress.
+ *     there, and only the thread handling the call plucks it. So a handler that streams
+ *     (send, wait, send, wait, ...) never needs another thread to make progress.
  *
- *   worker: next(cq) -> a slot whose call arrived -> run the handler -> the handler's last
- *           batch (SEND_STATUS_FROM_SERVER + RECV_CLOSE_ON_SERVER) completes on ccq ->
- *           release the call -> post the slot again (unless shutting down).
+ *   threads: next(cq) -> a slot whose call arrived -> admission (under qlock):
+ *     Health / unknown path      -> answered here and now (never waits, never refused)
+ *     streaming                  -> streams < max_streams ? run it here : refuse
+ *     unary                      -> running < threads ? run it here, then the queue
+ *                                   : queued < max_queued ? queue it : refuse
+ *     then the slot is released and requested again (unless shutting down).
+ *   A thread that ran a unary handler takes the queued calls (oldest first) before it goes
+ *   back to the queue: so a call is queued only while `threads` handlers run, and the queue
+ *   drains as they finish. Refused: RESOURCE_EXHAUSTED "server overloaded: ...".
+ *
+ *   Thread count: threads + 1 at start, one more for each stream that would otherwise leave
+ *   no thread waiting on cq (at most threads + max_streams + 1; they stay until shutdown).
+ *   Invariant: threads + streams < live threads (running <= threads), so some thread always
+ *   waits for calls and Health is answered under any load.
  *
  * Shutdown: grpc_server_shutdown_and_notify() stops new calls (clients get UNAVAILABLE)
- * and fails the posted slots; in-flight handlers finish; the shutdown tag arrives once no
- * call is left. If that takes longer than grace_ms, grpc_server_cancel_all_calls() makes
- * every pending send fail so that handlers return. Then the queue is shut down and drained
- * and the workers exit.
+ * and fails the requested slots; in-flight handlers finish (queued calls are in flight:
+ * they run too); the shutdown tag arrives once no call is left. If that takes longer than
+ * grace_ms, grpc_server_cancel_all_calls() makes every pending send fail so that handlers
+ * return, and calls still queued are answered CANCELLED without running. Then the queue is
+ * shut down and drained and the threads exit.
+ *
+ * TLS: the PEM files are read and checked with OpenSSL at create time (gRPC would accept a
+ * bad file and fail every handshake later with a vaguer message); the server's credentials
+ * are made at create and used by start; a channel's when it is created.
  */
 #include "mt/rpc.h"
 
@@ -29,6 +47,11 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
+#include <errno.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -37,8 +60,13 @@
 #include <string.h>
 #include <time.h>
 
-#define MT__GENERIC_SLOTS 2
+#include "mt/log.h"
+
+#define MT__GENERIC_SLOTS 2 /* requested calls for unknown paths */
+#define MT__HEALTH_SLOTS  4 /* requested Health/Check calls */
+#define MT__SPARE_SLOTS   2 /* per method beyond what it can hold: calls being refused */
 #define MT__HEALTH_PATH   "/grpc.health.v1.Health/Check"
+#define MT__PEM_MAX_BYTES (1u << 20)
 
 /* ============================== small helpers ============================== */
 
@@ -112,12 +140,216 @@ static void cq_destroy_pluck(grpc_completion_queue *cq) {
     grpc_completion_queue_destroy(cq);
 }
 
+/* ============================== TLS ============================== */
+
+static void msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void msgf(char *buf, size_t len, const char *fmt, ...) {
+    if (!buf || !len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+static int is_set(const char *s) {
+    return s && *s;
+}
+
+/* The PEM texts of a TLS config, NUL-terminated (NULL: unset). */
+typedef struct tls_pem {
+    char *cert, *key, *ca;
+} tls_pem_t;
+
+static void tls_pem_free(tls_pem_t *p) {
+    free(p->cert);
+    if (p->key) OPENSSL_cleanse(p->key, strlen(p->key));
+    free(p->key);
+    free(p->ca);
+    memset(p, 0, sizeof(*p));
+}
+
+/* A key file must not ask for a password (a daemon has nobody to type it). */
+static int pem_no_password(char *buf, int size, int rwflag, void *u) {
+    return 0;
+}
+
+/* Reads the file of tls.<key> into a NUL-terminated string. */
+static mt_err_t pem_read(const char *key, const char *path, char **out, char *errbuf,
+                         size_t errlen) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        msgf(errbuf, errlen, "tls.%s '%s': cannot open: %s", key, path, strerror(errno));
+        return MT_IO;
+    }
+    char *buf = malloc(MT__PEM_MAX_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return MT_NOMEM;
+    }
+    size_t n = fread(buf, 1, MT__PEM_MAX_BYTES + 1, f);
+    int bad = ferror(f);
+    int saved = errno;
+    fclose(f);
+    mt_err_t err = MT_OK;
+    if (bad) {
+        msgf(errbuf, errlen, "tls.%s '%s': cannot read: %s", key, path, strerror(saved));
+        err = MT_IO;
+    } else if (n > MT__PEM_MAX_BYTES) {
+        msgf(errbuf, errlen, "tls.%s '%s': larger than %u bytes: not a PEM file", key, path,
+             MT__PEM_MAX_BYTES);
+        err = MT_CONFIG;
+    } else if (n == 0 || memchr(buf, 0, n)) {
+        msgf(errbuf, errlen, "tls.%s '%s': %s", key, path,
+             n ? "binary content: not a PEM file (DER? convert with openssl x509 -outform PEM)"
+               : "empty file");
+        err = MT_CONFIG;
+    }
+    if (err) {
+        free(buf);
+        return err;
+    }
+    buf[n] = 0;
+    *out = buf;
+    return MT_OK;
+}
+
+/* The certificates of a PEM text: their number, and the first (caller frees) if asked. */
+static int pem_certs(const char *pem, X509 **first) {
+    BIO *b = BIO_new_mem_buf(pem, -1);
+    int n = 0;
+    if (first) *first = NULL;
+    X509 *x;
+    while (b && (x = PEM_read_bio_X509(b, NULL, pem_no_password, NULL)) != NULL) {
+        if (first && n == 0)
+            *first = x;
+        else
+            X509_free(x);
+        n++;
+    }
+    BIO_free(b);
+    ERR_clear_error(); /* the end of the text leaves "no start line" queued */
+    return n;
+}
+
+/* Checks a certificate chain file (and its key, when key_pem is given). */
+static mt_err_t check_chain(const char *path, const char *pem, const char *key_path,
+                            const char *key_pem, char *errbuf, size_t errlen) {
+    X509 *leaf = NULL;
+    EVP_PKEY *pk = NULL;
+    mt_err_t err = MT_CONFIG;
+    if (pem_certs(pem, &leaf) == 0) {
+        msgf(errbuf, errlen, "tls.cert_file '%s': no PEM certificate in it", path);
+        goto out;
+    }
+    if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0) {
+        msgf(errbuf, errlen, "tls.cert_file '%s': the certificate has expired", path);
+        goto out;
+    }
+    if (key_pem) {
+        BIO *b = BIO_new_mem_buf(key_pem, -1);
+        pk = b ? PEM_read_bio_PrivateKey(b, NULL, pem_no_password, NULL) : NULL;
+        BIO_free(b);
+        if (!pk) {
+            msgf(errbuf, errlen,
+                 "tls.key_file '%s': no PEM private key in it (or it is encrypted: daemons "
+                 "need an unencrypted key, readable only by their user)",
+                 key_path);
+            goto out;
+        }
+        if (X509_check_private_key(leaf, pk) != 1) {
+            msgf(errbuf, errlen, "tls.key_file '%s' is not the key of the certificate in '%s'",
+                 key_path, path);
+            goto out;
+        }
+    }
+    err = MT_OK;
+out:
+    ERR_clear_error();
+    EVP_PKEY_free(pk);
+    X509_free(leaf);
+    return err;
+}
+
+/* Reads and checks the files of @p t for a server or a client into @p out. */
+static mt_err_t tls_load(const mt_rpc_tls_config_t *t, int server, tls_pem_t *out, char *errbuf,
+                         size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    if (!t->enabled) return MT_OK;
+    int cert = is_set(t->cert_file), key = is_set(t->key_file), ca = is_set(t->ca_file);
+    if (server && !cert) {
+        msgf(errbuf, errlen, "tls.cert_file: a TLS server needs its certificate chain");
+        return MT_CONFIG;
+    }
+    if (cert != key) {
+        msgf(errbuf, errlen, "%s: tls.cert_file and tls.key_file go together",
+             cert ? "tls.key_file" : "tls.cert_file");
+        return MT_CONFIG;
+    }
+    if (server && t->client_auth && !ca) {
+        msgf(errbuf, errlen,
+             "tls.ca_file: tls.client_auth needs the CA of the client certificates");
+        return MT_CONFIG;
+    }
+    mt_err_t err = MT_OK;
+    if (cert && (err = pem_read("cert_file", t->cert_file, &out->cert, errbuf, errlen))) goto fail;
+    if (key && (err = pem_read("key_file", t->key_file, &out->key, errbuf, errlen))) goto fail;
+    if (ca && (err = pem_read("ca_file", t->ca_file, &out->ca, errbuf, errlen))) goto fail;
+    if (cert && (err = check_chain(t->cert_file, out->cert, t->key_file, out->key, errbuf, errlen)))
+        goto fail;
+    if (ca && pem_certs(out->ca, NULL) == 0) {
+        msgf(errbuf, errlen, "tls.ca_file '%s': no PEM certificate in it", t->ca_file);
+        err = MT_CONFIG;
+        goto fail;
+    }
+    if (server && !t->client_auth) { /* the CA is for client certificates: none asked */
+        free(out->ca);
+        out->ca = NULL;
+    }
+    return MT_OK;
+fail:
+    tls_pem_free(out);
+    return err;
+}
+
+mt_err_t mt_rpc_tls_check(const mt_rpc_tls_config_t *tls, int server, char *errbuf, size_t errlen) {
+    if (!tls) return MT_OK;
+    tls_pem_t pem;
+    mt_err_t err = tls_load(tls, server, &pem, errbuf, errlen);
+    tls_pem_free(&pem);
+    return err;
+}
+
+/* Server credentials from checked PEM texts (NULL: out of memory / refused by gRPC). */
+static grpc_server_credentials *tls_server_creds(const mt_rpc_tls_config_t *t,
+                                                 const tls_pem_t *pem) {
+    grpc_ssl_pem_key_cert_pair pair = {pem->key, pem->cert};
+    return grpc_ssl_server_credentials_create_ex(
+        pem->ca, &pair, 1,
+        t->client_auth ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                       : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+}
+
+static grpc_channel_credentials *tls_channel_creds(const tls_pem_t *pem) {
+    grpc_ssl_pem_key_cert_pair pair = {pem->key, pem->cert};
+    return grpc_ssl_credentials_create_ex(pem->ca, pem->cert ? &pair : NULL, NULL, NULL);
+}
+
 /* ============================== server ============================== */
+
+/* How a method's calls are admitted (see the top of the file). */
+typedef enum kind {
+    KIND_UNARY,  /* bounded by threads, then max_queued */
+    KIND_STREAM, /* bounded by max_streams, on threads of their own */
+    KIND_INLINE  /* Health: answered by the receiving thread, never refused */
+} kind_t;
 
 typedef struct method {
     char *path;
     char *service; /* "package.Service" */
     int streaming;
+    kind_t kind;
     mt_rpc_handler_fn fn;
     void *ud;
     void *handle; /* grpc_server_register_method's */
@@ -133,6 +365,7 @@ typedef struct slot {
     grpc_byte_buffer *payload;
     grpc_completion_queue *ccq;
     int posted;
+    struct slot *next; /* in the queue of calls waiting for a thread (qlock) */
 } slot_t;
 
 struct mt_rpc_call {
@@ -144,23 +377,33 @@ struct mt_rpc_call {
 };
 
 struct mt_rpc_server {
-    mt_rpc_server_config_t cfg;
+    mt_rpc_server_config_t cfg; /* cfg.tls's paths are not kept (NULL) */
     char *listen;
     grpc_server *server;
     grpc_completion_queue *cq;
+    grpc_server_credentials *creds; /* TLS, made at create; released by start / destroy */
     method_t *methods;
     size_t nmethods, cap_methods;
     slot_t *slots;
     size_t nslots;
-    pthread_t *workers;
-    uint32_t nworkers;
     _Atomic int serving;
     _Atomic int stopping;
-    _Atomic int active; /* handlers running */
+    _Atomic int cancelled; /* shutdown cancelled every call: queued ones are not run */
+    _Atomic int active;    /* handlers running (any kind) */
+    _Atomic uint64_t rejected, rejected_streams;
     int started, shut;
-    int shutdown_seen; /* the shutdown tag arrived (under lock) */
+    /* Admission and threads, guarded by qlock. */
+    pthread_mutex_t qlock;
+    uint32_t running;      /* threads running unary handlers (and then the queue) */
+    uint32_t streams;      /* threads running streaming handlers */
+    uint32_t queued;       /* calls in the queue */
+    slot_t *qhead, *qtail; /* the queue, oldest first */
+    pthread_t *workers;    /* threads + max_streams + 1 entries */
+    uint32_t nworkers;     /* started */
+    /* Shutdown, guarded by lock. */
     pthread_mutex_t lock;
     pthread_cond_t cond;
+    int shutdown_seen; /* the shutdown tag arrived */
     char shutdown_tag; /* its address is the tag */
 };
 
@@ -168,6 +411,8 @@ void mt_rpc_server_config_init(mt_rpc_server_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->listen = "127.0.0.1:0";
     cfg->threads = 4;
+    cfg->max_queued = 16;
+    cfg->max_streams = 8;
     cfg->max_message_bytes = 64u << 20;
     cfg->grace_ms = 5000;
 }
@@ -175,24 +420,53 @@ void mt_rpc_server_config_init(mt_rpc_server_config_t *cfg) {
 static void health_check(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len);
 
 mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t **out) {
-    if (!cfg || !cfg->listen || cfg->threads < 1 || cfg->threads > 64 ||
-        cfg->max_message_bytes < 1024)
+    if (!cfg || !cfg->listen || cfg->threads < 1 || cfg->threads > MT_RPC_MAX_THREADS ||
+        cfg->max_queued > MT_RPC_MAX_QUEUED || cfg->max_streams < 1 ||
+        cfg->max_streams > MT_RPC_MAX_STREAMS || cfg->max_message_bytes < 1024 ||
+        cfg->max_message_bytes > INT32_MAX)
         return MT_CONFIG;
+    tls_pem_t pem;
+    char msg[512];
+    mt_err_t err = tls_load(&cfg->tls, 1, &pem, msg, sizeof(msg));
+    if (err) {
+        if (err != MT_NOMEM) mt_log(MT_LOG_ERROR, "rpc", "server on %s: %s", cfg->listen, msg);
+        return err;
+    }
     mt_rpc_server_t *s = calloc(1, sizeof(*s));
-    if (!s) return MT_NOMEM;
+    if (!s) {
+        tls_pem_free(&pem);
+        return MT_NOMEM;
+    }
     s->cfg = *cfg;
+    s->cfg.tls.cert_file = s->cfg.tls.key_file = s->cfg.tls.ca_file = NULL;
+    s->cfg.tls.server_name = NULL;
     s->listen = strdup(cfg->listen);
     if (!s->listen) {
         free(s);
+        tls_pem_free(&pem);
         return MT_NOMEM;
     }
     s->cfg.listen = s->listen;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->qlock, NULL);
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->serving, 1);
     atomic_init(&s->stopping, 0);
+    atomic_init(&s->cancelled, 0);
     atomic_init(&s->active, 0);
+    atomic_init(&s->rejected, 0);
+    atomic_init(&s->rejected_streams, 0);
     rpc_init();
+    if (cfg->tls.enabled) {
+        s->creds = tls_server_creds(&cfg->tls, &pem);
+        tls_pem_free(&pem);
+        if (!s->creds) {
+            mt_log(MT_LOG_ERROR, "rpc", "server on %s: gRPC refused the TLS credentials",
+                   cfg->listen);
+            mt_rpc_server_destroy(s);
+            return MT_CONFIG;
+        }
+    }
     grpc_arg args[3];
     int_arg(&args[0], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)cfg->max_message_bytes);
     int_arg(&args[1], GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)cfg->max_message_bytes);
@@ -203,11 +477,12 @@ mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t
     s->server = grpc_server_create(&cargs, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
-    mt_err_t err = mt_rpc_server_add(s, MT__HEALTH_PATH, 0, health_check, s);
+    err = mt_rpc_server_add(s, MT__HEALTH_PATH, 0, health_check, s);
     if (err) {
         mt_rpc_server_destroy(s);
         return err;
     }
+    s->methods[s->nmethods - 1].kind = KIND_INLINE;
     *out = s;
     return MT_OK;
 }
@@ -236,6 +511,7 @@ mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int streaming,
         return MT_NOMEM;
     }
     m->streaming = streaming;
+    m->kind = streaming ? KIND_STREAM : KIND_UNARY;
     m->fn = fn;
     m->ud = ud;
     m->handle = grpc_server_register_method(s->server, m->path, NULL,
@@ -406,7 +682,9 @@ static void health_check(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t 
     mt_rpc_reply(c, resp, sizeof(resp));
 }
 
-static void handle_call(slot_t *sl) {
+/* Runs the call of a slot: its handler, or the answer to an unknown path. @p queued: the
+ * call waited in the queue (one whose deadline passed meanwhile is not handled). */
+static void handle_call(slot_t *sl, int queued) {
     mt_rpc_call_t c;
     memset(&c, 0, sizeof(c));
     c.slot = sl;
@@ -417,6 +695,15 @@ static void handle_call(slot_t *sl) {
         memcpy(path, GRPC_SLICE_START_PTR(sl->details.method), n);
         path[n] = 0;
         mt_rpc_fail(&c, MT_RPC_UNIMPLEMENTED, "unknown method %s", path);
+        return;
+    }
+    if (queued && mt_rpc_call_remaining_ms(&c) <= 0) {
+        mt_rpc_fail(&c, MT_RPC_DEADLINE_EXCEEDED, "%s: the deadline passed in the queue",
+                    sl->m->path);
+        return;
+    }
+    if (queued && atomic_load(&sl->s->cancelled)) { /* past the grace period */
+        mt_rpc_fail(&c, MT_RPC_CANCELLED, "%s: the server stopped", sl->m->path);
         return;
     }
     uint8_t *req = NULL;
@@ -432,6 +719,113 @@ static void handle_call(slot_t *sl) {
     sl->m->fn(sl->m->ud, &c, req ? req : (const uint8_t *)"", len);
     if (!c.finished) mt_rpc_fail(&c, MT_RPC_INTERNAL, "%s: handler did not answer", sl->m->path);
     free(req);
+}
+
+/* Releases the slot's call and requests the next one (unless shutting down). */
+static void slot_recycle(slot_t *sl) {
+    slot_release(sl);
+    if (!atomic_load(&sl->s->stopping)) slot_post(sl);
+}
+
+static void *worker_main(void *arg);
+
+/* Keeps one thread waiting on cq however many handlers run: live threads must exceed
+ * threads + streams (unary handlers may take `threads` of them at any time). Starts one
+ * more after a stream was admitted if needed. Caller holds qlock. */
+static void ensure_listener_qlocked(mt_rpc_server_t *s) {
+    uint32_t cap = s->cfg.threads + s->cfg.max_streams + 1;
+    if (s->cfg.threads + s->streams < s->nworkers || s->nworkers >= cap) return;
+    if (pthread_create(&s->workers[s->nworkers], NULL, worker_main, s) == 0)
+        s->nworkers++;
+    else
+        mt_log(MT_LOG_WARN, "rpc", "cannot start a server thread: Health may wait under load");
+}
+
+/* Answers a call the bounds do not admit. */
+static void refuse(slot_t *sl, int stream, uint32_t n) {
+    mt_rpc_server_t *s = sl->s;
+    atomic_fetch_add(&s->rejected, 1);
+    if (stream) atomic_fetch_add(&s->rejected_streams, 1);
+    mt_rpc_call_t c;
+    memset(&c, 0, sizeof(c));
+    c.slot = sl;
+    if (stream)
+        mt_rpc_fail(&c, MT_RPC_RESOURCE_EXHAUSTED, "server overloaded: %u streams open", n);
+    else
+        mt_rpc_fail(&c, MT_RPC_RESOURCE_EXHAUSTED, "server overloaded: %u calls queued", n);
+    slot_recycle(sl);
+}
+
+/* A call arrived on slot @p sl: admit it (run it here, or queue it) or refuse it. */
+static void dispatch(mt_rpc_server_t *s, slot_t *sl) {
+    kind_t kind = sl->m ? sl->m->kind : KIND_INLINE;
+    if (kind == KIND_INLINE) {
+        atomic_fetch_add(&s->active, 1);
+        handle_call(sl, 0);
+        atomic_fetch_sub(&s->active, 1);
+        slot_recycle(sl);
+        return;
+    }
+    pthread_mutex_lock(&s->qlock);
+    if (kind == KIND_STREAM) {
+        if (s->streams >= s->cfg.max_streams) {
+            uint32_t n = s->streams;
+            pthread_mutex_unlock(&s->qlock);
+            refuse(sl, 1, n);
+            return;
+        }
+        s->streams++;
+        ensure_listener_qlocked(s);
+        pthread_mutex_unlock(&s->qlock);
+        atomic_fetch_add(&s->active, 1);
+        handle_call(sl, 0);
+        atomic_fetch_sub(&s->active, 1);
+        slot_recycle(sl);
+        pthread_mutex_lock(&s->qlock);
+        s->streams--;
+        pthread_mutex_unlock(&s->qlock);
+        return;
+    }
+    if (s->running >= s->cfg.threads) {
+        if (s->queued >= s->cfg.max_queued) {
+            uint32_t n = s->queued;
+            pthread_mutex_unlock(&s->qlock);
+            refuse(sl, 0, n);
+            return;
+        }
+        sl->next = NULL;
+        if (s->qtail)
+            s->qtail->next = sl;
+        else
+            s->qhead = sl;
+        s->qtail = sl;
+        s->queued++;
+        pthread_mutex_unlock(&s->qlock);
+        return;
+    }
+    s->running++;
+    pthread_mutex_unlock(&s->qlock);
+    atomic_fetch_add(&s->active, 1);
+    handle_call(sl, 0);
+    slot_recycle(sl);
+    /* Then the calls that queued meanwhile: a thread leaves `running` only with the queue
+     * empty, so a queued call always has a thread coming for it. */
+    for (;;) {
+        pthread_mutex_lock(&s->qlock);
+        slot_t *q = s->qhead;
+        if (!q) {
+            s->running--;
+            pthread_mutex_unlock(&s->qlock);
+            break;
+        }
+        s->qhead = q->next;
+        if (!s->qhead) s->qtail = NULL;
+        s->queued--;
+        pthread_mutex_unlock(&s->qlock);
+        handle_call(q, 1);
+        slot_recycle(q);
+    }
+    atomic_fetch_sub(&s->active, 1);
 }
 
 static void *worker_main(void *arg) {
@@ -452,31 +846,42 @@ static void *worker_main(void *arg) {
             slot_release(sl);
             continue;
         }
-        atomic_fetch_add(&s->active, 1);
-        handle_call(sl);
-        slot_release(sl);
-        atomic_fetch_sub(&s->active, 1);
-        if (!atomic_load(&s->stopping)) slot_post(sl);
+        dispatch(s, sl);
     }
     return NULL;
 }
 
+/* Requested calls a method keeps: what it can hold at once, plus spares being refused. */
+static size_t method_slots(const mt_rpc_server_t *s, const method_t *m) {
+    switch (m->kind) {
+    case KIND_UNARY: return (size_t)s->cfg.threads + s->cfg.max_queued + MT__SPARE_SLOTS;
+    case KIND_STREAM: return (size_t)s->cfg.max_streams + MT__SPARE_SLOTS;
+    case KIND_INLINE: break;
+    }
+    return MT__HEALTH_SLOTS;
+}
+
 mt_err_t mt_rpc_server_start(mt_rpc_server_t *s, int *port) {
     if (s->started) return MT_INVALID;
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *creds =
+        s->creds ? s->creds : grpc_insecure_server_credentials_create();
+    s->creds = NULL;
     int p = grpc_server_add_http2_port(s->server, s->listen, creds);
     grpc_server_credentials_release(creds);
     if (p <= 0) return MT_IO;
-    /* One slot per worker per method (health included) plus the generic ones. */
-    uint32_t per = s->cfg.threads;
-    s->nslots = s->nmethods * per + MT__GENERIC_SLOTS;
+    s->nslots = MT__GENERIC_SLOTS;
+    for (size_t i = 0; i < s->nmethods; i++)
+        s->nslots += method_slots(s, &s->methods[i]);
     s->slots = calloc(s->nslots, sizeof(slot_t));
-    s->workers = calloc(s->cfg.threads, sizeof(pthread_t));
+    s->workers = calloc((size_t)s->cfg.threads + s->cfg.max_streams + 1, sizeof(pthread_t));
     if (!s->slots || !s->workers) return MT_NOMEM;
-    for (size_t i = 0; i < s->nslots; i++) {
+    size_t k = 0;
+    for (size_t i = 0; i < s->nmethods; i++)
+        for (size_t j = method_slots(s, &s->methods[i]); j > 0; j--)
+            s->slots[k++].m = &s->methods[i];
+    for (size_t i = 0; i < s->nslots; i++) { /* the last MT__GENERIC_SLOTS keep m = NULL */
         slot_t *sl = &s->slots[i];
         sl->s = s;
-        sl->m = i < s->nmethods * per ? &s->methods[i / per] : NULL;
         sl->ccq = grpc_completion_queue_create_for_pluck(NULL);
         if (!sl->ccq) return MT_NOMEM;
     }
@@ -484,17 +889,58 @@ mt_err_t mt_rpc_server_start(mt_rpc_server_t *s, int *port) {
     s->started = 1;
     for (size_t i = 0; i < s->nslots; i++)
         if (slot_post(&s->slots[i]) != 0) return MT_INTERNAL;
-    for (uint32_t i = 0; i < s->cfg.threads; i++) {
+    /* threads + 1: one always waits for calls while `threads` handlers run. */
+    pthread_mutex_lock(&s->qlock);
+    for (uint32_t i = 0; i < s->cfg.threads + 1; i++) {
         if (pthread_create(&s->workers[i], NULL, worker_main, s) != 0) break;
         s->nworkers++;
     }
-    if (s->nworkers == 0) return MT_NOMEM;
+    uint32_t n = s->nworkers;
+    pthread_mutex_unlock(&s->qlock);
+    if (n < s->cfg.threads + 1) return MT_NOMEM;
     if (port) *port = p;
     return MT_OK;
 }
 
 void mt_rpc_server_set_serving(mt_rpc_server_t *s, int serving) {
     atomic_store(&s->serving, serving ? 1 : 0);
+}
+
+void mt_rpc_server_stats(mt_rpc_server_t *s, mt_rpc_server_stats_t *out) {
+    memset(out, 0, sizeof(*out));
+    if (!s) return;
+    out->rejected = atomic_load(&s->rejected);
+    out->rejected_streams = atomic_load(&s->rejected_streams);
+    pthread_mutex_lock(&s->qlock);
+    out->running = s->running;
+    out->queued = s->queued;
+    out->streams = s->streams;
+    pthread_mutex_unlock(&s->qlock);
+}
+
+int mt_rpc_server_render_metrics(mt_rpc_server_t *s, const char *prefix, const char *labels,
+                                 char *buf, size_t len) {
+    mt_rpc_server_stats_t st;
+    mt_rpc_server_stats(s, &st);
+    const char *o = *labels ? "{" : "", *c = *labels ? "}" : "";
+    return snprintf(
+        buf, len,
+        "# HELP %s_rejected_total Calls answered RESOURCE_EXHAUSTED because the server was "
+        "full (queue or streams).\n"
+        "# TYPE %s_rejected_total counter\n"
+        "%s_rejected_total%s%s%s %llu\n"
+        "# HELP %s_rejected_streams_total Streaming calls refused: max_streams open.\n"
+        "# TYPE %s_rejected_streams_total counter\n"
+        "%s_rejected_streams_total%s%s%s %llu\n"
+        "# HELP %s_queued_calls Calls waiting for a thread.\n"
+        "# TYPE %s_queued_calls gauge\n"
+        "%s_queued_calls%s%s%s %u\n"
+        "# HELP %s_open_streams Streaming calls running.\n"
+        "# TYPE %s_open_streams gauge\n"
+        "%s_open_streams%s%s%s %u\n",
+        prefix, prefix, prefix, o, labels, c, (unsigned long long)st.rejected, prefix, prefix,
+        prefix, o, labels, c, (unsigned long long)st.rejected_streams, prefix, prefix, prefix, o,
+        labels, c, st.queued, prefix, prefix, prefix, o, labels, c, st.streams);
 }
 
 void mt_rpc_server_shutdown(mt_rpc_server_t *s) {
@@ -522,6 +968,7 @@ void mt_rpc_server_shutdown(mt_rpc_server_t *s) {
         if (done) break;
         idle = atomic_load(&s->active) == 0 ? idle + 1 : 0;
         if (!cancelled && (idle >= 3 || waited_ms >= s->cfg.grace_ms)) {
+            atomic_store(&s->cancelled, 1);
             grpc_server_cancel_all_calls(s->server);
             cancelled = 1;
         }
@@ -530,14 +977,24 @@ void mt_rpc_server_shutdown(mt_rpc_server_t *s) {
         waited_ms += 10;
     }
     grpc_completion_queue_shutdown(s->cq);
-    for (uint32_t i = 0; i < s->nworkers; i++)
-        pthread_join(s->workers[i], NULL);
+    /* A thread may start another (a stream) until it sees the queue shut down. */
+    for (uint32_t i = 0;; i++) {
+        pthread_mutex_lock(&s->qlock);
+        int more = i < s->nworkers;
+        pthread_t t = more ? s->workers[i] : (pthread_t)0;
+        pthread_mutex_unlock(&s->qlock);
+        if (!more) break;
+        pthread_join(t, NULL);
+    }
+    pthread_mutex_lock(&s->qlock);
     s->nworkers = 0;
+    pthread_mutex_unlock(&s->qlock);
 }
 
 void mt_rpc_server_destroy(mt_rpc_server_t *s) {
     if (!s) return;
     mt_rpc_server_shutdown(s);
+    if (s->creds) grpc_server_credentials_release(s->creds);
     if (!s->started && s->cq) grpc_completion_queue_shutdown(s->cq);
     if (s->server) grpc_server_destroy(s->server);
     if (s->cq) {
@@ -558,6 +1015,7 @@ void mt_rpc_server_destroy(mt_rpc_server_t *s) {
     free(s->workers);
     free(s->listen);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->qlock);
     pthread_cond_destroy(&s->cond);
     free(s);
 }
@@ -591,12 +1049,25 @@ mt_err_t mt_rpc_channel_create(const char *target, const mt_rpc_client_config_t 
         mt_rpc_client_config_init(&def);
         cfg = &def;
     }
-    if (!target || !*target || cfg->max_message_bytes < 1024) return MT_CONFIG;
+    if (!target || !*target || cfg->max_message_bytes < 1024 || cfg->max_message_bytes > INT32_MAX)
+        return MT_CONFIG;
+    tls_pem_t pem;
+    char msg[512];
+    mt_err_t err = tls_load(&cfg->tls, 0, &pem, msg, sizeof(msg));
+    if (err) {
+        if (err != MT_NOMEM) mt_log(MT_LOG_ERROR, "rpc", "channel to %s: %s", target, msg);
+        return err;
+    }
     mt_rpc_channel_t *c = calloc(1, sizeof(*c));
-    if (!c) return MT_NOMEM;
+    if (!c) {
+        tls_pem_free(&pem);
+        return MT_NOMEM;
+    }
     c->cfg = *cfg;
+    c->cfg.tls.cert_file = c->cfg.tls.key_file = c->cfg.tls.ca_file = NULL; /* not kept */
+    c->cfg.tls.server_name = NULL;
     rpc_init();
-    grpc_arg args[4];
+    grpc_arg args[5];
     int_arg(&args[0], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)cfg->max_message_bytes);
     int_arg(&args[1], GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)cfg->max_message_bytes);
     /* gRPC's own reconnect backoff (about 1 s) would make our retries inside that window
@@ -607,7 +1078,20 @@ mt_err_t mt_rpc_channel_create(const char *target, const mt_rpc_client_config_t 
     int_arg(&args[3], GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
             (int)(cfg->backoff_max_ms ? cfg->backoff_max_ms : 1));
     grpc_channel_args cargs = {4, args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    if (cfg->tls.enabled && is_set(cfg->tls.server_name)) {
+        args[4].type = GRPC_ARG_STRING;
+        args[4].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args[4].value.string = (char *)cfg->tls.server_name;
+        cargs.num_args = 5;
+    }
+    grpc_channel_credentials *creds =
+        cfg->tls.enabled ? tls_channel_creds(&pem) : grpc_insecure_credentials_create();
+    tls_pem_free(&pem);
+    if (!creds) {
+        mt_log(MT_LOG_ERROR, "rpc", "channel to %s: gRPC refused the TLS credentials", target);
+        free(c);
+        return MT_CONFIG;
+    }
     c->ch = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     if (!c->ch) {

@@ -152,6 +152,7 @@ void mt_serving_config_init(mt_serving_config_t *cfg) {
     mt_table_config_init(&cfg->table);
     cfg->negative_rate = 1.0f;
     cfg->sync_interval_ms = 10000;
+    cfg->sync_stream_ms = 100;
     cfg->dense_sync_interval_ms = 60000;
     cfg->sync_timeout_ms = 120000;
     cfg->max_candidates = 10000;
@@ -198,6 +199,7 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
         BAD("log_sample_rate: %g is not in [0, 1]", c->log_sample_rate);
     if (c->sync_interval_ms < 1 || c->dense_sync_interval_ms < 1 || c->sync_timeout_ms < 1)
         BAD("sync intervals and timeout must be positive");
+    if (c->sync_stream_ms > 60000) BAD("sync_stream_ms must be at most 60000");
     if (c->max_candidates < 1 || c->max_request_fids < 1 || c->workers < 1 || c->workers > 1024)
         BAD("max_candidates, max_request_fids and workers (1..1024) must be positive");
     if (!c->features_topic || !*c->features_topic) BAD("features_topic is empty");
@@ -274,7 +276,12 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     pc.addrs = cfg->ps_addrs;
     pc.num_shards = cfg->num_shards;
     pc.deadline_ms = cfg->sync_timeout_ms;
-    if ((err = mt_psc_create(&pc, &sv->psc)) != MT_OK) goto fail;
+    pc.rpc.tls = cfg->ps_tls;
+    if ((err = mt_psc_create(&pc, &sv->psc)) != MT_OK) {
+        if (err != MT_NOMEM)
+            msgf(errbuf, errlen, "PS channels: %s (TLS files: see the log)", mt_strerror(err));
+        goto fail;
+    }
     *out = sv;
     return MT_OK;
 fail:
@@ -494,8 +501,62 @@ static mt_err_t apply_chunk(shard_t *sh, const Monolith__V1__SyncChunk *ch, uint
     return MT_OK;
 }
 
-/* One Sync stream from shard sh. @returns MT_OK, or an error (logged and counted). */
-static mt_err_t sync_once(shard_t *sh) {
+/* What one round of a Sync stream did (sync_once() commits it at its caught_up chunk). */
+typedef struct sync_round {
+    int started, full;
+    uint64_t entries, deleted, v0;
+    double t0;
+} sync_round_t;
+
+/* The round is applied whole (the replica is consistent at @p upto): sweep after a full
+ * one, record the shard's position, publish, log. */
+static mt_err_t round_done(shard_t *sh, sync_round_t *r, uint64_t upto, uint64_t inc, char *why,
+                           size_t whylen) {
+    mt_serving_t *sv = sh->sv;
+    uint64_t swept = 0;
+    if (r->full && sh->ever) {
+        mt_err_t err = sweep(sh, r->v0, &swept);
+        if (err != MT_OK) {
+            msgf(why, whylen, "sweeping the shard's old rows: %s", mt_strerror(err));
+            return err;
+        }
+    }
+    if (r->full) sh->ever = 1;
+    double t1 = mt_mono_s();
+    pthread_mutex_lock(&sv->stat_lock);
+    sh->st.syncs++;
+    sh->st.full_syncs += r->full != 0;
+    sh->st.since_version = upto;
+    sh->st.incarnation = inc;
+    sh->st.last_ok_s = t1;
+    sh->st.last_duration_s = t1 - r->t0;
+    sh->st.entries += r->entries;
+    sh->st.deleted += r->deleted;
+    pthread_mutex_unlock(&sv->stat_lock);
+    mt_table_stats_t ts;
+    mt_table_stats(sv->table, &ts);
+    atomic_store(&sv->sparse_version, ts.version);
+    if (r->full || r->entries)
+        mt_log(r->full ? MT_LOG_INFO : MT_LOG_DEBUG, WHO,
+               "shard %u: %s sync, %llu entries (%llu deleted, %llu swept) in %.3f s, up to "
+               "version %llu",
+               sh->idx, r->full ? "full" : "incremental", (unsigned long long)r->entries,
+               (unsigned long long)r->deleted, (unsigned long long)swept, t1 - r->t0,
+               (unsigned long long)upto);
+    update_ready(sv);
+    memset(r, 0, sizeof(*r));
+    return MT_OK;
+}
+
+/*
+ * One Sync stream from shard sh: the catch-up round, then (following, sync_stream_ms > 0)
+ * a round every sync_stream_ms until the shard ends the stream. Each round is applied in
+ * order and recorded at its caught_up chunk, so a stream that breaks loses only its current
+ * round (the next stream starts from the last recorded version).
+ * @param[out] rounds  rounds completed
+ * @returns MT_OK, or an error (logged and counted).
+ */
+static mt_err_t sync_once(shard_t *sh, unsigned *rounds) {
     mt_serving_t *sv = sh->sv;
     char why[512] = "";
     pthread_mutex_lock(&sv->stat_lock);
@@ -505,13 +566,15 @@ static mt_err_t sync_once(shard_t *sh) {
     rq.since_version = since;
     rq.incarnation = inc;
     rq.max_chunk_fids = sv->cfg.sync_chunk_fids;
+    rq.follow_ms = sv->cfg.sync_stream_ms;
     uint8_t req[64];
     size_t rlen = monolith__v1__sync_request__pack(&rq, req);
     mt_rpc_stream_t *s = NULL;
     mt_rpc_status_t st = {0};
-    uint64_t entries = 0, deleted = 0, upto = 0, new_inc = 0, v0 = 0, swept = 0;
-    int full = 0, first = 1, done = 0;
-    double t0 = mt_mono_s();
+    sync_round_t r = {0};
+    int done = 0;
+    *rounds = 0;
+    r.t0 = mt_mono_s();
     mt_err_t err = mt_rpc_stream_open(mt_psc_channel(sv->psc, sh->idx), SYNC_PATH, req, rlen,
                                       sv->cfg.sync_timeout_ms, &s);
     if (err) {
@@ -541,85 +604,84 @@ static mt_err_t sync_once(shard_t *sh) {
             msgf(why, sizeof(why), "malformed SyncChunk");
             goto out;
         }
-        if (first) {
-            full = ch->full;
-            upto = ch->upto_version;
-            new_inc = ch->incarnation;
-            if (full) {
-                mt_table_stats_t ts;
-                mt_table_stats(sv->table, &ts);
-                v0 = ts.version;
+        if (!r.started) {
+            r.started = 1;
+            r.full = ch->full;
+            if (*rounds) r.t0 = mt_mono_s();
+            if (r.full && *rounds) {
+                /* a shard answers a follow round that would be full with an error instead */
+                monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+                err = MT_CORRUPT;
+                msgf(why, sizeof(why), "a full round in the middle of a stream");
+                goto out;
             }
-            first = 0;
+            if (r.full) {
+                /* The sweep's barrier: every row this round writes must get a version above
+                 * v0. The table's clocks are per part (a part's next version can be below
+                 * mt_table_stats()' maximum); mt_table_changes_begin() publishes one above
+                 * every part's, which later writes in any part exceed. (With the stats'
+                 * maximum, a second full sync of a shard swept rows it had just written.) */
+                mt_table_changes_t *barrier = NULL;
+                int unused;
+                err = mt_table_changes_begin(sv->table, 0, &barrier, &r.v0, &unused);
+                mt_table_changes_end(barrier);
+                if (err) {
+                    monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+                    msgf(why, sizeof(why), "full round: %s", mt_strerror(err));
+                    goto out;
+                }
+            }
         }
-        err = apply_chunk(sh, ch, &entries, &deleted, why, sizeof(why));
+        err = apply_chunk(sh, ch, &r.entries, &r.deleted, why, sizeof(why));
         done = ch->last;
+        int caught_up = ch->caught_up || ch->last;
+        uint64_t upto = ch->upto_version, new_inc = ch->incarnation;
         monolith__v1__sync_chunk__free_unpacked(ch, NULL);
         if (err) goto out;
+        if (caught_up) {
+            if ((err = round_done(sh, &r, upto, new_inc, why, sizeof(why))) != MT_OK) goto out;
+            ++*rounds;
+        }
         if (!done && stopping(sv)) {
             err = MT_CANCELLED;
             msgf(why, sizeof(why), "stopping");
             goto out;
         }
     }
-    mt_rpc_stream_close(s, &st);
-    s = NULL;
-    if (full && sh->ever) {
-        if ((err = sweep(sh, v0, &swept)) != MT_OK) {
-            msgf(why, sizeof(why), "sweeping the shard's old rows: %s", mt_strerror(err));
-            goto out;
-        }
-    }
-    if (full) sh->ever = 1;
 out:
     if (s) mt_rpc_stream_close(s, &st);
-    double t1 = mt_mono_s();
     pthread_mutex_lock(&sv->stat_lock);
-    if (err) {
-        sh->st.failures++;
-    } else {
-        sh->st.syncs++;
-        sh->st.full_syncs += full != 0;
-        sh->st.since_version = upto;
-        sh->st.incarnation = new_inc;
-        sh->st.last_ok_s = t1;
-        sh->st.last_duration_s = t1 - t0;
-    }
-    sh->st.entries += entries;
-    sh->st.deleted += deleted;
+    if (err) sh->st.failures++;
+    sh->st.entries += r.entries; /* a round cut short: applied, not recorded */
+    sh->st.deleted += r.deleted;
     pthread_mutex_unlock(&sv->stat_lock);
-    if (err) {
-        if (err != MT_CANCELLED)
-            mt_log(MT_LOG_WARN, WHO, "sync of shard %u failed (retried in %u ms): %s: %s", sh->idx,
-                   sv->cfg.sync_interval_ms, mt_strerror(err), why);
-        return err;
-    }
-    mt_table_stats_t ts;
-    mt_table_stats(sv->table, &ts);
-    atomic_store(&sv->sparse_version, ts.version);
-    if (full || entries)
-        mt_log(full ? MT_LOG_INFO : MT_LOG_DEBUG, WHO,
-               "shard %u: %s sync, %llu entries (%llu deleted%s%llu swept) in %.3f s, up to "
-               "version %llu",
-               sh->idx, full ? "full" : "incremental", (unsigned long long)entries,
-               (unsigned long long)deleted, full ? ", " : ", ", (unsigned long long)swept, t1 - t0,
-               (unsigned long long)upto);
-    update_ready(sv);
-    return MT_OK;
+    if (err && err != MT_CANCELLED)
+        mt_log(MT_LOG_WARN, WHO, "sync of shard %u failed (retried in %u ms): %s: %s", sh->idx,
+               sv->cfg.sync_interval_ms, mt_strerror(err), why);
+    return err;
 }
 
 static void *sync_main(void *arg) {
     shard_t *sh = arg;
     mt_serving_t *sv = sh->sv;
-    /* A fixed rate: a sync starts every interval however long the last took (a late one
-     * starts at once, and ticks missed meanwhile are skipped), so that the replica's age
-     * stays under interval + one sync's duration. */
+    /* Polling: a fixed rate, a sync starts every interval however long the last took (a
+     * late one starts at once, and ticks missed meanwhile are skipped), so that the
+     * replica's age stays under interval + one sync's duration. Following: a stream that
+     * followed (more than its catch-up round) ended normally (the shard's age limit, its
+     * shutdown): open the next one at once. A failure waits one interval. */
     double period = sv->cfg.sync_interval_ms / 1000.0, next = mt_mono_s();
     while (!sleep_until(sv, next)) {
-        sync_once(sh);
-        next += period;
+        unsigned rounds = 0;
+        mt_err_t err = sync_once(sh, &rounds);
         double now = mt_mono_s();
-        if (next < now) next = now;
+        if (err) {
+            next = now + (sv->cfg.sync_stream_ms && period > 1.0 ? 1.0 : period);
+        } else if (rounds > 1) {
+            next = now;
+        } else {
+            next += period;
+            if (next < now) next = now;
+        }
     }
     return NULL;
 }

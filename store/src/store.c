@@ -986,6 +986,75 @@ mt_err_t mt_store_list(mt_store_t *s, mt_store_info_t *out, size_t cap, size_t *
     return MT_OK;
 }
 
+/* ============================== rollback ============================== */
+
+mt_err_t mt_store_rollback(mt_store_t *s, uint64_t checkpoint_id, uint64_t *dropped, char *errbuf,
+                           size_t errlen) {
+    if (dropped) *dropped = 0;
+    if (!s) return fail(errbuf, errlen, MT_INVALID, "no store");
+    if (s->cfg.read_only) return fail(errbuf, errlen, MT_INVALID, "store is read-only");
+    if (checkpoint_id == UINT64_MAX)
+        return fail(errbuf, errlen, MT_INVALID, "checkpoint id %" PRIu64, checkpoint_id);
+    mt_err_t err = MT_OK;
+    ckpt_entry_t *ents = NULL;
+    size_t nents = 0;
+    uint64_t n = 0;
+    char *rerr = NULL;
+    char key[KEY_MAX];
+    static const char upper[] = "ckpt0"; /* after every "ckpt/..." key */
+    rocksdb_writebatch_t *wb = NULL;
+    pthread_mutex_lock(&s->save_lock);
+    /* Leftovers of failed saves above the id go too: SCAN_DATA finds them. */
+    err = scan(s, SCAN_DATA, &ents, &nents, errbuf, errlen);
+    if (err) goto out;
+    int found = checkpoint_id == 0;
+    for (size_t i = 0; i < nents; i++) {
+        if (ents[i].id == checkpoint_id && ents[i].complete) found = 1;
+        if (ents[i].id > checkpoint_id) n++;
+    }
+    if (!found) {
+        err = fail(errbuf, errlen, MT_NOT_FOUND, "no complete checkpoint %" PRIu64, checkpoint_id);
+        goto out;
+    }
+    wb = rocksdb_writebatch_create();
+    if (!wb) {
+        err = fail(errbuf, errlen, MT_NOMEM, "rollback: out of memory");
+        goto out;
+    }
+    /* One synced batch: `current` moves (or goes) and everything above the id is deleted;
+     * after a crash all of it or none of it is there. */
+    size_t kl = key_ckpt(key, checkpoint_id + 1, "");
+    for (int c = 0; c < CF_COUNT; c++)
+        rocksdb_writebatch_delete_range_cf(wb, s->cf[c], key, kl, upper, sizeof(upper) - 1);
+    if (checkpoint_id) {
+        char idtxt[24];
+        int idlen = snprintf(idtxt, sizeof(idtxt), "%020" PRIu64, checkpoint_id);
+        rocksdb_writebatch_put_cf(wb, s->cf[CF_DEFAULT], KEY_CURRENT, strlen(KEY_CURRENT), idtxt,
+                                  (size_t)idlen);
+    } else {
+        rocksdb_writebatch_delete_cf(wb, s->cf[CF_DEFAULT], KEY_CURRENT, strlen(KEY_CURRENT));
+    }
+    pthread_rwlock_wrlock(&s->ckpt_lock);
+    rocksdb_write(s->db, s->wo_sync, wb, &rerr);
+    if (!rerr) /* the dropped SSTs, whole (as the prune of a save) */
+        rocksdb_delete_file_in_range_cf(s->db, s->cf[CF_DATA], key, kl, upper, sizeof(upper) - 1,
+                                        &rerr);
+    pthread_rwlock_unlock(&s->ckpt_lock);
+    if (rerr) {
+        err = rdb_fail(rerr, errbuf, errlen, "rolling back");
+        goto out;
+    }
+    if (s->cfg.compact_on_prune)
+        rocksdb_compact_range_cf_opt(s->db, s->cf[CF_DATA], s->co, key, kl, upper,
+                                     sizeof(upper) - 1);
+    if (dropped) *dropped = n;
+out:
+    pthread_mutex_unlock(&s->save_lock);
+    if (wb) rocksdb_writebatch_destroy(wb);
+    free(ents);
+    return err;
+}
+
 /* ============================== test hooks ============================== */
 
 void mt__store_set_hook(mt_store_t *s, mt__store_hook_fn fn, void *ud) {

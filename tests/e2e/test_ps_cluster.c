@@ -61,6 +61,7 @@ static void cluster_start(cluster_t *c, uint32_t max_batch) {
         pc.table.filter_bytes = 1 << 16;
         pc.table.changelog_entries = 1 << 12;
         if (max_batch) pc.max_batch_fids = max_batch;
+        pc.sync_max_followers = 1;
         cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
         mt_rpc_server_config_t sc;
         mt_rpc_server_config_init(&sc);
@@ -138,7 +139,7 @@ Test(ps_cluster, client_matches_in_process_table) {
         for (size_t k = 0; k < nf; k++)
             grads[k] = (float)((int)(rnd(&x) % 200) - 100) / 64.0f;
         uint64_t applied = 0, missing = 0;
-        cr_assert_eq(mt_psc_apply(c.client, fids, n, grads, nf, 1000 + round, round, &applied,
+        cr_assert_eq(mt_psc_apply(c.client, fids, n, grads, nf, 1000 + round, round, 0, &applied,
                                   &missing, &st),
                      MT_OK, "%s", st.message);
         mt_table_op_stats_t os = {0};
@@ -192,7 +193,7 @@ Test(ps_cluster, duplicates_are_merged) {
         g[12 + d] = 3.0f;
     }
     uint64_t applied = 0, missing = 0;
-    cr_assert_eq(mt_psc_apply(c.client, fids, 3, g, 16, 12, 1, &applied, &missing, &st), MT_OK);
+    cr_assert_eq(mt_psc_apply(c.client, fids, 3, g, 16, 12, 1, 0, &applied, &missing, &st), MT_OK);
     cr_assert_eq(applied + missing, 2, "duplicates are sent once");
     cr_assert_eq(mt_psc_lookup(c.client, &f, 1, 0, 0, after, 4, found, &st), MT_OK);
     for (int d = 0; d < 4; d++)
@@ -391,7 +392,7 @@ Test(ps_cluster, sync_rebuilds_a_replica) {
         cr_assert_eq(mt_psc_lookup(c.client, fids, B, 1, 100, out, nf, NULL, &st), MT_OK);
         for (size_t k = 0; k < nf; k++)
             g[k] = 0.01f * (float)(k % 5);
-        cr_assert_eq(mt_psc_apply(c.client, fids, B, g, nf, 100, 1, NULL, NULL, &st), MT_OK);
+        cr_assert_eq(mt_psc_apply(c.client, fids, B, g, nf, 100, 1, 0, NULL, NULL, &st), MT_OK);
         if (round == 6) { /* removals become deletions in the stream */
             uint64_t removed;
             mt_table_remove(mt_ps_table(c.ps[0]), fids, B, &removed);
@@ -416,6 +417,161 @@ Test(ps_cluster, sync_rebuilds_a_replica) {
     inc ^= 1;
     cr_assert_eq(sync_into(&c, 0, &replica, &tc, &since, &inc, &full), MT_RPC_OK);
     cr_assert_eq(full, 1);
+    mt_table_destroy(replica);
+    cluster_stop(&c);
+}
+
+/* Reads chunks of a follow stream into replica up to and including the next caught_up
+ * chunk. @returns the entries read; *last is set when the chunk also had last = 1. */
+static size_t follow_round(mt_rpc_stream_t *s, mt_table_t *replica, uint64_t *since, int *last,
+                           int *full) {
+    size_t entries = 0;
+    *last = 0;
+    for (;;) {
+        uint8_t *msg;
+        size_t ml;
+        cr_assert_eq(mt_rpc_stream_next(s, &msg, &ml), MT_OK, "the stream ended early");
+        Monolith__V1__SyncChunk *ch = monolith__v1__sync_chunk__unpack(NULL, ml, msg);
+        free(msg);
+        cr_assert_not_null(ch);
+        if (full) *full |= ch->full;
+        size_t off = 0;
+        for (size_t i = 0; i < ch->n_fids; i++) {
+            uint32_t d = dim_of(ch->fids[i]);
+            if (ch->deleted.data[i]) {
+                mt_table_remove(replica, &ch->fids[i], 1, NULL);
+            } else {
+                cr_assert_eq(mt_table_assign(replica, &ch->fids[i], 1, ch->values + off, d, 1, NULL),
+                             MT_OK);
+                off += d;
+            }
+        }
+        entries += ch->n_fids;
+        int done = ch->caught_up;
+        *last = ch->last;
+        cr_assert(!ch->last || ch->caught_up, "the last chunk is caught up");
+        cr_assert_geq(ch->upto_version, *since, "versions never go back");
+        *since = ch->upto_version;
+        monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+        if (done) return entries;
+    }
+}
+
+static void assert_replica_equals(mt_table_t *shard, mt_table_t *replica, const char *when) {
+    mt_table_stats_t a, b;
+    mt_table_stats(shard, &a);
+    mt_table_stats(replica, &b);
+    cr_assert_eq(a.rows, b.rows, "%s: %llu rows on the shard, %llu in the replica", when,
+                 (unsigned long long)a.rows, (unsigned long long)b.rows);
+    for (uint64_t v = 0; v < 5000; v++) {
+        uint64_t f = MT_FID_MAKE(1, v);
+        float e1[8], e2[8];
+        int r1 = mt_table_get_row(shard, f, e1, NULL, 0, NULL, NULL, NULL);
+        int r2 = mt_table_get_row(replica, f, e2, NULL, 0, NULL, NULL, NULL);
+        cr_assert_eq(r1, r2, "%s: id %llu", when, (unsigned long long)v);
+        if (r1 == MT_OK) cr_assert_eq(memcmp(e1, e2, sizeof(e1)), 0, "%s", when);
+    }
+}
+
+static mt_rpc_stream_t *follow_open(cluster_t *c, int shard, uint64_t since, uint64_t inc,
+                                    uint32_t follow_ms) {
+    Monolith__V1__SyncRequest sr = MONOLITH__V1__SYNC_REQUEST__INIT;
+    sr.since_version = since;
+    sr.incarnation = inc;
+    sr.max_chunk_fids = 64;
+    sr.follow_ms = follow_ms;
+    uint8_t buf[64];
+    size_t len = monolith__v1__sync_request__pack(&sr, buf);
+    mt_rpc_stream_t *s;
+    cr_assert_eq(mt_rpc_stream_open(mt_psc_channel(c->client, (uint32_t)shard), PATH("Sync"), buf,
+                                    len, 60000, &s),
+                 MT_OK);
+    return s;
+}
+
+/* A follow stream stays open and sends each change in the next round; a shard holds one
+ * follower (sync_max_followers = 1 here) and answers another replica one round at a time;
+ * mt_ps_stop_streams() ends the stream with last = 1. */
+Test(ps_cluster, follow_stream_sends_changes_as_they_happen) {
+    cluster_t c;
+    cluster_start(&c, 0);
+    mt_table_config_t tc;
+    mt_table_config_init(&tc);
+    tc.slots = c.slots;
+    tc.nslots = 2;
+    tc.shards_log2 = 1;
+    tc.filter_bytes = 1 << 16;
+    mt_table_t *replica = NULL;
+    cr_assert_eq(mt_table_create(&tc, &replica), MT_OK);
+    mt_table_t *shard = mt_ps_table(c.ps[0]);
+    uint64_t since = 0, x = 5;
+    int last = 0, full = 0;
+    mt_rpc_stream_t *s = follow_open(&c, 0, 0, 0, 20);
+    follow_round(s, replica, &since, &last, &full);
+    cr_assert(full && !last, "the catch-up round of a new replica is full and the stream stays");
+    size_t total = 0;
+    for (int round = 0; round < 8; round++) {
+        enum { B = 200 };
+        uint64_t fids[B];
+        float out[B * 8], g[B * 8];
+        for (int i = 0; i < B; i++)
+            fids[i] = MT_FID_MAKE(1, rnd(&x) % 5000);
+        mt_rpc_status_t st;
+        cr_assert_eq(mt_psc_lookup(c.client, fids, B, 1, 100, out, B * 8, NULL, &st), MT_OK);
+        for (size_t k = 0; k < B * 8; k++)
+            g[k] = 0.01f * (float)(k % 7);
+        cr_assert_eq(mt_psc_apply(c.client, fids, B, g, B * 8, 100, 1, 0, NULL, NULL, &st), MT_OK);
+        if (round == 4) { /* removals arrive as deletions */
+            uint64_t removed;
+            mt_table_remove(shard, fids, B / 2, &removed);
+        }
+        /* A round that began after the writes carries them, and its upto_version is above
+         * every version they took (rounds sent before may still be queued in the stream). */
+        mt_table_stats_t ts;
+        mt_table_stats(shard, &ts);
+        full = 0;
+        for (int k = 0; k < 1000 && since <= ts.version; k++) {
+            total += follow_round(s, replica, &since, &last, &full);
+            cr_assert(!last && !full);
+        }
+        cr_assert_gt(since, ts.version, "no round after the writes");
+        assert_replica_equals(shard, replica, "after a write");
+    }
+    cr_assert_gt(total, 0);
+    /* Quiet: rounds keep coming as heartbeats without entries. */
+    cr_assert_eq(follow_round(s, replica, &since, &last, NULL), 0);
+    cr_assert_eq(follow_round(s, replica, &since, &last, NULL), 0);
+    /* A second follower is over the bound: its catch-up round ends the stream. */
+    mt_rpc_stream_t *s2 = follow_open(&c, 0, since, mt_ps_incarnation(c.ps[0]), 20);
+    uint64_t since2 = since;
+    follow_round(s2, replica, &since2, &last, NULL);
+    cr_assert(last, "over sync_max_followers: one round, then the end");
+    mt_rpc_status_t st2;
+    uint8_t *m2;
+    size_t l2;
+    cr_assert_eq(mt_rpc_stream_next(s2, &m2, &l2), MT_NOT_FOUND);
+    mt_rpc_stream_close(s2, &st2);
+    cr_assert_eq(st2.code, MT_RPC_OK, "%s", st2.message);
+    /* The shard stops: the follower gets a last chunk and a clean end. */
+    mt_ps_stop_streams(c.ps[0]);
+    int rounds = 0;
+    do {
+        follow_round(s, replica, &since, &last, NULL);
+        rounds++;
+    } while (!last && rounds < 100);
+    cr_assert(last, "a stopping shard ends its follow streams");
+    cr_assert_eq(mt_rpc_stream_next(s, &m2, &l2), MT_NOT_FOUND);
+    mt_rpc_status_t st;
+    mt_rpc_stream_close(s, &st);
+    cr_assert_eq(st.code, MT_RPC_OK, "%s", st.message);
+    assert_replica_equals(shard, replica, "at the end");
+    /* A bad follow period is refused. */
+    s = follow_open(&c, 1, 0, 0, 60001);
+    uint8_t *m;
+    size_t ml;
+    cr_assert_eq(mt_rpc_stream_next(s, &m, &ml), MT_NOT_FOUND);
+    mt_rpc_stream_close(s, &st);
+    cr_assert_eq(st.code, MT_RPC_INVALID_ARGUMENT);
     mt_table_destroy(replica);
     cluster_stop(&c);
 }

@@ -143,7 +143,7 @@ static void train(mt_psc_t *c, uint64_t *fids, int rounds, uint64_t seed) {
                      st.message);
         for (int k = 0; k < B * 8; k++)
             g[k] = (float)((seed + (uint64_t)k * 7 + (uint64_t)r) % 11) / 10.0f - 0.5f;
-        cr_assert_eq(mt_psc_apply(c, fids, B, g, B * 8, 0, (uint64_t)r, NULL, NULL, &st), MT_OK,
+        cr_assert_eq(mt_psc_apply(c, fids, B, g, B * 8, 0, (uint64_t)r, 0, NULL, NULL, &st), MT_OK,
                      "%s", st.message);
     }
 }

@@ -78,6 +78,7 @@ static void start_shard(cluster_t *c, uint32_t i, const char *listen) {
     pc.table.shards_log2 = 3;
     pc.table.filter_bytes = 0;
     pc.sync_chunk_fids = 64; /* several chunks per stream */
+    pc.sync_max_followers = 1; /* below the 2 threads, as the daemon's config requires */
     cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
     mt_rpc_server_config_t sc;
     mt_rpc_server_config_init(&sc);
@@ -92,6 +93,7 @@ static void start_shard(cluster_t *c, uint32_t i, const char *listen) {
 }
 
 static void stop_shard(cluster_t *c, uint32_t i) {
+    mt_ps_stop_streams(c->ps[i]); /* as monolith-ps does before its rpc shutdown */
     mt_rpc_server_destroy(c->srv[i]);
     mt_ps_destroy(c->ps[i]);
     c->srv[i] = NULL;
@@ -162,8 +164,9 @@ static void train(cluster_t *c, uint64_t user0, uint64_t item, float label, int 
     mt_batch_free(&b);
 }
 
-static void server_start(server_t *s, cluster_t *c, uint32_t max_candidates,
-                         mt_kafka_producer_t *producer) {
+/* stream_ms: serving's sync_stream_ms (0: poll every SYNC_MS). */
+static void server_start_ex(server_t *s, cluster_t *c, uint32_t max_candidates,
+                            mt_kafka_producer_t *producer, uint32_t stream_ms) {
     memset(s, 0, sizeof(*s));
     mt_serving_config_t sc;
     mt_serving_config_init(&sc);
@@ -180,6 +183,7 @@ static void server_start(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.table.shards_log2 = 2;
     sc.negative_rate = RATE;
     sc.sync_interval_ms = SYNC_MS;
+    sc.sync_stream_ms = stream_ms;
     sc.dense_sync_interval_ms = SYNC_MS;
     sc.sync_timeout_ms = 10000;
     sc.sync_chunk_fids = 50;
@@ -202,6 +206,11 @@ static void server_start(server_t *s, cluster_t *c, uint32_t max_candidates,
     cc.retries = 0;
     cr_assert_eq(mt_rpc_channel_create(addr, &cc, &s->ch), MT_OK);
     cr_assert_eq(mt_serving_start(s->sv), MT_OK);
+}
+
+static void server_start(server_t *s, cluster_t *c, uint32_t max_candidates,
+                         mt_kafka_producer_t *producer) {
+    server_start_ex(s, c, max_candidates, producer, 50);
 }
 
 static void server_stop(server_t *s) {
@@ -384,15 +393,16 @@ static int converged(server_t *s, cluster_t *c, const uint64_t *fids, size_t n, 
 
 /* ---------------- tests ---------------- */
 
-/* (1) A burst of clicks on a new item moves its score, through the PS and the sync. */
-Test(serving, training_burst_on_a_new_item_changes_its_score, .timeout = 120) {
+/* (1) A burst of clicks on a new item moves its score, through the PS and the sync:
+ * following the shards' change streams (stream_ms > 0) or polling every SYNC_MS. */
+static void burst_changes_score(uint32_t stream_ms) {
     cluster_t c;
     cluster_start(&c, 0, 1);
     uint32_t now = (uint32_t)time(NULL);
     for (uint64_t it = 0; it < 20; it++)
         train(&c, 1000, it, it % 3 == 0 ? 1.0f : 0.0f, 20, now);
     server_t s;
-    server_start(&s, &c, 100, NULL);
+    server_start_ex(&s, &c, 100, NULL, stream_ms);
     wait_ready(&s);
     const uint64_t items[2] = {5, 777777};
     request_t q;
@@ -415,8 +425,9 @@ Test(serving, training_burst_on_a_new_item_changes_its_score, .timeout = 120) {
         if (!changed) usleep(20000);
     }
     cr_assert(changed, "the new item's score did not change in 30 s");
-    cr_log_info("score of the new item changed %.3f s after the burst (sync every %d ms)",
-                now_s() - t0, SYNC_MS);
+    cr_log_info("score of the new item changed %.3f s after the burst (%s %u ms)", now_s() - t0,
+                stream_ms ? "following, rounds every" : "polling every",
+                stream_ms ? stream_ms : SYNC_MS);
     /* it converges to the PS: the row is there and the item scores higher than before */
     const uint64_t ids[1] = {777777};
     uint64_t fids[64];
@@ -440,6 +451,14 @@ Test(serving, training_burst_on_a_new_item_changes_its_score, .timeout = 120) {
     free(body);
     server_stop(&s);
     cluster_stop(&c);
+}
+
+Test(serving, training_burst_on_a_new_item_changes_its_score, .timeout = 120) {
+    burst_changes_score(50);
+}
+
+Test(serving, training_burst_changes_the_score_when_polling, .timeout = 120) {
+    burst_changes_score(0);
 }
 
 /* (2) Rows the PS expires disappear from serving. */

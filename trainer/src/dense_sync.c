@@ -134,6 +134,35 @@ mt_err_t mt_trainer_dense_sync_step(mt_trainer_dense_sync_t *d, int *synced, cha
     return err;
 }
 
+mt_err_t mt_trainer_dense_sync_reset(mt_trainer_dense_sync_t *d, int fresh, char *errbuf,
+                                     size_t errlen) {
+    d->pending = 0;
+    for (size_t i = 0; i < d->n; i++)
+        memset(d->grads[i].values, 0, d->grads[i].size * sizeof(float));
+    mt_model_t *m = mt_trainer_model(d->tr);
+    if (fresh) { /* the initial values: a new model of the same configuration */
+        mt_model_t *init = NULL;
+        mt_err_t err = mt_model_create(mt_model_config(m), &init);
+        if (err) return fail(err, &(mt_rpc_status_t){0}, "model", errbuf, errlen);
+        for (size_t i = 0; i < d->n; i++) {
+            mt_model_param_t a, b;
+            mt_model_param(init, i, &a);
+            mt_model_param(m, i, &b);
+            memcpy(b.values, a.values, b.size * sizeof(float));
+        }
+        mt_model_destroy(init);
+    }
+    mt_rpc_status_t st = {0};
+    int updated = 0;
+    mt_err_t err = mt_psc_pull_dense(d->c, d->vals, d->n, 0, &d->version, &updated, &st);
+    if (err == MT_OK && updated) return MT_OK;
+    if (err != MT_OK && err != MT_NOT_FOUND) return fail(err, &st, "PullDense", errbuf, errlen);
+    /* the PS has no dense tensors (the empty state): ours create them, as at the start */
+    err = mt_psc_push_dense(d->c, d->grads, d->vals, d->n, 0, NULL, &st);
+    if (err) return fail(err, &st, "PushDense (init)", errbuf, errlen);
+    return pull(d, errbuf, errlen);
+}
+
 uint64_t mt_trainer_dense_sync_version(const mt_trainer_dense_sync_t *d) {
     return d->version;
 }

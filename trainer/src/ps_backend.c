@@ -8,8 +8,8 @@ static mt_err_t psc_lookup(void *ud, const uint64_t *fids, size_t n, int train, 
 }
 
 static mt_err_t psc_apply(void *ud, const uint64_t *fids, size_t n, const float *grads, size_t len,
-                          uint32_t now_s) {
-    return mt_psc_apply(ud, fids, n, grads, len, now_s, 0, NULL, NULL, NULL);
+                          uint32_t now_s, uint64_t examples) {
+    return mt_psc_apply(ud, fids, n, grads, len, now_s, 0, examples, NULL, NULL, NULL);
 }
 
 void mt_trainer_backend_psc(mt_psc_t *c, mt_trainer_backend_t *out) {

@@ -85,7 +85,8 @@ static mt_err_t local_lookup(void *ud, const uint64_t *fids, size_t n, int train
 }
 
 static mt_err_t local_apply(void *ud, const uint64_t *fids, size_t n, const float *grads,
-                            size_t len, uint32_t now_s) {
+                            size_t len, uint32_t now_s, uint64_t examples) {
+    (void)examples;
     return mt_table_apply(ud, fids, n, grads, len, now_s, NULL);
 }
 
@@ -411,8 +412,8 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
             ugw[uidx[k]] += gw;
         }
     }
-    err = tr->backend.apply(tr->backend.ud, tr->ufid, nu, tr->ug, nu * d, now_s);
-    if (!err) err = tr->backend.apply(tr->backend.ud, tr->ufid1, nu, tr->ugw, nu, now_s);
+    err = tr->backend.apply(tr->backend.ud, tr->ufid, nu, tr->ug, nu * d, now_s, 0);
+    if (!err) err = tr->backend.apply(tr->backend.ud, tr->ufid1, nu, tr->ugw, nu, now_s, b->n);
     if (err) return err;
     if (!tr->dense_remote) adam_step(tr);
     if (st) {

@@ -11,7 +11,7 @@
  *
  *     # comment                 ; comment
  *     [cluster]                 sections: cluster, ps, table, dense, trainer, input, kafka,
- *                               joiner, serving, slot.N (N = 0..65535)
+ *                               joiner, serving, tls, slot.N (N = 0..65535)
  *     num_shards = 3            key = value; whitespace around both is trimmed
  *     ps = 10.0.0.1:7100, 10.0.0.2:7100   # inline comment: '#' or ';' after whitespace
  *     [slot.1]                  one section per slot; every slot needs a dim
@@ -65,11 +65,15 @@ typedef struct mt_config_ps {
     uint64_t max_message_bytes;       /* largest gRPC message received or sent */
     uint32_t max_batch_fids;          /* ids in one request; more: RESOURCE_EXHAUSTED */
     uint32_t sync_chunk_fids;         /* entries per Sync chunk unless the client asks */
+    uint32_t sync_follow_max_s;       /* a follow Sync stream's longest life */
+    uint32_t sync_max_followers;      /* follow Sync streams at once (< max_streams) */
     char *snapshot_dir;               /* "" = no snapshots */
     uint32_t snapshot_interval_s;     /* 0 = no periodic snapshots */
     uint32_t snapshot_keep;           /* snapshots kept; older ones are deleted */
     uint32_t expire_interval_ms;      /* 0 = no expiry ticks */
     uint64_t expire_buckets_per_tick; /* mt_table_expire() budget of one tick */
+    uint32_t max_queued_calls;        /* calls waiting for a thread; more: refused */
+    uint32_t max_streams;             /* streaming calls at once; more: refused */
     char *admin_token;                /* "" = admin calls need no token */
     char *metrics_listen;             /* Prometheus /metrics "host:port"; "" = disabled */
 } mt_config_ps_t;
@@ -110,6 +114,8 @@ typedef struct mt_config_trainer {
     uint32_t progress_interval_ms; /* progress line period; 0 = none */
     uint32_t auc_window;           /* examples in the sliding progressive-AUC window */
     uint32_t commit_interval_ms;   /* online: Kafka offset commit period */
+    uint32_t checkpoint_interval_s; /* online: cluster checkpoint period; 0 = off */
+    uint32_t recovery_timeout_s;    /* online with checkpoints: longest recovery */
     char *metrics_listen;          /* Prometheus /metrics "host:port"; "" = disabled */
 } mt_config_trainer_t;
 
@@ -160,12 +166,28 @@ typedef struct mt_config_serving {
     char *listen;                    /* gRPC address "host:port" (port 0: any free port) */
     uint32_t threads;                /* request-serving threads */
     uint32_t sync_interval_ms;       /* sparse sync period, per PS shard */
+    uint32_t sync_stream_ms;         /* follow streams: round period; 0 = poll every interval */
     uint32_t dense_sync_interval_ms; /* dense pull period (shard 0) */
     uint32_t sync_timeout_ms;        /* deadline of one Sync stream or PullDense call */
     double log_sample_rate;          /* share of requests whose impressions are logged */
     uint32_t max_candidates;         /* candidates in one Predict; more: RESOURCE_EXHAUSTED */
+    uint32_t max_request_fids;       /* ids in one Predict / Lookup; more: RESOURCE_EXHAUSTED */
+    uint64_t max_message_bytes;      /* largest gRPC message received or sent */
+    uint32_t max_queued_calls;       /* calls waiting for a thread; more: RESOURCE_EXHAUSTED */
     char *metrics_listen;            /* Prometheus /metrics "host:port"; "" = disabled */
 } mt_config_serving_t;
+
+/** [tls]: transport security of every gRPC server and client that reads this file (the
+ *  daemons' servers, their PS clients, the tools). Strings owned, never NULL ("" = unset).
+ *  docs/security.md; mt/config_rpc.h turns it into the rpc layer's mt_rpc_tls_config_t. */
+typedef struct mt_config_tls {
+    int enabled;       /* 0: plaintext */
+    char *cert_file;   /* PEM chain: a server's certificate, and a client's for mutual TLS */
+    char *key_file;    /* its unencrypted PEM private key */
+    char *ca_file;     /* PEM CA(s) peers' certificates must chain to */
+    int client_auth;   /* servers require client certificates signed by ca_file */
+    char *server_name; /* clients: name expected in servers' certificates; "" = the host */
+} mt_config_tls_t;
 
 /** Everything one file configures. Initialize with mt_config_init(). */
 typedef struct mt_config {
@@ -178,6 +200,7 @@ typedef struct mt_config {
     mt_config_kafka_t kafka;
     mt_config_joiner_t joiner;
     mt_config_serving_t serving;
+    mt_config_tls_t tls;
     mt_table_slot_config_t *slots; /* owned: nslots slots sorted by slot id ([slot.N]) */
     char **slot_names;             /* owned: nslots owned names, parallel to slots ("" = none) */
     size_t nslots;

@@ -275,4 +275,58 @@ void mt_kafka_consumer_counts(const mt_kafka_consumer_t *c, mt_kafka_consumer_co
  */
 void mt_kafka_consumer_destroy(mt_kafka_consumer_t *c);
 
+/* ---------------- positions owned by the caller (exactly-once with checkpoints) ----------------
+ *
+ * A caller that stores its Kafka positions with its own state (the trainer, in the PS
+ * checkpoints: docs/checkpoint.md) switches the consumer to caller-owned positions with
+ * mt_kafka_consumer_set_positions(). From then on:
+ *  - a partition's position is the last one set or marked, whether it is assigned or not,
+ *    and survives revocations; committed offsets are never read;
+ *  - an assigned partition starts at its position, or at the beginning of the partition
+ *    when it has none (its messages are not in the caller's state);
+ *  - poll drops messages below their partition's position (already processed: redelivered
+ *    by a rebalance or fetched before a seek), counted in `skipped`;
+ *  - mt_kafka_consumer_commit(), revocations and destroy commit nothing: the caller commits
+ *    the positions of its durable state with mt_kafka_consumer_commit_positions().
+ */
+
+/* One partition's position: the offset of the next message to process. */
+typedef struct mt_kafka_position {
+    const char *topic; /* set: borrowed; read: interned, valid until destroy */
+    int32_t partition;
+    int64_t offset;
+} mt_kafka_position_t;
+
+/**
+ * Switches to caller-owned positions (see above) and makes @p pos the positions of every
+ * partition: those listed move there, every other one back to the beginning. Assigned
+ * partitions are moved at once (rd_kafka_seek_partitions, which waits until no message
+ * fetched for the old position can be returned); others start there when assigned.
+ * @returns MT_OK; MT_INVALID (a negative offset, an empty topic); MT_NOMEM; MT_IO (the seek
+ * failed or timed out: the positions are set, call again to move the assigned partitions).
+ * Thread safety: the polling thread (between polls).
+ */
+mt_err_t mt_kafka_consumer_set_positions(mt_kafka_consumer_t *c, const mt_kafka_position_t *pos,
+                                         size_t n, char *errbuf, size_t errlen);
+
+/**
+ * The positions of caller-owned mode: every partition that has one (set or marked).
+ * @param[out] out  the first min(cap, *n) (may be NULL with cap 0), in no particular order
+ * @param[out] n    how many there are
+ * Thread safety: any thread.
+ */
+void mt_kafka_consumer_positions(mt_kafka_consumer_t *c, mt_kafka_position_t *out, size_t cap,
+                                 size_t *n);
+
+/**
+ * Commits exactly @p pos (synchronously), whatever is marked: the positions of a durable
+ * checkpoint. @returns as mt_kafka_consumer_commit() (MT_UNAVAILABLE during a rebalance).
+ * Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_consumer_commit_positions(mt_kafka_consumer_t *c, const mt_kafka_position_t *pos,
+                                            size_t n);
+
+/** Messages dropped by poll because they were below their partition's position. */
+uint64_t mt_kafka_consumer_skipped(const mt_kafka_consumer_t *c);
+
 #endif /* MT_KAFKA_H */

@@ -12,7 +12,8 @@
  * fid's 8 little-endian bytes, modulo num_shards.
  *
  * Thread safety: every function may be called from any thread; handlers run concurrently
- * on the rpc workers (the table is thread-safe; dense parameters take a lock).
+ * on the rpc workers (the table is thread-safe; dense parameters take a lock). A restore
+ * replaces the table while the shard runs, after the calls using it finished (docs/locking.md).
  */
 #ifndef MT_PS_H
 #define MT_PS_H
@@ -42,17 +43,13 @@ typedef struct mt_ps_config {
     mt_ps_dense_config_t dense;
     uint32_t max_batch_fids;  /* larger requests: RESOURCE_EXHAUSTED (default 1 Mi) */
     uint32_t sync_chunk_fids; /* entries per SyncChunk unless the client asks (default 4096) */
+    uint32_t sync_follow_max_s;  /* a follow Sync stream ends after this long (default 300) */
+    uint32_t sync_max_followers; /* more follow streams end after their catch-up (default 2) */
     const char *admin_token;  /* copied; NULL or "" = admin calls need no token */
 } mt_ps_config_t;
 
-/** Counters of one shard (what /metrics exports). */
-typedef struct mt_ps_counters {
-    uint64_t calls[8]; /* per method, in mt_ps_method order */
-    uint64_t errors[8];
-    uint64_t lookup_fids, apply_fids, sync_entries;
-} mt_ps_counters_t;
-
-/** Methods, for counters: Lookup, ApplyGradients, PullDense, PushDense, Sync, Snapshot, Stats. */
+/** Methods, for counters: Lookup, ApplyGradients, PullDense, PushDense, Sync, Snapshot, Stats,
+ *  Restore, Checkpoints. */
 enum {
     MT_PS_LOOKUP,
     MT_PS_APPLY,
@@ -61,8 +58,18 @@ enum {
     MT_PS_SYNC,
     MT_PS_SNAPSHOT,
     MT_PS_STATS,
+    MT_PS_RESTORE,
+    MT_PS_CHECKPOINTS,
     MT_PS_NMETHODS
 };
+
+/** Counters of one shard (what /metrics exports). */
+typedef struct mt_ps_counters {
+    uint64_t calls[MT_PS_NMETHODS]; /* per method, in the order above */
+    uint64_t errors[MT_PS_NMETHODS];
+    uint64_t lookup_fids, apply_fids, sync_entries;
+    uint64_t examples_applied; /* see mt_ps_examples_applied() */
+} mt_ps_counters_t;
 
 void mt_ps_dense_config_init(mt_ps_dense_config_t *d);
 void mt_ps_config_init(mt_ps_config_t *c);
@@ -81,7 +88,8 @@ void mt_ps_destroy(mt_ps_t *ps);
 /** Registers the ParameterServer methods on @p srv (before mt_rpc_server_start()). */
 mt_err_t mt_ps_register(mt_ps_t *ps, mt_rpc_server_t *srv);
 
-/** The table (owned by the service; valid until mt_ps_destroy()). */
+/** The table (owned by the service; valid until mt_ps_destroy() or a restore replaces it:
+ *  mt_ps_restore() or the Restore method). */
 mt_table_t *mt_ps_table(mt_ps_t *ps);
 
 /**
@@ -95,16 +103,106 @@ void mt_ps_set_restoring(mt_ps_t *ps, int restoring);
  *  @returns MT_OK or MT_INVALID (not restoring: the table stays the caller's). */
 mt_err_t mt_ps_replace_table(mt_ps_t *ps, mt_table_t *table);
 
+/**
+ * Asks follow Sync streams to end now (each sends its last chunk within one round): the
+ * daemon calls it before mt_rpc_server_shutdown() so that replicas are not cut off by the
+ * grace period. Thread-safe.
+ */
+void mt_ps_stop_streams(mt_ps_t *ps);
+
 /** A random id chosen at creation: replicas that synced from another incarnation resync. */
 uint64_t mt_ps_incarnation(const mt_ps_t *ps);
 
 /** One expiry tick: at most @p max_buckets buckets at time @p now_s. */
 uint64_t mt_ps_expire_tick(mt_ps_t *ps, uint32_t now_s, size_t max_buckets);
 
-/** Snapshot hook: the daemon sets the function Snapshot calls (NULL: UNAVAILABLE). */
-typedef mt_err_t (*mt_ps_snapshot_fn)(void *ud, uint64_t checkpoint_id, uint64_t *id_out,
-                                      uint64_t *rows, uint64_t *bytes, double *seconds);
-void mt_ps_set_snapshot_fn(mt_ps_t *ps, mt_ps_snapshot_fn fn, void *ud);
+/* ---------------- checkpoints (ps/src/ckpt.c; docs/checkpoint.md) ----------------
+ *
+ * With a store attached, the shard writes checkpoints (Snapshot, mt_ps_snapshot()), lists
+ * them (Checkpoints) and loads one while it runs (Restore, mt_ps_restore()). A checkpoint
+ * holds the table ("sparse"), and a metadata blob: u32 n, n bytes of CheckpointMeta
+ * (protobuf: id, shard, versions, step, examples_applied, consistent, Kafka offsets), then
+ * the DenseState (protobuf). Snapshots, restores and listings are serialized (snap_lock).
+ *
+ * A restore loads the checkpoint into a new table first, then quiesces the shard: calls
+ * arriving get UNAVAILABLE, follow Sync streams are asked to end, and it waits (at most
+ * MT_PS_QUIESCE_S) for the calls in flight; then it swaps table, dense parameters and
+ * examples_applied, takes a new incarnation (replicas resync in full) and resumes.
+ */
+#define MT_PS_QUIESCE_S 30         /* longest wait for calls in flight before a restore gives up */
+#define MT_PS_NEWEST    UINT64_MAX /* mt_ps_restore(): the newest checkpoint, if any */
+
+/** A Kafka position recorded with a checkpoint (the next offset to consume). */
+typedef struct mt_ps_offset {
+    const char *topic; /* borrowed */
+    int32_t partition;
+    int64_t offset;
+} mt_ps_offset_t;
+
+/** What a snapshot asks for (initialize with {0}). */
+typedef struct mt_ps_snapshot_req {
+    uint64_t checkpoint_id;        /* 0: the next id after the newest (not with consistent) */
+    int consistent;                /* 1: a cluster checkpoint (exactly checkpoint_id, which
+                                     must be above every checkpoint of the shard) */
+    uint64_t expect_incarnation;   /* not 0: MT_MISMATCH unless the shard's incarnation */
+    const mt_ps_offset_t *offsets; /* noffsets entries stored in the meta (borrowed) */
+    size_t noffsets;
+    int local; /* 1: the daemon's own (periodic, last): skipped, MT_OK with checkpoint_id 0,
+                  once the shard is coordinated (decided under snap_lock: a restore cannot
+                  slip in between) */
+} mt_ps_snapshot_req_t;
+
+/** What a snapshot or a restore did. */
+typedef struct mt_ps_ckpt_result {
+    uint64_t checkpoint_id;    /* written or restored; 0: none (restore of nothing / empty) */
+    uint64_t rows, bytes;      /* table rows; stream bytes (snapshot) */
+    uint64_t examples_applied; /* the counter saved or restored */
+    uint64_t incarnation;      /* the shard's incarnation after the call */
+    uint64_t dropped;          /* restore: checkpoints above it deleted from the store */
+    int consistent;            /* the checkpoint's mark */
+    double seconds;
+} mt_ps_ckpt_result_t;
+
+typedef struct mt_store mt_store_t;
+
+/** Attaches the checkpoint store (borrowed: it must outlive the service or be detached
+ *  with NULL). Without one, Snapshot, Restore and Checkpoints answer FAILED_PRECONDITION. */
+void mt_ps_set_store(mt_ps_t *ps, mt_store_t *store);
+
+/**
+ * Writes a checkpoint of the shard's state (table, dense parameters, counters) with
+ * @p req's id, offsets and mark. Writers may keep running meanwhile (each part of the table
+ * is consistent, see mt_table_save()); a coordinator pauses them for a consistent one.
+ * @param[out] res  optional; @p errbuf says why on error
+ * @returns MT_OK; MT_INVALID (no store; consistent without an id); MT_MISMATCH (another
+ *          incarnation than expected, or a consistent id not above the newest); or the
+ *          store's error.
+ */
+mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt_result_t *res,
+                        char *errbuf, size_t errlen);
+
+/**
+ * Loads checkpoint @p checkpoint_id into the running shard (see above). MT_PS_NEWEST: the
+ * newest one, or nothing when the store has none (res->checkpoint_id 0; the daemon's
+ * start). 0: the empty state. Otherwise (0 included) the checkpoints above it are deleted
+ * from the store (mt_store_rollback()) once it is installed.
+ * @returns MT_OK; MT_INVALID (no store); MT_NOT_FOUND (no such complete checkpoint);
+ *          MT_MISMATCH (the checkpoint is another shard's); MT_UNAVAILABLE (calls in flight
+ *          did not finish within MT_PS_QUIESCE_S: nothing changed); MT_CORRUPT, MT_NOMEM or
+ *          the store's error. Only the rollback may fail after the state was installed (the
+ *          error says so); calling again is safe.
+ */
+mt_err_t mt_ps_restore(mt_ps_t *ps, uint64_t checkpoint_id, mt_ps_ckpt_result_t *res, char *errbuf,
+                       size_t errlen);
+
+/** 1 once the shard takes part in cluster checkpoints: it wrote a consistent one, restored
+ *  one, or was restored by a coordinator. The daemon then writes no local snapshots (which
+ *  would push cluster checkpoints out of ps.snapshot_keep). */
+int mt_ps_coordinated(mt_ps_t *ps);
+
+/** Examples the shard's state reflects: the sum of ApplyGradientsRequest.examples since the
+ *  empty state, saved in checkpoints and restored with them. */
+uint64_t mt_ps_examples_applied(mt_ps_t *ps);
 
 /** Dense parameters as one serialized blob (for snapshots) and back. */
 mt_err_t mt_ps_dense_save(mt_ps_t *ps, uint8_t **buf, size_t *len);

@@ -27,6 +27,7 @@ typedef struct mt_psc_config {
     const char *const *addrs; /* shard i's address ("host:port"), borrowed during create */
     uint32_t num_shards;
     int64_t deadline_ms; /* per call (default 10000) */
+    /* Every shard's channel, TLS included (paths borrowed during create). */
     mt_rpc_client_config_t rpc;
 } mt_psc_config_t;
 
@@ -52,11 +53,14 @@ mt_err_t mt_psc_lookup(mt_psc_t *c, const uint64_t *fids, size_t n, int train, i
 
 /**
  * Pushes gradients (packed like lookup output) to the shards. Duplicated ids' gradients are
- * summed. @param[out] applied, missing  optional totals over shards.
+ * summed. With @p examples > 0 every shard gets a request, with an empty id list if it has
+ * none of the ids, carrying @p examples (added to each shard's examples_applied: a trainer
+ * passes its batch size with the last apply of a step).
+ * @param[out] applied, missing  optional totals over shards.
  */
 mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *grads,
-                      size_t grads_len, int64_t now_s, uint64_t step, uint64_t *applied,
-                      uint64_t *missing, mt_rpc_status_t *st);
+                      size_t grads_len, int64_t now_s, uint64_t step, uint64_t examples,
+                      uint64_t *applied, uint64_t *missing, mt_rpc_status_t *st);
 
 /** A dense tensor as sent to / received from the PS (row-major; ndim 1 or 2). */
 typedef struct mt_psc_tensor {
@@ -90,5 +94,58 @@ mt_err_t mt_psc_pull_dense(mt_psc_t *c, mt_psc_tensor_t *ts, size_t n, uint64_t 
 
 /** The channel of shard @p i (for other methods: Stats, Sync, Snapshot, dense calls). */
 mt_rpc_channel_t *mt_psc_channel(mt_psc_t *c, uint32_t i);
+
+/** Number of shards. */
+uint32_t mt_psc_num_shards(const mt_psc_t *c);
+
+/* ---------------- checkpoints (admin calls on every shard at once) ----------------
+ * Each function calls every shard in parallel and reports each shard's outcome in its own
+ * entry of an array of num_shards; it returns MT_OK when every shard succeeded, else the
+ * error of the first shard that failed. @p token: the PS's admin token (NULL or "" if none).
+ * @p deadline_ms: of each call (snapshots and restores of large tables take a while). */
+
+/** A Kafka position of a checkpoint (strings owned by the list it is in). */
+typedef struct mt_psc_offset {
+    char *topic;
+    int32_t partition;
+    int64_t offset; /* next offset to consume */
+} mt_psc_offset_t;
+
+/** One complete checkpoint of a shard, from its CheckpointMeta. */
+typedef struct mt_psc_checkpoint {
+    uint64_t checkpoint_id;
+    int consistent;
+    uint64_t examples_applied;
+    int64_t created_ms;
+    size_t noffsets;
+    mt_psc_offset_t *offsets;
+} mt_psc_checkpoint_t;
+
+/** What one shard answered to Checkpoints, Snapshot or Restore. */
+typedef struct mt_psc_shard_ckpt {
+    mt_err_t err; /* MT_OK or this shard's error (st says more) */
+    mt_rpc_status_t st;
+    uint64_t incarnation;      /* Checkpoints, Restore: the shard's incarnation now */
+    uint64_t examples_applied; /* the shard's counter (Checkpoints: now; others: saved/restored) */
+    size_t n;                  /* Checkpoints: its complete checkpoints, oldest first */
+    mt_psc_checkpoint_t *list;
+} mt_psc_shard_ckpt_t;
+
+/** Frees what the functions below put in @p out[0..n) (NULL is a no-op). */
+void mt_psc_shard_ckpt_free(mt_psc_shard_ckpt_t *out, uint32_t n);
+
+/** Checkpoints of every shard. @param[out] out  num_shards entries (free with
+ *  mt_psc_shard_ckpt_free()). */
+mt_err_t mt_psc_checkpoints(mt_psc_t *c, int64_t deadline_ms, mt_psc_shard_ckpt_t *out);
+
+/** A consistent Snapshot(@p checkpoint_id) on every shard, with @p offsets; shard i is
+ *  expected to be in incarnation @p expect_incarnation[i] (NULL or 0: any). */
+mt_err_t mt_psc_snapshot_all(mt_psc_t *c, const char *token, uint64_t checkpoint_id,
+                             const uint64_t *expect_incarnation, const mt_psc_offset_t *offsets,
+                             size_t noffsets, int64_t deadline_ms, mt_psc_shard_ckpt_t *out);
+
+/** Restore(@p checkpoint_id) on every shard (0: the empty state). */
+mt_err_t mt_psc_restore_all(mt_psc_t *c, const char *token, uint64_t checkpoint_id,
+                            int64_t deadline_ms, mt_psc_shard_ckpt_t *out);
 
 #endif /* MT_PSCLIENT_H */

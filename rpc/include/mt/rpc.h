@@ -3,12 +3,29 @@
  * daemons and clients. Messages are opaque bytes here (the callers use protobuf-c); gRPC
  * types stay out of this header.
  *
- * Server: completion-queue driven. Worker threads wait for new calls on one notification
- * queue; each call is bound to a completion queue of its own, so a handler runs to the end
- * on the worker that received the call (sending its reply, or a stream of messages, and
- * waiting for each send) without depending on the other workers. Every method keeps as
- * many calls posted as there are workers. Calls to paths nobody registered are answered
- * UNIMPLEMENTED. grpc.health.v1.Health/Check is always served.
+ * Server: completion-queue driven. Threads wait for new calls on one notification queue;
+ * each call is bound to a completion queue of its own, so a handler runs to the end on the
+ * thread that received the call (sending its reply, or a stream of messages, and waiting
+ * for each send) without depending on the other threads. Admission (docs/security.md):
+ *  - at most `threads` unary handlers run at once; a unary call that finds them all busy
+ *    waits in a queue of at most `max_queued` calls, and a call beyond that is answered
+ *    RESOURCE_EXHAUSTED ("server overloaded: N calls queued") at once;
+ *  - streaming calls (long-lived: a PS Sync stream may stay open for minutes) run on
+ *    threads of their own, at most `max_streams` at once (more: RESOURCE_EXHAUSTED), so
+ *    they never starve unary calls;
+ *  - grpc.health.v1.Health/Check and calls to paths nobody registered (UNIMPLEMENTED) are
+ *    answered at once by whichever thread receives them, under any load: one thread more
+ *    than the running handlers can occupy always waits for calls.
+ * Every method keeps enough calls requested from gRPC that a call beyond the bounds is
+ * received (and refused) instead of waiting inside gRPC.
+ *
+ * TLS (mt_rpc_tls_config_t): off by default (plaintext, for loopback). Server and client
+ * read their PEM files when created (the one place a library of ours reads files: paths
+ * are what operators configure, and every caller gets the same checks and messages), and
+ * check them with OpenSSL: a missing or unreadable file is MT_IO, a file without a
+ * certificate or key, a key that does not match its certificate, or an expired
+ * certificate is MT_CONFIG. mt_rpc_tls_check() gives the message ("tls.cert_file
+ * '/etc/x.pem': cannot open: No such file or directory"); the create functions log it.
  *
  * Client: one channel per target; unary calls with a deadline and retries with exponential
  * backoff on UNAVAILABLE; several unary calls in flight at once (mt_rpc_call_many); and
@@ -18,7 +35,7 @@
  * Deadlines: a deadline_ms of 0 or less means none.
  *
  * Thread safety: mt_rpc_server_* functions may be called from any thread; handlers run on
- * worker threads, concurrently with each other (a handler is called for one call only, and
+ * server threads, concurrently with each other (a handler is called for one call only, and
  * its mt_rpc_call_t must not be used after it returns). A channel is thread-safe: many
  * threads may make calls on it at once. A stream belongs to one thread at a time.
  */
@@ -57,17 +74,63 @@ typedef struct mt_rpc_status {
     char message[256]; /* the server's message, or the transport's */
 } mt_rpc_status_t;
 
+/* ============================== TLS ============================== */
+
+/**
+ * Transport security of a server or a channel. Paths are borrowed during create; "" and
+ * NULL mean unset. A server needs cert_file and key_file (and ca_file with client_auth); a
+ * client verifies the server against ca_file (unset: gRPC's default roots) and presents
+ * cert_file / key_file when both are set (mutual TLS).
+ */
+typedef struct mt_rpc_tls_config {
+    int enabled;             /* 0: plaintext (default) */
+    const char *cert_file;   /* PEM certificate chain, leaf first: the server's / the client's */
+    const char *key_file;    /* PEM private key of cert_file (not encrypted) */
+    const char *ca_file;     /* PEM CA certificates the peer's certificate must chain to */
+    int client_auth;         /* server: require a client certificate signed by ca_file */
+    const char *server_name; /* client: name the server certificate must carry (unset: the
+                                target's host); gRPC's ssl_target_name_override */
+} mt_rpc_tls_config_t;
+
+/**
+ * Reads and checks the files of @p tls as a server (@p server = 1) or a client would.
+ * Nothing to check when !tls->enabled.
+ * @param[out] errbuf  what is wrong, naming the key and the path (may be NULL)
+ * @returns MT_OK, MT_IO (a file cannot be read), MT_CONFIG (a required file is unset, or a
+ *          file holds no certificate / key, the key does not match, a certificate expired).
+ */
+mt_err_t mt_rpc_tls_check(const mt_rpc_tls_config_t *tls, int server, char *errbuf, size_t errlen);
+
 /* ============================== server ============================== */
 
 typedef struct mt_rpc_server mt_rpc_server_t;
 typedef struct mt_rpc_call mt_rpc_call_t;
 
+#define MT_RPC_MAX_THREADS 64
+#define MT_RPC_MAX_QUEUED  4096
+#define MT_RPC_MAX_STREAMS 256
+
 typedef struct mt_rpc_server_config {
     const char *listen;         /* "127.0.0.1:0" picks a free port (default) */
-    uint32_t threads;           /* worker threads, 1..64 (default 4) */
-    uint32_t max_message_bytes; /* receive and send limit (default 64 MiB) */
+    uint32_t threads;           /* unary handlers running at once, 1..64 (default 4) */
+    uint32_t max_queued;        /* unary calls waiting for a thread, 0..4096 (default 16);
+                                   one more is answered RESOURCE_EXHAUSTED */
+    uint32_t max_streams;       /* streaming calls at once, on threads of their own, 1..256
+                                   (default 8); one more is answered RESOURCE_EXHAUSTED */
+    uint32_t max_message_bytes; /* receive and send limit (default 64 MiB); a larger request
+                                   is answered RESOURCE_EXHAUSTED by gRPC */
     uint32_t grace_ms;          /* shutdown: how long in-flight calls may finish (default 5000) */
+    mt_rpc_tls_config_t tls;    /* default: plaintext */
 } mt_rpc_server_config_t;
+
+/** Admission counters of a server (mt_rpc_server_stats()). */
+typedef struct mt_rpc_server_stats {
+    uint64_t rejected;         /* calls answered RESOURCE_EXHAUSTED: queue or streams full */
+    uint64_t rejected_streams; /* of which streaming calls */
+    uint32_t running;          /* unary handlers running now */
+    uint32_t queued;           /* unary calls waiting now */
+    uint32_t streams;          /* streaming handlers running now */
+} mt_rpc_server_stats_t;
 
 /**
  * A method handler. It reads the request (@p req, @p len: borrowed until it returns) and
@@ -79,12 +142,19 @@ typedef void (*mt_rpc_handler_fn)(void *ud, mt_rpc_call_t *c, const uint8_t *req
 
 void mt_rpc_server_config_init(mt_rpc_server_config_t *cfg);
 
-/** @param[out] out  caller frees with mt_rpc_server_destroy(). @returns MT_OK, MT_CONFIG. */
+/**
+ * Creates a server (not yet listening); with TLS, reads and checks the PEM files now.
+ * @param[out] out  caller frees with mt_rpc_server_destroy().
+ * @returns MT_OK, MT_CONFIG (a field out of bounds; a TLS file unset or invalid: logged),
+ *          MT_IO (a TLS file cannot be read: logged), MT_NOMEM.
+ */
 mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t **out);
 
 /**
  * Registers a method before mt_rpc_server_start(). @p path is "/package.Service/Method"
- * (copied). @p streaming: the handler may mt_rpc_send() several messages.
+ * (copied). @p streaming: the handler may mt_rpc_send() several messages, and its calls are
+ * admitted as streams (threads of their own, at most max_streams) rather than as unary
+ * calls (threads, then the queue).
  * @returns MT_OK, MT_INVALID (after start, or a path registered twice), MT_NOMEM.
  */
 mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int streaming,
@@ -95,6 +165,18 @@ mt_err_t mt_rpc_server_start(mt_rpc_server_t *s, int *port);
 
 /** What Health/Check answers: 1 SERVING (default after start), 0 NOT_SERVING. */
 void mt_rpc_server_set_serving(mt_rpc_server_t *s, int serving);
+
+/** Admission counters and gauges (for /metrics). Thread-safe; @p s may be NULL (zeros). */
+void mt_rpc_server_stats(mt_rpc_server_t *s, mt_rpc_server_stats_t *out);
+
+/**
+ * Writes the admission metrics as Prometheus text into @p buf (NUL-terminated, cut to
+ * @p len): <prefix>_rejected_total and <prefix>_rejected_streams_total (counters),
+ * <prefix>_queued_calls and <prefix>_open_streams (gauges), each with @p labels (e.g.
+ * "shard=\"0\"", or "" for none). @returns the length it needed (as snprintf).
+ */
+int mt_rpc_server_render_metrics(mt_rpc_server_t *s, const char *prefix, const char *labels,
+                                 char *buf, size_t len);
 
 /**
  * Graceful shutdown: stops accepting calls (clients get UNAVAILABLE), lets running handlers
@@ -136,11 +218,19 @@ typedef struct mt_rpc_client_config {
     uint32_t retries;           /* extra attempts on UNAVAILABLE (default 3) */
     uint32_t backoff_ms;        /* first backoff, doubled each retry (default 50) */
     uint32_t backoff_max_ms;    /* cap of the backoff (default 2000) */
+    mt_rpc_tls_config_t tls;    /* default: plaintext */
 } mt_rpc_client_config_t;
 
 void mt_rpc_client_config_init(mt_rpc_client_config_t *cfg);
 
-/** @param[out] out  caller frees with mt_rpc_channel_destroy(). Connects lazily. */
+/**
+ * Creates a channel; with TLS, reads and checks the PEM files now. Connects lazily: a TLS
+ * handshake that fails (wrong CA, a server without TLS, a client certificate the server
+ * requires and does not get) shows as calls failing UNAVAILABLE, with gRPC's reason.
+ * @param[out] out  caller frees with mt_rpc_channel_destroy().
+ * @returns MT_OK, MT_CONFIG (bad target or limits; a TLS file invalid: logged), MT_IO (a
+ *          TLS file cannot be read: logged), MT_NOMEM.
+ */
 mt_err_t mt_rpc_channel_create(const char *target, const mt_rpc_client_config_t *cfg,
                                mt_rpc_channel_t **out);
 void mt_rpc_channel_destroy(mt_rpc_channel_t *ch);

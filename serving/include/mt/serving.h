@@ -75,11 +75,14 @@ typedef struct mt_serving_config {
     mt_table_config_t table;
     float negative_rate;             /* negatives kept in training, (0, 1] (default 1) */
     uint32_t sync_interval_ms;       /* sparse sync period (default 10000) */
+    uint32_t sync_stream_ms;         /* follow streams' round period; 0 = poll (default 100) */
     uint32_t dense_sync_interval_ms; /* dense pull period (default 60000) */
     uint32_t sync_timeout_ms;        /* deadline of one Sync stream / PullDense (default 120000) */
     uint32_t sync_chunk_fids;        /* entries per SyncChunk asked for; 0: the PS's default */
     uint32_t max_candidates;         /* default 10000 */
     uint32_t max_request_fids;       /* user + item fids of one request (default 1 Mi) */
+    mt_rpc_tls_config_t ps_tls;      /* TLS of the PS channels (paths borrowed during create;
+                                        default: plaintext) */
     uint32_t workers;                /* workspaces kept for concurrent Predicts (default 4) */
     /* Impression log: producer borrowed (must outlive the service), NULL = no logging. */
     mt_kafka_producer_t *producer;

@@ -187,6 +187,22 @@ mt_err_t mt_store_load_meta(mt_store_t *s, uint64_t *checkpoint_id, void **buf, 
 mt_err_t mt_store_list(mt_store_t *s, mt_store_info_t *out, size_t cap, size_t *n, char *errbuf,
                        size_t errlen);
 
+/**
+ * Makes complete checkpoint @p checkpoint_id the current one again and deletes every
+ * checkpoint above it, complete or not (a cluster coordinator rolls a shard back to the last
+ * checkpoint that every shard has; see docs/checkpoint.md). With @p checkpoint_id 0 every
+ * checkpoint is deleted and the store has none. One synced write batch moves `current` and
+ * deletes the range, so after a crash the store is as before or as after, never between;
+ * then the dropped checkpoints' files are deleted (and compacted with compact_on_prune).
+ * Serialized with saves; loads in progress finish first.
+ * @param[out] dropped  optional: checkpoints deleted (leftovers of failed saves included)
+ * @returns MT_OK, MT_INVALID (read-only store, id UINT64_MAX), MT_NOT_FOUND (no complete
+ *          checkpoint @p checkpoint_id: nothing is changed), MT_NOMEM, MT_CORRUPT or a
+ *          RocksDB error.
+ */
+mt_err_t mt_store_rollback(mt_store_t *s, uint64_t checkpoint_id, uint64_t *dropped, char *errbuf,
+                           size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -84,11 +84,15 @@ static const char *const all_keys[] = {
     "[ps] max_message_bytes",
     "[ps] max_batch_fids",
     "[ps] sync_chunk_fids",
+    "[ps] sync_follow_max_s",
+    "[ps] sync_max_followers",
     "[ps] snapshot_dir",
     "[ps] snapshot_interval_s",
     "[ps] snapshot_keep",
     "[ps] expire_interval_ms",
     "[ps] expire_buckets_per_tick",
+    "[ps] max_queued_calls",
+    "[ps] max_streams",
     "[ps] admin_token",
     "[ps] metrics_listen",
     "[table] shards_log2",
@@ -122,6 +126,8 @@ static const char *const all_keys[] = {
     "[trainer] progress_interval_ms",
     "[trainer] auc_window",
     "[trainer] commit_interval_ms",
+    "[trainer] checkpoint_interval_s",
+    "[trainer] recovery_timeout_s",
     "[trainer] metrics_listen",
     "[input] format",
     "[input] header",
@@ -156,11 +162,21 @@ static const char *const all_keys[] = {
     "[serving] listen",
     "[serving] threads",
     "[serving] sync_interval_ms",
+    "[serving] sync_stream_ms",
     "[serving] dense_sync_interval_ms",
     "[serving] sync_timeout_ms",
     "[serving] log_sample_rate",
     "[serving] max_candidates",
+    "[serving] max_request_fids",
+    "[serving] max_message_bytes",
+    "[serving] max_queued_calls",
     "[serving] metrics_listen",
+    "[tls] enabled",
+    "[tls] cert_file",
+    "[tls] key_file",
+    "[tls] ca_file",
+    "[tls] client_auth",
+    "[tls] server_name",
     "[slot.N] dim",
     "[slot.N] init",
     "[slot.N] init_scale",
@@ -213,10 +229,12 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
     const mt_config_ps_t *p = &a->ps, *q = &b->ps;
     if (p->shard != q->shard || strcmp(p->listen, q->listen) || p->threads != q->threads ||
         p->max_message_bytes != q->max_message_bytes || p->max_batch_fids != q->max_batch_fids ||
-        p->sync_chunk_fids != q->sync_chunk_fids || strcmp(p->snapshot_dir, q->snapshot_dir) ||
+        p->sync_chunk_fids != q->sync_chunk_fids || p->sync_follow_max_s != q->sync_follow_max_s ||
+        p->sync_max_followers != q->sync_max_followers || strcmp(p->snapshot_dir, q->snapshot_dir) ||
         p->snapshot_interval_s != q->snapshot_interval_s || p->snapshot_keep != q->snapshot_keep ||
         p->expire_interval_ms != q->expire_interval_ms ||
         p->expire_buckets_per_tick != q->expire_buckets_per_tick ||
+        p->max_queued_calls != q->max_queued_calls || p->max_streams != q->max_streams ||
         strcmp(p->admin_token, q->admin_token) || strcmp(p->metrics_listen, q->metrics_listen))
         return false;
     if (!table_eq(&a->table, &b->table)) return false;
@@ -233,6 +251,8 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         t->table_initial_rows != u->table_initial_rows || t->seed != u->seed ||
         t->epochs != u->epochs || t->progress_interval_ms != u->progress_interval_ms ||
         t->auc_window != u->auc_window || t->commit_interval_ms != u->commit_interval_ms ||
+        t->checkpoint_interval_s != u->checkpoint_interval_s ||
+        t->recovery_timeout_s != u->recovery_timeout_s ||
         strcmp(t->metrics_listen, u->metrics_listen))
         return false;
     const mt_config_input_t *i1 = &a->input, *i2 = &b->input;
@@ -260,10 +280,18 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         return false;
     const mt_config_serving_t *v1 = &a->serving, *v2 = &b->serving;
     if (strcmp(v1->listen, v2->listen) || v1->threads != v2->threads ||
-        v1->sync_interval_ms != v2->sync_interval_ms ||
+        v1->sync_interval_ms != v2->sync_interval_ms || v1->sync_stream_ms != v2->sync_stream_ms ||
         v1->dense_sync_interval_ms != v2->dense_sync_interval_ms ||
         v1->sync_timeout_ms != v2->sync_timeout_ms || v1->log_sample_rate != v2->log_sample_rate ||
-        v1->max_candidates != v2->max_candidates || strcmp(v1->metrics_listen, v2->metrics_listen))
+        v1->max_candidates != v2->max_candidates || v1->max_request_fids != v2->max_request_fids ||
+        v1->max_message_bytes != v2->max_message_bytes ||
+        v1->max_queued_calls != v2->max_queued_calls ||
+        strcmp(v1->metrics_listen, v2->metrics_listen))
+        return false;
+    const mt_config_tls_t *s1 = &a->tls, *s2 = &b->tls;
+    if (s1->enabled != s2->enabled || strcmp(s1->cert_file, s2->cert_file) ||
+        strcmp(s1->key_file, s2->key_file) || strcmp(s1->ca_file, s2->ca_file) ||
+        s1->client_auth != s2->client_auth || strcmp(s1->server_name, s2->server_name))
         return false;
     if (a->nslots != b->nslots) return false;
     for (size_t i = 0; i < a->nslots; i++)
@@ -317,13 +345,26 @@ Test(config, defaults_match_table_and_slot_init) {
     cr_assert_eq(c.ps.max_message_bytes, 67108864);
     cr_assert_eq(c.ps.max_batch_fids, 1u << 20);
     cr_assert_eq(c.ps.sync_chunk_fids, 4096);
+    cr_assert_eq(c.ps.sync_follow_max_s, 300);
+    cr_assert_eq(c.ps.sync_max_followers, 2);
     cr_assert_str_eq(c.ps.snapshot_dir, "");
     cr_assert_eq(c.ps.snapshot_interval_s, 300);
     cr_assert_eq(c.ps.snapshot_keep, 3);
     cr_assert_eq(c.ps.expire_interval_ms, 1000);
     cr_assert_eq(c.ps.expire_buckets_per_tick, 65536);
+    cr_assert_eq(c.ps.max_queued_calls, 16);
+    cr_assert_eq(c.ps.max_streams, 8);
     cr_assert_str_eq(c.ps.admin_token, "");
     cr_assert_str_eq(c.ps.metrics_listen, "");
+    cr_assert_eq(c.serving.max_request_fids, 1u << 20);
+    cr_assert_eq(c.serving.max_message_bytes, 16u << 20);
+    cr_assert_eq(c.serving.max_queued_calls, 16);
+    cr_assert_eq(c.tls.enabled, 0);
+    cr_assert_str_eq(c.tls.cert_file, "");
+    cr_assert_str_eq(c.tls.key_file, "");
+    cr_assert_str_eq(c.tls.ca_file, "");
+    cr_assert_eq(c.tls.client_auth, 0);
+    cr_assert_str_eq(c.tls.server_name, "");
     cr_assert_eq(c.dense.opt, MT_OPT_ADAM);
     cr_assert_eq(c.dense.lr, 0.001f);
     cr_assert_eq(c.dense.beta1, 0.9f);
@@ -984,6 +1025,62 @@ Test(config, validate_checks_fields_set_directly) {
     cr_assert_str_eq(err, "ps.listen: 'nohostport' is not host:port");
     free(c.ps.listen);
     c.ps.listen = strdup("h:1");
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    mt_config_free(&c);
+}
+
+/* [tls]: parsed, and enabled only with its three files; the admission keys' rules. */
+Test(config, tls_section_and_admission_rules) {
+    mt_config_t c;
+    char err[256] = "";
+    const char *text = "[tls]\n"
+                       "enabled = true\n"
+                       "cert_file = /etc/monolith/tls/node.pem\n"
+                       "key_file = /etc/monolith/tls/node.key\n"
+                       "ca_file = /etc/monolith/tls/ca.pem\n"
+                       "client_auth = true\n"
+                       "server_name = ps.monolith.internal\n"
+                       "[slot.1]\n"
+                       "dim = 4\n";
+    cr_assert_eq(load(&c, text, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(c.tls.enabled, 1);
+    cr_assert_str_eq(c.tls.cert_file, "/etc/monolith/tls/node.pem");
+    cr_assert_str_eq(c.tls.key_file, "/etc/monolith/tls/node.key");
+    cr_assert_str_eq(c.tls.ca_file, "/etc/monolith/tls/ca.pem");
+    cr_assert_eq(c.tls.client_auth, 1);
+    cr_assert_str_eq(c.tls.server_name, "ps.monolith.internal");
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    /* Each file is required when enabled: the message names the key. */
+    static const char *const files[] = {"tls.cert_file", "tls.key_file", "tls.ca_file"};
+    for (size_t i = 0; i < 3; i++) {
+        mt_config_t d;
+        cr_assert_eq(load(&d, text, err, sizeof(err)), MT_OK);
+        cr_assert_eq(mt_config_set(&d, files[i], "", err, sizeof(err)), MT_OK, "%s", err);
+        cr_assert_eq(mt_config_validate(&d, err, sizeof(err)), MT_CONFIG, "%s", files[i]);
+        char want[96];
+        snprintf(want, sizeof(want), "%s: required when tls.enabled is true", files[i]);
+        cr_expect_str_eq(err, want);
+        mt_config_free(&d);
+    }
+    /* client_auth without TLS would silently serve plaintext: refused. */
+    cr_assert_eq(mt_config_set(&c, "tls.enabled", "false", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "tls.client_auth: true needs tls.enabled = true");
+    cr_assert_eq(mt_config_set(&c, "tls.client_auth", "false", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "tls.enabled", "yes", err, sizeof(err)), MT_CONFIG);
+    /* Admission bounds: streams must leave room beyond the follow Sync streams. */
+    cr_assert_eq(mt_config_set(&c, "ps.max_streams", "2", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "ps.max_streams: 2 must be above ps.sync_max_followers (2)") == err, "%s",
+              err);
+    cr_assert_eq(mt_config_set(&c, "ps.max_streams", "0", err, sizeof(err)), MT_CONFIG);
+    cr_assert_eq(mt_config_set(&c, "ps.max_streams", "3", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "ps.max_queued_calls", "0", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "serving.max_queued_calls", "4097", err, sizeof(err)),
+                 MT_CONFIG);
+    cr_assert_eq(mt_config_set(&c, "serving.max_message_bytes", "1000", err, sizeof(err)),
+                 MT_CONFIG);
     cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
     mt_config_free(&c);
 }

@@ -21,7 +21,8 @@
  *   - config validation, duplicate/late method registration, busy and bad listen addresses;
  *   - graceful shutdown: in-flight calls finish, later calls fail UNAVAILABLE, calls past the
  *     grace period are cancelled, shutdown under load, idempotence, destroy(NULL).
- * Metadata is not tested: the client API does not send any yet.
+ * Metadata is not tested: the client API does not send any yet. TLS and admission (bounded
+ * queue, streams, overload): test_rpc_security.c.
  *
  * Handlers run on server worker threads, so they never assert: they record what they saw in
  * the atomics of `g` (one process per case under Criterion), and the test checks those.
@@ -267,6 +268,7 @@ typedef struct server_opts {
     uint32_t threads;           /* 0: default */
     uint32_t max_message_bytes; /* 0: default */
     uint32_t grace_ms;          /* 0: default */
+    uint32_t max_queued;        /* 0: default */
     const char *listen;         /* NULL: default */
     const int *tag;             /* ud of the Reverse method (prefixes its reply) */
 } server_opts_t;
@@ -277,6 +279,7 @@ static mt_rpc_server_t *start_server_opts(const server_opts_t *o, int *port) {
     if (o->threads) cfg.threads = o->threads;
     if (o->max_message_bytes) cfg.max_message_bytes = o->max_message_bytes;
     if (o->grace_ms) cfg.grace_ms = o->grace_ms;
+    if (o->max_queued) cfg.max_queued = o->max_queued;
     if (o->listen) cfg.listen = o->listen;
     mt_rpc_server_t *s = NULL;
     cr_assert_eq(mt_rpc_server_create(&cfg, &s), MT_OK);
@@ -870,7 +873,9 @@ Test(rpc, call_many_across_two_servers) {
     mt_rpc_server_t *srv[2];
     mt_rpc_channel_t *ch[2];
     for (int k = 0; k < 2; k++) {
-        server_opts_t o = {.threads = 2, .tag = &tags[k]};
+        /* 32 calls arrive at each server at once: room to queue them all (the bound itself,
+         * which refuses the calls beyond it, is test_rpc_security's) */
+        server_opts_t o = {.threads = 2, .max_queued = 64, .tag = &tags[k]};
         srv[k] = start_server_opts(&o, &ports[k]);
         ch[k] = open_channel(ports[k], -1, 0);
     }
@@ -1441,6 +1446,7 @@ Test(rpc, shutdown_under_load) {
         mt_rpc_channel_t *ch = open_channel(port, 0, 0);
         atomic_int stop;
         atomic_init(&stop, 0);
+        int before = atomic_load(&g.calls);
         enum { T = 4 };
         pthread_t th[T];
         load_arg_t args[T];
@@ -1448,6 +1454,9 @@ Test(rpc, shutdown_under_load) {
             args[t] = (load_arg_t){.ch = ch, .id = t, .stop = &stop};
             cr_assert_eq(pthread_create(&th[t], NULL, load_thread, &args[t]), 0);
         }
+        /* some calls succeed first (the first connection can take a while under ASan) */
+        cr_assert(wait_for(&g.calls, before + 1, 10000), "round %d: no call reached the server",
+                  round);
         sleep_ms(100 + 50 * round);
         mt_rpc_server_shutdown(s);
         sleep_ms(50);

@@ -17,6 +17,8 @@
  *    and the next save deletes the leftovers;
  *  - planted leftovers (a stray chunk under the next id, an incomplete higher id): the next
  *    save deletes them and its table loads;
+ *  - rollback to an older checkpoint (and to none): current moves, newer checkpoints and
+ *    leftovers are deleted for good, their ids can be saved again, refused read-only;
  *  - durability across close/reopen, and read-only opens;
  *  - damage written with the RocksDB C API (garbage chunk, flipped byte, missing chunk,
  *    truncated or extra chunk, bad commit record, bad metadata, bad `current`, no commit
@@ -880,6 +882,91 @@ Test(store, leftovers_are_deleted_by_the_next_save) {
     raw_close(&r);
     mt_table_destroy(a);
     mt_table_destroy(b);
+}
+
+/* ============================== rollback ============================== */
+
+/* mt_store_rollback(): a coordinator takes a shard back to an older complete checkpoint. */
+Test(store, rollback_makes_an_older_checkpoint_current_and_drops_the_newer) {
+    mt_table_config_t tc;
+    table_cfg(&tc, 2, 0);
+    mt_store_config_t sc;
+    small_cfg(&sc, 5);
+    mt_store_t *s = open_store(&sc);
+    mt_table_t *tabs[5] = {0};
+    for (uint64_t id = 1; id <= 4; id++) {
+        tabs[id] = build_table(&tc, 300 * id, id);
+        mt_store_table_t st[1] = {{"emb", tabs[id]}};
+        char meta[16];
+        int ml = snprintf(meta, sizeof(meta), "m%" PRIu64, id);
+        save_ok(s, id, st, 1, meta, (size_t)ml, NULL);
+    }
+    s = (mt_store_close(s), NULL);
+    /* a leftover of a failed save above them: deleted by the rollback too */
+    raw_t r;
+    char k[128];
+    raw_open(&r);
+    ckpt_key(k, sizeof(k), 9, "emb/0000000000");
+    raw_put(&r, CF_DATA, k, "junk", 4);
+    raw_close(&r);
+    s = open_store(&sc);
+
+    char eb[256] = "";
+    uint64_t dropped = 99;
+    cr_assert_eq(mt_store_rollback(s, 7, &dropped, eb, sizeof(eb)), MT_NOT_FOUND, "no such id");
+    cr_assert_eq(dropped, 0);
+    cr_assert_eq(current_id(s), 4, "a failed rollback changes nothing");
+    cr_assert_eq(mt_store_rollback(s, 2, &dropped, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(dropped, 3, "3 and 4 and the leftover 9");
+    cr_assert_eq(current_id(s), 2);
+    uint64_t ids[8];
+    cr_assert_eq(list_ids(s, ids, 8), 2);
+    cr_assert_eq(ids[0], 1);
+    cr_assert_eq(ids[1], 2);
+    mt_table_t *t = load_ok(s, "emb", &tc, 2);
+    assert_same(tabs[2], t, 600, 2);
+    mt_table_destroy(t);
+    uint64_t mid = 0;
+    void *buf = NULL;
+    size_t len = 0;
+    cr_assert_eq(mt_store_load_meta(s, &mid, &buf, &len, NULL, 0), MT_OK);
+    cr_assert_eq(mid, 2);
+    cr_assert_eq(len, 2);
+    cr_assert_eq(memcmp(buf, "m2", 2), 0);
+    free(buf);
+    uint64_t old = 3;
+    cr_assert_eq(mt_store_load_meta(s, &old, &buf, &len, NULL, 0), MT_NOT_FOUND);
+    /* the ids above are free again, and a save there is current */
+    mt_store_table_t st3[1] = {{"emb", tabs[3]}};
+    save_ok(s, 3, st3, 1, "m3", 2, NULL);
+    cr_assert_eq(current_id(s), 3);
+    t = load_ok(s, "emb", &tc, 3);
+    assert_same(tabs[3], t, 900, 3);
+    mt_table_destroy(t);
+    /* durable across a reopen; then 0 deletes everything */
+    mt_store_close(s);
+    cr_assert_eq(raw_ckpt_keys(4), 0, "keys of a dropped checkpoint remain");
+    cr_assert_eq(raw_ckpt_keys(9), 0, "keys of the leftover remain");
+    s = open_store(&sc);
+    cr_assert_eq(current_id(s), 3);
+    cr_assert_eq(mt_store_rollback(s, 0, &dropped, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(dropped, 3);
+    uint64_t cur = 0;
+    cr_assert_eq(mt_store_current(s, &cur, NULL, 0), MT_NOT_FOUND);
+    cr_assert_eq(list_ids(s, ids, 8), 0);
+    mt_table_t *none = SENTINEL;
+    cr_assert_eq(mt_store_load_latest(s, "emb", &tc, &none, NULL, NULL, 0), MT_NOT_FOUND);
+    cr_assert_eq(none, SENTINEL);
+    save_ok(s, 1, st3, 1, NULL, 0, NULL); /* a store with no checkpoint takes any id */
+    cr_assert_eq(current_id(s), 1);
+    mt_store_close(s);
+    /* read-only stores refuse */
+    sc.read_only = 1;
+    s = open_store(&sc);
+    cr_assert_eq(mt_store_rollback(s, 1, NULL, NULL, 0), MT_INVALID);
+    mt_store_close(s);
+    for (int i = 1; i <= 4; i++)
+        mt_table_destroy(tabs[i]);
 }
 
 /* ============================== reopen ============================== */

@@ -40,13 +40,15 @@ typedef struct mt_trainer mt_trainer_t;
 
 /** Where the sparse parameters live when not in the trainer's own table. Both calls work on
  *  packed values like mt_table_lookup() / mt_table_apply() and must be exact (no dedup
- *  needed: the trainer sends unique ids). */
+ *  needed: the trainer sends unique ids). A step makes two applies (embeddings, then
+ *  first-order weights); the second carries the batch's example count in @p examples (the
+ *  first 0), which the PS backend sends to every shard (ApplyGradientsRequest.examples). */
 typedef struct mt_trainer_backend {
     void *ud;
     mt_err_t (*lookup)(void *ud, const uint64_t *fids, size_t n, int train, uint32_t now_s,
                        float *out, size_t out_len);
     mt_err_t (*apply)(void *ud, const uint64_t *fids, size_t n, const float *grads, size_t len,
-                      uint32_t now_s);
+                      uint32_t now_s, uint64_t examples);
 } mt_trainer_backend_t;
 
 typedef struct mt_trainer_config {
@@ -137,6 +139,15 @@ mt_err_t mt_trainer_dense_sync_step(mt_trainer_dense_sync_t *d, int *synced, cha
                                     size_t errlen);
 /** Pushes the gradients summed since the last push, if any, and pulls. */
 mt_err_t mt_trainer_dense_sync_flush(mt_trainer_dense_sync_t *d, char *errbuf, size_t errlen);
+/**
+ * After the PS shards were restored (mt_coord_recover()): drops the gradients summed since
+ * the last push and takes the PS's dense parameters. With @p fresh (restored to the empty
+ * state) the model's dense parameters first go back to their initial values (the seed's),
+ * which create the PS's tensors as at the very start.
+ * @returns MT_OK, MT_NOMEM, or a client error (message in @p errbuf).
+ */
+mt_err_t mt_trainer_dense_sync_reset(mt_trainer_dense_sync_t *d, int fresh, char *errbuf,
+                                     size_t errlen);
 /** The PS's dense version after the last pull. */
 uint64_t mt_trainer_dense_sync_version(const mt_trainer_dense_sync_t *d);
 void mt_trainer_dense_sync_destroy(mt_trainer_dense_sync_t *d);

@@ -1,0 +1,461 @@
+/*
+ * ckpt.c - a shard's checkpoints on its store (mt/store.h): write one (Snapshot), list them
+ * (Checkpoints), load one into the running shard (Restore, and the daemon's start).
+ *
+ * A checkpoint is the table "sparse" (mt_table_save stream) and one metadata blob:
+ *
+ *   offset  size  field
+ *   0       4     n, little-endian
+ *   4       n     CheckpointMeta (protobuf): id, shard, num_shards, created_ms, table and
+ *                 dense versions, step, Kafka offsets, consistent, examples_applied
+ *   4 + n   ...   DenseState (protobuf): the dense tensors with their optimizer state
+ *
+ * Cluster checkpoints (docs/checkpoint.md): a coordinator (the trainer) pauses its writes,
+ * asks every shard for a Snapshot with one id, consistent = 1 and its Kafka offsets, and
+ * later rolls every shard back to the newest id they all have with Restore. Restore loads
+ * the checkpoint into a new table first (the shard keeps serving meanwhile), installs it
+ * while the shard is quiesced (mt__ps_install), then deletes the checkpoints above it from
+ * the store (mt_store_rollback), so that a restart of the shard comes back to the same
+ * state and ids above it can be written again.
+ *
+ * Every entry point takes the shard's snap_lock for its whole run: snapshots, restores and
+ * listings are serialized, and a snapshot never sees a table being swapped. The counters
+ * read by the metrics are atomics (a long snapshot must not block /metrics).
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "monolith/v1/ps.pb-c.h"
+#include "mt/clock.h"
+#include "mt/log.h"
+#include "mt/store.h"
+#include "ps_int.h"
+
+#define WHO    "ps"
+#define SPARSE "sparse" /* the table's name in a checkpoint */
+
+struct mt__ps_ckpt {
+    mt_store_t *store; /* borrowed; set and used under snap_lock */
+    _Atomic int coordinated;
+    _Atomic uint64_t last_id;
+    _Atomic uint64_t snapshots, snapshot_failures, restores, restore_failures;
+    _Atomic uint64_t last_snap_us, last_restore_us;
+};
+
+/* ============================== lifecycle ============================== */
+
+mt_err_t mt__ps_ckpt_create(mt__ps_ckpt_t **out) {
+    mt__ps_ckpt_t *ck = calloc(1, sizeof(*ck));
+    if (!ck) return MT_NOMEM;
+    *out = ck;
+    return MT_OK;
+}
+
+void mt__ps_ckpt_destroy(mt__ps_ckpt_t *ck) {
+    free(ck);
+}
+
+void mt_ps_set_store(mt_ps_t *ps, mt_store_t *store) {
+    pthread_mutex_lock(mt__ps_snap_lock(ps));
+    mt__ps_ckpt(ps)->store = store;
+    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+}
+
+int mt__ps_ckpt_has_store(mt_ps_t *ps) {
+    pthread_mutex_lock(mt__ps_snap_lock(ps));
+    int has = mt__ps_ckpt(ps)->store != NULL;
+    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    return has;
+}
+
+uint64_t mt__ps_ckpt_last_id(mt_ps_t *ps) {
+    return atomic_load(&mt__ps_ckpt(ps)->last_id);
+}
+
+int mt_ps_coordinated(mt_ps_t *ps) {
+    return atomic_load(&mt__ps_ckpt(ps)->coordinated);
+}
+
+/* ============================== metadata ============================== */
+
+static void errf(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void errf(char *errbuf, size_t errlen, const char *fmt, ...) {
+    if (!errbuf || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* The blob: u32 n, n bytes of @p cm, then @p dense. @param[out] out  malloc'd. */
+static mt_err_t meta_pack(const Monolith__V1__CheckpointMeta *cm, const uint8_t *dense,
+                          size_t dense_len, uint8_t **out, size_t *len) {
+    size_t cml = monolith__v1__checkpoint_meta__get_packed_size(cm);
+    if (cml > UINT32_MAX) return MT_LIMIT;
+    uint8_t *m = malloc(4 + cml + dense_len);
+    if (!m) return MT_NOMEM;
+    for (int i = 0; i < 4; i++)
+        m[i] = (uint8_t)(cml >> (8 * i));
+    monolith__v1__checkpoint_meta__pack(cm, m + 4);
+    if (dense_len) memcpy(m + 4 + cml, dense, dense_len);
+    *out = m;
+    *len = 4 + cml + dense_len;
+    return MT_OK;
+}
+
+/* Splits a blob. @param[out] cm  caller frees with free_unpacked; dense points into @p m. */
+static mt_err_t meta_unpack(const uint8_t *m, size_t mlen, Monolith__V1__CheckpointMeta **cm,
+                            const uint8_t **dense, size_t *dense_len) {
+    if (mlen < 4) return MT_CORRUPT;
+    size_t cml = (size_t)m[0] | (size_t)m[1] << 8 | (size_t)m[2] << 16 | (size_t)m[3] << 24;
+    if (cml > mlen - 4) return MT_CORRUPT;
+    *cm = monolith__v1__checkpoint_meta__unpack(NULL, cml, m + 4);
+    if (!*cm) return MT_CORRUPT;
+    if (dense) *dense = m + 4 + cml;
+    if (dense_len) *dense_len = mlen - 4 - cml;
+    return MT_OK;
+}
+
+/* Reads and splits the metadata of checkpoint *id (0: the current one). */
+static mt_err_t meta_load(mt_store_t *store, uint64_t *id, void **blob,
+                          Monolith__V1__CheckpointMeta **cm, const uint8_t **dense,
+                          size_t *dense_len, char *errbuf, size_t errlen) {
+    size_t mlen = 0;
+    *blob = NULL;
+    mt_err_t err = mt_store_load_meta(store, id, blob, &mlen, errbuf, errlen);
+    if (err) return err;
+    err = meta_unpack(*blob, mlen, cm, dense, dense_len);
+    if (err) {
+        errf(errbuf, errlen, "checkpoint %" PRIu64 ": bad metadata", *id);
+        free(*blob);
+        *blob = NULL;
+    }
+    return err;
+}
+
+/* ============================== snapshot ============================== */
+
+mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt_result_t *res,
+                        char *errbuf, size_t errlen) {
+    mt_ps_ckpt_result_t r0;
+    mt_ps_ckpt_result_t *r = res ? res : &r0;
+    memset(r, 0, sizeof(*r));
+    if (!ps || !req || (req->noffsets && !req->offsets)) {
+        errf(errbuf, errlen, "bad arguments");
+        return MT_INVALID;
+    }
+    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    const mt_ps_config_t *cfg = mt__ps_config(ps);
+    mt_err_t err = MT_OK;
+    uint8_t *dense = NULL, *meta = NULL;
+    size_t dense_len = 0, mlen = 0;
+    Monolith__V1__KafkaOffset *ko = NULL;
+    Monolith__V1__KafkaOffset **kop = NULL;
+    char why[512] = "";
+    double t0 = mt_mono_s();
+    pthread_mutex_lock(mt__ps_snap_lock(ps));
+    if (!ck->store) {
+        err = MT_INVALID;
+        snprintf(why, sizeof(why), "no checkpoint store (ps.snapshot_dir)");
+        goto out;
+    }
+    if (req->local && atomic_load(&ck->coordinated)) {
+        pthread_mutex_unlock(mt__ps_snap_lock(ps));
+        r->seconds = mt_mono_s() - t0;
+        return MT_OK; /* the coordinator's checkpoints only (see mt_ps_coordinated) */
+    }
+    uint64_t inc = mt_ps_incarnation(ps);
+    if (req->expect_incarnation && req->expect_incarnation != inc) {
+        err = MT_MISMATCH;
+        snprintf(why, sizeof(why),
+                 "incarnation %" PRIu64 " expected, the shard's is %" PRIu64
+                 " (it restarted or was restored since)",
+                 req->expect_incarnation, inc);
+        goto out;
+    }
+    uint64_t cur = 0;
+    err = mt_store_current(ck->store, &cur, why, sizeof(why));
+    if (err == MT_NOT_FOUND) cur = 0, err = MT_OK;
+    if (err) goto out;
+    uint64_t id = req->checkpoint_id > cur ? req->checkpoint_id : cur + 1;
+    if (req->consistent && (req->checkpoint_id == 0 || req->checkpoint_id <= cur)) {
+        err = req->checkpoint_id ? MT_MISMATCH : MT_INVALID;
+        snprintf(why, sizeof(why),
+                 "consistent checkpoint %" PRIu64 ": not above the shard's newest (%" PRIu64 ")",
+                 req->checkpoint_id, cur);
+        goto out;
+    }
+    if ((err = mt_ps_dense_save(ps, &dense, &dense_len)) != MT_OK) {
+        snprintf(why, sizeof(why), "dense parameters: %s", mt_strerror(err));
+        goto out;
+    }
+    ko = calloc(req->noffsets ? req->noffsets : 1, sizeof(*ko));
+    kop = calloc(req->noffsets ? req->noffsets : 1, sizeof(*kop));
+    if (!ko || !kop) {
+        err = MT_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < req->noffsets; i++) {
+        monolith__v1__kafka_offset__init(&ko[i]);
+        ko[i].topic = (char *)(req->offsets[i].topic ? req->offsets[i].topic : "");
+        ko[i].partition = req->offsets[i].partition;
+        ko[i].offset = req->offsets[i].offset;
+        kop[i] = &ko[i];
+    }
+    mt_table_t *table = mt_ps_table(ps); /* stable: a restore needs snap_lock */
+    mt_table_stats_t ts;
+    mt_table_stats(table, &ts);
+    uint64_t examples = mt_ps_examples_applied(ps);
+    Monolith__V1__CheckpointMeta cm = MONOLITH__V1__CHECKPOINT_META__INIT;
+    cm.checkpoint_id = id;
+    cm.shard = cfg->shard;
+    cm.num_shards = cfg->num_shards;
+    cm.created_ms = (int64_t)time(NULL) * 1000;
+    cm.table_version = ts.version;
+    cm.step = mt__ps_step(ps);
+    cm.n_offsets = req->noffsets;
+    cm.offsets = kop;
+    cm.consistent = req->consistent != 0;
+    cm.examples_applied = examples;
+    { /* dense_version: the DenseState's first field (version 1) */
+        Monolith__V1__DenseState *st = monolith__v1__dense_state__unpack(NULL, dense_len, dense);
+        if (st) {
+            cm.dense_version = st->version;
+            monolith__v1__dense_state__free_unpacked(st, NULL);
+        }
+    }
+    if ((err = meta_pack(&cm, dense, dense_len, &meta, &mlen)) != MT_OK) goto out;
+    mt_store_table_t t = {SPARSE, table};
+    mt_store_result_t sres;
+    err = mt_store_save(ck->store, id, &t, 1, meta, mlen, &sres, why, sizeof(why));
+    if (err) goto out;
+    r->checkpoint_id = id;
+    r->rows = sres.rows;
+    r->bytes = sres.bytes;
+    r->examples_applied = examples;
+    r->incarnation = inc;
+    r->consistent = cm.consistent;
+    atomic_store(&ck->last_id, id);
+    atomic_fetch_add(&ck->snapshots, 1);
+    if (req->consistent) atomic_store(&ck->coordinated, 1);
+out:
+    r->seconds = mt_mono_s() - t0;
+    if (err) {
+        if (err == MT_NOMEM && !*why) snprintf(why, sizeof(why), "out of memory");
+        atomic_fetch_add(&ck->snapshot_failures, 1);
+        mt_log(MT_LOG_ERROR, WHO, "shard %u: snapshot failed: %s: %s", cfg->shard, mt_strerror(err),
+               why);
+        errf(errbuf, errlen, "%s", why);
+    } else {
+        atomic_store(&ck->last_snap_us, (uint64_t)(r->seconds * 1e6));
+        mt_log(MT_LOG_INFO, WHO,
+               "shard %u: %s checkpoint %" PRIu64 ": %" PRIu64 " rows, %" PRIu64 " bytes, %" PRIu64
+               " examples, %zu offsets in %.3f s",
+               cfg->shard, r->consistent ? "consistent" : "local", r->checkpoint_id, r->rows,
+               r->bytes, r->examples_applied, req->noffsets, r->seconds);
+    }
+    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    free(dense);
+    free(meta);
+    free(ko);
+    free(kop);
+    return err;
+}
+
+/* ============================== restore ============================== */
+
+mt_err_t mt_ps_restore(mt_ps_t *ps, uint64_t checkpoint_id, mt_ps_ckpt_result_t *res, char *errbuf,
+                       size_t errlen) {
+    mt_ps_ckpt_result_t r0;
+    mt_ps_ckpt_result_t *r = res ? res : &r0;
+    memset(r, 0, sizeof(*r));
+    if (!ps) return MT_INVALID;
+    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    const mt_ps_config_t *cfg = mt__ps_config(ps);
+    mt_err_t err = MT_OK;
+    void *blob = NULL;
+    Monolith__V1__CheckpointMeta *cm = NULL;
+    const uint8_t *dense = NULL;
+    size_t dense_len = 0;
+    mt_table_t *table = NULL;
+    mt__ps_dense_t *dd = NULL;
+    uint64_t id = checkpoint_id == MT_PS_NEWEST ? 0 : checkpoint_id;
+    int newest = checkpoint_id == MT_PS_NEWEST, installed = 0;
+    char why[512] = "";
+    double t0 = mt_mono_s();
+    pthread_mutex_lock(mt__ps_snap_lock(ps));
+    if (!ck->store) {
+        err = MT_INVALID;
+        snprintf(why, sizeof(why), "no checkpoint store (ps.snapshot_dir)");
+        goto out;
+    }
+    if (newest || id) {
+        err = meta_load(ck->store, &id, &blob, &cm, &dense, &dense_len, why, sizeof(why));
+        if (err == MT_NOT_FOUND && newest) { /* nothing to restore: keep the empty state */
+            err = MT_OK;
+            r->incarnation = mt_ps_incarnation(ps);
+            mt_log(MT_LOG_INFO, WHO, "shard %u: no checkpoint: starting empty", cfg->shard);
+            goto out;
+        }
+        if (err) goto out;
+        if (cm->shard != cfg->shard) {
+            err = MT_MISMATCH;
+            snprintf(why, sizeof(why), "checkpoint %" PRIu64 " belongs to shard %u, this is %u", id,
+                     cm->shard, cfg->shard);
+            goto out;
+        }
+        err = mt_store_load_table(ck->store, id, SPARSE, &cfg->table, &table, why, sizeof(why));
+        if (err) goto out;
+    } else {
+        err = mt_table_create(&cfg->table, &table);
+        if (err) {
+            snprintf(why, sizeof(why), "empty table: %s", mt_strerror(err));
+            goto out;
+        }
+    }
+    if ((err = mt__ps_dense_parse(dense, dense_len, &dd)) != MT_OK) {
+        snprintf(why, sizeof(why), "checkpoint %" PRIu64 ": dense parameters: %s", id,
+                 mt_strerror(err));
+        goto out;
+    }
+    uint64_t examples = cm ? cm->examples_applied : 0, step = cm ? cm->step : 0;
+    err = mt__ps_install(ps, table, dd, examples, step, MT_PS_QUIESCE_S);
+    if (err) {
+        snprintf(why, sizeof(why), "calls still in flight after %d s", MT_PS_QUIESCE_S);
+        goto out;
+    }
+    installed = 1;
+    mt_table_stats_t ts;
+    mt_table_stats(table, &ts);
+    table = NULL; /* the shard's now */
+    r->checkpoint_id = id;
+    r->rows = ts.rows;
+    r->examples_applied = examples;
+    r->incarnation = mt_ps_incarnation(ps);
+    r->consistent = cm && cm->consistent;
+    atomic_store(&ck->last_id, id);
+    if (!newest || r->consistent) atomic_store(&ck->coordinated, 1);
+    if (!newest) { /* the checkpoints above it belong to a history given up */
+        char rb[400] = "";
+        err = mt_store_rollback(ck->store, id, &r->dropped, rb, sizeof(rb));
+        if (err)
+            snprintf(why, sizeof(why), "installed, but the store kept newer checkpoints: %s", rb);
+    }
+out:
+    r->seconds = mt_mono_s() - t0;
+    if (err) {
+        atomic_fetch_add(&ck->restore_failures, 1);
+        if (!*why) snprintf(why, sizeof(why), "%s", mt_strerror(err));
+        mt_log(MT_LOG_ERROR, WHO, "shard %u: restore of %" PRIu64 " failed: %s: %s", cfg->shard, id,
+               mt_strerror(err), why);
+        errf(errbuf, errlen, "%s", why);
+    } else if (installed) {
+        atomic_fetch_add(&ck->restores, 1);
+        atomic_store(&ck->last_restore_us, (uint64_t)(r->seconds * 1e6));
+        char what[48] = "the empty state";
+        if (id) snprintf(what, sizeof(what), "checkpoint %" PRIu64, id);
+        mt_log(MT_LOG_INFO, WHO,
+               "shard %u: restored %s: %" PRIu64 " rows, %" PRIu64
+               " examples, incarnation %016" PRIx64 ", %" PRIu64 " newer dropped, %.3f s",
+               cfg->shard, what, r->rows, r->examples_applied, r->incarnation, r->dropped,
+               r->seconds);
+    }
+    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    mt_table_destroy(table);
+    mt__ps_dense_free(dd);
+    if (cm) monolith__v1__checkpoint_meta__free_unpacked(cm, NULL);
+    free(blob);
+    return err;
+}
+
+/* ============================== list ============================== */
+
+void mt__ps_ckpt_list_free(Monolith__V1__CheckpointMeta **metas, size_t n) {
+    for (size_t i = 0; metas && i < n; i++)
+        if (metas[i]) monolith__v1__checkpoint_meta__free_unpacked(metas[i], NULL);
+    free(metas);
+}
+
+mt_err_t mt__ps_ckpt_list(mt_ps_t *ps, Monolith__V1__CheckpointMeta ***metas, size_t *n,
+                          uint64_t *incarnation, uint64_t *examples, char *errbuf, size_t errlen) {
+    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    mt_err_t err = MT_OK;
+    mt_store_info_t *infos = NULL;
+    Monolith__V1__CheckpointMeta **out = NULL;
+    size_t cnt = 0, got = 0;
+    *metas = NULL;
+    *n = 0;
+    pthread_mutex_lock(mt__ps_snap_lock(ps));
+    if (!ck->store) {
+        err = MT_INVALID;
+        errf(errbuf, errlen, "no checkpoint store (ps.snapshot_dir)");
+        goto out;
+    }
+    *incarnation = mt_ps_incarnation(ps);
+    *examples = mt_ps_examples_applied(ps);
+    if ((err = mt_store_list(ck->store, NULL, 0, &cnt, errbuf, errlen)) != MT_OK) goto out;
+    infos = calloc(cnt ? cnt : 1, sizeof(*infos));
+    out = calloc(cnt ? cnt : 1, sizeof(*out));
+    if (!infos || !out) {
+        err = MT_NOMEM;
+        errf(errbuf, errlen, "out of memory");
+        goto out;
+    }
+    /* saves and rollbacks go through snap_lock: the list cannot change meanwhile */
+    if ((err = mt_store_list(ck->store, infos, cnt, &cnt, errbuf, errlen)) != MT_OK) goto out;
+    for (got = 0; got < cnt; got++) {
+        uint64_t id = infos[got].checkpoint_id;
+        void *blob = NULL;
+        err = meta_load(ck->store, &id, &blob, &out[got], NULL, NULL, errbuf, errlen);
+        free(blob);
+        if (err) goto out;
+    }
+    *metas = out;
+    *n = cnt;
+    out = NULL;
+out:
+    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    mt__ps_ckpt_list_free(out, got);
+    free(infos);
+    return err;
+}
+
+/* ============================== metrics ============================== */
+
+void mt__ps_ckpt_render(mt_ps_t *ps, mt_strbuf_t *b) {
+    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    unsigned sh = mt__ps_config(ps)->shard;
+    struct {
+        const char *name, *type, *help;
+        double v;
+    } g[] = {
+        {"monolith_ps_snapshots_total", "counter", "Checkpoints written.",
+         (double)atomic_load(&ck->snapshots)},
+        {"monolith_ps_snapshot_failures_total", "counter", "Checkpoints that failed.",
+         (double)atomic_load(&ck->snapshot_failures)},
+        {"monolith_ps_snapshot_seconds", "gauge", "Duration of the last checkpoint.",
+         (double)atomic_load(&ck->last_snap_us) * 1e-6},
+        {"monolith_ps_restores_total", "counter",
+         "Checkpoints (or the empty state) loaded into the running shard.",
+         (double)atomic_load(&ck->restores)},
+        {"monolith_ps_restore_failures_total", "counter", "Restores that failed.",
+         (double)atomic_load(&ck->restore_failures)},
+        {"monolith_ps_restore_seconds", "gauge", "Duration of the last restore.",
+         (double)atomic_load(&ck->last_restore_us) * 1e-6},
+        {"monolith_ps_last_checkpoint_id", "gauge",
+         "Id of the last checkpoint written or restored.", (double)atomic_load(&ck->last_id)},
+        {"monolith_ps_coordinated", "gauge",
+         "1: the shard takes part in cluster checkpoints (no local snapshots).",
+         (double)atomic_load(&ck->coordinated)},
+    };
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
+        mt_strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s{shard=\"%u\"} %.17g\n", g[i].name,
+                         g[i].help, g[i].name, g[i].type, g[i].name, sh, g[i].v);
+}

@@ -1,0 +1,14 @@
+# Consistent checkpoints (docs/checkpoint.md): a shard's Snapshot / Checkpoints / Restore with
+# the examples counter, and the trainer's coordinator (mt/coord.h) over them, in process on
+# RocksDB stores (tests/unit/ps/test_ckpt.c); and the
+# whole loop with kill -9 of a PS shard and of the trainer, counted
+# (tests/e2e/checkpoint_e2e.sh).
+mt_add_test(test_ps_ckpt unit/ps/test_ckpt.c)
+target_link_libraries(test_ps_ckpt PRIVATE mt_trainer mt_ps mt_psclient mt_store mt_rpc mt_proto
+                                           mt_embedding Threads::Threads)
+
+if(TARGET monolith-serving AND TARGET monolith-loadgen AND TARGET monolith-kafka-dev)
+  add_test(NAME test_e2e_checkpoint COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/checkpoint_e2e.sh)
+  set_tests_properties(test_e2e_checkpoint PROPERTIES TIMEOUT 300 ENVIRONMENT
+    "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SERVING_BIN=$<TARGET_FILE:monolith-serving>;MT_LOADGEN_BIN=$<TARGET_FILE:monolith-loadgen>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endif()

@@ -1,0 +1,739 @@
+/*
+ * test_ckpt.c - a shard's checkpoints (ps/src/ckpt.c) through its real handlers: two PS
+ * shards in this process, each with a RocksDB store in its own mkdtemp() directory and an rpc
+ * server on 127.0.0.1, driven through the client library (mt_psc_*) and raw calls.
+ *   - ApplyGradients' examples reach every shard (with or without ids there) and add up in
+ *     examples_applied (Stats, metrics); a consistent Snapshot stores it with the offsets;
+ *     Checkpoints lists each checkpoint's meta; Restore brings rows, dense parameters and
+ *     the counter back exactly, takes a new incarnation and deletes the newer checkpoints,
+ *     whose ids can be written again; a restarted shard (mt_ps_restore(MT_PS_NEWEST) on a
+ *     new service over the same store) comes back to the same state;
+ *   - Restore(0): the empty state, every checkpoint deleted;
+ *   - the refusals: a consistent id not above the newest, another incarnation than expected,
+ *     no id, a wrong admin token, no store, an unknown checkpoint;
+ *   - a restore while lookups, applies and a follow Sync stream run: each call succeeds or
+ *     gets UNAVAILABLE, the stream ends, the state afterwards is the checkpoint's (ASan
+ *     catches a table freed under a reader);
+ *   - local snapshots vs coordination: mt_ps_coordinated() once a consistent checkpoint or a
+ *     restore happened;
+ *   - the trainer's coordinator (mt/coord.h) over these shards: recovery from nothing, then
+ *     checkpoints; a checkpoint that reached shard 0 only and a restart of shard 1: the next
+ *     checkpoint fails (another incarnation), recovery picks the last checkpoint both hold,
+ *     with its offsets, drops shard 0's partial one and ids keep growing past it; check()
+ *     notices a restart; a recovery with a shard down gives up at its timeout or at stop().
+ */
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "monolith/v1/ps.pb-c.h"
+#include "mt/coord.h"
+#include "mt/ps.h"
+#include "mt/psclient.h"
+#include "mt/rpc.h"
+#include "mt/store.h"
+#include "mt/table.h"
+
+#define NSHARDS 2
+#define PATH(m) "/monolith.v1.ParameterServer/" m
+#define TOKEN   "t0k"
+
+typedef struct cluster {
+    char dir[64];
+    mt_table_slot_config_t slots[2];
+    mt_ps_t *ps[NSHARDS];
+    mt_store_t *store[NSHARDS];
+    mt_rpc_server_t *srv[NSHARDS];
+    char addr[NSHARDS][64];
+    mt_psc_t *client;
+} cluster_t;
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* The stores' directory of the running cluster, removed by the suite's fini even when an
+ * assertion ended the test early. */
+static char g_dir[64];
+
+static void remove_dir(void) {
+    if (g_dir[0]) nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    g_dir[0] = 0;
+}
+
+static void ps_new(cluster_t *c, uint32_t i) {
+    mt_ps_config_t pc;
+    mt_ps_config_init(&pc);
+    pc.shard = i;
+    pc.num_shards = NSHARDS;
+    pc.table.slots = c->slots;
+    pc.table.nslots = 2;
+    pc.table.shards_log2 = 2;
+    pc.table.filter_bytes = 1 << 16;
+    pc.table.changelog_entries = 1 << 12;
+    pc.sync_max_followers = 1;
+    pc.admin_token = TOKEN;
+    cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
+}
+
+static void cluster_start(cluster_t *c, int with_store) {
+    memset(c, 0, sizeof(*c));
+    snprintf(c->dir, sizeof(c->dir), "/tmp/mt_ps_ckpt_XXXXXX");
+    cr_assert_not_null(mkdtemp(c->dir));
+    memcpy(g_dir, c->dir, sizeof(g_dir));
+    mt_table_slot_config_init(&c->slots[0], 1, 8);
+    c->slots[0].opt = MT_OPT_ADAGRAD;
+    c->slots[0].init = MT_INIT_UNIFORM;
+    c->slots[0].init_seed = 5;
+    mt_table_slot_config_init(&c->slots[1], 2, 4);
+    c->slots[1].opt = MT_OPT_SGD;
+    const char *addrs[NSHARDS];
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        ps_new(c, i);
+        if (with_store) {
+            char d[128], eb[256] = "";
+            snprintf(d, sizeof(d), "%s/shard%u", c->dir, i);
+            mt_store_config_t sc;
+            mt_store_config_init(&sc);
+            sc.keep = 3;
+            sc.chunk_bytes = 64u << 10;
+            cr_assert_eq(mt_store_open(d, &sc, &c->store[i], eb, sizeof(eb)), MT_OK, "%s", eb);
+            mt_ps_set_store(c->ps[i], c->store[i]);
+        }
+        mt_rpc_server_config_t sc;
+        mt_rpc_server_config_init(&sc);
+        sc.threads = 4;
+        cr_assert_eq(mt_rpc_server_create(&sc, &c->srv[i]), MT_OK);
+        cr_assert_eq(mt_ps_register(c->ps[i], c->srv[i]), MT_OK);
+        int port = 0;
+        cr_assert_eq(mt_rpc_server_start(c->srv[i], &port), MT_OK);
+        snprintf(c->addr[i], sizeof(c->addr[i]), "127.0.0.1:%d", port);
+        addrs[i] = c->addr[i];
+    }
+    mt_psc_config_t cc;
+    mt_psc_config_init(&cc);
+    cc.addrs = addrs;
+    cc.num_shards = NSHARDS;
+    cr_assert_eq(mt_psc_create(&cc, &c->client), MT_OK);
+}
+
+static void cluster_stop(cluster_t *c) {
+    mt_psc_destroy(c->client);
+    for (int i = 0; i < NSHARDS; i++) {
+        mt_rpc_server_destroy(c->srv[i]);
+        mt_ps_destroy(c->ps[i]);
+        mt_store_close(c->store[i]);
+    }
+    remove_dir();
+}
+
+/* kill and restart shard i as the daemon does: a new service on the same store and address,
+ * restored from its newest checkpoint */
+static void restart_shard(cluster_t *c, uint32_t i) {
+    mt_rpc_server_destroy(c->srv[i]);
+    mt_ps_destroy(c->ps[i]);
+    ps_new(c, i);
+    mt_ps_set_store(c->ps[i], c->store[i]);
+    mt_ps_set_restoring(c->ps[i], 1);
+    char eb[256] = "";
+    cr_assert_eq(mt_ps_restore(c->ps[i], MT_PS_NEWEST, NULL, eb, sizeof(eb)), MT_OK, "%s", eb);
+    mt_ps_set_restoring(c->ps[i], 0);
+    mt_rpc_server_config_t sc;
+    mt_rpc_server_config_init(&sc);
+    sc.threads = 4;
+    sc.listen = c->addr[i];
+    cr_assert_eq(mt_rpc_server_create(&sc, &c->srv[i]), MT_OK);
+    cr_assert_eq(mt_ps_register(c->ps[i], c->srv[i]), MT_OK);
+    int port = 0;
+    cr_assert_eq(mt_rpc_server_start(c->srv[i], &port), MT_OK);
+}
+
+static uint32_t dim_of(uint64_t fid) {
+    return MT_FID_SLOT(fid) == 1 ? 8 : 4;
+}
+
+/* A batch of n ids of slot 1 starting at value v0 (both shards get some). */
+static size_t batch(uint64_t *fids, size_t n, uint64_t v0) {
+    for (size_t i = 0; i < n; i++)
+        fids[i] = MT_FID_MAKE(1, v0 + i);
+    return n * 8;
+}
+
+/* One training step through the client: a training lookup, then gradients with examples. */
+static void step(cluster_t *c, const uint64_t *fids, size_t n, uint64_t examples, float g) {
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++)
+        nf += dim_of(fids[i]);
+    float *out = calloc(nf, sizeof(float)), *grads = malloc(nf * sizeof(float));
+    for (size_t k = 0; k < nf; k++)
+        grads[k] = g * (float)((k % 7) + 1);
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_lookup(c->client, fids, n, 1, 100, out, nf, NULL, &st), MT_OK, "%s",
+                 st.message);
+    cr_assert_eq(mt_psc_apply(c->client, fids, n, grads, nf, 100, 1, examples, NULL, NULL, &st),
+                 MT_OK, "%s", st.message);
+    free(out);
+    free(grads);
+}
+
+static void lookup(cluster_t *c, const uint64_t *fids, size_t n, float *out) {
+    mt_rpc_status_t st;
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++)
+        nf += dim_of(fids[i]);
+    cr_assert_eq(mt_psc_lookup(c->client, fids, n, 0, 0, out, nf, NULL, &st), MT_OK, "%s",
+                 st.message);
+}
+
+static Monolith__V1__StatsResponse *stats(cluster_t *c, uint32_t i) {
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    mt_rpc_status_t st;
+    cr_assert_eq(
+        mt_rpc_call(mt_psc_channel(c->client, i), PATH("Stats"), NULL, 0, 5000, &resp, &len, &st),
+        MT_OK);
+    cr_assert_eq(st.code, MT_RPC_OK, "%s", st.message);
+    Monolith__V1__StatsResponse *s = monolith__v1__stats_response__unpack(NULL, len, resp);
+    free(resp);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static uint64_t examples_of(cluster_t *c, uint32_t i) {
+    Monolith__V1__StatsResponse *s = stats(c, i);
+    uint64_t e = s->examples_applied;
+    cr_assert_eq(e, mt_ps_examples_applied(c->ps[i]));
+    monolith__v1__stats_response__free_unpacked(s, NULL);
+    return e;
+}
+
+static uint64_t rows_of(cluster_t *c, uint32_t i) {
+    Monolith__V1__StatsResponse *s = stats(c, i);
+    uint64_t r = s->rows;
+    monolith__v1__stats_response__free_unpacked(s, NULL);
+    return r;
+}
+
+/* A raw admin call; @returns the status code (the answer, if OK, in *resp). */
+static int raw(cluster_t *c, uint32_t i, const char *path, const ProtobufCMessage *req,
+               uint8_t **resp, size_t *len) {
+    uint8_t buf[1024];
+    size_t n = req ? protobuf_c_message_pack(req, buf) : 0;
+    mt_rpc_status_t st;
+    uint8_t *r = NULL;
+    size_t rl = 0;
+    cr_assert_eq(mt_rpc_call(mt_psc_channel(c->client, i), path, buf, n, 30000, &r, &rl, &st),
+                 MT_OK);
+    if (resp) {
+        *resp = r;
+        *len = rl;
+    } else {
+        free(r);
+    }
+    return st.code;
+}
+
+static void dense_init(cluster_t *c, float v) {
+    float vals[3] = {v, v + 1, v + 2}, zero[3] = {0, 0, 0};
+    mt_psc_tensor_t t = {"w", 1, {3, 0}, 3, vals}, g = {"w", 1, {3, 0}, 3, zero};
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_push_dense(c->client, &g, &t, 1, 0, NULL, &st), MT_OK, "%s", st.message);
+}
+
+/* Pulls tensor "w"; @returns 1 if the PS has it (then out3 holds it), 0 if it has no dense
+ * tensor at all (version 0). */
+static int dense_get(cluster_t *c, float *out3) {
+    mt_psc_tensor_t t = {"w", 1, {3, 0}, 3, out3};
+    uint64_t v = 0;
+    int updated = 0;
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_pull_dense(c->client, &t, 1, 0, &v, &updated, &st), MT_OK, "%s",
+                 st.message);
+    cr_assert_eq(updated, v > 0);
+    return updated;
+}
+
+static void dense_step(cluster_t *c) {
+    float gv[3] = {0.5f, -0.5f, 1};
+    mt_psc_tensor_t g = {"w", 1, {3, 0}, 3, gv};
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_push_dense(c->client, &g, NULL, 1, 1, NULL, &st), MT_OK, "%s", st.message);
+}
+
+/* ============================== tests ============================== */
+
+TestSuite(ps_ckpt, .fini = remove_dir, .timeout = 120);
+
+Test(ps_ckpt, counter_offsets_list_and_restore) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    enum { B = 64 };
+    uint64_t fids[B];
+    batch(fids, B, 1000);
+    dense_init(&c, 1);
+    /* 3 steps of 10 examples; then one whose ids all live on one shard: the other still
+     * counts its examples (an empty ApplyGradients) */
+    for (int i = 0; i < 3; i++)
+        step(&c, fids, B, 10, 0.1f);
+    uint64_t one = 0;
+    for (uint64_t v = 1; !one; v++)
+        if (mt_ps_shard_of(MT_FID_MAKE(1, v), NSHARDS) == 1) one = MT_FID_MAKE(1, v);
+    step(&c, &one, 1, 7, 0.1f);
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        cr_assert_eq(examples_of(&c, i), 37, "shard %u", i);
+    /* applies without examples (a first apply of a step) count nothing */
+    mt_rpc_status_t st;
+    float g8[8] = {0};
+    cr_assert_eq(mt_psc_apply(c.client, &one, 1, g8, 8, 0, 0, 0, NULL, NULL, &st), MT_OK);
+    cr_assert_eq(examples_of(&c, 0), 37);
+    dense_step(&c);
+
+    /* checkpoint 5 with offsets */
+    mt_psc_offset_t offs[2] = {{"examples", 0, 1234}, {"examples", 3, 77}};
+    mt_psc_shard_ckpt_t out[NSHARDS];
+    uint64_t inc[NSHARDS];
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        inc[i] = mt_ps_incarnation(c.ps[i]);
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 5, inc, offs, 2, 30000, out), MT_OK);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_eq(out[i].examples_applied, 37);
+        cr_assert(mt_ps_coordinated(c.ps[i]));
+    }
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    float at5[B * 8], d5[3];
+    lookup(&c, fids, B, at5);
+    cr_assert(dense_get(&c, d5));
+    uint64_t rows5[NSHARDS];
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        rows5[i] = rows_of(&c, i);
+
+    /* more training and checkpoint 6, then more training */
+    step(&c, fids, B, 10, -0.3f);
+    uint64_t more[B];
+    batch(more, B, 5000); /* new rows */
+    step(&c, more, B, 10, 0.2f);
+    dense_step(&c);
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 6, inc, offs, 1, 30000, out), MT_OK);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    step(&c, fids, B, 5, 0.7f);
+    cr_assert_eq(examples_of(&c, 1), 62);
+
+    /* the list: 5 and 6, consistent, with their offsets and counters */
+    cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_eq(out[i].incarnation, inc[i]);
+        cr_assert_eq(out[i].examples_applied, 62);
+        cr_assert_eq(out[i].n, 2);
+        const mt_psc_checkpoint_t *a = &out[i].list[0], *b = &out[i].list[1];
+        cr_assert_eq(a->checkpoint_id, 5);
+        cr_assert(a->consistent);
+        cr_assert_eq(a->examples_applied, 37);
+        cr_assert_eq(a->noffsets, 2);
+        cr_assert_str_eq(a->offsets[1].topic, "examples");
+        cr_assert_eq(a->offsets[1].partition, 3);
+        cr_assert_eq(a->offsets[1].offset, 77);
+        cr_assert_eq(a->offsets[0].offset, 1234);
+        cr_assert_eq(b->checkpoint_id, 6);
+        cr_assert_eq(b->examples_applied, 57);
+        cr_assert_eq(b->noffsets, 1);
+    }
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+
+    /* Restore(5): rows, values, dense and counter of then; a new incarnation; 6 dropped */
+    cr_assert_eq(mt_psc_restore_all(c.client, TOKEN, 5, 30000, out), MT_OK);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_neq(out[i].incarnation, inc[i]);
+        cr_assert_eq(out[i].incarnation, mt_ps_incarnation(c.ps[i]));
+        cr_assert_eq(out[i].examples_applied, 37);
+        cr_assert_eq(examples_of(&c, i), 37);
+        cr_assert_eq(rows_of(&c, i), rows5[i], "shard %u rows", i);
+        inc[i] = out[i].incarnation;
+    }
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    float now[B * 8], dnow[3];
+    lookup(&c, fids, B, now);
+    cr_assert_eq(memcmp(now, at5, sizeof(now)), 0, "embeddings are those of checkpoint 5");
+    cr_assert(dense_get(&c, dnow));
+    cr_assert_eq(memcmp(dnow, d5, sizeof(dnow)), 0, "dense parameters of checkpoint 5");
+    cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_eq(out[i].n, 1, "checkpoint 6 was dropped");
+        cr_assert_eq(out[i].list[0].checkpoint_id, 5);
+    }
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    /* the same work again gives the same counter; 6 can be written again */
+    step(&c, fids, B, 10, -0.3f);
+    step(&c, more, B, 10, 0.2f);
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 6, inc, offs, 2, 30000, out), MT_OK);
+    cr_assert_eq(out[0].examples_applied, 57);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+
+    /* a restarted shard (a new service on the same store) comes back to checkpoint 6 */
+    float at6[B * 8];
+    lookup(&c, fids, B, at6);
+    uint64_t rows6 = rows_of(&c, 1);
+    mt_rpc_server_destroy(c.srv[1]);
+    mt_ps_destroy(c.ps[1]);
+    ps_new(&c, 1);
+    cr_assert_eq(mt_ps_coordinated(c.ps[1]), 0);
+    mt_ps_set_store(c.ps[1], c.store[1]);
+    mt_ps_set_restoring(c.ps[1], 1);
+    mt_ps_ckpt_result_t res;
+    char eb[256] = "";
+    cr_assert_eq(mt_ps_restore(c.ps[1], MT_PS_NEWEST, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    mt_ps_set_restoring(c.ps[1], 0);
+    cr_assert_eq(res.checkpoint_id, 6);
+    cr_assert(res.consistent);
+    cr_assert_eq(res.dropped, 0, "a start deletes nothing");
+    cr_assert(mt_ps_coordinated(c.ps[1]), "its newest checkpoint is a cluster one");
+    cr_assert_eq(mt_ps_examples_applied(c.ps[1]), 57);
+    mt_table_stats_t ts;
+    mt_table_stats(mt_ps_table(c.ps[1]), &ts);
+    cr_assert_eq(ts.rows, rows6);
+    mt_rpc_server_config_t sc;
+    mt_rpc_server_config_init(&sc);
+    sc.threads = 4;
+    sc.listen = c.addr[1];
+    cr_assert_eq(mt_rpc_server_create(&sc, &c.srv[1]), MT_OK);
+    cr_assert_eq(mt_ps_register(c.ps[1], c.srv[1]), MT_OK);
+    int port = 0;
+    cr_assert_eq(mt_rpc_server_start(c.srv[1], &port), MT_OK);
+    /* the client's channel reconnects with a backoff */
+    mt_err_t le = MT_UNAVAILABLE;
+    for (int i = 0; i < 100 && le; i++) {
+        le = mt_psc_lookup(c.client, fids, B, 0, 0, now, B * 8, NULL, &st);
+        if (le) usleep(100000);
+    }
+    cr_assert_eq(le, MT_OK, "%s", st.message);
+    cr_assert_eq(memcmp(now, at6, sizeof(now)), 0);
+
+    /* Restore(0): the empty state everywhere, no checkpoint left */
+    cr_assert_eq(mt_psc_restore_all(c.client, TOKEN, 0, 30000, out), MT_OK);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_eq(rows_of(&c, i), 0);
+        cr_assert_eq(examples_of(&c, i), 0);
+    }
+    cr_assert_eq(dense_get(&c, dnow), 0, "no dense tensor in the empty state");
+    cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        cr_assert_eq(out[i].n, 0);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    /* metrics name the counter and the checkpoint figures */
+    char *body = NULL;
+    size_t blen = 0;
+    cr_assert_eq(mt_ps_render_metrics(c.ps[0], NULL, &body, &blen), MT_OK);
+    cr_assert_not_null(strstr(body, "monolith_ps_examples_applied{shard=\"0\"} 0\n"));
+    cr_assert_not_null(strstr(body, "monolith_ps_restores_total{shard=\"0\"} 2\n"), "%s", body);
+    cr_assert_not_null(strstr(body, "monolith_ps_snapshots_total{shard=\"0\"} 3\n"));
+    cr_assert_not_null(strstr(body, "method=\"Restore\""));
+    free(body);
+    cluster_stop(&c);
+}
+
+Test(ps_ckpt, refusals) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    uint64_t fids[8];
+    batch(fids, 8, 1);
+    step(&c, fids, 8, 8, 0.1f);
+    uint64_t inc[NSHARDS] = {mt_ps_incarnation(c.ps[0]), mt_ps_incarnation(c.ps[1])};
+    mt_psc_shard_ckpt_t out[NSHARDS];
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 3, inc, NULL, 0, 30000, out), MT_OK);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    /* not above the newest */
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 3, inc, NULL, 0, 30000, out), MT_MISMATCH);
+    cr_assert_eq(out[0].st.code, MT_RPC_FAILED_PRECONDITION, "%s", out[0].st.message);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    /* another incarnation than expected: only that shard refuses */
+    uint64_t wrong[NSHARDS] = {inc[0], inc[1] + 1};
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 4, wrong, NULL, 0, 30000, out), MT_MISMATCH);
+    cr_assert_eq(out[0].err, MT_OK);
+    cr_assert_eq(out[1].st.code, MT_RPC_FAILED_PRECONDITION);
+    cr_assert_not_null(strstr(out[1].st.message, "incarnation"), "%s", out[1].st.message);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    /* so 4 is on shard 0 only: the listing shows it (a coordinator would restore 3) */
+    cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
+    cr_assert_eq(out[0].n, 2);
+    cr_assert_eq(out[1].n, 1);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    /* wrong token, unknown checkpoint, consistent without an id */
+    cr_assert_eq(mt_psc_restore_all(c.client, "nope", 3, 30000, out), MT_INVALID);
+    cr_assert_eq(out[0].st.code, MT_RPC_PERMISSION_DENIED);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    cr_assert_eq(mt_psc_restore_all(c.client, TOKEN, 99, 30000, out), MT_NOT_FOUND);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    Monolith__V1__SnapshotRequest sr = MONOLITH__V1__SNAPSHOT_REQUEST__INIT;
+    sr.token = TOKEN;
+    sr.consistent = 1;
+    cr_assert_eq(raw(&c, 0, PATH("Snapshot"), &sr.base, NULL, NULL), MT_RPC_INVALID_ARGUMENT);
+    cr_assert_eq(raw(&c, 0, PATH("Restore"), NULL, NULL, NULL), MT_RPC_PERMISSION_DENIED);
+    uint8_t junk[3] = {0xff, 0xff, 0xff};
+    mt_rpc_status_t st;
+    uint8_t *r = NULL;
+    size_t rl = 0;
+    cr_assert_eq(
+        mt_rpc_call(mt_psc_channel(c.client, 0), PATH("Restore"), junk, 3, 5000, &r, &rl, &st),
+        MT_OK);
+    cr_assert_eq(st.code, MT_RPC_INVALID_ARGUMENT);
+    free(r);
+    /* nothing of that changed the state; Restore(3) takes shard 0 back and drops its 4 */
+    cr_assert_eq(examples_of(&c, 0), 8);
+    cr_assert_eq(mt_psc_restore_all(c.client, TOKEN, 3, 30000, out), MT_OK);
+    cr_assert_eq(out[0].examples_applied, 8);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
+    cr_assert_eq(out[0].n, 1);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    cluster_stop(&c);
+
+    /* without a store: FAILED_PRECONDITION for all three */
+    cluster_start(&c, 0);
+    cr_assert_eq(mt_psc_checkpoints(c.client, 5000, out), MT_MISMATCH);
+    cr_assert_eq(out[0].st.code, MT_RPC_FAILED_PRECONDITION);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    cr_assert_eq(mt_psc_restore_all(c.client, TOKEN, 0, 5000, out), MT_MISMATCH);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 1, NULL, NULL, 0, 5000, out), MT_MISMATCH);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    mt_ps_snapshot_req_t req = {0};
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &req, NULL, NULL, 0), MT_INVALID);
+    cluster_stop(&c);
+}
+
+/* ---------------- a restore under load ---------------- */
+
+typedef struct load {
+    cluster_t *c;
+    _Atomic int stop;
+    _Atomic uint64_t ok, unavailable, other;
+} load_t;
+
+static void *load_main(void *arg) {
+    load_t *l = arg;
+    uint64_t fids[32];
+    batch(fids, 32, 1000);
+    float out[32 * 8], g[32 * 8];
+    for (size_t k = 0; k < 32 * 8; k++)
+        g[k] = 0.01f;
+    while (!atomic_load(&l->stop)) {
+        mt_rpc_status_t st;
+        mt_err_t e = mt_psc_lookup(l->c->client, fids, 32, 1, 100, out, 32 * 8, NULL, &st);
+        if (!e) e = mt_psc_apply(l->c->client, fids, 32, g, 32 * 8, 100, 1, 0, NULL, NULL, &st);
+        if (e == MT_OK)
+            atomic_fetch_add(&l->ok, 1);
+        else if (e == MT_UNAVAILABLE)
+            atomic_fetch_add(&l->unavailable, 1);
+        else
+            atomic_fetch_add(&l->other, 1);
+    }
+    return NULL;
+}
+
+Test(ps_ckpt, restore_under_load_and_a_follow_stream) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    uint64_t fids[32];
+    batch(fids, 32, 1000);
+    step(&c, fids, 32, 32, 0.1f);
+    uint64_t inc[NSHARDS] = {mt_ps_incarnation(c.ps[0]), mt_ps_incarnation(c.ps[1])};
+    mt_psc_shard_ckpt_t out[NSHARDS];
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 1, inc, NULL, 0, 30000, out), MT_OK);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    float at1[32 * 8];
+    lookup(&c, fids, 32, at1);
+    uint64_t rows1 = rows_of(&c, 0);
+
+    /* a follow Sync stream on shard 0, caught up */
+    Monolith__V1__SyncRequest sr = MONOLITH__V1__SYNC_REQUEST__INIT;
+    sr.follow_ms = 20;
+    uint8_t buf[64];
+    size_t n = monolith__v1__sync_request__pack(&sr, buf);
+    mt_rpc_stream_t *s = NULL;
+    cr_assert_eq(mt_rpc_stream_open(mt_psc_channel(c.client, 0), PATH("Sync"), buf, n, 60000, &s),
+                 MT_OK);
+    /* writers and readers meanwhile */
+    load_t l = {.c = &c};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, load_main, &l);
+    while (atomic_load(&l.ok) < 20)
+        usleep(1000);
+    for (int round = 0; round < 3; round++) {
+        cr_assert_eq(mt_psc_restore_all(c.client, TOKEN, 1, 60000, out), MT_OK, "%d: %s", round,
+                     out[0].st.message);
+        mt_psc_shard_ckpt_free(out, NSHARDS);
+        uint64_t seen = atomic_load(&l.ok);
+        while (atomic_load(&l.ok) < seen + 10)
+            usleep(1000);
+    }
+    /* the stream ended (it was asked to, for the first restore) */
+    int ended = 0;
+    for (int i = 0; i < 100000 && !ended; i++) {
+        uint8_t *m = NULL;
+        size_t ml = 0;
+        mt_err_t e = mt_rpc_stream_next(s, &m, &ml);
+        free(m);
+        ended = e != MT_OK;
+    }
+    cr_assert(ended, "the follow stream outlived the restore");
+    mt_rpc_status_t sst;
+    mt_rpc_stream_close(s, &sst);
+    atomic_store(&l.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    cr_log_info("under load: %" PRIu64 " steps ok, %" PRIu64 " unavailable, %" PRIu64 " other",
+                atomic_load(&l.ok), atomic_load(&l.unavailable), atomic_load(&l.other));
+    cr_assert_eq(atomic_load(&l.other), 0, "only UNAVAILABLE while restoring");
+    /* a last restore with nothing running: exactly checkpoint 1 */
+    cr_assert_eq(mt_psc_restore_all(c.client, TOKEN, 1, 60000, out), MT_OK);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    float now[32 * 8];
+    lookup(&c, fids, 32, now);
+    cr_assert_eq(memcmp(now, at1, sizeof(now)), 0);
+    cr_assert_eq(rows_of(&c, 0), rows1);
+    cr_assert_eq(examples_of(&c, 0), 32);
+    cluster_stop(&c);
+}
+
+Test(ps_ckpt, local_snapshots_until_coordinated) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    mt_ps_snapshot_req_t req = {0};
+    mt_ps_ckpt_result_t res;
+    char eb[256] = "";
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &req, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(res.checkpoint_id, 1);
+    cr_assert_eq(res.consistent, 0);
+    cr_assert_eq(mt_ps_coordinated(c.ps[0]), 0, "local snapshots do not coordinate");
+    req.checkpoint_id = 1; /* an old id: a local snapshot takes the next one */
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &req, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(res.checkpoint_id, 2);
+    req.expect_incarnation = mt_ps_incarnation(c.ps[0]) ^ 1;
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &req, &res, eb, sizeof(eb)), MT_MISMATCH);
+    /* a local checkpoint is not a cluster one: the listing says so */
+    mt_psc_shard_ckpt_t out[NSHARDS];
+    cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
+    cr_assert_eq(out[0].n, 2);
+    cr_assert_eq(out[0].list[1].consistent, 0);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    cr_assert_eq(mt_ps_restore(c.ps[0], 1, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(res.dropped, 1);
+    cr_assert(mt_ps_coordinated(c.ps[0]), "a restore means a coordinator");
+    mt_ps_snapshot_req_t local = {.local = 1};
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &local, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(res.checkpoint_id, 0, "no local snapshot once coordinated");
+    cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
+    cr_assert_eq(out[0].n, 1);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    local.local = 0; /* an operator's explicit snapshot still happens */
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &local, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(res.checkpoint_id, 2);
+    cluster_stop(&c);
+}
+
+/* ---------------- the coordinator ---------------- */
+
+static int stop_after(void *ud) {
+    return --*(int *)ud < 0;
+}
+
+Test(ps_ckpt, coordinator_recovers_to_the_last_complete_checkpoint) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    mt_coord_config_t cc;
+    mt_coord_config_init(&cc);
+    cc.token = TOKEN;
+    cc.recovery_timeout_s = 20;
+    mt_coord_t *co = NULL;
+    cr_assert_eq(mt_coord_create(c.client, &cc, &co), MT_OK);
+    char eb[512] = "";
+    mt_coord_point_t pt;
+    /* nothing yet: the empty state, no offsets */
+    cr_assert_eq(mt_coord_recover(co, &pt, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(pt.checkpoint_id, 0);
+    cr_assert_eq(pt.noffsets, 0);
+    mt_coord_point_free(&pt);
+    uint64_t fids[32];
+    batch(fids, 32, 1);
+    step(&c, fids, 32, 32, 0.1f);
+    mt_psc_offset_t o1[1] = {{"examples", 0, 32}};
+    uint64_t id = 0, ex = 0;
+    cr_assert_eq(mt_coord_checkpoint(co, o1, 1, &id, &ex, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(id, 1);
+    cr_assert_eq(ex, 32);
+    step(&c, fids, 32, 32, 0.1f);
+    mt_psc_offset_t o2[2] = {{"examples", 0, 64}, {"examples", 1, 5}};
+    cr_assert_eq(mt_coord_checkpoint(co, o2, 2, &id, &ex, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(id, 2);
+    cr_assert_eq(ex, 64);
+    cr_assert_eq(mt_coord_check(co, eb, sizeof(eb)), MT_OK, "%s", eb);
+    float at2[32 * 8];
+    lookup(&c, fids, 32, at2);
+    /* more work, and checkpoint 3 reaches shard 0 only (shard 1 refuses: not its
+     * incarnation), then shard 1 restarts from its newest (2): it lost the work after 2 */
+    step(&c, fids, 32, 32, 0.5f);
+    uint64_t inc[NSHARDS] = {mt_ps_incarnation(c.ps[0]), 1};
+    mt_psc_shard_ckpt_t out[NSHARDS];
+    cr_assert_eq(mt_psc_snapshot_all(c.client, TOKEN, 3, inc, o2, 2, 30000, out), MT_MISMATCH);
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    restart_shard(&c, 1);
+    cr_assert_eq(mt_ps_examples_applied(c.ps[1]), 64);
+    cr_assert_eq(mt_ps_examples_applied(c.ps[0]), 96);
+    /* the coordinator sees it: its next checkpoint fails, and so does a check */
+    step(&c, fids, 32, 32, 0.5f); /* (retried until the channel reconnects) */
+    cr_assert_eq(mt_coord_check(co, eb, sizeof(eb)), MT_MISMATCH, "%s", eb);
+    cr_assert_neq(mt_coord_checkpoint(co, o2, 2, &id, &ex, eb, sizeof(eb)), MT_OK);
+    cr_log_info("checkpoint after the restart: %s", eb);
+    /* recovery: 2 is the last checkpoint both hold */
+    cr_assert_eq(mt_coord_recover(co, &pt, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(pt.checkpoint_id, 2);
+    cr_assert_eq(pt.examples_applied, 64);
+    cr_assert_eq(pt.noffsets, 2);
+    cr_assert_str_eq(pt.offsets[1].topic, "examples");
+    cr_assert_eq(pt.offsets[1].partition, 1);
+    cr_assert_eq(pt.offsets[1].offset, 5);
+    mt_coord_point_free(&pt);
+    cr_assert_eq(mt_coord_last(co), 2);
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        cr_assert_eq(mt_ps_examples_applied(c.ps[i]), 64, "shard %u", i);
+    float now[32 * 8];
+    lookup(&c, fids, 32, now);
+    cr_assert_eq(memcmp(now, at2, sizeof(now)), 0, "the state of checkpoint 2");
+    cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
+    cr_assert_eq(out[0].n, 2, "shard 0's partial checkpoint 3 is gone");
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    cr_assert_eq(mt_coord_check(co, eb, sizeof(eb)), MT_OK, "%s", eb);
+    /* ids only grow: past 3 (shard 0's partial one, and the coordinator's failed attempt) */
+    step(&c, fids, 32, 32, 0.1f);
+    cr_assert_eq(mt_coord_checkpoint(co, o2, 2, &id, &ex, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(id, 4);
+    cr_assert_eq(ex, 96);
+    /* a shard down: recovery gives up at its timeout, or when stop() says so */
+    mt_rpc_server_destroy(c.srv[1]);
+    c.srv[1] = NULL;
+    mt_coord_destroy(co);
+    cc.recovery_timeout_s = 1.5;
+    cr_assert_eq(mt_coord_create(c.client, &cc, &co), MT_OK);
+    cr_assert_eq(mt_coord_recover(co, &pt, eb, sizeof(eb)), MT_TIMEOUT);
+    cr_log_info("recovery with a shard down: %s", eb);
+    mt_coord_destroy(co);
+    int polls = 2;
+    cc.recovery_timeout_s = 60;
+    cc.stop = stop_after;
+    cc.stop_ud = &polls;
+    cr_assert_eq(mt_coord_create(c.client, &cc, &co), MT_OK);
+    cr_assert_eq(mt_coord_recover(co, &pt, eb, sizeof(eb)), MT_CANCELLED);
+    mt_coord_destroy(co);
+    cluster_stop(&c);
+}
