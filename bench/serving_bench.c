@@ -195,7 +195,7 @@ static int wait_port(const char *path, const char *log) {
 /* ============================== requests ============================== */
 
 typedef struct env {
-    uint64_t users, items; /* ids per slot */
+    uint64_t users, items;     /* ids per slot */
     mt_rpc_channel_t *serving; /* following the shards (sync_stream_ms = 100) */
     mt_rpc_channel_t *poller;  /* a second replica polling every second (sync_stream_ms = 0) */
     mt_psc_t *psc;
@@ -628,9 +628,20 @@ int main(int argc, char **argv) {
     /* sync lag under training load: the following replica and a polling one */
     snprintf(path, sizeof(path), "%s/poller.port", g_root);
     snprintf(log, sizeof(log), "%s/poller.log", g_root);
-    char *pv[] = {MT_SERVING_BIN, "--config",    conf,    "--set",       cluster,
-                  "--set",        "serving.sync_stream_ms=0",    "--listen",    "127.0.0.1:0",
-                  "--port-file",  path,          "--log-level", "warn",        NULL};
+    char *pv[] = {MT_SERVING_BIN,
+                  "--config",
+                  conf,
+                  "--set",
+                  cluster,
+                  "--set",
+                  "serving.sync_stream_ms=0",
+                  "--listen",
+                  "127.0.0.1:0",
+                  "--port-file",
+                  path,
+                  "--log-level",
+                  "warn",
+                  NULL};
     if (spawn(pv, log) < 0) return 1;
     int pport = wait_port(path, log);
     if (pport < 0) return 1;

@@ -30,7 +30,9 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
     return remove(path);
 }
 
-static void cleanup(void) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+static void cleanup(void) {
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 static void on_bad(void *opaque, uint64_t line, const char *reason) {
     (void)opaque;

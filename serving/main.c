@@ -333,8 +333,10 @@ int main(int argc, char **argv) {
     while (!sig) {
         struct timespec tick = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
         int s = sigtimedwait(&sigs, NULL, &tick);
-        if (s == SIGTERM || s == SIGINT) sig = s;
-        else if (g_stop_signal) sig = (int)g_stop_signal;
+        if (s == SIGTERM || s == SIGINT)
+            sig = s;
+        else if (g_stop_signal)
+            sig = (int)g_stop_signal;
     }
     mt_log(MT_LOG_INFO, WHO, "%s: finishing in-flight calls",
            sig == SIGTERM ? "SIGTERM" : "SIGINT");

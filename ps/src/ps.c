@@ -72,8 +72,8 @@ struct mt_ps {
     /* Counters. */
     _Atomic uint64_t calls[MT_PS_NMETHODS], errors[MT_PS_NMETHODS];
     _Atomic uint64_t lookup_fids, apply_fids, sync_entries;
-    _Atomic int stop_streams;       /* 1: follow Sync streams end at their next round */
-    _Atomic uint32_t followers;     /* follow Sync streams open now */
+    _Atomic int stop_streams;   /* 1: follow Sync streams end at their next round */
+    _Atomic uint32_t followers; /* follow Sync streams open now */
 };
 
 /* ============================== config ============================== */
@@ -218,7 +218,9 @@ mt_err_t mt_ps_replace_table(mt_ps_t *ps, mt_table_t *table) {
     ps->table = table;
     return MT_OK;
 }
-void mt_ps_stop_streams(mt_ps_t *ps) { atomic_store(&ps->stop_streams, 1); }
+void mt_ps_stop_streams(mt_ps_t *ps) {
+    atomic_store(&ps->stop_streams, 1);
+}
 
 uint64_t mt_ps_incarnation(const mt_ps_t *ps) {
     return ps->incarnation;
@@ -416,8 +418,7 @@ typedef struct sync_bufs {
 
 /* Packs and sends one SyncChunk. @returns 0, or -1 (out of memory or the client went away:
  * the call was failed). */
-static int sync_send(mt_ps_t *ps, mt_rpc_call_t *c, sync_bufs_t *b,
-                     Monolith__V1__SyncChunk *m) {
+static int sync_send(mt_ps_t *ps, mt_rpc_call_t *c, sync_bufs_t *b, Monolith__V1__SyncChunk *m) {
     size_t plen = monolith__v1__sync_chunk__get_packed_size(m);
     if (plen > b->cap) {
         uint8_t *nb = realloc(b->buf, plen);
@@ -443,8 +444,8 @@ static int sync_send(mt_ps_t *ps, mt_rpc_call_t *c, sync_bufs_t *b,
  * otherwise a round that would be full fails the call (the replica must start over).
  * @returns 0, or -1 when the call was failed.
  */
-static int sync_round(mt_ps_t *ps, mt_rpc_call_t *c, sync_bufs_t *b, uint64_t *since,
-                      int full_ok, int last) {
+static int sync_round(mt_ps_t *ps, mt_rpc_call_t *c, sync_bufs_t *b, uint64_t *since, int full_ok,
+                      int last) {
     mt_table_changes_t *it = NULL;
     uint64_t upto = 0;
     int full = 0, rc = -1, first = 1;

@@ -441,8 +441,8 @@ static size_t follow_round(mt_rpc_stream_t *s, mt_table_t *replica, uint64_t *si
             if (ch->deleted.data[i]) {
                 mt_table_remove(replica, &ch->fids[i], 1, NULL);
             } else {
-                cr_assert_eq(mt_table_assign(replica, &ch->fids[i], 1, ch->values + off, d, 1, NULL),
-                             MT_OK);
+                cr_assert_eq(
+                    mt_table_assign(replica, &ch->fids[i], 1, ch->values + off, d, 1, NULL), MT_OK);
                 off += d;
             }
         }

@@ -77,7 +77,7 @@ static void start_shard(cluster_t *c, uint32_t i, const char *listen) {
     pc.table.nslots = 2 * NSLOTS;
     pc.table.shards_log2 = 3;
     pc.table.filter_bytes = 0;
-    pc.sync_chunk_fids = 64; /* several chunks per stream */
+    pc.sync_chunk_fids = 64;   /* several chunks per stream */
     pc.sync_max_followers = 1; /* below the 2 threads, as the daemon's config requires */
     cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
     mt_rpc_server_config_t sc;

@@ -41,11 +41,11 @@ typedef struct mt_ps_config {
     uint32_t num_shards;     /* >= 1 */
     mt_table_config_t table; /* slots borrowed during mt_ps_create() */
     mt_ps_dense_config_t dense;
-    uint32_t max_batch_fids;  /* larger requests: RESOURCE_EXHAUSTED (default 1 Mi) */
-    uint32_t sync_chunk_fids; /* entries per SyncChunk unless the client asks (default 4096) */
+    uint32_t max_batch_fids;     /* larger requests: RESOURCE_EXHAUSTED (default 1 Mi) */
+    uint32_t sync_chunk_fids;    /* entries per SyncChunk unless the client asks (default 4096) */
     uint32_t sync_follow_max_s;  /* a follow Sync stream ends after this long (default 300) */
     uint32_t sync_max_followers; /* more follow streams end after their catch-up (default 2) */
-    const char *admin_token;  /* copied; NULL or "" = admin calls need no token */
+    const char *admin_token;     /* copied; NULL or "" = admin calls need no token */
 } mt_ps_config_t;
 
 /** Methods, for counters: Lookup, ApplyGradients, PullDense, PushDense, Sync, Snapshot, Stats,

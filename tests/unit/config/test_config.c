@@ -230,7 +230,8 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
     if (p->shard != q->shard || strcmp(p->listen, q->listen) || p->threads != q->threads ||
         p->max_message_bytes != q->max_message_bytes || p->max_batch_fids != q->max_batch_fids ||
         p->sync_chunk_fids != q->sync_chunk_fids || p->sync_follow_max_s != q->sync_follow_max_s ||
-        p->sync_max_followers != q->sync_max_followers || strcmp(p->snapshot_dir, q->snapshot_dir) ||
+        p->sync_max_followers != q->sync_max_followers ||
+        strcmp(p->snapshot_dir, q->snapshot_dir) ||
         p->snapshot_interval_s != q->snapshot_interval_s || p->snapshot_keep != q->snapshot_keep ||
         p->expire_interval_ms != q->expire_interval_ms ||
         p->expire_buckets_per_tick != q->expire_buckets_per_tick ||
