@@ -24,6 +24,7 @@
  *    batch); the reclaimer flips idx and waits for the old idx's counters to reach zero.
  */
 #include <errno.h>
+#include <sys/mman.h>
 #include <math.h>
 #include <stddef.h>
 #include <sched.h>
@@ -331,6 +332,23 @@ static inline void seq_write_end(mt__part_t *p) {
  * bytes in RSS with transparent huge pages (measured: 326 B/row against 176 B/row counted,
  * 10M rows): each aligned chunk left a partly used huge page behind. Blocks are only freed
  * by mt_table_destroy(), like the rows in them. */
+/*
+ * Asks for transparent huge pages (best effort) on the whole 2 MiB pieces of a big,
+ * long-lived, randomly read block: the row arenas and bucket arrays. Only these: jemalloc
+ * runs with thp:default (mt/jemalloc_conf.h), because with thp:always the kernel refilled
+ * freed small allocations as huge pages and the soak's RSS crept (docs/soak.md).
+ */
+static void huge_hint(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    uintptr_t a = ((uintptr_t)p + MT__ARENA_BLOCK - 1) & ~(uintptr_t)(MT__ARENA_BLOCK - 1);
+    uintptr_t e = ((uintptr_t)p + bytes) & ~(uintptr_t)(MT__ARENA_BLOCK - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 static void *arena_chunk(mt_table_t *t, size_t size) {
     pthread_mutex_lock(&t->arena_lock);
     uintptr_t c = ((uintptr_t)t->arena_cur + size - 1) & ~(uintptr_t)(size - 1);
@@ -351,6 +369,7 @@ static void *arena_chunk(mt_table_t *t, size_t size) {
             pthread_mutex_unlock(&t->arena_lock);
             return NULL;
         }
+        huge_hint(b, bs);
         t->arena_blocks[t->arena_n++] = b;
         t->arena_bytes += bs;
         t->arena_end = b + bs;
@@ -529,6 +548,7 @@ static mt__barray_t *arr_new(uint64_t nbuckets) {
     size_t bytes = sizeof(mt__barray_t) + nbuckets * sizeof(mt__bucket_t);
     mt__barray_t *a = aligned_alloc(MT__CACHELINE, bytes);
     if (!a) return NULL;
+    huge_hint(a, bytes);
     memset(a, 0, bytes);
     a->mask = nbuckets - 1;
     return a;
