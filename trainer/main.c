@@ -234,6 +234,10 @@ static int setup_trainer(daemon_t *d) {
         pc.addrs = (const char *const *)d->cfg.cluster.ps;
         pc.num_shards = (uint32_t)d->cfg.cluster.nps;
         mt_config_rpc_tls(&d->cfg, &pc.rpc.tls);
+        /* Exactly once: no transport retries. A retry after a lost response would apply the
+         * step a second time on a shard that had applied it; a failed call starts recovery
+         * (back to the last complete checkpoint) instead. */
+        if (d->exact) pc.rpc.retries = 0;
         mt_err_t e = mt_psc_create(&pc, &d->psc);
         if (e) {
             mt_log(MT_LOG_ERROR, WHO, "PS client: %s", mt_strerror(e));
