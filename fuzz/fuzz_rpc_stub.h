@@ -6,6 +6,14 @@
  *   mt_rpc_fail()        formats the message (checks the format arguments) and drops it.
  * mt_fuzz_rpc_call() then calls a recorded handler on the raw request bytes, as the server
  * would after receiving them.
+ *
+ * Targets linked with WRAP_RPC_CLIENT also get the client side: mt_rpc_call(),
+ * mt_rpc_call_many() and mt_rpc_stream_open/next/close() are answered in process by the
+ * handlers recorded for their path (whatever the channel: one in-process server), their
+ * replies and stream messages collected instead of dropped. That lets a serving replica
+ * sync from an in-process mt_ps_t through the real psclient and sync code. Client calls may
+ * come from several threads (they are serialized by a lock); mt_fuzz_rpc_call() must not run
+ * while a client call does.
  */
 #ifndef MT_FUZZ_RPC_STUB_H
 #define MT_FUZZ_RPC_STUB_H
@@ -25,6 +33,16 @@ void __wrap_mt_rpc_fail(mt_rpc_call_t *c, int code, const char *fmt, ...)
 mt_err_t __wrap_mt_rpc_send(mt_rpc_call_t *c, const uint8_t *buf, size_t len);
 const char *__wrap_mt_rpc_call_metadata(const mt_rpc_call_t *c, const char *key);
 int64_t __wrap_mt_rpc_call_remaining_ms(const mt_rpc_call_t *c);
+
+/* The client side (WRAP_RPC_CLIENT). */
+mt_err_t __wrap_mt_rpc_call(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
+                            int64_t deadline_ms, uint8_t **resp, size_t *resp_len,
+                            mt_rpc_status_t *st);
+mt_err_t __wrap_mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms);
+mt_err_t __wrap_mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_t *req,
+                                   size_t len, int64_t deadline_ms, mt_rpc_stream_t **out);
+mt_err_t __wrap_mt_rpc_stream_next(mt_rpc_stream_t *s, uint8_t **buf, size_t *len);
+void __wrap_mt_rpc_stream_close(mt_rpc_stream_t *s, mt_rpc_status_t *st);
 
 /* Calls the handler recorded for @p path (e.g. "/monolith.v1.ParameterServer/Lookup") on
  * @p req. @returns 0, or -1 when no handler has that path. */

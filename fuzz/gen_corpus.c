@@ -128,6 +128,45 @@ int main(int argc, char **argv) {
     Monolith__V1__PredictRequest pr = MONOLITH__V1__PREDICT_REQUEST__INIT;
     pr.request_id = "r1", pr.n_user = 1, pr.user = user, pr.n_candidates = 1, pr.candidates = cands;
     put_msg("serving_predict", "predict", &pr.base);
+    /* fuzz_serving's replica has rows for ids 0..63 of slots 1..3 (and s | 0x8000) */
+    uint64_t u1[3] = {MT_FID_MAKE(1, 3), MT_FID_MAKE(1, 63), MT_FID_MAKE(1, 64)};
+    uint64_t u3[2] = {MT_FID_MAKE(3, 0), MT_FID_MAKE(3, 9)};
+    uint64_t i2[4][2] = {{MT_FID_MAKE(2, 1), MT_FID_MAKE(2, 2)},
+                         {MT_FID_MAKE(2, 7), 0},
+                         {MT_FID_MAKE(2, 40), MT_FID_MAKE(2, 41)},
+                         {MT_FID_MAKE(2, 1000), MT_FID_MAKE(2, 5)}};
+    uint64_t u9[1] = {MT_FID_MAKE(9, 1)};
+    Monolith__V1__SlotFids su1 = MONOLITH__V1__SLOT_FIDS__INIT, su3 = MONOLITH__V1__SLOT_FIDS__INIT;
+    Monolith__V1__SlotFids su9 = MONOLITH__V1__SLOT_FIDS__INIT;
+    su1.slot = 1, su1.n_fids = 3, su1.fids = u1;
+    su3.slot = 3, su3.n_fids = 2, su3.fids = u3;
+    su9.slot = 9, su9.n_fids = 1, su9.fids = u9;
+    Monolith__V1__SlotFids *users[3] = {&su1, &su3, &su9};
+    Monolith__V1__SlotFids si[4];
+    Monolith__V1__SlotFids *sip[4];
+    Monolith__V1__Candidate cs[4];
+    Monolith__V1__Candidate *csp[4];
+    for (int i = 0; i < 4; i++) {
+        monolith__v1__slot_fids__init(&si[i]);
+        si[i].slot = 2, si[i].n_fids = i2[i][1] ? 2 : 1, si[i].fids = i2[i];
+        sip[i] = &si[i];
+        monolith__v1__candidate__init(&cs[i]);
+        cs[i].item_id = (uint64_t)(100 + i), cs[i].n_item = 1, cs[i].item = &sip[i];
+        csp[i] = &cs[i];
+    }
+    pr.n_user = 2, pr.user = users, pr.n_candidates = 4, pr.candidates = csp;
+    put_msg("serving_predict", "predict_4_candidates", &pr.base);
+    pr.n_user = 3; /* slot 9: not in the model, ignored */
+    put_msg("serving_predict", "predict_unknown_slot", &pr.base);
+    su3.slot = 2; /* fids of slot 3 under slot 2: INVALID_ARGUMENT */
+    put_msg("serving_predict", "predict_slot_mismatch", &pr.base);
+    su3.slot = 3;
+    pr.n_user = 0, pr.n_candidates = 1;
+    put_msg("serving_predict", "predict_no_user", &pr.base);
+    uint64_t rows[6] = {MT_FID_MAKE(1, 3),      MT_FID_MAKE(2, 40),     MT_FID_MAKE(3, 63),
+                        MT_FID_MAKE(0x8001, 3), MT_FID_MAKE(0x8002, 9), MT_FID_MAKE(1, 500)};
+    lr.n_fids = 6, lr.fids = rows;
+    put_msg("serving_lookup", "lookup_rows", &lr.base);
     /* Dense state and table snapshot, from a PS with a row of each slot and one tensor. */
     mt_table_slot_config_t slots[3];
     mt_ps_config_t cfg;

@@ -558,6 +558,8 @@ int main(int argc, char **argv) {
     jc.max_pending_memory = d.cfg.joiner.max_pending_memory;
     jc.max_early_actions = d.cfg.joiner.max_early_actions;
     jc.sync = d.cfg.joiner.sync;
+    jc.write_buffer_mb = d.cfg.joiner.rocksdb_write_buffer_mb;
+    jc.block_cache_mb = d.cfg.joiner.rocksdb_block_cache_mb;
     if (mt_joiner_config_validate(&jc, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-joiner: %s: joiner.%s\n", config, err);
         goto out;

@@ -344,6 +344,14 @@ static const prop_t props[] = {
             "may lose the last rounds' state; a process crash loses nothing either way)"},
     {KEY("joiner", "metrics_listen"), CFG(joiner.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
      .def = "", .doc = "address of the joiner's Prometheus `/metrics` endpoint; empty: disabled"},
+    {KEY("joiner", "rocksdb_write_buffer_mb"), CFG(joiner.rocksdb_write_buffer_mb), UINT(1, 4096),
+     .def = "64",
+     .doc = "memtable size (MiB) of the state's RocksDB: the state's writes are held this long "
+            "in memory before a flush; RSS grows by up to about twice it"},
+    {KEY("joiner", "rocksdb_block_cache_mb"), CFG(joiner.rocksdb_block_cache_mb), UINT(0, 65536),
+     .def = "8",
+     .doc = "block cache (MiB) of the state's RocksDB (reads of flushed state: late actions, "
+            "restarts); it fills up over the first minutes; 0: no cache"},
     /* [serving] */
     {KEY("serving", "listen"), CFG(serving.listen), ADDR(PF_PORT0_OK), .def = "127.0.0.1:7200",
      .doc = "address serving answers Predict and Lookup on (port 0: any free port)"},

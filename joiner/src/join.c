@@ -86,6 +86,7 @@ struct mt_joiner {
     void *opaque;
     rocksdb_t *db;
     rocksdb_options_t *opts;
+    rocksdb_cache_t *block_cache; /* NULL: no block cache */
     rocksdb_writeoptions_t *wo, *wo_sync;
     rocksdb_readoptions_t *ro;
     rocksdb_writebatch_t *wb;
@@ -972,6 +973,8 @@ void mt_joiner_config_init(mt_joiner_config_t *cfg) {
     cfg->max_pending_memory = 1000000;
     cfg->max_early_actions = 1000000;
     cfg->sync = 1;
+    cfg->write_buffer_mb = 64;
+    cfg->block_cache_mb = 8;
 }
 
 mt_err_t mt_joiner_config_validate(const mt_joiner_config_t *cfg, char *errbuf, size_t errlen) {
@@ -990,6 +993,11 @@ mt_err_t mt_joiner_config_validate(const mt_joiner_config_t *cfg, char *errbuf, 
     }
     if (cfg->max_early_actions < 1) {
         msgf(errbuf, errlen, "max_early_actions: at least 1");
+        return MT_CONFIG;
+    }
+    if (cfg->write_buffer_mb < 1 || cfg->write_buffer_mb > 4096 || cfg->block_cache_mb > 65536) {
+        msgf(errbuf, errlen, "write_buffer_mb: %u (1..4096), block_cache_mb: %u (0..65536)",
+             cfg->write_buffer_mb, cfg->block_cache_mb);
         return MT_CONFIG;
     }
     return MT_OK;
@@ -1060,6 +1068,16 @@ mt_err_t mt_joiner_open(const char *state_dir, const mt_joiner_config_t *cfg,
     j->opts = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(j->opts, 1);
     rocksdb_options_set_max_background_jobs(j->opts, 2);
+    rocksdb_options_set_write_buffer_size(j->opts, (size_t)cfg->write_buffer_mb << 20);
+    rocksdb_block_based_table_options_t *bbto = rocksdb_block_based_options_create();
+    if (cfg->block_cache_mb) {
+        j->block_cache = rocksdb_cache_create_lru((size_t)cfg->block_cache_mb << 20);
+        rocksdb_block_based_options_set_block_cache(bbto, j->block_cache);
+    } else {
+        rocksdb_block_based_options_set_no_block_cache(bbto, 1);
+    }
+    rocksdb_options_set_block_based_table_factory(j->opts, bbto);
+    rocksdb_block_based_options_destroy(bbto);
     j->wo = rocksdb_writeoptions_create();
     j->wo_sync = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(j->wo_sync, cfg->sync ? 1 : 0);
@@ -1111,6 +1129,7 @@ void mt_joiner_close(mt_joiner_t *j) {
     if (!j) return;
     if (j->db) rocksdb_close(j->db);
     if (j->opts) rocksdb_options_destroy(j->opts);
+    if (j->block_cache) rocksdb_cache_destroy(j->block_cache);
     if (j->wo) rocksdb_writeoptions_destroy(j->wo);
     if (j->wo_sync) rocksdb_writeoptions_destroy(j->wo_sync);
     if (j->ro) rocksdb_readoptions_destroy(j->ro);

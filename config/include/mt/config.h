@@ -144,19 +144,21 @@ typedef struct mt_config_kafka {
 
 /** [joiner]: monolith-joiner (docs/joiner.md). Strings owned, never NULL. */
 typedef struct mt_config_joiner {
-    uint32_t window_s;             /* join window after an impression */
-    uint32_t allowed_lateness_s;   /* watermark = the input's event time - this */
-    uint32_t idle_advance_ms;      /* both topics idle this long: watermark follows the clock */
-    double negative_rate;          /* negatives kept (sampled deterministically), (0, 1] */
-    uint64_t seed;                 /* of the negative sampling hash */
-    uint64_t max_pending_memory;   /* pending impressions held in memory (all are in RocksDB) */
-    uint64_t max_early_actions;    /* actions waiting for their impression */
-    char *state_dir;               /* RocksDB directory of the joiner's state */
-    char *group;                   /* consumer group on the features and actions topics */
-    uint32_t commit_interval_ms;   /* period of deliver + sync + commit */
-    uint32_t progress_interval_ms; /* progress line period; 0 = none */
-    int sync;                      /* 1: fsync the state before each commit */
-    char *metrics_listen;          /* Prometheus /metrics "host:port"; "" = disabled */
+    uint32_t window_s;                /* join window after an impression */
+    uint32_t allowed_lateness_s;      /* watermark = the input's event time - this */
+    uint32_t idle_advance_ms;         /* both topics idle this long: watermark follows the clock */
+    double negative_rate;             /* negatives kept (sampled deterministically), (0, 1] */
+    uint64_t seed;                    /* of the negative sampling hash */
+    uint64_t max_pending_memory;      /* pending impressions held in memory (all are in RocksDB) */
+    uint64_t max_early_actions;       /* actions waiting for their impression */
+    char *state_dir;                  /* RocksDB directory of the joiner's state */
+    char *group;                      /* consumer group on the features and actions topics */
+    uint32_t commit_interval_ms;      /* period of deliver + sync + commit */
+    uint32_t progress_interval_ms;    /* progress line period; 0 = none */
+    int sync;                         /* 1: fsync the state before each commit */
+    char *metrics_listen;             /* Prometheus /metrics "host:port"; "" = disabled */
+    uint32_t rocksdb_write_buffer_mb; /* memtable size of the state's RocksDB */
+    uint32_t rocksdb_block_cache_mb;  /* block cache of the state's RocksDB; 0 = none */
 } mt_config_joiner_t;
 
 /** [serving]: monolith-serving (docs/serving.md). Strings owned, never NULL. The model's

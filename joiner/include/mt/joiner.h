@@ -68,6 +68,8 @@ typedef struct mt_joiner_config {
     uint64_t max_early_actions;  /* early actions waiting; beyond, the oldest is dropped
                                      and counted, >= 1 (default 1M) */
     int sync;                    /* 1: mt_joiner_sync() fsyncs the WAL (default 1) */
+    uint32_t write_buffer_mb;    /* RocksDB memtable size, MiB, >= 1 (default 64) */
+    uint32_t block_cache_mb;     /* RocksDB block cache, MiB; 0 = none (default 8) */
 } mt_joiner_config_t;
 
 /** The clock of the idle advance: milliseconds, monotonic (any origin). */

@@ -159,6 +159,8 @@ static const char *const all_keys[] = {
     "[joiner] progress_interval_ms",
     "[joiner] sync",
     "[joiner] metrics_listen",
+    "[joiner] rocksdb_write_buffer_mb",
+    "[joiner] rocksdb_block_cache_mb",
     "[serving] listen",
     "[serving] threads",
     "[serving] sync_interval_ms",
@@ -277,7 +279,9 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         j1->max_early_actions != j2->max_early_actions || strcmp(j1->state_dir, j2->state_dir) ||
         strcmp(j1->group, j2->group) || j1->commit_interval_ms != j2->commit_interval_ms ||
         j1->progress_interval_ms != j2->progress_interval_ms || j1->sync != j2->sync ||
-        strcmp(j1->metrics_listen, j2->metrics_listen))
+        strcmp(j1->metrics_listen, j2->metrics_listen) ||
+        j1->rocksdb_write_buffer_mb != j2->rocksdb_write_buffer_mb ||
+        j1->rocksdb_block_cache_mb != j2->rocksdb_block_cache_mb)
         return false;
     const mt_config_serving_t *v1 = &a->serving, *v2 = &b->serving;
     if (strcmp(v1->listen, v2->listen) || v1->threads != v2->threads ||
