@@ -57,11 +57,16 @@ static void at_exit(void) {
     mt_ps_destroy(ps);
 }
 
-static void table_slots(mt_table_slot_config_t *slots) {
+/* The model's table slots in @p slots (2 * NSLOTS), and a small table config over them. */
+static void table_config(mt_table_config_t *cfg, mt_table_slot_config_t *slots) {
     for (uint16_t i = 0; i < NSLOTS; i++) {
         mt_table_slot_config_init(&slots[i], (uint16_t)(i + 1), DIM);
         mt_table_slot_config_init(&slots[NSLOTS + i], (uint16_t)((i + 1) | 0x8000), 1);
     }
+    mt_table_config_init(cfg);
+    cfg->slots = slots;
+    cfg->nslots = 2 * NSLOTS;
+    cfg->shards_log2 = 2;
 }
 
 /* The trainer's side: dense tensors and rows pushed into the shard through psclient. */
@@ -121,15 +126,11 @@ static void train_once(const char *const *addrs) {
 static void build(void) {
     static const char *const addrs[] = {"127.0.0.1:1"}; /* never dialled: the stub answers */
     mt_table_slot_config_t slots[2 * NSLOTS];
-    table_slots(slots);
     mt_fuzz_rpc_reset();
 
     mt_ps_config_t pcfg;
     mt_ps_config_init(&pcfg);
-    mt_table_config_init(&pcfg.table);
-    pcfg.table.slots = slots;
-    pcfg.table.nslots = 2 * NSLOTS;
-    pcfg.table.shards_log2 = 2;
+    table_config(&pcfg.table, slots);
     pcfg.table.filter_bytes = 1u << 16;
     pcfg.sync_max_followers = 0;
     if (mt_ps_create(&pcfg, NULL, &ps) != MT_OK || mt_ps_register(ps, NULL) != MT_OK)
@@ -139,10 +140,7 @@ static void build(void) {
 
     mt_serving_config_t cfg;
     mt_serving_config_init(&cfg);
-    mt_table_config_init(&cfg.table);
-    cfg.table.slots = slots;
-    cfg.table.nslots = 2 * NSLOTS;
-    cfg.table.shards_log2 = 2;
+    table_config(&cfg.table, slots);
     cfg.ps_addrs = addrs;
     cfg.num_shards = 1;
     cfg.nslots = NSLOTS;
