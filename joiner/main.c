@@ -40,6 +40,7 @@
 
 #include "mt/clock.h"
 #include "mt/config.h"
+#include "mt/config_cli.h"
 #include "mt/http.h"
 #include "mt/joiner.h"
 #include "mt/kafka.h"
@@ -80,7 +81,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: monolith-joiner --config FILE [--set section.key=value]...\n"
                "                       [--log-level debug|info|warn|error] [--duration-s S]\n"
                "                       [--drain] [--report FILE]\n"
-               "       monolith-joiner --config FILE --check\n");
+               "       monolith-joiner --config FILE --check\n"
+               "       monolith-joiner --config-reference\n");
 }
 
 static int stop_requested(void) {
@@ -472,73 +474,30 @@ int main(int argc, char **argv) {
     d.kafka_lag = -1;
     pthread_mutex_init(&d.lock, NULL);
     d.started = mt_mono_s();
-    int rc = 2, check_only = 0, drain = 0;
-    const char *config = NULL;
+    int rc = 2, drain = 0;
     double duration_s = 0;
     char err[512] = "";
     mt_http_t *http = NULL;
     if (mt_config_init(&d.cfg) != MT_OK) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            rc = 0;
-            goto out;
-        }
-        if (!strcmp(a, "--check")) {
-            check_only = 1;
-            continue;
-        }
-        if (!strcmp(a, "--drain")) {
-            drain = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "monolith-joiner: %s needs a value\n", a);
-            usage(stderr);
-            goto out;
-        }
-        const char *v = argv[++i];
+    const char *duration_s_s = NULL;
+    const mt_config_cli_opt_t opts[] = {
+        {"--drain", &drain, NULL, NULL},
+        {"--report", NULL, &d.report_path, NULL},
+        {"--duration-s", NULL, &duration_s_s, NULL},
+    };
+    mt_config_cli_t cli = {"monolith-joiner", usage, opts, sizeof(opts) / sizeof(opts[0]), NULL, 0};
+    int cr = mt_config_cli(&cli, &d.cfg, argc, argv);
+    if (cr != MT_CONFIG_CLI_OK) {
+        rc = cr == MT_CONFIG_CLI_EXIT ? 0 : 2;
+        goto out;
+    }
+    const char *config = cli.config;
+    int check_only = cli.check;
+    if (duration_s_s) {
         char *end = NULL;
-        if (!strcmp(a, "--config")) {
-            config = v;
-        } else if (!strcmp(a, "--report")) {
-            d.report_path = v;
-        } else if (!strcmp(a, "--duration-s")) {
-            duration_s = strtod(v, &end);
-            if (*end || !(duration_s > 0)) {
-                fprintf(stderr, "monolith-joiner: --duration-s %s: expected > 0\n", v);
-                goto out;
-            }
-        } else if (!strcmp(a, "--log-level")) {
-            mt_log_level_t lv;
-            if (mt_log_parse_level(v, &lv)) {
-                fprintf(stderr, "monolith-joiner: --log-level %s: expected debug|info|warn|error\n",
-                        v);
-                goto out;
-            }
-            mt_log_set_level(lv);
-        } else if (!strcmp(a, "--set")) {
-            /* applied after the file, in order */
-        } else {
-            fprintf(stderr, "monolith-joiner: unknown argument %s\n", a);
-            usage(stderr);
-            goto out;
-        }
-    }
-    if (!config) {
-        fprintf(stderr, "monolith-joiner: --config is required\n");
-        usage(stderr);
-        goto out;
-    }
-    if (mt_config_load_file(&d.cfg, config, err, sizeof(err)) != MT_OK) {
-        fprintf(stderr, "monolith-joiner: %s\n", err);
-        goto out;
-    }
-    for (int i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], "--set") != 0) continue;
-        if (mt_config_set_arg(&d.cfg, argv[++i], err, sizeof(err)) != MT_OK) {
-            fprintf(stderr, "monolith-joiner: --set %s: %s\n", argv[i], err);
+        duration_s = strtod(duration_s_s, &end);
+        if (*end || !(duration_s > 0)) {
+            fprintf(stderr, "monolith-joiner: --duration-s %s: expected > 0\n", duration_s_s);
             goto out;
         }
     }

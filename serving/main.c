@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "mt/config.h"
+#include "mt/config_cli.h"
 #include "mt/config_rpc.h"
 #include "mt/http.h"
 #include "mt/jemalloc_conf.h"
@@ -161,73 +162,26 @@ int main(int argc, char **argv) {
     memset(&d, 0, sizeof(d));
     d.started = time(NULL);
     char err[1024] = "";
-    const char *config = NULL, *port_file = NULL;
-    int rc = 2, check_only = 0;
+    const char *port_file = NULL;
+    int rc = 2;
     mt_rpc_server_t *srv = NULL;
     mt_http_t *http = NULL;
     mt_kafka_producer_t *producer = NULL;
     if (mt_config_init(&d.cfg) != MT_OK) return 1;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--config-reference")) {
-            mt_config_write_reference(stdout);
-            mt_config_free(&d.cfg);
-            return 0;
-        } else if (!strcmp(a, "--check")) {
-            check_only = 1;
-            continue;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            mt_config_free(&d.cfg);
-            return 0;
-        } else if (!v) {
-            fprintf(stderr, "monolith-serving: %s needs a value\n", a);
-            usage(stderr);
-            goto out;
-        } else if (!strcmp(a, "--config")) {
-            config = v;
-        } else if (!strcmp(a, "--port-file")) {
-            port_file = v;
-        } else if (!strcmp(a, "--log-level")) {
-            mt_log_level_t lv;
-            if (mt_log_parse_level(v, &lv) != 0) {
-                fprintf(stderr,
-                        "monolith-serving: --log-level: '%s' is not debug, info, warn, error\n", v);
-                goto out;
-            }
-            mt_log_set_level(lv);
-        } else if (strcmp(a, "--listen") && strcmp(a, "--set")) {
-            fprintf(stderr, "monolith-serving: unknown option %s\n", a);
-            usage(stderr);
-            goto out;
-        }
-        i++;
-    }
-    if (!config) {
-        fprintf(stderr, "monolith-serving: --config FILE is required\n");
-        usage(stderr);
+    const mt_config_cli_opt_t opts[] = {
+        {"--port-file", NULL, &port_file, NULL},
+        {"--listen", NULL, NULL, "serving.listen"},
+    };
+    mt_config_cli_t cli = {
+        "monolith-serving", usage, opts, sizeof(opts) / sizeof(opts[0]), NULL, 0};
+    int cr = mt_config_cli(&cli, &d.cfg, argc, argv);
+    if (cr != MT_CONFIG_CLI_OK) {
+        rc = cr == MT_CONFIG_CLI_EXIT ? 0 : 2;
         goto out;
     }
-    if (mt_config_load_file(&d.cfg, config, err, sizeof(err)) != MT_OK) {
-        fprintf(stderr, "monolith-serving: %s\n", err);
-        goto out;
-    }
-    /* Command-line overrides, after the file, in order. */
-    for (int i = 1; i + 1 < argc; i++) {
-        const char *a = argv[i], *v = argv[i + 1];
-        if (!strcmp(a, "--check")) continue;
-        i++;
-        mt_err_t e = MT_OK;
-        if (!strcmp(a, "--listen"))
-            e = mt_config_set(&d.cfg, "serving.listen", v, err, sizeof(err));
-        else if (!strcmp(a, "--set"))
-            e = mt_config_set_arg(&d.cfg, v, err, sizeof(err));
-        if (e) {
-            fprintf(stderr, "monolith-serving: %s %s: %s\n", a, v, err);
-            goto out;
-        }
-    }
+    const char *config = cli.config;
+    int check_only = cli.check;
     uint16_t slots[MT_SERVING_MAX_SLOTS];
     size_t nslots = MT_SERVING_MAX_SLOTS;
     if (mt_config_derive_trainer_slots(&d.cfg, slots, &nslots, err, sizeof(err)) != MT_OK ||

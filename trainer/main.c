@@ -57,6 +57,7 @@
 
 #include "mt/clock.h"
 #include "mt/config.h"
+#include "mt/config_cli.h"
 #include "mt/coord.h"
 #include "mt/config_rpc.h"
 #include "mt/eval.h"
@@ -106,7 +107,8 @@ static void usage(FILE *f) {
             "                        [--log-level debug|info|warn|error]\n"
             "       monolith-trainer --config FILE --online [--max-examples N] [--duration-s S]\n"
             "                        [--report FILE] [--set ...]\n"
-            "       monolith-trainer --config FILE --check\n");
+            "       monolith-trainer --config FILE --check\n"
+            "       monolith-trainer --config-reference\n");
 }
 
 /* SIGTERM / SIGINT seen by a thread that does not block them: OpenBLAS starts its worker
@@ -963,93 +965,54 @@ int main(int argc, char **argv) {
     d.started = mt_mono_s();
     atomic_store(&d.ctr.kafka_lag, -1);
     int rc = 2;
-    const char *config = NULL, *train = NULL, *eval = NULL;
-    int online = 0, check_only = 0;
+    const char *train = NULL, *eval = NULL;
+    int online = 0;
     uint32_t epochs = 0;
     uint64_t max_examples = 0;
     double duration_s = 0;
     char err[512] = "";
     mt_http_t *http = NULL;
     if (mt_config_init(&d.cfg) != MT_OK) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            rc = 0;
-            goto out;
-        }
-        if (!strcmp(a, "--online")) {
-            online = 1;
-            continue;
-        }
-        if (!strcmp(a, "--check")) {
-            check_only = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "monolith-trainer: %s needs a value\n", a);
-            usage(stderr);
-            goto out;
-        }
-        const char *v = argv[++i];
-        char *end = NULL;
-        if (!strcmp(a, "--config")) {
-            config = v;
-        } else if (!strcmp(a, "--train")) {
-            train = v;
-        } else if (!strcmp(a, "--eval")) {
-            eval = v;
-        } else if (!strcmp(a, "--report")) {
-            d.report_path = v;
-        } else if (!strcmp(a, "--epochs")) {
-            unsigned long x = strtoul(v, &end, 10);
-            if (*end || x < 1 || x > 1000) {
-                fprintf(stderr, "monolith-trainer: --epochs %s: expected 1..1000\n", v);
-                goto out;
-            }
-            epochs = (uint32_t)x;
-        } else if (!strcmp(a, "--max-examples")) {
-            unsigned long long x = strtoull(v, &end, 10);
-            if (*end || x < 1) {
-                fprintf(stderr, "monolith-trainer: --max-examples %s: expected >= 1\n", v);
-                goto out;
-            }
-            max_examples = x;
-        } else if (!strcmp(a, "--duration-s")) {
-            duration_s = strtod(v, &end);
-            if (*end || !(duration_s > 0)) {
-                fprintf(stderr, "monolith-trainer: --duration-s %s: expected > 0\n", v);
-                goto out;
-            }
-        } else if (!strcmp(a, "--log-level")) {
-            mt_log_level_t lv;
-            if (mt_log_parse_level(v, &lv)) {
-                fprintf(stderr,
-                        "monolith-trainer: --log-level %s: expected debug|info|warn|error\n", v);
-                goto out;
-            }
-            mt_log_set_level(lv);
-        } else if (!strcmp(a, "--set")) {
-            /* applied after the file, in order */
-        } else {
-            fprintf(stderr, "monolith-trainer: unknown argument %s\n", a);
-            usage(stderr);
-            goto out;
-        }
-    }
-    if (!config) {
-        fprintf(stderr, "monolith-trainer: --config is required\n");
-        usage(stderr);
+    const char *epochs_s = NULL, *max_examples_s = NULL, *duration_s_s = NULL;
+    const mt_config_cli_opt_t opts[] = {
+        {"--online", &online, NULL, NULL},
+        {"--train", NULL, &train, NULL},
+        {"--eval", NULL, &eval, NULL},
+        {"--report", NULL, &d.report_path, NULL},
+        {"--epochs", NULL, &epochs_s, NULL},
+        {"--max-examples", NULL, &max_examples_s, NULL},
+        {"--duration-s", NULL, &duration_s_s, NULL},
+    };
+    mt_config_cli_t cli = {
+        "monolith-trainer", usage, opts, sizeof(opts) / sizeof(opts[0]), NULL, 0};
+    int cr = mt_config_cli(&cli, &d.cfg, argc, argv);
+    if (cr != MT_CONFIG_CLI_OK) {
+        rc = cr == MT_CONFIG_CLI_EXIT ? 0 : 2;
         goto out;
     }
-    if (mt_config_load_file(&d.cfg, config, err, sizeof(err)) != MT_OK) {
-        fprintf(stderr, "monolith-trainer: %s\n", err);
-        goto out;
+    const char *config = cli.config;
+    int check_only = cli.check;
+    char *end = NULL;
+    if (epochs_s) {
+        unsigned long x = strtoul(epochs_s, &end, 10);
+        if (*end || x < 1 || x > 1000) {
+            fprintf(stderr, "monolith-trainer: --epochs %s: expected 1..1000\n", epochs_s);
+            goto out;
+        }
+        epochs = (uint32_t)x;
     }
-    for (int i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], "--set") != 0) continue;
-        if (mt_config_set_arg(&d.cfg, argv[++i], err, sizeof(err)) != MT_OK) {
-            fprintf(stderr, "monolith-trainer: --set %s: %s\n", argv[i], err);
+    if (max_examples_s) {
+        unsigned long long x = strtoull(max_examples_s, &end, 10);
+        if (*end || x < 1) {
+            fprintf(stderr, "monolith-trainer: --max-examples %s: expected >= 1\n", max_examples_s);
+            goto out;
+        }
+        max_examples = x;
+    }
+    if (duration_s_s) {
+        duration_s = strtod(duration_s_s, &end);
+        if (*end || !(duration_s > 0)) {
+            fprintf(stderr, "monolith-trainer: --duration-s %s: expected > 0\n", duration_s_s);
             goto out;
         }
     }

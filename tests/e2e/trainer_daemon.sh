@@ -95,7 +95,7 @@ expect() { # expect STATUS PATTERN ARGS...
 }
 expect 2 "trainer.dim" --config "$conf" --set trainer.dim=0 --check
 expect 2 "input.columns" --config "$conf" --set input.columns=user:99999 --train "$tmp/train.tsv"
-expect 2 "unknown argument" --config "$conf" --bogus 1
+expect 2 "unknown option" --config "$conf" --bogus 1
 expect 2 "either --train" --config "$conf"
 expect 2 "trainer.hidden" --config "$conf" --set trainer.hidden=64,x --train "$tmp/train.tsv"
 expect 2 "slots" --config "$conf" --set trainer.slots=1,2 --train "$tmp/train.tsv"

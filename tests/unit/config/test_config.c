@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "mt/config.h"
+#include "mt/config_cli.h"
 
 /* The example of the design brief, comments and all. */
 static const char *const example =
@@ -1308,4 +1309,110 @@ Test(config, trainer_slots_are_derived_as_the_trainer_makes_them) {
     cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK);
     cr_assert_eq(c.nslots, 0);
     mt_config_free(&c);
+}
+
+/* ============================== the daemons' command line ============================== */
+
+static int cli_usage_calls;
+static void cli_usage(FILE *f) {
+    (void)f;
+    cli_usage_calls++;
+}
+
+/* Runs mt_config_cli() on @p args (NULL-terminated, argv[0] added) with a flag --online, a
+ * value --train and a shorthand --listen (ps.listen). */
+static int run_cli(mt_config_t *c, mt_config_cli_t *cli, int *online, const char **train,
+                   const char *const *args) {
+    char *argv[32] = {"prog"};
+    int argc = 1;
+    while (*args && argc < 31)
+        argv[argc++] = (char *)*args++;
+    static mt_config_cli_opt_t opts[3];
+    opts[0] = (mt_config_cli_opt_t){"--online", online, NULL, NULL};
+    opts[1] = (mt_config_cli_opt_t){"--train", NULL, train, NULL};
+    opts[2] = (mt_config_cli_opt_t){"--listen", NULL, NULL, "ps.listen"};
+    *cli = (mt_config_cli_t){"prog", cli_usage, opts, 3, NULL, 0};
+    init(c);
+    return mt_config_cli(cli, c, argc, argv);
+}
+
+Test(config, daemon_command_line_loads_the_file_then_overrides_in_order) {
+    const char text[] = "[ps]\nlisten = 127.0.0.1:1\nthreads = 3\n[slot.1]\ndim = 4\n";
+    char *path = write_temp(text, sizeof(text) - 1);
+    mt_config_t c;
+    mt_config_cli_t cli;
+    int online = 0;
+    const char *train = NULL;
+    /* file, then --set and the shorthand in command-line order: the last one wins */
+    const char *a1[] = {"--listen",
+                        "127.0.0.1:2",
+                        "--config",
+                        path,
+                        "--online",
+                        "--set",
+                        "ps.listen=127.0.0.1:3",
+                        "--train",
+                        "f.tsv",
+                        "--set",
+                        "ps.threads=5",
+                        "--check",
+                        NULL};
+    cr_assert_eq(run_cli(&c, &cli, &online, &train, a1), MT_CONFIG_CLI_OK);
+    cr_assert_str_eq(cli.config, path);
+    cr_assert_eq(cli.check, 1);
+    cr_assert_eq(online, 1);
+    cr_assert_str_eq(train, "f.tsv");
+    cr_assert_str_eq(c.ps.listen, "127.0.0.1:3");
+    cr_assert_eq(c.ps.threads, 5);
+    mt_config_free(&c);
+    const char *a2[] = {"--config", path, "--set", "ps.threads=7", "--listen", "127.0.0.1:4", NULL};
+    online = 0;
+    cr_assert_eq(run_cli(&c, &cli, &online, &train, a2), MT_CONFIG_CLI_OK);
+    cr_assert_str_eq(c.ps.listen, "127.0.0.1:4");
+    cr_assert_eq(c.ps.threads, 7);
+    cr_assert_eq(cli.check, 0);
+    cr_assert_eq(online, 0);
+    mt_config_free(&c);
+    /* a value that looks like an option is still the value */
+    const char *a3[] = {"--config", path, "--train", "--online", NULL};
+    train = NULL;
+    cr_assert_eq(run_cli(&c, &cli, &online, &train, a3), MT_CONFIG_CLI_OK);
+    cr_assert_str_eq(train, "--online");
+    cr_assert_eq(online, 0);
+    mt_config_free(&c);
+    unlink(path);
+    free(path);
+}
+
+Test(config, daemon_command_line_errors_exit_2_and_help_exits_0) {
+    const char text[] = "[slot.1]\ndim = 4\n";
+    char *path = write_temp(text, sizeof(text) - 1);
+    mt_config_t c;
+    mt_config_cli_t cli;
+    int online = 0;
+    const char *train = NULL;
+    const char *bad[][6] = {
+        {"--config", path, "--bogus", "1", NULL}, /* unknown option: usage */
+        {"--online", NULL},                       /* no --config: usage */
+        {"--config", path, "--train", NULL},      /* a value missing: usage */
+        {"--config", path, "--log-level", "loud", NULL},
+        {"--config", path, "--set", "ps.nope=1", NULL},
+        {"--config", path, "--listen", "not-an-address", NULL},
+        {"--config", "/nonexistent/monolith.conf", NULL},
+    };
+    const int usage_expected[] = {1, 1, 1, 0, 0, 0, 0};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cli_usage_calls = 0;
+        cr_assert_eq(run_cli(&c, &cli, &online, &train, bad[i]), MT_CONFIG_CLI_ERROR, "case %zu",
+                     i);
+        cr_assert_eq(cli_usage_calls, usage_expected[i], "case %zu", i);
+        mt_config_free(&c);
+    }
+    const char *help[] = {"--config", path, "-h", NULL};
+    cli_usage_calls = 0;
+    cr_assert_eq(run_cli(&c, &cli, &online, &train, help), MT_CONFIG_CLI_EXIT);
+    cr_assert_eq(cli_usage_calls, 1);
+    mt_config_free(&c);
+    unlink(path);
+    free(path);
 }

@@ -1,0 +1,96 @@
+/* cli.c - the daemons' shared command line (mt/config_cli.h). */
+#include <string.h>
+
+#include "mt/config_cli.h"
+#include "mt/log.h"
+
+static const mt_config_cli_opt_t *find(const mt_config_cli_t *cli, const char *a) {
+    for (size_t i = 0; i < cli->nopts; i++)
+        if (!strcmp(cli->opts[i].name, a)) return &cli->opts[i];
+    return NULL;
+}
+
+/* 1 if @p a is an option (shared or the daemon's) that takes a value. */
+static int takes_value(const mt_config_cli_t *cli, const char *a) {
+    const mt_config_cli_opt_t *o = find(cli, a);
+    if (o) return o->flag == NULL;
+    return !strcmp(a, "--config") || !strcmp(a, "--set") || !strcmp(a, "--log-level");
+}
+
+static int usage_error(const mt_config_cli_t *cli) {
+    if (cli->usage) cli->usage(stderr);
+    return MT_CONFIG_CLI_ERROR;
+}
+
+int mt_config_cli(mt_config_cli_t *cli, mt_config_t *cfg, int argc, char **argv) {
+    const char *prog = cli->prog;
+    cli->config = NULL;
+    cli->check = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            if (cli->usage) cli->usage(stdout);
+            return MT_CONFIG_CLI_EXIT;
+        }
+        if (!strcmp(a, "--config-reference")) {
+            return mt_config_write_reference(stdout) == MT_OK ? MT_CONFIG_CLI_EXIT
+                                                              : MT_CONFIG_CLI_ERROR;
+        }
+        if (!strcmp(a, "--check")) {
+            cli->check = 1;
+            continue;
+        }
+        const mt_config_cli_opt_t *o = find(cli, a);
+        if (o && o->flag) {
+            *o->flag = 1;
+            continue;
+        }
+        if (!takes_value(cli, a)) {
+            fprintf(stderr, "%s: unknown option %s\n", prog, a);
+            return usage_error(cli);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: %s needs a value\n", prog, a);
+            return usage_error(cli);
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--config")) {
+            cli->config = v;
+        } else if (!strcmp(a, "--log-level")) {
+            mt_log_level_t lv;
+            if (mt_log_parse_level(v, &lv) != 0) {
+                fprintf(stderr, "%s: --log-level: '%s' is not debug, info, warn, error\n", prog, v);
+                return MT_CONFIG_CLI_ERROR;
+            }
+            mt_log_set_level(lv);
+        } else if (o && o->value) {
+            *o->value = v;
+        }
+    }
+    if (!cli->config) {
+        fprintf(stderr, "%s: --config FILE is required\n", prog);
+        return usage_error(cli);
+    }
+    char err[1024] = "";
+    if (mt_config_load_file(cfg, cli->config, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return MT_CONFIG_CLI_ERROR;
+    }
+    /* The overrides, after the file, in command-line order (every value was checked above). */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!takes_value(cli, a)) continue;
+        const char *v = argv[++i];
+        const mt_config_cli_opt_t *o = find(cli, a);
+        mt_err_t e = MT_OK;
+        if (!strcmp(a, "--set"))
+            e = mt_config_set_arg(cfg, v, err, sizeof(err));
+        else if (o && o->key)
+            e = mt_config_set(cfg, o->key, v, err, sizeof(err));
+        if (e != MT_OK) {
+            fprintf(stderr, "%s: %s %s: %s\n", prog, a, v, err);
+            return MT_CONFIG_CLI_ERROR;
+        }
+    }
+    return MT_CONFIG_CLI_OK;
+}
