@@ -180,23 +180,6 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
 
 /* ---------------- Kafka ---------------- */
 
-static int read_bootstrap(daemon_t *d, char *out, size_t len) {
-    if (*d->cfg.kafka.bootstrap) {
-        snprintf(out, len, "%s", d->cfg.kafka.bootstrap);
-        return 0;
-    }
-    FILE *f = fopen(d->cfg.kafka.bootstrap_file, "r");
-    if (!f || !fgets(out, (int)len, f)) {
-        mt_log(MT_LOG_ERROR, WHO, "kafka.bootstrap is empty and %s cannot be read: %s",
-               d->cfg.kafka.bootstrap_file, f ? "empty" : strerror(errno));
-        if (f) fclose(f);
-        return 1;
-    }
-    fclose(f);
-    out[strcspn(out, "\r\n")] = '\0';
-    return 0;
-}
-
 static void remember(daemon_t *d, const mt_kafka_msg_t *m) {
     for (size_t i = 0; i < d->nmarks; i++) {
         mark_t *k = &d->marks[i];
@@ -336,7 +319,10 @@ static int write_report(daemon_t *d, double seconds) {
 
 static int run(daemon_t *d, double duration_s, int drain) {
     char bootstrap[4096], err[512] = "", session[64];
-    if (read_bootstrap(d, bootstrap, sizeof(bootstrap))) return 1;
+    if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), err, sizeof(err))) {
+        mt_log(MT_LOG_ERROR, WHO, "%s", err);
+        return 1;
+    }
     snprintf(session, sizeof(session), "session.timeout.ms=%u", d->cfg.kafka.session_timeout_ms);
     const char *cconf[] = {session, NULL};
     /* lz4: the examples of one request share their user-side fids; it also stretches what a

@@ -91,23 +91,6 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
     return mt_serving_render_metrics(d->sv, extra, body, len) == MT_OK ? 200 : 500;
 }
 
-static int read_bootstrap(const mt_config_t *c, char *out, size_t len) {
-    if (*c->kafka.bootstrap) {
-        snprintf(out, len, "%s", c->kafka.bootstrap);
-        return 0;
-    }
-    FILE *f = fopen(c->kafka.bootstrap_file, "r");
-    if (!f || !fgets(out, (int)len, f)) {
-        mt_log(MT_LOG_ERROR, WHO, "kafka.bootstrap is empty and %s cannot be read: %s",
-               c->kafka.bootstrap_file, f ? "empty" : strerror(errno));
-        if (f) fclose(f);
-        return 1;
-    }
-    fclose(f);
-    out[strcspn(out, "\r\n")] = '\0';
-    return 0;
-}
-
 /* The library's configuration from the file's. @returns 0 or 2 (bad configuration). */
 static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t nslots,
                           mt_serving_config_t *sc, char *err, size_t errlen) {
@@ -229,7 +212,10 @@ int main(int argc, char **argv) {
     rc = 1;
     if (d.cfg.serving.log_sample_rate > 0) {
         char bootstrap[4096];
-        if (read_bootstrap(&d.cfg, bootstrap, sizeof(bootstrap))) goto out;
+        if (mt_config_kafka_bootstrap(&d.cfg, bootstrap, sizeof(bootstrap), err, sizeof(err))) {
+            mt_log(MT_LOG_ERROR, WHO, "%s", err);
+            goto out;
+        }
         /* lz4: the impressions of one request share their user-side fids */
         const char *pconf[] = {"linger.ms=5", "compression.codec=lz4", NULL};
         if (mt_kafka_producer_create(bootstrap, pconf, &producer, err, sizeof(err)) != MT_OK) {

@@ -696,23 +696,6 @@ static int run_batch(daemon_t *d, const char *train, const char *eval, uint32_t 
 
 /* ---------------- online mode ---------------- */
 
-static int read_bootstrap(daemon_t *d, char *out, size_t len) {
-    if (*d->cfg.kafka.bootstrap) {
-        snprintf(out, len, "%s", d->cfg.kafka.bootstrap);
-        return 0;
-    }
-    FILE *f = fopen(d->cfg.kafka.bootstrap_file, "r");
-    if (!f || !fgets(out, (int)len, f)) {
-        mt_log(MT_LOG_ERROR, WHO, "kafka.bootstrap is empty and %s cannot be read: %s",
-               d->cfg.kafka.bootstrap_file, f ? "empty" : strerror(errno));
-        if (f) fclose(f);
-        return 1;
-    }
-    fclose(f);
-    out[strcspn(out, "\r\n")] = '\0';
-    return 0;
-}
-
 static int commit(daemon_t *d, mt_kafka_consumer_t *kc) {
     mt_err_t e = mt_kafka_consumer_commit(kc);
     if (e) {
@@ -804,8 +787,11 @@ static int checkpoint(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
 }
 
 static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
-    char bootstrap[4096];
-    if (read_bootstrap(d, bootstrap, sizeof(bootstrap))) return 1;
+    char bootstrap[4096], berr[512];
+    if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), berr, sizeof(berr))) {
+        mt_log(MT_LOG_ERROR, WHO, "%s", berr);
+        return 1;
+    }
     char session[64];
     snprintf(session, sizeof(session), "session.timeout.ms=%u", d->cfg.kafka.session_timeout_ms);
     const char *conf[] = {session, NULL};

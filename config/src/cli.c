@@ -1,4 +1,6 @@
-/* cli.c - the daemons' shared command line (mt/config_cli.h). */
+/* cli.c - what the daemons share when they start: their command line (mt/config_cli.h)
+ * and the Kafka bootstrap servers (mt_config_kafka_bootstrap in mt/config.h). */
+#include <errno.h>
 #include <string.h>
 
 #include "mt/config_cli.h"
@@ -93,4 +95,31 @@ int mt_config_cli(mt_config_cli_t *cli, mt_config_t *cfg, int argc, char **argv)
         }
     }
     return MT_CONFIG_CLI_OK;
+}
+
+mt_err_t mt_config_kafka_bootstrap(const mt_config_t *c, char *out, size_t len, char *errbuf,
+                                   size_t errlen) {
+    if (!len) return MT_TOO_SMALL;
+    if (*c->kafka.bootstrap) {
+        if ((size_t)snprintf(out, len, "%s", c->kafka.bootstrap) >= len) return MT_TOO_SMALL;
+        return MT_OK;
+    }
+    FILE *f = fopen(c->kafka.bootstrap_file, "r");
+    if (!f || !fgets(out, (int)len, f)) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "kafka.bootstrap is empty and %s cannot be read: %s",
+                     c->kafka.bootstrap_file, f ? "empty" : strerror(errno));
+        if (f) fclose(f);
+        out[0] = '\0';
+        return MT_IO;
+    }
+    fclose(f);
+    out[strcspn(out, "\r\n")] = '\0';
+    if (!out[0]) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "kafka.bootstrap is empty and %s holds no servers",
+                     c->kafka.bootstrap_file);
+        return MT_IO;
+    }
+    return MT_OK;
 }

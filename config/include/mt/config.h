@@ -252,6 +252,16 @@ mt_err_t mt_config_set(mt_config_t *c, const char *dotted_key, const char *value
 mt_err_t mt_config_set_arg(mt_config_t *c, const char *key_eq_value, char *errbuf, size_t errlen);
 
 /**
+ * The Kafka bootstrap servers: kafka.bootstrap, or when it is empty the first line of
+ * kafka.bootstrap_file (the file monolith-kafka-dev writes).
+ * @param[out] out     receives them, NUL-terminated
+ * @param[out] errbuf  what is wrong, naming the file (may be NULL)
+ * @returns MT_OK, MT_IO (the file cannot be read or is empty), MT_TOO_SMALL (@p out).
+ */
+mt_err_t mt_config_kafka_bootstrap(const mt_config_t *c, char *out, size_t len, char *errbuf,
+                                   size_t errlen);
+
+/**
  * Cross-field checks after loading and overrides: every field within its bounds, every slot
  * has a dim, num_shards equals the number of ps addresses when both are given, ps.shard is
  * below the number of shards (num_shards, else the number of addresses, else 1), at least

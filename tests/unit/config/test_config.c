@@ -1416,3 +1416,32 @@ Test(config, daemon_command_line_errors_exit_2_and_help_exits_0) {
     unlink(path);
     free(path);
 }
+
+Test(config, kafka_bootstrap_from_the_key_or_the_file) {
+    mt_config_t c;
+    char out[64], err[256];
+    init(&c);
+    cr_assert_eq(mt_config_set(&c, "kafka.bootstrap", "127.0.0.1:9092", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_kafka_bootstrap(&c, out, sizeof(out), err, sizeof(err)), MT_OK);
+    cr_assert_str_eq(out, "127.0.0.1:9092");
+    cr_assert_eq(mt_config_kafka_bootstrap(&c, out, 4, err, sizeof(err)), MT_TOO_SMALL);
+    /* empty key: the file's first line, without its newline */
+    const char line[] = "127.0.0.1:40001,127.0.0.1:40002\nignored\n";
+    char *path = write_temp(line, sizeof(line) - 1);
+    cr_assert_eq(mt_config_set(&c, "kafka.bootstrap", "", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "kafka.bootstrap_file", path, err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_kafka_bootstrap(&c, out, sizeof(out), err, sizeof(err)), MT_OK);
+    cr_assert_str_eq(out, "127.0.0.1:40001,127.0.0.1:40002");
+    unlink(path);
+    free(path);
+    /* a missing or empty file: MT_IO, naming it */
+    path = write_temp("\n", 1);
+    cr_assert_eq(mt_config_set(&c, "kafka.bootstrap_file", path, err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_kafka_bootstrap(&c, out, sizeof(out), err, sizeof(err)), MT_IO);
+    cr_assert(strstr(err, path), "%s", err);
+    unlink(path);
+    cr_assert_eq(mt_config_kafka_bootstrap(&c, out, sizeof(out), err, sizeof(err)), MT_IO);
+    cr_assert(strstr(err, "No such file"), "%s", err);
+    free(path);
+    mt_config_free(&c);
+}
