@@ -1,7 +1,9 @@
 /* err.c - names, messages and gRPC status codes of mt_err_t, all from MT_ERR_MAP. */
 #include "mt/err.h"
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct {
     int value;
@@ -35,4 +37,12 @@ const char *mt_err_name(mt_err_t err) {
 int mt_err_grpc_status(mt_err_t err) {
     const err_info_t *e = err_find(err);
     return e ? e->grpc : 13;
+}
+
+void mt_msgf(char *buf, size_t len, const char *fmt, ...) {
+    if (!buf || !len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
 }

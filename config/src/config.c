@@ -452,15 +452,6 @@ static const prop_t props[] = {
 
 #define SHOW_MAX 64 /* user text in messages is cut to this many bytes */
 
-static void msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *buf, size_t len, const char *fmt, ...) {
-    if (!buf || !len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
-
 /* Copies user text for a message: non-printable bytes become '?', long text is cut. */
 static const char *show(const char *s, char *out, size_t outlen) {
     size_t i = 0;
@@ -583,7 +574,7 @@ static void format_bounds(const prop_t *p, bool markdown, char *out, size_t outl
 static mt_err_t out_of_range(const prop_t *p, const char *text, char *msg, size_t msglen) {
     char b[160], t[SHOW_MAX + 8];
     format_bounds(p, false, b, sizeof(b));
-    msgf(msg, msglen, "%s is out of range %s", show(text, t, sizeof(t)), b);
+    mt_msgf(msg, msglen, "%s is out of range %s", show(text, t, sizeof(t)), b);
     return MT_CONFIG;
 }
 
@@ -615,7 +606,7 @@ static mt_err_t parse_uint(const prop_t *p, const char *v, uint64_t *out, char *
     for (q = digits; base == 10 ? is_digit(*q) : is_xdigit(*q); q++) {
     }
     if (q == digits || *q) {
-        msgf(msg, msglen, "'%s' is not an unsigned integer", show(v, t, sizeof(t)));
+        mt_msgf(msg, msglen, "'%s' is not an unsigned integer", show(v, t, sizeof(t)));
         return MT_CONFIG;
     }
     errno = 0;
@@ -634,7 +625,7 @@ static mt_err_t parse_real(const prop_t *p, const char *v, double *out, char *ms
     if (is_digit(v[0]) || v[0] == '+' || v[0] == '-' || v[0] == '.')
         x = p->size == sizeof(float) ? (double)strtof(v, &end) : strtod(v, &end);
     if (!end || end == v || *end) {
-        msgf(msg, msglen, "'%s' is not a number", show(v, t, sizeof(t)));
+        mt_msgf(msg, msglen, "'%s' is not a number", show(v, t, sizeof(t)));
         return MT_CONFIG;
     }
     if (errno == ERANGE || !real_in_bounds(p, x)) return out_of_range(p, v, msg, msglen);
@@ -677,13 +668,13 @@ static mt_err_t check_addr(const char *s, size_t len, bool port0_ok, char *msg, 
         port = port * 10 + (unsigned)(*q - '0');
     }
     if (port > 65535 || (port == 0 && !port0_ok)) {
-        msgf(msg, msglen, "port %u of '%s%s' is out of range %d..65535", port, t,
-             len > n ? "..." : "", port0_ok ? 0 : 1);
+        mt_msgf(msg, msglen, "port %u of '%s%s' is out of range %d..65535", port, t,
+                len > n ? "..." : "", port0_ok ? 0 : 1);
         return MT_CONFIG;
     }
     return MT_OK;
 bad:
-    msgf(msg, msglen, "'%s%s' is not host:port", t, len > n ? "..." : "");
+    mt_msgf(msg, msglen, "'%s%s' is not host:port", t, len > n ? "..." : "");
     return MT_CONFIG;
 }
 
@@ -709,7 +700,7 @@ static mt_err_t parse_addrs(const prop_t *p, const char *v, char ***out, size_t 
     if (cap < p->umin || cap > p->umax) {
         char b[160];
         format_bounds(p, false, b, sizeof(b));
-        msgf(msg, msglen, "%zu addresses, expected %s", cap, b);
+        mt_msgf(msg, msglen, "%zu addresses, expected %s", cap, b);
         return MT_CONFIG;
     }
     if (cap && !(list = calloc(cap, sizeof(*list)))) goto nomem;
@@ -723,7 +714,7 @@ static mt_err_t parse_addrs(const prop_t *p, const char *v, char ***out, size_t 
             e--;
         size_t len = (size_t)(e - q);
         if (len == 0) {
-            msgf(msg, msglen, "empty address in the list (entry %zu)", n + 1);
+            mt_msgf(msg, msglen, "empty address in the list (entry %zu)", n + 1);
             err = MT_CONFIG;
             goto out;
         }
@@ -731,8 +722,8 @@ static mt_err_t parse_addrs(const prop_t *p, const char *v, char ***out, size_t 
         for (size_t i = 0; i < n; i++) {
             if (strlen(list[i]) == len && memcmp(list[i], q, len) == 0) {
                 char t[SHOW_MAX + 8];
-                msgf(msg, msglen, "'%s' appears twice (entries %zu and %zu)",
-                     show(list[i], t, sizeof(t)), i + 1, n + 1);
+                mt_msgf(msg, msglen, "'%s' appears twice (entries %zu and %zu)",
+                        show(list[i], t, sizeof(t)), i + 1, n + 1);
                 err = MT_CONFIG;
                 goto out;
             }
@@ -745,7 +736,7 @@ static mt_err_t parse_addrs(const prop_t *p, const char *v, char ***out, size_t 
     *nout = n;
     return MT_OK;
 nomem:
-    msgf(msg, msglen, "out of memory");
+    mt_msgf(msg, msglen, "out of memory");
     err = MT_NOMEM;
 out:
     free_list(list, n);
@@ -760,12 +751,12 @@ static mt_err_t set_value(const prop_t *p, void *base, const char *v, char *msg,
     void *f = field_of(p, base);
     for (const char *q = v; *q; q++) {
         if ((unsigned char)*q < 0x20 && *q != '\t') {
-            msgf(msg, msglen, "value contains a control character");
+            mt_msgf(msg, msglen, "value contains a control character");
             return MT_CONFIG;
         }
     }
     if (!*v && !empty_ok(p)) {
-        msgf(msg, msglen, "empty value");
+        mt_msgf(msg, msglen, "empty value");
         return MT_CONFIG;
     }
     mt_err_t err;
@@ -792,7 +783,7 @@ static mt_err_t set_value(const prop_t *p, void *base, const char *v, char *msg,
         if (!e) {
             char b[160], t[SHOW_MAX + 8];
             format_bounds(p, false, b, sizeof(b));
-            msgf(msg, msglen, "'%s' is not one of %s", show(v, t, sizeof(t)), b);
+            mt_msgf(msg, msglen, "'%s' is not one of %s", show(v, t, sizeof(t)), b);
             return MT_CONFIG;
         }
         memcpy(f, &e->value, sizeof(int));
@@ -802,8 +793,8 @@ static mt_err_t set_value(const prop_t *p, void *base, const char *v, char *msg,
     case PT_ADDR: {
         size_t len = strlen(v);
         if (p->type == PT_STRING && (len < p->umin || len > p->umax)) {
-            msgf(msg, msglen, "%zu bytes long, expected %" PRIu64 "..%" PRIu64, len, p->umin,
-                 p->umax);
+            mt_msgf(msg, msglen, "%zu bytes long, expected %" PRIu64 "..%" PRIu64, len, p->umin,
+                    p->umax);
             return MT_CONFIG;
         }
         if (p->type == PT_ADDR && len &&
@@ -811,7 +802,7 @@ static mt_err_t set_value(const prop_t *p, void *base, const char *v, char *msg,
             return err;
         char *dup = strdup(v);
         if (!dup) {
-            msgf(msg, msglen, "out of memory");
+            mt_msgf(msg, msglen, "out of memory");
             return MT_NOMEM;
         }
         char *old;
@@ -832,7 +823,7 @@ static mt_err_t set_value(const prop_t *p, void *base, const char *v, char *msg,
         return MT_OK;
     }
     }
-    msgf(msg, msglen, "internal error: bad property type");
+    mt_msgf(msg, msglen, "internal error: bad property type");
     return MT_INTERNAL;
 }
 
@@ -844,7 +835,7 @@ static mt_err_t check_field(const prop_t *p, const void *base, char *msg, size_t
     case PT_UINT: {
         uint64_t x = get_uint(f, p->size);
         if (!p->def && x == 0) {
-            msgf(msg, msglen, "required (no default)");
+            mt_msgf(msg, msglen, "required (no default)");
             return MT_CONFIG;
         }
         snprintf(t, sizeof(t), "%" PRIu64, x);
@@ -864,7 +855,7 @@ static mt_err_t check_field(const prop_t *p, const void *base, char *msg, size_t
             if (e->value == x) return MT_OK;
         char b[160];
         format_bounds(p, false, b, sizeof(b));
-        msgf(msg, msglen, "%d is not the value of one of %s", x, b);
+        mt_msgf(msg, msglen, "%d is not the value of one of %s", x, b);
         return MT_CONFIG;
     }
     case PT_STRING:
@@ -872,20 +863,20 @@ static mt_err_t check_field(const prop_t *p, const void *base, char *msg, size_t
         const char *s;
         memcpy(&s, f, sizeof(s));
         if (!s) {
-            msgf(msg, msglen, "not set (NULL)");
+            mt_msgf(msg, msglen, "not set (NULL)");
             return MT_CONFIG;
         }
         size_t len = strlen(s);
         if (!len) {
             if (empty_ok(p)) return MT_OK;
-            msgf(msg, msglen, "empty value");
+            mt_msgf(msg, msglen, "empty value");
             return MT_CONFIG;
         }
         if (p->type == PT_ADDR)
             return check_addr(s, len, (p->flags & PF_PORT0_OK) != 0, msg, msglen);
         if (len < p->umin || len > p->umax) {
-            msgf(msg, msglen, "%zu bytes long, expected %" PRIu64 "..%" PRIu64, len, p->umin,
-                 p->umax);
+            mt_msgf(msg, msglen, "%zu bytes long, expected %" PRIu64 "..%" PRIu64, len, p->umin,
+                    p->umax);
             return MT_CONFIG;
         }
         return MT_OK;
@@ -898,13 +889,13 @@ static mt_err_t check_field(const prop_t *p, const void *base, char *msg, size_t
         if (n < p->umin || n > p->umax || (n && !list)) {
             char b[160];
             format_bounds(p, false, b, sizeof(b));
-            msgf(msg, msglen, "%zu addresses, expected %s", n, b);
+            mt_msgf(msg, msglen, "%zu addresses, expected %s", n, b);
             return MT_CONFIG;
         }
         for (size_t i = 0; i < n; i++) {
             mt_err_t err;
             if (!list[i]) {
-                msgf(msg, msglen, "entry %zu is NULL", i + 1);
+                mt_msgf(msg, msglen, "entry %zu is NULL", i + 1);
                 return MT_CONFIG;
             }
             if ((err = check_addr(list[i], strlen(list[i]), false, msg, msglen))) return err;
@@ -1278,7 +1269,7 @@ static mt_err_t load_text(mt_config_t *c, const char *text, size_t len, const ch
     mt_config_t tmp;
     mt_err_t err = config_copy(&tmp, c);
     if (err) {
-        msgf(errbuf, errlen, "%s: out of memory", name);
+        mt_msgf(errbuf, errlen, "%s: out of memory", name);
         return err;
     }
     if ((err = parse_text(&tmp, text, len, name, errbuf, errlen))) {
@@ -1316,7 +1307,7 @@ mt_err_t mt_config_load_file(mt_config_t *c, const char *path, char *errbuf, siz
     mt_err_t err = MT_OK;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        msgf(errbuf, errlen, "%s: cannot open: %s", path, strerror_r(errno, eb, sizeof(eb)));
+        mt_msgf(errbuf, errlen, "%s: cannot open: %s", path, strerror_r(errno, eb, sizeof(eb)));
         return MT_IO;
     }
     for (;;) {
@@ -1324,12 +1315,12 @@ mt_err_t mt_config_load_file(mt_config_t *c, const char *path, char *errbuf, siz
             size_t ncap = cap ? 2 * cap : 4096;
             char *nb;
             if (cap > MT_CONFIG_MAX_FILE_BYTES) {
-                msgf(errbuf, errlen, "%s: larger than %u bytes", path, MT_CONFIG_MAX_FILE_BYTES);
+                mt_msgf(errbuf, errlen, "%s: larger than %u bytes", path, MT_CONFIG_MAX_FILE_BYTES);
                 err = MT_CONFIG;
                 goto out;
             }
             if (!(nb = realloc(buf, ncap))) {
-                msgf(errbuf, errlen, "%s: out of memory", path);
+                mt_msgf(errbuf, errlen, "%s: out of memory", path);
                 err = MT_NOMEM;
                 goto out;
             }
@@ -1341,12 +1332,12 @@ mt_err_t mt_config_load_file(mt_config_t *c, const char *path, char *errbuf, siz
         if (got == 0) break;
     }
     if (ferror(f)) {
-        msgf(errbuf, errlen, "%s: cannot read: %s", path, strerror_r(errno, eb, sizeof(eb)));
+        mt_msgf(errbuf, errlen, "%s: cannot read: %s", path, strerror_r(errno, eb, sizeof(eb)));
         err = MT_IO;
         goto out;
     }
     if (len > MT_CONFIG_MAX_FILE_BYTES) {
-        msgf(errbuf, errlen, "%s: larger than %u bytes", path, MT_CONFIG_MAX_FILE_BYTES);
+        mt_msgf(errbuf, errlen, "%s: larger than %u bytes", path, MT_CONFIG_MAX_FILE_BYTES);
         err = MT_CONFIG;
         goto out;
     }
@@ -1371,19 +1362,19 @@ mt_err_t mt_config_set(mt_config_t *c, const char *dotted_key, const char *value
         if (sect >= 0) pi = find_prop(sect, dot + 1);
     }
     if (sect == -2) {
-        msgf(errbuf, errlen, "%s: bad slot id (expected slot.0 .. slot.65535)",
-             show(dotted_key, t, sizeof(t)));
+        mt_msgf(errbuf, errlen, "%s: bad slot id (expected slot.0 .. slot.65535)",
+                show(dotted_key, t, sizeof(t)));
         return MT_CONFIG;
     }
     if (pi < 0) {
-        msgf(errbuf, errlen, "unknown key '%s' (expected section.key or slot.N.key)",
-             show(dotted_key, t, sizeof(t)));
+        mt_msgf(errbuf, errlen, "unknown key '%s' (expected section.key or slot.N.key)",
+                show(dotted_key, t, sizeof(t)));
         return MT_CONFIG;
     }
     const prop_t *p = &props[pi];
     char *v = strdup(value);
     if (!v) {
-        msgf(errbuf, errlen, "%s: out of memory", dotted_key);
+        mt_msgf(errbuf, errlen, "%s: out of memory", dotted_key);
         return MT_NOMEM;
     }
     size_t idx = 0;
@@ -1394,14 +1385,14 @@ mt_err_t mt_config_set(mt_config_t *c, const char *dotted_key, const char *value
         if (at >= 0) {
             idx = (size_t)at;
         } else if ((err = slot_add(c, id, &idx))) {
-            msgf(errbuf, errlen, "%s: %s", dotted_key, mt_strerror(err));
+            mt_msgf(errbuf, errlen, "%s: %s", dotted_key, mt_strerror(err));
             goto out;
         } else {
             added = true;
         }
     }
     if ((err = set_value(p, target_of(p, c, idx), trim(v), msg, sizeof(msg)))) {
-        msgf(errbuf, errlen, "%s: %s", dotted_key, msg);
+        mt_msgf(errbuf, errlen, "%s: %s", dotted_key, msg);
         if (added) slot_remove(c, idx);
     }
 out:
@@ -1413,12 +1404,12 @@ mt_err_t mt_config_set_arg(mt_config_t *c, const char *key_eq_value, char *errbu
     char t[SHOW_MAX + 8];
     const char *eq = strchr(key_eq_value, '=');
     if (!eq || eq == key_eq_value) {
-        msgf(errbuf, errlen, "'%s': expected key=value", show(key_eq_value, t, sizeof(t)));
+        mt_msgf(errbuf, errlen, "'%s': expected key=value", show(key_eq_value, t, sizeof(t)));
         return MT_CONFIG;
     }
     char *key = strndup(key_eq_value, (size_t)(eq - key_eq_value));
     if (!key) {
-        msgf(errbuf, errlen, "out of memory");
+        mt_msgf(errbuf, errlen, "out of memory");
         return MT_NOMEM;
     }
     mt_err_t err = mt_config_set(c, trim(key), eq + 1, errbuf, errlen);
@@ -1431,32 +1422,33 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
     for (size_t i = 0; i < NPROPS; i++) {
         const prop_t *p = &props[i];
         if (p->target == TGT_CONFIG && check_field(p, c, msg, sizeof(msg))) {
-            msgf(errbuf, errlen, "%s: %s", dotted(p, 0, d, sizeof(d)), msg);
+            mt_msgf(errbuf, errlen, "%s: %s", dotted(p, 0, d, sizeof(d)), msg);
             return MT_CONFIG;
         }
     }
     for (size_t s = 0; s < c->nslots; s++) {
         if (s && c->slots[s].slot <= c->slots[s - 1].slot) {
-            msgf(errbuf, errlen, "slots: not sorted by id or repeated (slot %u)", c->slots[s].slot);
+            mt_msgf(errbuf, errlen, "slots: not sorted by id or repeated (slot %u)",
+                    c->slots[s].slot);
             return MT_CONFIG;
         }
         for (size_t i = 0; i < NPROPS; i++) {
             const prop_t *p = &props[i];
             if (p->target != TGT_CONFIG && check_field(p, target_of(p, c, s), msg, sizeof(msg))) {
-                msgf(errbuf, errlen, "%s: %s", dotted(p, c->slots[s].slot, d, sizeof(d)), msg);
+                mt_msgf(errbuf, errlen, "%s: %s", dotted(p, c->slots[s].slot, d, sizeof(d)), msg);
                 return MT_CONFIG;
             }
         }
     }
     if (c->dense.opt == MT_OPT_ADAM && c->dense.eps == 0.0f) {
-        msgf(errbuf, errlen, "dense.eps: Adam needs eps > 0");
+        mt_msgf(errbuf, errlen, "dense.eps: Adam needs eps > 0");
         return MT_CONFIG;
     }
     if (c->ps.sync_max_followers >= c->ps.max_streams) {
-        msgf(errbuf, errlen,
-             "ps.max_streams: %" PRIu32 " must be above ps.sync_max_followers (%" PRIu32
-             "): polling Sync streams would be refused",
-             c->ps.max_streams, c->ps.sync_max_followers);
+        mt_msgf(errbuf, errlen,
+                "ps.max_streams: %" PRIu32 " must be above ps.sync_max_followers (%" PRIu32
+                "): polling Sync streams would be refused",
+                c->ps.max_streams, c->ps.sync_max_followers);
         return MT_CONFIG;
     }
     if (c->tls.enabled) {
@@ -1465,39 +1457,39 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
                               : !*c->tls.ca_file  ? "ca_file"
                                                   : NULL;
         if (missing) {
-            msgf(errbuf, errlen, "tls.%s: required when tls.enabled is true", missing);
+            mt_msgf(errbuf, errlen, "tls.%s: required when tls.enabled is true", missing);
             return MT_CONFIG;
         }
     } else if (c->tls.client_auth) {
-        msgf(errbuf, errlen, "tls.client_auth: true needs tls.enabled = true");
+        mt_msgf(errbuf, errlen, "tls.client_auth: true needs tls.enabled = true");
         return MT_CONFIG;
     }
     if (c->cluster.num_shards && c->cluster.nps && c->cluster.num_shards != c->cluster.nps) {
-        msgf(errbuf, errlen,
-             "cluster.num_shards: %" PRIu32 " does not match the %zu addresses of cluster.ps",
-             c->cluster.num_shards, c->cluster.nps);
+        mt_msgf(errbuf, errlen,
+                "cluster.num_shards: %" PRIu32 " does not match the %zu addresses of cluster.ps",
+                c->cluster.num_shards, c->cluster.nps);
         return MT_CONFIG;
     }
     uint32_t nshards = c->cluster.num_shards ? c->cluster.num_shards
                        : c->cluster.nps      ? (uint32_t)c->cluster.nps
                                              : 1;
     if (c->ps.shard >= nshards) {
-        msgf(errbuf, errlen,
-             "ps.shard: %" PRIu32 " is not below the number of shards (%" PRIu32 ")", c->ps.shard,
-             nshards);
+        mt_msgf(errbuf, errlen,
+                "ps.shard: %" PRIu32 " is not below the number of shards (%" PRIu32 ")",
+                c->ps.shard, nshards);
         return MT_CONFIG;
     }
     if (c->nslots == 0) {
-        msgf(errbuf, errlen, "no [slot.N] section: at least one slot is required");
+        mt_msgf(errbuf, errlen, "no [slot.N] section: at least one slot is required");
         return MT_CONFIG;
     }
     mt_table_config_t tc;
     mt_config_table(c, &tc);
     mt_err_t err = mt_table_config_validate(&tc, msg, sizeof(msg));
     if (err == MT_CONFIG)
-        msgf(errbuf, errlen, "table: %s", msg);
+        mt_msgf(errbuf, errlen, "table: %s", msg);
     else if (err)
-        msgf(errbuf, errlen, "%s", mt_strerror(err));
+        mt_msgf(errbuf, errlen, "%s", mt_strerror(err));
     return err;
 }
 
@@ -1512,24 +1504,24 @@ mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint
         while (*p == ' ' || *p == '\t')
             p++;
         if (!is_digit(*p)) {
-            msgf(errbuf, errlen, "'%s': expected comma-separated integers", s);
+            mt_msgf(errbuf, errlen, "'%s': expected comma-separated integers", s);
             return MT_CONFIG;
         }
         errno = 0;
         char *end;
         unsigned long long v = strtoull(p, &end, 10);
         if (errno || v < lo || v > hi) {
-            msgf(errbuf, errlen, "'%s': %.*s is not in %" PRIu64 "..%" PRIu64, s, (int)(end - p), p,
-                 lo, hi);
+            mt_msgf(errbuf, errlen, "'%s': %.*s is not in %" PRIu64 "..%" PRIu64, s, (int)(end - p),
+                    p, lo, hi);
             return MT_CONFIG;
         }
         if (*n == cap) {
-            msgf(errbuf, errlen, "'%s': more than %zu entries", s, cap);
+            mt_msgf(errbuf, errlen, "'%s': more than %zu entries", s, cap);
             return MT_CONFIG;
         }
         for (size_t i = 0; i < *n; i++) {
             if (out[i] == v) {
-                msgf(errbuf, errlen, "'%s': %llu appears twice", s, v);
+                mt_msgf(errbuf, errlen, "'%s': %llu appears twice", s, v);
                 return MT_CONFIG;
             }
         }
@@ -1539,7 +1531,7 @@ mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint
             p++;
         if (!*p) return MT_OK;
         if (*p++ != ',') {
-            msgf(errbuf, errlen, "'%s': expected comma-separated integers", s);
+            mt_msgf(errbuf, errlen, "'%s': expected comma-separated integers", s);
             return MT_CONFIG;
         }
     }
@@ -1550,7 +1542,7 @@ static mt_err_t trainer_slots(const mt_config_t *c, uint64_t *v, size_t cap, siz
                               char *errbuf, size_t errlen) {
     char msg[256];
     if (mt_config_parse_uint_list(c->trainer.slots, 0, 0x7fff, v, cap, n, msg, sizeof(msg))) {
-        msgf(errbuf, errlen, "trainer.slots: %s", msg);
+        mt_msgf(errbuf, errlen, "trainer.slots: %s", msg);
         return MT_CONFIG;
     }
     if (*n) return MT_OK;
@@ -1582,7 +1574,7 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
     mt_err_t err = trainer_slots(c, v, 256, &n, errbuf, errlen);
     if (err) return err;
     if (slots_out && nslots_out && *nslots_out < n) {
-        msgf(errbuf, errlen, "trainer.slots: more than %zu slots", *nslots_out);
+        mt_msgf(errbuf, errlen, "trainer.slots: more than %zu slots", *nslots_out);
         return MT_CONFIG;
     }
     for (size_t i = 0; i < n; i++) {
@@ -1592,16 +1584,16 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
             ptrdiff_t at = slot_find(c, id);
             if (at >= 0) {
                 if (c->slots[at].dim != dim) {
-                    msgf(errbuf, errlen,
-                         "slot.%u.dim: %u, but the trainer's model needs %u (trainer.%s)", id,
-                         c->slots[at].dim, dim, fo ? "slots: first-order weights" : "dim");
+                    mt_msgf(errbuf, errlen,
+                            "slot.%u.dim: %u, but the trainer's model needs %u (trainer.%s)", id,
+                            c->slots[at].dim, dim, fo ? "slots: first-order weights" : "dim");
                     return MT_CONFIG;
                 }
                 continue;
             }
             size_t idx;
             if ((err = slot_add(c, id, &idx))) {
-                msgf(errbuf, errlen, "slot.%u: %s", id, mt_strerror(err));
+                mt_msgf(errbuf, errlen, "slot.%u: %s", id, mt_strerror(err));
                 return err;
             }
             mt_table_slot_config_t *sc = &c->slots[idx];

@@ -36,6 +36,7 @@
 
 #include <xxhash.h>
 
+#include "mt/bytes.h"
 #include "table_int.h"
 
 #define MT__SER_VERSION    1u
@@ -72,21 +73,9 @@ static int buf_reserve(buf_t *b, size_t more) {
     return 0;
 }
 
-static void put_le(uint8_t *d, uint64_t v, int n) {
-    for (int i = 0; i < n; i++)
-        d[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *s, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)s[i] << (8 * i);
-    return v;
-}
-
 /* Appends n little-endian bytes of v (buffer space reserved by the caller). */
 static void buf_put(buf_t *b, uint64_t v, int n) {
-    put_le(b->p + b->len, v, n);
+    mt_put_le(b->p + b->len, v, n);
     b->len += (size_t)n;
 }
 
@@ -103,9 +92,9 @@ static void buf_put_words(buf_t *b, const void *src, size_t nwords) {
 static mt_err_t write_block(mt_table_write_fn fn, void *ud, uint32_t tag, const uint8_t *payload,
                             size_t len) {
     uint8_t hdr[8], tail[8];
-    put_le(hdr, tag, 4);
-    put_le(hdr + 4, len, 4);
-    put_le(tail, XXH64(payload, len, tag), 8);
+    mt_put_le(hdr, tag, 4);
+    mt_put_le(hdr + 4, len, 4);
+    mt_put_le(tail, XXH64(payload, len, tag), 8);
     mt_err_t err = fn(ud, hdr, 8);
     if (!err && len) err = fn(ud, payload, len);
     if (!err) err = fn(ud, tail, 8);
@@ -137,7 +126,7 @@ static void put_row(buf_t *b, const mt__slot_t *s, uint64_t fid, const void *row
 /* Emits rows buffered in b (rows serialized after a 4-byte count placeholder). */
 static mt_err_t flush_rows(mt_table_write_fn fn, void *ud, buf_t *b, uint32_t n, uint64_t *blocks) {
     if (n == 0) return MT_OK;
-    put_le(b->p, n, 4);
+    mt_put_le(b->p, n, 4);
     (*blocks)++;
     return write_block(fn, ud, TAG_ROWS, b->p, b->len);
 }
@@ -158,8 +147,8 @@ mt_err_t mt_table_save(mt_table_t *t, mt_table_write_fn fn, void *ud) {
     /* Header. */
     uint8_t hdr16[16];
     memcpy(hdr16, ser_magic, 8);
-    put_le(hdr16 + 8, MT__SER_VERSION, 4);
-    put_le(hdr16 + 12, 0, 4);
+    mt_put_le(hdr16 + 8, MT__SER_VERSION, 4);
+    mt_put_le(hdr16 + 12, 0, 4);
     err = fn(ud, hdr16, 16);
     if (err) goto out;
     if (buf_reserve(&b, 4 + 16 * (size_t)t->nslots + 40)) {
@@ -229,7 +218,7 @@ mt_err_t mt_table_save(mt_table_t *t, mt_table_write_fn fn, void *ud) {
             size_t start = off;
             uint32_t cnt = 0;
             while (off < part.len && off - start < MT__SER_ROWS_BLOCK) {
-                const mt__slot_t *s = mt__slot_of(t, get_le(part.p + off, 8));
+                const mt__slot_t *s = mt__slot_of(t, mt_get_le(part.p + off, 8));
                 off += ser_row_bytes(s);
                 cnt++;
             }
@@ -251,8 +240,8 @@ mt_err_t mt_table_save(mt_table_t *t, mt_table_write_fn fn, void *ud) {
         }
     }
     uint8_t end[16];
-    put_le(end, rows_total, 8);
-    put_le(end + 8, blocks, 8);
+    mt_put_le(end, rows_total, 8);
+    mt_put_le(end + 8, blocks, 8);
     err = write_block(fn, ud, TAG_END, end, 16);
 out:
     free(b.p);
@@ -274,8 +263,8 @@ static mt_err_t read_block(mt_table_read_fn fn, void *ud, uint32_t *tag, buf_t *
     uint8_t hdr[8], tail[8];
     mt_err_t err = read_exact(fn, ud, hdr, 8);
     if (err) return err;
-    *tag = (uint32_t)get_le(hdr, 4);
-    uint32_t len = (uint32_t)get_le(hdr + 4, 4);
+    *tag = (uint32_t)mt_get_le(hdr, 4);
+    uint32_t len = (uint32_t)mt_get_le(hdr + 4, 4);
     if (*tag != TAG_HEAD && *tag != TAG_ROWS && *tag != TAG_FILT && *tag != TAG_END)
         return MT_CORRUPT;
     if (len > MT__SER_MAX_BLOCK) return MT_CORRUPT;
@@ -286,7 +275,7 @@ static mt_err_t read_block(mt_table_read_fn fn, void *ud, uint32_t *tag, buf_t *
     payload->len = len;
     err = read_exact(fn, ud, tail, 8);
     if (err) return err;
-    if (get_le(tail, 8) != XXH64(payload->p, len, *tag)) return MT_CORRUPT;
+    if (mt_get_le(tail, 8) != XXH64(payload->p, len, *tag)) return MT_CORRUPT;
     return MT_OK;
 }
 
@@ -298,14 +287,14 @@ typedef struct head {
 
 static mt_err_t parse_head(const buf_t *pl, const mt_table_config_t *cfg, head_t *h) {
     if (pl->len < 4) return MT_CORRUPT;
-    uint32_t nslots = (uint32_t)get_le(pl->p, 4);
+    uint32_t nslots = (uint32_t)mt_get_le(pl->p, 4);
     if (nslots > 65536 || pl->len != 4 + 16 * (size_t)nslots + 40) return MT_CORRUPT;
     const uint8_t *q = pl->p + 4;
     for (uint32_t i = 0; i < nslots; i++, q += 16) {
-        uint16_t slot = (uint16_t)get_le(q, 2);
-        uint32_t dim = (uint32_t)get_le(q + 4, 4);
+        uint16_t slot = (uint16_t)mt_get_le(q, 2);
+        uint32_t dim = (uint32_t)mt_get_le(q + 4, 4);
         uint8_t opt = q[8], prec = q[9];
-        uint32_t state = (uint32_t)get_le(q + 12, 4);
+        uint32_t state = (uint32_t)mt_get_le(q + 12, 4);
         const mt_table_slot_config_t *c = NULL;
         for (size_t j = 0; j < cfg->nslots; j++)
             if (cfg->slots[j].slot == slot) c = &cfg->slots[j];
@@ -313,26 +302,26 @@ static mt_err_t parse_head(const buf_t *pl, const mt_table_config_t *cfg, head_t
             mt__opt_state_floats(c) != state)
             return MT_MISMATCH;
     }
-    h->clock = get_le(q, 8);
-    h->rows = get_le(q + 8, 8);
-    h->nparts = (uint32_t)get_le(q + 16, 4);
-    h->depth = (uint32_t)get_le(q + 20, 4);
-    h->width = (uint32_t)get_le(q + 24, 4);
-    h->hash_seed = get_le(q + 32, 8);
+    h->clock = mt_get_le(q, 8);
+    h->rows = mt_get_le(q + 8, 8);
+    h->nparts = (uint32_t)mt_get_le(q + 16, 4);
+    h->depth = (uint32_t)mt_get_le(q + 20, 4);
+    h->width = (uint32_t)mt_get_le(q + 24, 4);
+    h->hash_seed = mt_get_le(q + 32, 8);
     if (h->clock > (UINT64_MAX >> 2)) return MT_CORRUPT;
     return MT_OK;
 }
 
 static mt_err_t load_rows(mt_table_t *t, const buf_t *pl, uint64_t *nrows) {
     if (pl->len < 4) return MT_CORRUPT;
-    uint32_t n = (uint32_t)get_le(pl->p, 4);
+    uint32_t n = (uint32_t)mt_get_le(pl->p, 4);
     size_t off = 4;
     float emb[MT_TABLE_MAX_DIM], state[2 * MT_TABLE_MAX_DIM + 2];
     for (uint32_t r = 0; r < n; r++) {
         if (pl->len - off < 24) return MT_CORRUPT;
         const uint8_t *q = pl->p + off;
-        uint64_t fid = get_le(q, 8), version = get_le(q + 8, 8);
-        uint32_t touch = (uint32_t)get_le(q + 16, 4), count = (uint32_t)get_le(q + 20, 4);
+        uint64_t fid = mt_get_le(q, 8), version = mt_get_le(q + 8, 8);
+        uint32_t touch = (uint32_t)mt_get_le(q + 16, 4), count = (uint32_t)mt_get_le(q + 20, 4);
         const mt__slot_t *s = mt__slot_of(t, fid);
         if (!s) return MT_CORRUPT; /* HEAD listed the slots: an unknown one is damage */
         if (pl->len - off < ser_row_bytes(s)) return MT_CORRUPT;
@@ -340,12 +329,12 @@ static mt_err_t load_rows(mt_table_t *t, const buf_t *pl, uint64_t *nrows) {
         /* Decode the stored embedding bytes as they are, so fp16 stays bit-exact. */
         uint8_t raw[4 * MT_TABLE_MAX_DIM];
         for (uint32_t w = 0; w < ser_emb_bytes(s) / 4; w++) {
-            uint32_t x = (uint32_t)get_le(q + 4 * w, 4);
+            uint32_t x = (uint32_t)mt_get_le(q + 4 * w, 4);
             memcpy(raw + 4 * w, &x, 4);
         }
         q += ser_emb_bytes(s);
         for (uint32_t w = 0; w < s->state_floats; w++) {
-            uint32_t x = (uint32_t)get_le(q + 4 * w, 4);
+            uint32_t x = (uint32_t)mt_get_le(q + 4 * w, 4);
             memcpy(&state[w], &x, 4);
         }
         mt__row_read_emb(s, raw, emb);
@@ -386,11 +375,11 @@ mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *
         err = MT_CORRUPT;
         goto out;
     }
-    if (get_le(hdr16 + 8, 4) != MT__SER_VERSION) {
+    if (mt_get_le(hdr16 + 8, 4) != MT__SER_VERSION) {
         err = MT_VERSION;
         goto out;
     }
-    if (get_le(hdr16 + 12, 4) != 0) { /* reserved: a later format must bump the version */
+    if (mt_get_le(hdr16 + 12, 4) != 0) { /* reserved: a later format must bump the version */
         err = MT_CORRUPT;
         goto out;
     }
@@ -422,7 +411,7 @@ mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *
             if (pl.len < 8) {
                 err = MT_CORRUPT;
             } else if (same_filter) {
-                uint32_t pi = (uint32_t)get_le(pl.p, 4);
+                uint32_t pi = (uint32_t)mt_get_le(pl.p, 4);
                 size_t cm = (size_t)t->cm_depth * t->cm_width;
                 if (pi >= t->nparts || pl.len != 8 + cm) {
                     err = MT_CORRUPT;
@@ -435,7 +424,7 @@ mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *
                 }
             }
         } else if (tag == TAG_END) {
-            if (pl.len != 16 || get_le(pl.p, 8) != nrows || get_le(pl.p + 8, 8) != nblocks)
+            if (pl.len != 16 || mt_get_le(pl.p, 8) != nrows || mt_get_le(pl.p + 8, 8) != nblocks)
                 err = MT_CORRUPT;
             got_end = 1;
         } else {

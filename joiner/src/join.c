@@ -30,6 +30,7 @@
  *
  * File layout: helpers; keys; state records; the cache; examples; the join; public API.
  */
+#include "mt/bytes.h"
 #include "mt/joiner.h"
 
 #include <inttypes.h>
@@ -114,25 +115,6 @@ struct mt_joiner {
 
 /* ============================== helpers ============================== */
 
-static void msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *buf, size_t len, const char *fmt, ...) {
-    if (!buf || !len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 static void put_be64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (56 - 8 * i));
@@ -244,12 +226,12 @@ static void put_meta(mt_joiner_t *j) {
     uint8_t m[56];
     memset(m, 0, sizeof(m));
     m[0] = META_VERSION;
-    put_le64(m + 8, (uint64_t)j->watermark);
-    put_le64(m + 16, (uint64_t)j->max_event);
-    put_le64(m + 24, j->pending);
-    put_le64(m + 32, j->early);
-    put_le64(m + 40, j->tombstones);
-    put_le64(m + 48, j->next_seq);
+    mt_put_le(m + 8, (uint64_t)j->watermark, 8);
+    mt_put_le(m + 16, (uint64_t)j->max_event, 8);
+    mt_put_le(m + 24, j->pending, 8);
+    mt_put_le(m + 32, j->early, 8);
+    mt_put_le(m + 40, j->tombstones, 8);
+    mt_put_le(m + 48, j->next_seq, 8);
     rocksdb_writebatch_put(j->wb, "M", 1, (const char *)m, sizeof(m));
 }
 
@@ -323,8 +305,8 @@ static position_t *position_of(mt_joiner_t *j, const char *topic, int32_t partit
         return NULL;
     }
     if (found && j->val.len == 16) {
-        p->next = (int64_t)get_le64(j->val.p);
-        p->max_ts = (int64_t)get_le64(j->val.p + 8);
+        p->next = (int64_t)mt_get_le(j->val.p, 8);
+        p->max_ts = (int64_t)mt_get_le(j->val.p + 8, 8);
     }
     j->npos++;
     return p;
@@ -333,8 +315,8 @@ static position_t *position_of(mt_joiner_t *j, const char *topic, int32_t partit
 static void put_position(mt_joiner_t *j, const position_t *p) {
     uint8_t k[256 + 6], v[16];
     size_t kl = pos_key(k, p->topic, p->partition);
-    put_le64(v, (uint64_t)p->next);
-    put_le64(v + 8, (uint64_t)p->max_ts);
+    mt_put_le(v, (uint64_t)p->next, 8);
+    mt_put_le(v + 8, (uint64_t)p->max_ts, 8);
     rocksdb_writebatch_put(j->wb, (const char *)k, kl, (const char *)v, 16);
 }
 
@@ -445,7 +427,7 @@ static mt_err_t pending_get(mt_joiner_t *j, const char *rid, size_t rlen, uint64
     if (err || !*found) return err;
     j->st.memory_misses++;
     if (j->val.len < 8) return MT_CORRUPT;
-    *ts = (int64_t)get_le64(j->val.p);
+    *ts = (int64_t)mt_get_le(j->val.p, 8);
     memmove(j->val.p, j->val.p + 8, j->val.len - 8);
     j->val.len -= 8;
     return MT_OK;
@@ -467,13 +449,13 @@ static int impression_ok(const Monolith__V1__Impression *im, char *why, size_t w
         Monolith__V1__SlotFids **s = side ? im->item : im->user;
         for (size_t i = 0; i < n; i++) {
             if (s[i]->slot > 65535) {
-                msgf(why, whylen, "slot %u above 65535", s[i]->slot);
+                mt_msgf(why, whylen, "slot %u above 65535", s[i]->slot);
                 return 0;
             }
             for (size_t f = 0; f < s[i]->n_fids; f++) {
                 if (s[i]->fids[f] >> 48 != s[i]->slot) {
-                    msgf(why, whylen, "fid 0x%016" PRIx64 " is not of its slot %u", s[i]->fids[f],
-                         s[i]->slot);
+                    mt_msgf(why, whylen, "fid 0x%016" PRIx64 " is not of its slot %u",
+                            s[i]->fids[f], s[i]->slot);
                     return 0;
                 }
             }
@@ -481,7 +463,7 @@ static int impression_ok(const Monolith__V1__Impression *im, char *why, size_t w
         }
     }
     if (total > MAX_SLOTS_FIDS) {
-        msgf(why, whylen, "%zu fids: more than %u", total, MAX_SLOTS_FIDS);
+        mt_msgf(why, whylen, "%zu fids: more than %u", total, MAX_SLOTS_FIDS);
         return 0;
     }
     return 1;
@@ -604,7 +586,7 @@ static mt_err_t emit(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item
     uint8_t k[KEY_MAX], v[9];
     size_t kl = key_make(k, 'D', rid, rlen, item);
     v[0] = (uint8_t)label;
-    put_le64(v + 1, (uint64_t)expire);
+    mt_put_le(v + 1, (uint64_t)expire, 8);
     rocksdb_writebatch_put(j->wb, (const char *)k, kl, (const char *)v, 9);
     kl = tkey_make(k, 'G', expire, rid, rlen, item);
     rocksdb_writebatch_put(j->wb, (const char *)k, kl, "", 0);
@@ -759,7 +741,7 @@ static mt_err_t add_impression(mt_joiner_t *j, const Monolith__V1__Impression *i
         kl = key_make(k, 'E', rid, rlen, ai);
         if ((err = db_get(j, k, kl, &found))) return err;
         if (!found || j->val.len < 8) continue;
-        int64_t ats = (int64_t)get_le64(j->val.p);
+        int64_t ats = (int64_t)mt_get_le(j->val.p, 8);
         if (ats > close) continue; /* outside this impression's window */
         early_delete(j, rid, rlen, ai, ats);
         j->st.early_joined++;
@@ -773,7 +755,7 @@ static mt_err_t add_impression(mt_joiner_t *j, const Monolith__V1__Impression *i
     }
     uint8_t *v = malloc(8 + len);
     if (!v) return MT_NOMEM;
-    put_le64(v, (uint64_t)ts);
+    mt_put_le(v, (uint64_t)ts, 8);
     memcpy(v + 8, raw, len);
     kl = key_make(k, 'P', rid, rlen, item);
     rocksdb_writebatch_put(j->wb, (const char *)k, kl, (const char *)v, 8 + len);
@@ -831,7 +813,7 @@ static mt_err_t add_action(mt_joiner_t *j, const Monolith__V1__Action *a, mt_joi
         }
         if (n == 1) {
             if (j->val.len < 8) return MT_CORRUPT;
-            its = (int64_t)get_le64(j->val.p);
+            its = (int64_t)mt_get_le(j->val.p, 8);
             memmove(j->val.p, j->val.p + 8, j->val.len - 8);
             j->val.len -= 8;
             return join_pending(j, rid, rlen, items[0], its, ats, oc);
@@ -864,7 +846,7 @@ static mt_err_t add_action(mt_joiner_t *j, const Monolith__V1__Action *a, mt_joi
     }
     if (j->early >= j->cfg.max_early_actions && (err = early_drop_oldest(j))) return err;
     uint8_t v[12];
-    put_le64(v, (uint64_t)ats);
+    mt_put_le(v, (uint64_t)ats, 8);
     v[8] = (uint8_t)a->type;
     v[9] = v[10] = v[11] = 0;
     rocksdb_writebatch_put(j->wb, (const char *)k, kl, (const char *)v, sizeof(v));
@@ -880,11 +862,11 @@ static mt_err_t add_action(mt_joiner_t *j, const Monolith__V1__Action *a, mt_joi
 static int rid_ok(const char *rid, char *why, size_t whylen) {
     size_t n = strlen(rid);
     if (n == 0) {
-        msgf(why, whylen, "empty request_id");
+        mt_msgf(why, whylen, "empty request_id");
         return 0;
     }
     if (n > MT_JOINER_MAX_REQUEST_ID) {
-        msgf(why, whylen, "request_id of %zu bytes (at most %u)", n, MT_JOINER_MAX_REQUEST_ID);
+        mt_msgf(why, whylen, "request_id of %zu bytes (at most %u)", n, MT_JOINER_MAX_REQUEST_ID);
         return 0;
     }
     return 1;
@@ -980,24 +962,24 @@ void mt_joiner_config_init(mt_joiner_config_t *cfg) {
 mt_err_t mt_joiner_config_validate(const mt_joiner_config_t *cfg, char *errbuf, size_t errlen) {
     if (!cfg) return MT_INVALID;
     if (cfg->window_ms < 1) {
-        msgf(errbuf, errlen, "window_ms: %" PRId64 " (at least 1)", cfg->window_ms);
+        mt_msgf(errbuf, errlen, "window_ms: %" PRId64 " (at least 1)", cfg->window_ms);
         return MT_CONFIG;
     }
     if (cfg->allowed_lateness_ms < 0 || cfg->idle_advance_ms < 0) {
-        msgf(errbuf, errlen, "allowed_lateness_ms and idle_advance_ms must be >= 0");
+        mt_msgf(errbuf, errlen, "allowed_lateness_ms and idle_advance_ms must be >= 0");
         return MT_CONFIG;
     }
     if (!(cfg->negative_rate > 0.0 && cfg->negative_rate <= 1.0)) {
-        msgf(errbuf, errlen, "negative_rate: %g (expected (0, 1])", cfg->negative_rate);
+        mt_msgf(errbuf, errlen, "negative_rate: %g (expected (0, 1])", cfg->negative_rate);
         return MT_CONFIG;
     }
     if (cfg->max_early_actions < 1) {
-        msgf(errbuf, errlen, "max_early_actions: at least 1");
+        mt_msgf(errbuf, errlen, "max_early_actions: at least 1");
         return MT_CONFIG;
     }
     if (cfg->write_buffer_mb < 1 || cfg->write_buffer_mb > 4096 || cfg->block_cache_mb > 65536) {
-        msgf(errbuf, errlen, "write_buffer_mb: %u (1..4096), block_cache_mb: %u (0..65536)",
-             cfg->write_buffer_mb, cfg->block_cache_mb);
+        mt_msgf(errbuf, errlen, "write_buffer_mb: %u (1..4096), block_cache_mb: %u (0..65536)",
+                cfg->write_buffer_mb, cfg->block_cache_mb);
         return MT_CONFIG;
     }
     return MT_OK;
@@ -1053,7 +1035,7 @@ mt_err_t mt_joiner_open(const char *state_dir, const mt_joiner_config_t *cfg,
                         mt_joiner_clock_fn clock, void *opaque, mt_joiner_t **out, char *errbuf,
                         size_t errlen) {
     if (!state_dir || !*state_dir || !cfg || !out) {
-        msgf(errbuf, errlen, "state_dir, config and out are required");
+        mt_msgf(errbuf, errlen, "state_dir, config and out are required");
         return MT_INVALID;
     }
     mt_err_t err = mt_joiner_config_validate(cfg, errbuf, errlen);
@@ -1086,35 +1068,36 @@ mt_err_t mt_joiner_open(const char *state_dir, const mt_joiner_config_t *cfg,
     char *rerr = NULL;
     j->db = rocksdb_open(j->opts, state_dir, &rerr);
     if (rerr) {
-        msgf(errbuf, errlen, "%s: %s", state_dir, rerr);
+        mt_msgf(errbuf, errlen, "%s: %s", state_dir, rerr);
         err = rerr_of(rerr);
         goto fail;
     }
     int found = 0;
     if ((err = db_get(j, (const uint8_t *)"M", 1, &found))) {
-        msgf(errbuf, errlen, "%s: cannot read the state: %s", state_dir, mt_strerror(err));
+        mt_msgf(errbuf, errlen, "%s: cannot read the state: %s", state_dir, mt_strerror(err));
         goto fail;
     }
     if (found) {
         if (j->val.len != 56 || j->val.p[0] != META_VERSION) {
-            msgf(errbuf, errlen, "%s: not a joiner state of version %u", state_dir, META_VERSION);
+            mt_msgf(errbuf, errlen, "%s: not a joiner state of version %u", state_dir,
+                    META_VERSION);
             err = j->val.len >= 1 && j->val.p[0] != META_VERSION ? MT_VERSION : MT_CORRUPT;
             goto fail;
         }
-        j->watermark = (int64_t)get_le64(j->val.p + 8);
-        j->max_event = (int64_t)get_le64(j->val.p + 16);
-        j->pending = get_le64(j->val.p + 24);
-        j->early = get_le64(j->val.p + 32);
-        j->tombstones = get_le64(j->val.p + 40);
-        j->next_seq = get_le64(j->val.p + 48);
+        j->watermark = (int64_t)mt_get_le(j->val.p + 8, 8);
+        j->max_event = (int64_t)mt_get_le(j->val.p + 16, 8);
+        j->pending = mt_get_le(j->val.p + 24, 8);
+        j->early = mt_get_le(j->val.p + 32, 8);
+        j->tombstones = mt_get_le(j->val.p + 40, 8);
+        j->next_seq = mt_get_le(j->val.p + 48, 8);
     }
     if ((err = load_positions(j))) {
-        msgf(errbuf, errlen, "%s: cannot read the input positions: %s", state_dir,
-             mt_strerror(err));
+        mt_msgf(errbuf, errlen, "%s: cannot read the input positions: %s", state_dir,
+                mt_strerror(err));
         goto fail;
     }
     if ((err = load_outbox(j))) {
-        msgf(errbuf, errlen, "%s: cannot read the outbox: %s", state_dir, mt_strerror(err));
+        mt_msgf(errbuf, errlen, "%s: cannot read the outbox: %s", state_dir, mt_strerror(err));
         goto fail;
     }
     j->last_input_ms = j->last_tick_ms = j->clock(j->opaque);
@@ -1165,12 +1148,12 @@ mt_err_t mt_joiner_add(mt_joiner_t *j, mt_joiner_stream_t stream, const char *to
     j->cur = pos;
     rocksdb_writebatch_clear(j->wb);
     if (!value || !len) {
-        msgf(why, whylen, "empty message");
+        mt_msgf(why, whylen, "empty message");
         j->st.bad_messages++;
     } else if (stream == MT_JOINER_IMPRESSIONS) {
         Monolith__V1__Impression *im = monolith__v1__impression__unpack(NULL, len, value);
         if (!im) {
-            msgf(why, whylen, "not a monolith.v1.Impression protobuf (%zu bytes)", len);
+            mt_msgf(why, whylen, "not a monolith.v1.Impression protobuf (%zu bytes)", len);
             j->st.bad_messages++;
         } else if (!rid_ok(im->request_id, why, whylen) || !impression_ok(im, why, whylen)) {
             j->st.bad_messages++;
@@ -1181,7 +1164,7 @@ mt_err_t mt_joiner_add(mt_joiner_t *j, mt_joiner_stream_t stream, const char *to
     } else {
         Monolith__V1__Action *a = monolith__v1__action__unpack(NULL, len, value);
         if (!a) {
-            msgf(why, whylen, "not a monolith.v1.Action protobuf (%zu bytes)", len);
+            mt_msgf(why, whylen, "not a monolith.v1.Action protobuf (%zu bytes)", len);
             j->st.bad_messages++;
         } else if (!rid_ok(a->request_id, why, whylen)) {
             j->st.bad_messages++;

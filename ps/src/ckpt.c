@@ -83,17 +83,6 @@ int mt_ps_coordinated(mt_ps_t *ps) {
 
 /* ============================== metadata ============================== */
 
-static void errf(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void errf(char *errbuf, size_t errlen, const char *fmt, ...) {
-    if (!errbuf || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* The blob: u32 n, n bytes of @p cm, then @p dense. @param[out] out  malloc'd. */
 static mt_err_t meta_pack(const Monolith__V1__CheckpointMeta *cm, const uint8_t *dense,
                           size_t dense_len, uint8_t **out, size_t *len) {
@@ -133,7 +122,7 @@ static mt_err_t meta_load(mt_store_t *store, uint64_t *id, void **blob,
     if (err) return err;
     err = meta_unpack(*blob, mlen, cm, dense, dense_len);
     if (err) {
-        errf(errbuf, errlen, "checkpoint %" PRIu64 ": bad metadata", *id);
+        mt_msgf(errbuf, errlen, "checkpoint %" PRIu64 ": bad metadata", *id);
         free(*blob);
         *blob = NULL;
     }
@@ -148,7 +137,7 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     mt_ps_ckpt_result_t *r = res ? res : &r0;
     memset(r, 0, sizeof(*r));
     if (!ps || !req || (req->noffsets && !req->offsets)) {
-        errf(errbuf, errlen, "bad arguments");
+        mt_msgf(errbuf, errlen, "bad arguments");
         return MT_INVALID;
     }
     mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
@@ -252,7 +241,7 @@ out:
         atomic_fetch_add(&ck->snapshot_failures, 1);
         mt_log(MT_LOG_ERROR, WHO, "shard %u: snapshot failed: %s: %s", cfg->shard, mt_strerror(err),
                why);
-        errf(errbuf, errlen, "%s", why);
+        mt_msgf(errbuf, errlen, "%s", why);
     } else {
         atomic_store(&ck->last_snap_us, (uint64_t)(r->seconds * 1e6));
         mt_log(MT_LOG_INFO, WHO,
@@ -355,7 +344,7 @@ out:
         if (!*why) snprintf(why, sizeof(why), "%s", mt_strerror(err));
         mt_log(MT_LOG_ERROR, WHO, "shard %u: restore of %" PRIu64 " failed: %s: %s", cfg->shard, id,
                mt_strerror(err), why);
-        errf(errbuf, errlen, "%s", why);
+        mt_msgf(errbuf, errlen, "%s", why);
     } else if (installed) {
         atomic_fetch_add(&ck->restores, 1);
         atomic_store(&ck->last_restore_us, (uint64_t)(r->seconds * 1e6));
@@ -395,7 +384,7 @@ mt_err_t mt__ps_ckpt_list(mt_ps_t *ps, Monolith__V1__CheckpointMeta ***metas, si
     pthread_mutex_lock(mt__ps_snap_lock(ps));
     if (!ck->store) {
         err = MT_INVALID;
-        errf(errbuf, errlen, "no checkpoint store (ps.snapshot_dir)");
+        mt_msgf(errbuf, errlen, "no checkpoint store (ps.snapshot_dir)");
         goto out;
     }
     *incarnation = mt_ps_incarnation(ps);
@@ -405,7 +394,7 @@ mt_err_t mt__ps_ckpt_list(mt_ps_t *ps, Monolith__V1__CheckpointMeta ***metas, si
     out = calloc(cnt ? cnt : 1, sizeof(*out));
     if (!infos || !out) {
         err = MT_NOMEM;
-        errf(errbuf, errlen, "out of memory");
+        mt_msgf(errbuf, errlen, "out of memory");
         goto out;
     }
     /* saves and rollbacks go through snap_lock: the list cannot change meanwhile */

@@ -142,15 +142,6 @@ static void cq_destroy_pluck(grpc_completion_queue *cq) {
 
 /* ============================== TLS ============================== */
 
-static void msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *buf, size_t len, const char *fmt, ...) {
-    if (!buf || !len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
-
 static int is_set(const char *s) {
     return s && *s;
 }
@@ -179,7 +170,7 @@ static mt_err_t pem_read(const char *key, const char *path, char **out, char *er
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        msgf(errbuf, errlen, "tls.%s '%s': cannot open: %s", key, path, strerror(errno));
+        mt_msgf(errbuf, errlen, "tls.%s '%s': cannot open: %s", key, path, strerror(errno));
         return MT_IO;
     }
     char *buf = malloc(MT__PEM_MAX_BYTES + 1);
@@ -193,16 +184,16 @@ static mt_err_t pem_read(const char *key, const char *path, char **out, char *er
     fclose(f);
     mt_err_t err = MT_OK;
     if (bad) {
-        msgf(errbuf, errlen, "tls.%s '%s': cannot read: %s", key, path, strerror(saved));
+        mt_msgf(errbuf, errlen, "tls.%s '%s': cannot read: %s", key, path, strerror(saved));
         err = MT_IO;
     } else if (n > MT__PEM_MAX_BYTES) {
-        msgf(errbuf, errlen, "tls.%s '%s': larger than %u bytes: not a PEM file", key, path,
-             MT__PEM_MAX_BYTES);
+        mt_msgf(errbuf, errlen, "tls.%s '%s': larger than %u bytes: not a PEM file", key, path,
+                MT__PEM_MAX_BYTES);
         err = MT_CONFIG;
     } else if (n == 0 || memchr(buf, 0, n)) {
-        msgf(errbuf, errlen, "tls.%s '%s': %s", key, path,
-             n ? "binary content: not a PEM file (DER? convert with openssl x509 -outform PEM)"
-               : "empty file");
+        mt_msgf(errbuf, errlen, "tls.%s '%s': %s", key, path,
+                n ? "binary content: not a PEM file (DER? convert with openssl x509 -outform PEM)"
+                  : "empty file");
         err = MT_CONFIG;
     }
     if (err) {
@@ -239,11 +230,11 @@ static mt_err_t check_chain(const char *path, const char *pem, const char *key_p
     EVP_PKEY *pk = NULL;
     mt_err_t err = MT_CONFIG;
     if (pem_certs(pem, &leaf) == 0) {
-        msgf(errbuf, errlen, "tls.cert_file '%s': no PEM certificate in it", path);
+        mt_msgf(errbuf, errlen, "tls.cert_file '%s': no PEM certificate in it", path);
         goto out;
     }
     if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0) {
-        msgf(errbuf, errlen, "tls.cert_file '%s': the certificate has expired", path);
+        mt_msgf(errbuf, errlen, "tls.cert_file '%s': the certificate has expired", path);
         goto out;
     }
     if (key_pem) {
@@ -251,15 +242,15 @@ static mt_err_t check_chain(const char *path, const char *pem, const char *key_p
         pk = b ? PEM_read_bio_PrivateKey(b, NULL, pem_no_password, NULL) : NULL;
         BIO_free(b);
         if (!pk) {
-            msgf(errbuf, errlen,
-                 "tls.key_file '%s': no PEM private key in it (or it is encrypted: daemons "
-                 "need an unencrypted key, readable only by their user)",
-                 key_path);
+            mt_msgf(errbuf, errlen,
+                    "tls.key_file '%s': no PEM private key in it (or it is encrypted: daemons "
+                    "need an unencrypted key, readable only by their user)",
+                    key_path);
             goto out;
         }
         if (X509_check_private_key(leaf, pk) != 1) {
-            msgf(errbuf, errlen, "tls.key_file '%s' is not the key of the certificate in '%s'",
-                 key_path, path);
+            mt_msgf(errbuf, errlen, "tls.key_file '%s' is not the key of the certificate in '%s'",
+                    key_path, path);
             goto out;
         }
     }
@@ -278,17 +269,17 @@ static mt_err_t tls_load(const mt_rpc_tls_config_t *t, int server, tls_pem_t *ou
     if (!t->enabled) return MT_OK;
     int cert = is_set(t->cert_file), key = is_set(t->key_file), ca = is_set(t->ca_file);
     if (server && !cert) {
-        msgf(errbuf, errlen, "tls.cert_file: a TLS server needs its certificate chain");
+        mt_msgf(errbuf, errlen, "tls.cert_file: a TLS server needs its certificate chain");
         return MT_CONFIG;
     }
     if (cert != key) {
-        msgf(errbuf, errlen, "%s: tls.cert_file and tls.key_file go together",
-             cert ? "tls.key_file" : "tls.cert_file");
+        mt_msgf(errbuf, errlen, "%s: tls.cert_file and tls.key_file go together",
+                cert ? "tls.key_file" : "tls.cert_file");
         return MT_CONFIG;
     }
     if (server && t->client_auth && !ca) {
-        msgf(errbuf, errlen,
-             "tls.ca_file: tls.client_auth needs the CA of the client certificates");
+        mt_msgf(errbuf, errlen,
+                "tls.ca_file: tls.client_auth needs the CA of the client certificates");
         return MT_CONFIG;
     }
     mt_err_t err = MT_OK;
@@ -298,7 +289,7 @@ static mt_err_t tls_load(const mt_rpc_tls_config_t *t, int server, tls_pem_t *ou
     if (cert && (err = check_chain(t->cert_file, out->cert, t->key_file, out->key, errbuf, errlen)))
         goto fail;
     if (ca && pem_certs(out->ca, NULL) == 0) {
-        msgf(errbuf, errlen, "tls.ca_file '%s': no PEM certificate in it", t->ca_file);
+        mt_msgf(errbuf, errlen, "tls.ca_file '%s': no PEM certificate in it", t->ca_file);
         err = MT_CONFIG;
         goto fail;
     }

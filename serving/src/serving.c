@@ -132,15 +132,6 @@ struct mt_serving {
     _Atomic uint64_t hist[HIST_BUCKETS], hist_sum_us;
 };
 
-static void msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *buf, size_t len, const char *fmt, ...) {
-    if (!buf || !len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
-
 /* ============================== config and lifecycle ============================== */
 
 void mt_serving_config_init(mt_serving_config_t *cfg) {
@@ -169,10 +160,10 @@ static const mt_table_slot_config_t *find_slot(const mt_table_config_t *t, uint3
 }
 
 static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t errlen) {
-#define BAD(...)                           \
-    do {                                   \
-        msgf(errbuf, errlen, __VA_ARGS__); \
-        return MT_CONFIG;                  \
+#define BAD(...)                              \
+    do {                                      \
+        mt_msgf(errbuf, errlen, __VA_ARGS__); \
+        return MT_CONFIG;                     \
     } while (0)
     if (c->num_shards < 1 || !c->ps_addrs) BAD("no PS shards (cluster.ps)");
     for (uint32_t i = 0; i < c->num_shards; i++)
@@ -279,13 +270,13 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     pc.rpc.tls = cfg->ps_tls;
     if ((err = mt_psc_create(&pc, &sv->psc)) != MT_OK) {
         if (err != MT_NOMEM)
-            msgf(errbuf, errlen, "PS channels: %s (TLS files: see the log)", mt_strerror(err));
+            mt_msgf(errbuf, errlen, "PS channels: %s (TLS files: see the log)", mt_strerror(err));
         goto fail;
     }
     *out = sv;
     return MT_OK;
 fail:
-    if (err == MT_NOMEM) msgf(errbuf, errlen, "out of memory");
+    if (err == MT_NOMEM) mt_msgf(errbuf, errlen, "out of memory");
     mt_serving_destroy(sv);
     return err;
 }
@@ -450,23 +441,23 @@ static mt_err_t apply_chunk(shard_t *sh, const Monolith__V1__SyncChunk *ch, uint
     mt_serving_t *sv = sh->sv;
     size_t n = ch->n_fids;
     if (ch->deleted.len != n) {
-        msgf(why, whylen, "chunk of %zu entries has %zu deletion flags", n, ch->deleted.len);
+        mt_msgf(why, whylen, "chunk of %zu entries has %zu deletion flags", n, ch->deleted.len);
         return MT_CORRUPT;
     }
     size_t need = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t dim;
         if (mt_table_dim(sv->table, ch->fids[i], &dim) != MT_OK) {
-            msgf(why, whylen,
-                 "fid 0x%016llx of slot %u: the replica has no such slot (the PS and serving "
-                 "configurations differ)",
-                 (unsigned long long)ch->fids[i], MT_FID_SLOT(ch->fids[i]));
+            mt_msgf(why, whylen,
+                    "fid 0x%016llx of slot %u: the replica has no such slot (the PS and serving "
+                    "configurations differ)",
+                    (unsigned long long)ch->fids[i], MT_FID_SLOT(ch->fids[i]));
             return MT_MISMATCH;
         }
         if (!ch->deleted.data[i]) need += dim;
     }
     if (need != ch->n_values) {
-        msgf(why, whylen, "chunk has %zu values, its entries need %zu", ch->n_values, need);
+        mt_msgf(why, whylen, "chunk has %zu values, its entries need %zu", ch->n_values, need);
         return MT_CORRUPT;
     }
     uint32_t now_s = (uint32_t)time(NULL);
@@ -492,7 +483,7 @@ static mt_err_t apply_chunk(shard_t *sh, const Monolith__V1__SyncChunk *ch, uint
             off += nv;
         }
         if (err) {
-            msgf(why, whylen, "applying: %s", mt_strerror(err));
+            mt_msgf(why, whylen, "applying: %s", mt_strerror(err));
             return err;
         }
         *entries += j - i;
@@ -517,7 +508,7 @@ static mt_err_t round_done(shard_t *sh, sync_round_t *r, uint64_t upto, uint64_t
     if (r->full && sh->ever) {
         mt_err_t err = sweep(sh, r->v0, &swept);
         if (err != MT_OK) {
-            msgf(why, whylen, "sweeping the shard's old rows: %s", mt_strerror(err));
+            mt_msgf(why, whylen, "sweeping the shard's old rows: %s", mt_strerror(err));
             return err;
         }
     }
@@ -578,7 +569,7 @@ static mt_err_t sync_once(shard_t *sh, unsigned *rounds) {
     mt_err_t err = mt_rpc_stream_open(mt_psc_channel(sv->psc, sh->idx), SYNC_PATH, req, rlen,
                                       sv->cfg.sync_timeout_ms, &s);
     if (err) {
-        msgf(why, sizeof(why), "cannot open the stream");
+        mt_msgf(why, sizeof(why), "cannot open the stream");
         goto out;
     }
     while (!done) {
@@ -590,18 +581,18 @@ static mt_err_t sync_once(shard_t *sh, unsigned *rounds) {
             mt_rpc_stream_close(s, &st);
             s = NULL;
             err = st.code == MT_RPC_OK ? MT_CORRUPT : MT_UNAVAILABLE;
-            msgf(why, sizeof(why), "stream ended early: status %d: %s", st.code, st.message);
+            mt_msgf(why, sizeof(why), "stream ended early: status %d: %s", st.code, st.message);
             goto out;
         }
         if (err) {
-            msgf(why, sizeof(why), "stream broken");
+            mt_msgf(why, sizeof(why), "stream broken");
             goto out;
         }
         Monolith__V1__SyncChunk *ch = monolith__v1__sync_chunk__unpack(NULL, len, buf);
         free(buf);
         if (!ch) {
             err = MT_CORRUPT;
-            msgf(why, sizeof(why), "malformed SyncChunk");
+            mt_msgf(why, sizeof(why), "malformed SyncChunk");
             goto out;
         }
         if (!r.started) {
@@ -612,7 +603,7 @@ static mt_err_t sync_once(shard_t *sh, unsigned *rounds) {
                 /* a shard answers a follow round that would be full with an error instead */
                 monolith__v1__sync_chunk__free_unpacked(ch, NULL);
                 err = MT_CORRUPT;
-                msgf(why, sizeof(why), "a full round in the middle of a stream");
+                mt_msgf(why, sizeof(why), "a full round in the middle of a stream");
                 goto out;
             }
             if (r.full) {
@@ -627,7 +618,7 @@ static mt_err_t sync_once(shard_t *sh, unsigned *rounds) {
                 mt_table_changes_end(barrier);
                 if (err) {
                     monolith__v1__sync_chunk__free_unpacked(ch, NULL);
-                    msgf(why, sizeof(why), "full round: %s", mt_strerror(err));
+                    mt_msgf(why, sizeof(why), "full round: %s", mt_strerror(err));
                     goto out;
                 }
             }
@@ -644,7 +635,7 @@ static mt_err_t sync_once(shard_t *sh, unsigned *rounds) {
         }
         if (!done && stopping(sv)) {
             err = MT_CANCELLED;
-            msgf(why, sizeof(why), "stopping");
+            mt_msgf(why, sizeof(why), "stopping");
             goto out;
         }
     }
@@ -920,13 +911,13 @@ static int check_slot_fids(const mt_serving_t *sv, Monolith__V1__SlotFids *const
                            size_t *nf, size_t *ignored, char *why, size_t whylen) {
     for (size_t i = 0; i < n; i++) {
         if (sf[i]->slot > 0xFFFF) {
-            msgf(why, whylen, "slot %u is not a 16-bit slot id", sf[i]->slot);
+            mt_msgf(why, whylen, "slot %u is not a 16-bit slot id", sf[i]->slot);
             return -1;
         }
         for (size_t k = 0; k < sf[i]->n_fids; k++) {
             if (MT_FID_SLOT(sf[i]->fids[k]) != sf[i]->slot) {
-                msgf(why, whylen, "fid 0x%016llx is not of its SlotFids' slot %u",
-                     (unsigned long long)sf[i]->fids[k], sf[i]->slot);
+                mt_msgf(why, whylen, "fid 0x%016llx is not of its SlotFids' slot %u",
+                        (unsigned long long)sf[i]->fids[k], sf[i]->slot);
                 return -1;
             }
         }

@@ -67,6 +67,7 @@
  * Under the shared lock nothing a reader can see changes: a running save only writes under
  * its own id, which has no commit record yet. Order: save_lock -> ckpt_lock.
  */
+#include "mt/bytes.h"
 #include "mt/clock.h"
 #include "mt/store.h"
 
@@ -191,8 +192,6 @@ static int suffix_cmp(const char *a, size_t al, const char *b, size_t bl);
 static size_t key_ckpt(char *k, uint64_t id, const char *suffix);
 static size_t key_ckpt_end(char *k, uint64_t id);
 static int parse_id(const char *p, size_t n, uint64_t *id);
-static void put_le(uint8_t *d, uint64_t v, int n);
-static uint64_t get_le(const uint8_t *s, int n);
 static mt_err_t rec_encode(const rec_t *r, uint8_t **out, size_t *len);
 static mt_err_t rec_decode(const char *p, size_t len, rec_t *r);
 static void rec_free(rec_t *r);
@@ -1141,18 +1140,6 @@ static int parse_id(const char *p, size_t n, uint64_t *id) {
     return 1;
 }
 
-static void put_le(uint8_t *d, uint64_t v, int n) {
-    for (int i = 0; i < n; i++)
-        d[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *s, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)s[i] << (8 * i);
-    return v;
-}
-
 static mt_err_t rec_encode(const rec_t *r, uint8_t **out, size_t *len) {
     size_t n = REC_HEAD + 8;
     for (uint32_t i = 0; i < r->ntables; i++)
@@ -1160,25 +1147,25 @@ static mt_err_t rec_encode(const rec_t *r, uint8_t **out, size_t *len) {
     uint8_t *b = malloc(n), *q = b;
     if (!b) return MT_NOMEM;
     memcpy(q, REC_MAGIC, 8); /* with its NUL */
-    put_le(q + 8, REC_VERSION, 4);
-    put_le(q + 12, r->ntables, 4);
-    put_le(q + 16, r->id, 8);
-    put_le(q + 24, r->created_ms, 8);
-    put_le(q + 32, r->meta_bytes, 8);
-    put_le(q + 40, r->meta_hash, 8);
+    mt_put_le(q + 8, REC_VERSION, 4);
+    mt_put_le(q + 12, r->ntables, 4);
+    mt_put_le(q + 16, r->id, 8);
+    mt_put_le(q + 24, r->created_ms, 8);
+    mt_put_le(q + 32, r->meta_bytes, 8);
+    mt_put_le(q + 40, r->meta_hash, 8);
     q += REC_HEAD;
     for (uint32_t i = 0; i < r->ntables; i++) {
         const rec_table_t *t = &r->tables[i];
         size_t nl = strlen(t->name);
-        put_le(q, nl, 2);
+        mt_put_le(q, nl, 2);
         memcpy(q + 2, t->name, nl);
         q += 2 + nl;
-        put_le(q, t->chunks, 8);
-        put_le(q + 8, t->bytes, 8);
-        put_le(q + 16, t->rows, 8);
+        mt_put_le(q, t->chunks, 8);
+        mt_put_le(q + 8, t->bytes, 8);
+        mt_put_le(q + 16, t->rows, 8);
         q += 24;
     }
-    put_le(q, XXH64(b, (size_t)(q - b), 0), 8);
+    mt_put_le(q, XXH64(b, (size_t)(q - b), 0), 8);
     *out = b;
     *len = n;
     return MT_OK;
@@ -1189,30 +1176,30 @@ static mt_err_t rec_decode(const char *p, size_t len, rec_t *r) {
     const uint8_t *b = (const uint8_t *)p;
     memset(r, 0, sizeof(*r));
     if (len < REC_HEAD + 8 || memcmp(b, REC_MAGIC, 8) != 0) return MT_CORRUPT;
-    if (get_le(b + len - 8, 8) != XXH64(b, len - 8, 0)) return MT_CORRUPT;
-    if (get_le(b + 8, 4) != REC_VERSION) return MT_VERSION;
-    uint32_t nt = (uint32_t)get_le(b + 12, 4);
+    if (mt_get_le(b + len - 8, 8) != XXH64(b, len - 8, 0)) return MT_CORRUPT;
+    if (mt_get_le(b + 8, 4) != REC_VERSION) return MT_VERSION;
+    uint32_t nt = (uint32_t)mt_get_le(b + 12, 4);
     if (nt > MT_STORE_MAX_TABLES) return MT_CORRUPT;
     r->ntables = nt;
-    r->id = get_le(b + 16, 8);
-    r->created_ms = get_le(b + 24, 8);
-    r->meta_bytes = get_le(b + 32, 8);
-    r->meta_hash = get_le(b + 40, 8);
+    r->id = mt_get_le(b + 16, 8);
+    r->created_ms = mt_get_le(b + 24, 8);
+    r->meta_bytes = mt_get_le(b + 32, 8);
+    r->meta_hash = mt_get_le(b + 40, 8);
     r->tables = calloc(nt ? nt : 1, sizeof(*r->tables));
     if (!r->tables) return MT_NOMEM;
     size_t off = REC_HEAD, stop = len - 8;
     for (uint32_t i = 0; i < nt; i++) {
         if (stop - off < 2) goto bad;
-        size_t nl = (size_t)get_le(b + off, 2);
+        size_t nl = (size_t)mt_get_le(b + off, 2);
         if (nl == 0 || nl > MT_STORE_MAX_NAME || stop - off - 2 < nl + 24) goto bad;
         rec_table_t *t = &r->tables[i];
         memcpy(t->name, b + off + 2, nl);
         t->name[nl] = 0;
         if (!name_ok(t->name)) goto bad;
         off += 2 + nl;
-        t->chunks = get_le(b + off, 8);
-        t->bytes = get_le(b + off + 8, 8);
-        t->rows = get_le(b + off + 16, 8);
+        t->chunks = mt_get_le(b + off, 8);
+        t->bytes = mt_get_le(b + off + 8, 8);
+        t->rows = mt_get_le(b + off + 16, 8);
         off += 24;
     }
     if (off != stop) goto bad;

@@ -26,17 +26,6 @@ struct mt_coord {
     mt_psc_shard_ckpt_t *tmp; /* [n] answers of the last admin call */
 };
 
-static void errf(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void errf(char *errbuf, size_t errlen, const char *fmt, ...) {
-    if (!errbuf || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void mt_coord_config_init(mt_coord_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->recovery_timeout_s = 300;
@@ -87,11 +76,11 @@ static void first_failure(const mt_coord_t *co, const char *what, mt_err_t err, 
                           size_t errlen) {
     for (uint32_t s = 0; s < co->n; s++) {
         if (co->tmp[s].err == MT_OK) continue;
-        errf(errbuf, errlen, "%s: shard %u: %s (status %d: %s)", what, s,
-             mt_strerror(co->tmp[s].err), co->tmp[s].st.code, co->tmp[s].st.message);
+        mt_msgf(errbuf, errlen, "%s: shard %u: %s (status %d: %s)", what, s,
+                mt_strerror(co->tmp[s].err), co->tmp[s].st.code, co->tmp[s].st.message);
         return;
     }
-    errf(errbuf, errlen, "%s: %s", what, mt_strerror(err));
+    mt_msgf(errbuf, errlen, "%s: %s", what, mt_strerror(err));
 }
 
 static const mt_psc_checkpoint_t *find(const mt_psc_shard_ckpt_t *sh, uint64_t id) {
@@ -136,10 +125,10 @@ static mt_err_t choose(mt_coord_t *co, mt_coord_point_t *pt, uint64_t *max_id, c
     for (uint32_t s = 1; s < co->n; s++) {
         const mt_psc_checkpoint_t *cs = find(&co->tmp[s], best);
         if (!same_offsets(c0, cs) || cs->examples_applied != c0->examples_applied) {
-            errf(errbuf, errlen,
-                 "checkpoint %" PRIu64 ": shards 0 and %u disagree (offsets or examples %" PRIu64
-                 " vs %" PRIu64 "): was it written by two coordinators?",
-                 best, s, c0->examples_applied, cs->examples_applied);
+            mt_msgf(errbuf, errlen,
+                    "checkpoint %" PRIu64 ": shards 0 and %u disagree (offsets or examples %" PRIu64
+                    " vs %" PRIu64 "): was it written by two coordinators?",
+                    best, s, c0->examples_applied, cs->examples_applied);
             return MT_CORRUPT;
         }
     }
@@ -172,8 +161,8 @@ mt_err_t mt_coord_recover(mt_coord_t *co, mt_coord_point_t *pt, char *errbuf, si
     for (int attempt = 0;; attempt++) {
         if (attempt) {
             if (mt_mono_s() + wait > deadline) {
-                errf(errbuf, errlen, "no recovery within %.0f s: %s", co->cfg.recovery_timeout_s,
-                     why);
+                mt_msgf(errbuf, errlen, "no recovery within %.0f s: %s", co->cfg.recovery_timeout_s,
+                        why);
                 return MT_TIMEOUT;
             }
             if (attempt == 1 || attempt % 10 == 0)
@@ -182,7 +171,7 @@ mt_err_t mt_coord_recover(mt_coord_t *co, mt_coord_point_t *pt, char *errbuf, si
             wait = wait < 2 ? wait * 2 : 2;
         }
         if (co->cfg.stop && co->cfg.stop(co->cfg.stop_ud)) {
-            errf(errbuf, errlen, "recovery stopped: %s", *why ? why : "by request");
+            mt_msgf(errbuf, errlen, "recovery stopped: %s", *why ? why : "by request");
             return MT_CANCELLED;
         }
         mt_psc_shard_ckpt_free(co->tmp, co->n);
@@ -194,7 +183,7 @@ mt_err_t mt_coord_recover(mt_coord_t *co, mt_coord_point_t *pt, char *errbuf, si
         uint64_t top = 0;
         err = choose(co, pt, &top, why, sizeof(why));
         if (err == MT_CORRUPT || err == MT_NOMEM) {
-            errf(errbuf, errlen, "%s", why);
+            mt_msgf(errbuf, errlen, "%s", why);
             return err;
         }
         if (top + 1 > co->next_id) co->next_id = top + 1;
@@ -239,9 +228,9 @@ mt_err_t mt_coord_checkpoint(mt_coord_t *co, const mt_psc_offset_t *offsets, siz
     for (uint32_t s = 1; s < co->n; s++) {
         if (co->tmp[s].examples_applied != co->tmp[0].examples_applied) {
             /* every step reaches every shard: a difference is a bug or a second writer */
-            errf(errbuf, errlen,
-                 "checkpoint %" PRIu64 ": shard 0 holds %" PRIu64 " examples, shard %u %" PRIu64,
-                 want, co->tmp[0].examples_applied, s, co->tmp[s].examples_applied);
+            mt_msgf(errbuf, errlen,
+                    "checkpoint %" PRIu64 ": shard 0 holds %" PRIu64 " examples, shard %u %" PRIu64,
+                    want, co->tmp[0].examples_applied, s, co->tmp[s].examples_applied);
             return MT_CORRUPT;
         }
     }
@@ -263,7 +252,7 @@ mt_err_t mt_coord_check(mt_coord_t *co, char *errbuf, size_t errlen) {
     }
     for (uint32_t s = 0; s < co->n; s++) {
         if (co->tmp[s].incarnation != co->incarnation[s]) {
-            errf(errbuf, errlen, "shard %u is in another incarnation (it restarted)", s);
+            mt_msgf(errbuf, errlen, "shard %u is in another incarnation (it restarted)", s);
             return MT_MISMATCH;
         }
     }

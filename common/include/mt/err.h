@@ -11,6 +11,8 @@
 #ifndef MT_ERR_H
 #define MT_ERR_H
 
+#include <stddef.h>
+
 /* X(name, value, grpc_status, message) */
 #define MT_ERR_MAP(X)                                                                \
     X(OK, 0, 0, "success")                                                           \
@@ -47,5 +49,11 @@ const char *mt_err_name(mt_err_t err);
 
 /** @returns the numeric gRPC status code a daemon answers @p err with (13 INTERNAL if unknown). */
 int mt_err_grpc_status(mt_err_t err);
+
+/**
+ * Formats a message into a caller's error buffer (the errbuf / errlen pairs of the API).
+ * NULL @p buf or 0 @p len: nothing. Thread-safe (writes @p buf only).
+ */
+void mt_msgf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif /* MT_ERR_H */
