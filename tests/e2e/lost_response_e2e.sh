@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Exactly-once under a lost response (docs/checkpoint.md, "Steps are never retried"), counted:
+# on monolith-kafka-dev, two monolith-ps shards with snapshot stores and
+# monolith-trainer --online with trainer.checkpoint_interval_s = 1, which reaches PS shard 1
+# through mt_faultproxy (tests/e2e/faultproxy.c), while `monolith gen --kafka --rate`
+# produces N examples. WINDOWS times, spaced through the stream, the proxy is triggered
+# (SIGUSR1) and waits for the next ApplyGradients that carries examples (gradients, field 2,
+# and examples, field 5: --arm-fields 2:2,5:0); it forwards it to the shard, which applies
+# it and answers; the proxy drops the answer for DROP_MS, then resets the connection. Then:
+#  1. each window forwarded the request and dropped at least one complete response (its
+#     gRPC trailers): the shard applied a step whose answer the trainer never got;
+#  2. the trainer did not retry the call (its PS client makes no transport retries in this
+#     mode) but recovered: every shard back to the last complete checkpoint, the consumer
+#     to its offsets;
+#  3. once everything is consumed, every shard's examples_applied is exactly N, the number
+#     of messages in the topic: the step whose answer was lost was not applied twice.
+# Each window waits for a checkpoint since the last recovery, so that every recovery goes back
+# to one (not to the empty state). A trainer that retried (a PS client with retries > 0)
+# would apply the step a second time on shard 1: shard 1 counts more examples than shard 0;
+# the trainer's next checkpoint sees the shards disagree and it stops, and the test fails
+# with both counters (or, if it went on, at 3 with shard 1 above N, and at 2).
+# MT_LR_EXAMPLES, MT_LR_RATE, MT_LR_WINDOWS, MT_LR_DROP_MS change N, the rate, the windows
+# and their length; MT_LR_KEEP=1 keeps the temporary directory (logs).
+# Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_FAULTPROXY_BIN, MT_SOURCE_DIR;
+# kcat.
+set -euo pipefail
+: "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
+: "${MT_FAULTPROXY_BIN:?}"
+command -v kcat > /dev/null || { echo "FAIL: kcat is missing (apt-get install kcat)" >&2; exit 1; }
+N=${MT_LR_EXAMPLES:-24000}
+RATE=${MT_LR_RATE:-2000}
+WINDOWS=${MT_LR_WINDOWS:-3}
+DROP_MS=${MT_LR_DROP_MS:-400}
+tmp=$(mktemp -d /tmp/mt-lr-e2e-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${MT_LR_KEEP:-}" ] && { echo "kept $tmp"; return; }
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+sanitizer_reports() { cat "$tmp"/*.err 2>/dev/null | grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:|(Direct|Indirect) leak of" >&2 || true; }
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$tmp"/*.err "$tmp/proxy.log"; do echo "--- $f" >&2; tail -25 "$f" >&2; done
+  sanitizer_reports
+  exit 1
+}
+t0=$(date +%s.%N)
+elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+say() { echo "[$(elapsed) s] $*"; }
+jnum() { sed -n "s/.*\"$2\": *\([-0-9.e+]*\).*/\1/p" <<< "$1" | head -1; }
+# examples_applied of shard i (asked directly, not through the proxy), or nothing while it
+# does not answer
+applied() {
+  local s
+  s=$("$MT_CLI_BIN" stats --addr "127.0.0.1:${port[$1]}" 2> /dev/null) || return 0
+  jnum "$s" examples_applied
+}
+# fails at once if the proxy or the trainer exited (the trainer stops when the shards
+# disagree on a checkpoint)
+check_alive() {
+  local st=0
+  if ! kill -0 "$px_pid" 2> /dev/null; then
+    wait "$px_pid" || st=$?
+    fail "the proxy exited with $st"
+  fi
+  [ -z "${tr_pid:-}" ] || kill -0 "$tr_pid" 2> /dev/null && return 0
+  wait "$tr_pid" || st=$?
+  fail "the trainer exited with $st ($(grep ERROR "$tmp/tr.err" | tail -1 | sed 's/.*trainer: //'));" \
+       "examples_applied: shard 0 $(applied 0), shard 1 $(applied 1)"
+}
+wait_port_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
+# waits until shard 0 reflects at least $1 examples (or the deadline $2 s passes)
+wait_applied() {
+  local end=$(( $(date +%s) + $2 ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    local a; a=$(applied 0)
+    [ -n "$a" ] && [ "$a" -ge "$1" ] && return 0
+    check_alive
+    sleep 0.2
+  done
+  fail "shard 0 did not reach $1 examples in $2 s (at: $(applied 0))"
+}
+# how many recoveries the trainer logged (trainer/src/coord.c), and how many followed a
+# failed step (trainer/main.c)
+recoveries() { grep -c "recovered 2 shards" "$tmp/tr.err" 2> /dev/null || true; }
+step_failures() { grep -c "training step: .*: recovering" "$tmp/tr.err" 2> /dev/null || true; }
+checkpoints() { grep -c "trainer: checkpoint [0-9]*: 2 shards" "$tmp/tr.err" 2> /dev/null || true; }
+field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<< "$2"; } # field NAME LINE
+
+"$MT_KAFKA_BIN" --topics examples:4 --bootstrap-file "$tmp/bootstrap" \
+  > /dev/null 2> "$tmp/kafka.err" &
+pids+=($!)
+wait_port_file "$tmp/bootstrap"
+bs=$(cat "$tmp/bootstrap")
+conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
+model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set ps.admin_token=s3cret
+       --set kafka.session_timeout_ms=6000 --set "kafka.bootstrap=$bs")
+
+declare -a port ps_pid
+for i in 0 1; do
+  "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 --listen 127.0.0.1:0 \
+    --port-file "$tmp/ps$i.port" --set "ps.snapshot_dir=$tmp/ps$i" --set ps.snapshot_keep=3 \
+    2> "$tmp/ps$i.err" &
+  ps_pid[$i]=$!
+  pids+=($!)
+done
+for i in 0 1; do wait_port_file "$tmp/ps$i.port"; port[$i]=$(cat "$tmp/ps$i.port"); done
+
+# shard 1 through the proxy; it opens a window at an ApplyGradientsRequest with gradients
+# (field 2, length-delimited) and examples (field 5, varint): the last apply of a step
+"$MT_FAULTPROXY_BIN" --target "127.0.0.1:${port[1]}" --port-file "$tmp/proxy.port" \
+  --drop-ms "$DROP_MS" --arm-fields 2:2,5:0 --arm-timeout-ms 10000 --log "$tmp/proxy.log" \
+  2> "$tmp/proxy.err" &
+px_pid=$!
+pids+=($!)
+wait_port_file "$tmp/proxy.port"
+px_port=$(cat "$tmp/proxy.port")
+cluster="127.0.0.1:${port[0]},127.0.0.1:$px_port"
+say "PS shards on ${port[0]} and ${port[1]}; the trainer reaches shard 1 through port $px_port"
+
+say "== producing $N examples at $RATE/s; the trainer starts"
+"$MT_CLI_BIN" gen --examples "$N" --seed 11 --users 2000 --items 500 --kafka "$bs" \
+  --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen.err" &
+gen_pid=$!
+pids+=($!)
+"$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \
+  --set kafka.group=lost --set trainer.batch_size=500 --set trainer.checkpoint_interval_s=1 \
+  --set trainer.recovery_timeout_s=60 --set trainer.progress_interval_ms=0 \
+  --report "$tmp/tr.json" > "$tmp/tr.out" 2> "$tmp/tr.err" &
+tr_pid=$!
+pids+=($!)
+
+no_recovery=()
+summary=()
+ckpt_mark=0
+for k in $(seq "$WINDOWS"); do
+  wait_applied $((N * k / (WINDOWS + 2))) 60
+  # a checkpoint since the last recovery (or the start): the recovery has one to go back to
+  end=$(( $(date +%s) + 30 ))
+  until [ "$(checkpoints)" -gt "$ckpt_mark" ]; do
+    [ "$(date +%s)" -lt "$end" ] || fail "window $k: no checkpoint in 30 s"
+    check_alive
+    sleep 0.1
+  done
+  # an armed proxy waits for the trainer's next apply: examples must still be coming
+  a=$(applied 0)
+  kill -0 "$gen_pid" 2> /dev/null || [ "${a:-$N}" -lt $((N * 3 / 4)) ] ||
+    fail "window $k: the stream ended (shard 0 at ${a:-?} of $N): raise MT_LR_EXAMPLES"
+  before=$(recoveries)
+  say "== window $k: trigger at $(applied 0) examples"
+  kill -USR1 "$px_pid"
+  end=$(( $(date +%s) + 20 ))
+  until grep -qE "window $k closed|trigger $k lapsed" "$tmp/proxy.log"; do
+    [ "$(date +%s)" -lt "$end" ] || fail "window $k: no word from the proxy in 20 s"
+    check_alive
+    sleep 0.05
+  done
+  line=$(grep "window $k closed" "$tmp/proxy.log") ||
+    fail "trigger $k lapsed: the trainer sent no apply with examples in 10 s"
+  fwd=$(field forwarded_c2s "$line") drop=$(field dropped_s2c "$line")
+  lost=$(field lost_responses "$line") matched=$(field matched "$line")
+  say "window $k: $fwd bytes forwarded to shard 1, $drop bytes of answers dropped" \
+      "($lost complete responses), matched=$matched"
+  [ "$matched" = 1 ] || fail "window $k did not open at an apply: $line"
+  [ "$fwd" -gt 0 ] || fail "window $k forwarded nothing to the shard: $line"
+  [ "$drop" -gt 0 ] && [ "$lost" -ge 1 ] ||
+    fail "window $k dropped no response: the shard did not answer the apply: $line"
+  summary+=("window $k: forwarded_c2s=$fwd dropped_s2c=$drop lost_responses=$lost")
+  # the step failed: the trainer recovers (judged at the end, after the counts, so that a
+  # trainer that retried fails on what it did to the counters)
+  end=$(( $(date +%s) + 15 ))
+  while [ "$(recoveries)" -le "$before" ] && [ "$(date +%s)" -lt "$end" ]; do
+    check_alive
+    sleep 0.1
+  done
+  if [ "$(recoveries)" -le "$before" ]; then
+    no_recovery+=("$k")
+    say "window $k: no recovery followed"
+  else
+    say "window $k: $(grep "recovered 2 shards" "$tmp/tr.err" | tail -1 | sed 's/.*trainer: //')"
+  fi
+  ckpt_mark=$(checkpoints)
+done
+
+wait "$gen_pid" || fail "the producer failed"
+grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
+# the number of messages in the topic (a producer retry could have written one twice)
+in_topic=$(kcat -b "$bs" -C -t examples -e -q -f '%p %o\n' 2> /dev/null | wc -l)
+say "produced $N, in the topic $in_topic"
+[ "$in_topic" -eq "$N" ] || fail "the topic holds $in_topic messages, $N were produced"
+
+say "== waiting until both shards reflect $N examples"
+end=$(( $(date +%s) + 60 ))
+while :; do
+  a0=$(applied 0) a1=$(applied 1)
+  [ "${a0:-0}" -ge "$N" ] && [ "${a1:-0}" -ge "$N" ] && break
+  [ "$(date +%s)" -lt "$end" ] || fail "shards at ${a0:-?} / ${a1:-?} of $N examples"
+  check_alive
+  sleep 0.3
+done
+sleep 2 # anything more (a duplicate) would show now
+a0=$(applied 0) a1=$(applied 1)
+say "shard 0: $a0, shard 1: $a1 examples applied (N = $N, in the topic $in_topic)"
+[ "$a0" -eq "$N" ] || fail "shard 0 reflects $a0 examples, not $N"
+[ "$a1" -eq "$N" ] || fail "shard 1 reflects $a1 examples, not $N: a step was applied twice"
+[ "${#no_recovery[@]}" -eq 0 ] ||
+  fail "no recovery after window(s) ${no_recovery[*]}: the trainer went on (a retry?)"
+rec=$(recoveries) steps=$(step_failures)
+[ "$steps" -ge "$WINDOWS" ] ||
+  fail "$steps failed steps logged for $WINDOWS windows: $(grep "training step" "$tmp/tr.err")"
+
+say "== SIGTERM the trainer (a last checkpoint), the proxy and the shards"
+kill -TERM "$tr_pid"
+wait "$tr_pid" || fail "the trainer exited with $?"
+report=$(cat "$tmp/tr.json")
+[ "$(jnum "$report" recoveries)" = "$rec" ] ||
+  fail "the report says $(jnum "$report" recoveries) recoveries, the log $rec"
+kill -TERM "$px_pid"
+wait "$px_pid" || fail "the proxy exited with $?"
+for i in 0 1; do kill -TERM "${ps_pid[$i]}"; done
+for i in 0 1; do wait "${ps_pid[$i]}" || fail "PS shard $i exited with $?"; done
+# the trainer, the proxy and the shards exited by themselves: LeakSanitizer ran in an ASan build
+if cat "$tmp"/*.err | grep -qE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:"; then
+  fail "sanitizer reports"
+fi
+for s in "${summary[@]}"; do say "$s"; done
+say "lost responses: N=$N, shard 0 $a0, shard 1 $a1, $WINDOWS windows, $steps failed steps," \
+    "$rec recoveries (1 at start), $(jnum "$report" checkpoints) checkpoints: all good"
