@@ -296,17 +296,18 @@ static int train_batch(daemon_t *d, const mt_batch_t *b, float *probs, double *l
             return 0;
         }
         atomic_fetch_add(&d->ctr.ps_errors, 1);
+        const char *sep = err[0] ? ": " : "";
         if (e == MT_MISMATCH || e == MT_INVALID || e == MT_NOMEM) {
-            mt_log(MT_LOG_ERROR, WHO, "training step: %s %s", mt_strerror(e), err);
+            mt_log(MT_LOG_ERROR, WHO, "training step: %s%s%s", mt_strerror(e), sep, err);
             return 1;
         }
         if (d->exact) {
-            mt_log(MT_LOG_WARN, WHO, "training step: %s %s: recovering", mt_strerror(e), err);
+            mt_log(MT_LOG_WARN, WHO, "training step: %s%s%s: recovering", mt_strerror(e), sep, err);
             return 2;
         }
         if (attempt == 20 || stop_requested(d)) {
-            mt_log(MT_LOG_ERROR, WHO, "training step failed %d times: %s %s", attempt + 1,
-                   mt_strerror(e), err);
+            mt_log(MT_LOG_ERROR, WHO, "training step failed %d times: %s%s%s", attempt + 1,
+                   mt_strerror(e), sep, err);
             return 1;
         }
         mt_log(MT_LOG_WARN, WHO, "training step: %s %s (retrying)", mt_strerror(e), err);

@@ -127,7 +127,8 @@ static mt_err_t choose(mt_coord_t *co, mt_coord_point_t *pt, uint64_t *max_id, c
         if (!same_offsets(c0, cs) || cs->examples_applied != c0->examples_applied) {
             mt_msgf(errbuf, errlen,
                     "checkpoint %" PRIu64 ": shards 0 and %u disagree (offsets or examples %" PRIu64
-                    " vs %" PRIu64 "): was it written by two coordinators?",
+                    " vs %" PRIu64
+                    "): written by two coordinators, or a step applied twice (a retried call)?",
                     best, s, c0->examples_applied, cs->examples_applied);
             return MT_CORRUPT;
         }
