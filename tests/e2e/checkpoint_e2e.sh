@@ -20,28 +20,11 @@
 set -euo pipefail
 : "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
 : "${MT_SERVING_BIN:?}" "${MT_LOADGEN_BIN:?}"
-command -v kcat > /dev/null || { echo "FAIL: kcat is missing (apt-get install kcat)" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+need_kcat
 N=${MT_CKPT_EXAMPLES:-24000}
 RATE=${MT_CKPT_RATE:-2000}
-tmp=$(mktemp -d /tmp/mt-ckpt-e2e-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-sanitizer_reports() { cat "$tmp"/*.err 2>/dev/null | grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:|(Direct|Indirect) leak of" >&2 || true; }
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.err; do echo "--- $f" >&2; tail -25 "$f" >&2; done
-  sanitizer_reports
-  exit 1
-}
-t0=$(date +%s.%N)
-elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-say() { echo "[$(elapsed) s] $*"; }
-jnum() { sed -n "s/.*\"$2\": *\([-0-9.e+]*\).*/\1/p" <<< "$1" | head -1; }
+e2e_init ckpt-e2e
 # stats of shard i: "examples_applied rows dense_version incarnation last_checkpoint_id", or
 # nothing while it does not answer
 stats() {
@@ -51,7 +34,6 @@ stats() {
        "$(jnum "$s" incarnation) $(jnum "$s" last_checkpoint_id)"
 }
 applied() { local a; a=$(stats "$1"); echo "${a%% *}"; }
-wait_port_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
 # waits until shard 0 reflects at least $1 examples (or the deadline $2 s passes)
 wait_applied() {
   local end=$(( $(date +%s) + $2 ))
@@ -62,19 +44,8 @@ wait_applied() {
   done
   fail "shard 0 did not reach $1 examples in $2 s (at: $(applied 0))"
 }
-metric() { # metric PORT NAME: the value of the first sample of NAME
-  local body
-  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 0
-  printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
-  body=$(cat <&3); exec 3<&-
-  awk -v n="$2" '$1 == n || index($1, n "{") == 1 { print $2; exit }' <<< "$body"
-}
 
-"$MT_KAFKA_BIN" --topics examples:4,features:4 --bootstrap-file "$tmp/bootstrap" \
-  > /dev/null 2> "$tmp/kafka.err" &
-pids+=($!)
-wait_port_file "$tmp/bootstrap"
-bs=$(cat "$tmp/bootstrap")
+start_kafka examples:4,features:4
 conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
 model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set ps.admin_token=s3cret
        --set kafka.session_timeout_ms=6000 --set "kafka.bootstrap=$bs")

@@ -11,31 +11,11 @@
 # Needs MT_JOINER_BIN, MT_KAFKA_BIN, MT_JOINER_TOOL; kcat.
 set -euo pipefail
 : "${MT_JOINER_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_JOINER_TOOL:?}"
-command -v kcat > /dev/null || { echo "FAIL: kcat is missing (apt-get install kcat)" >&2; exit 1; }
-tmp=$(mktemp -d /tmp/mt-joiner-e2e-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-# sanitizer reports of the daemons (their logs are deleted with $tmp) go to our stderr
-sanitizer_reports() { cat "$tmp"/*.err 2>/dev/null | grep -A30 -E "ERROR: AddressSanitizer|runtime error:|(Direct|Indirect) leak of" >&2 || true; }
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.err; do echo "--- $f" >&2; tail -20 "$f" >&2; done
-  sanitizer_reports
-  exit 1
-}
-json() { sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" "$1"; }
+. "$(dirname "$0")/lib.sh"
+need_kcat
+e2e_init joiner-e2e
 
-"$MT_KAFKA_BIN" --topics features:4,actions:4,examples:4 --bootstrap-file "$tmp/bootstrap" \
-  > /dev/null 2> "$tmp/kafka.err" &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$tmp/bootstrap" ] && break; sleep 0.1; done
-[ -s "$tmp/bootstrap" ] || fail "monolith-kafka-dev did not start"
-bs=$(cat "$tmp/bootstrap")
+start_kafka features:4,actions:4,examples:4
 cat > "$tmp/joiner.conf" <<CONF
 [kafka]
 session_timeout_ms = 6000

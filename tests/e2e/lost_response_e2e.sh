@@ -20,37 +20,20 @@
 # the trainer's next checkpoint sees the shards disagree and it stops, and the test fails
 # with both counters (or, if it went on, at 3 with shard 1 above N, and at 2).
 # MT_LR_EXAMPLES, MT_LR_RATE, MT_LR_WINDOWS, MT_LR_DROP_MS change N, the rate, the windows
-# and their length; MT_LR_KEEP=1 keeps the temporary directory (logs).
+# and their length; MT_E2E_KEEP=1 keeps the temporary directory (logs).
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_FAULTPROXY_BIN, MT_SOURCE_DIR;
 # kcat.
 set -euo pipefail
 : "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
 : "${MT_FAULTPROXY_BIN:?}"
-command -v kcat > /dev/null || { echo "FAIL: kcat is missing (apt-get install kcat)" >&2; exit 1; }
+. "$(dirname "$0")/lib.sh"
+need_kcat
 N=${MT_LR_EXAMPLES:-24000}
 RATE=${MT_LR_RATE:-2000}
 WINDOWS=${MT_LR_WINDOWS:-3}
 DROP_MS=${MT_LR_DROP_MS:-400}
-tmp=$(mktemp -d /tmp/mt-lr-e2e-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  [ -n "${MT_LR_KEEP:-}" ] && { echo "kept $tmp"; return; }
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-sanitizer_reports() { cat "$tmp"/*.err 2>/dev/null | grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:|(Direct|Indirect) leak of" >&2 || true; }
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.err "$tmp/proxy.log"; do echo "--- $f" >&2; tail -25 "$f" >&2; done
-  sanitizer_reports
-  exit 1
-}
-t0=$(date +%s.%N)
-elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-say() { echo "[$(elapsed) s] $*"; }
-jnum() { sed -n "s/.*\"$2\": *\([-0-9.e+]*\).*/\1/p" <<< "$1" | head -1; }
+e2e_init lr-e2e
+E2E_LOGS=("$tmp/proxy.log")
 # examples_applied of shard i (asked directly, not through the proxy), or nothing while it
 # does not answer
 applied() {
@@ -71,7 +54,6 @@ check_alive() {
   fail "the trainer exited with $st ($(grep ERROR "$tmp/tr.err" | tail -1 | sed 's/.*trainer: //'));" \
        "examples_applied: shard 0 $(applied 0), shard 1 $(applied 1)"
 }
-wait_port_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; fail "no $1"; }
 # waits until shard 0 reflects at least $1 examples (or the deadline $2 s passes)
 wait_applied() {
   local end=$(( $(date +%s) + $2 ))
@@ -90,11 +72,7 @@ step_failures() { grep -c "training step: .*: recovering" "$tmp/tr.err" 2> /dev/
 checkpoints() { grep -c "trainer: checkpoint [0-9]*: 2 shards" "$tmp/tr.err" 2> /dev/null || true; }
 field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<< "$2"; } # field NAME LINE
 
-"$MT_KAFKA_BIN" --topics examples:4 --bootstrap-file "$tmp/bootstrap" \
-  > /dev/null 2> "$tmp/kafka.err" &
-pids+=($!)
-wait_port_file "$tmp/bootstrap"
-bs=$(cat "$tmp/bootstrap")
+start_kafka examples:4
 conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
 model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set ps.admin_token=s3cret
        --set kafka.session_timeout_ms=6000 --set "kafka.bootstrap=$bs")

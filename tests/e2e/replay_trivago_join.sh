@@ -21,16 +21,9 @@ if [ ! -r "$data" ]; then
   echo "replay_trivago_join: $data missing: real-data test not run"
   exit 0
 fi
-tmp=$(mktemp -d /tmp/mt-replay-join-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-json() { sed -n "s/.*\"$2\": *\([-0-9.e+]*\).*/\1/p" "$1" | head -1; }
+. "$(dirname "$0")/lib.sh"
+E2E_KILL=TERM # the daemons stop cleanly at the end
+e2e_init replay-join
 
 echo "== 1. labels straight from the file"
 # Click-out rows: fields 1-6 (user, session, timestamp, step, action_type, reference) and
@@ -46,11 +39,7 @@ negatives=$((shown - positives))
 echo "click-outs $clickouts, shown $shown, positives $positives, negatives $negatives"
 [ "$clickouts" -gt 10000 ] || fail "too few click-outs: $clickouts"
 
-"$MT_KAFKA_BIN" --topics features:8,actions:8,examples:32 --bootstrap-file "$tmp/bootstrap" > /dev/null 2> "$tmp/kafka.err" &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$tmp/bootstrap" ] && break; sleep 0.1; done
-[ -s "$tmp/bootstrap" ] || { cat "$tmp/kafka.err" >&2; fail "monolith-kafka-dev did not start"; }
-bs=$(cat "$tmp/bootstrap")
+start_kafka features:8,actions:8,examples:32
 
 echo "== 2. replay"
 start=$(date +%s.%N)

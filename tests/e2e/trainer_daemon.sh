@@ -11,17 +11,8 @@
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN and MT_SOURCE_DIR.
 set -euo pipefail
 : "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_SOURCE_DIR:?}"
-tmp=$(mktemp -d /tmp/mt-trainer-e2e-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-json() { # json FILE KEY -> the number after "KEY":
-  sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" "$1"
-}
+. "$(dirname "$0")/lib.sh"
+e2e_init trainer-e2e
 
 conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
 small=(--set trainer.hidden=64,32 --set trainer.batch_size=500 --set trainer.progress_interval_ms=200

@@ -11,23 +11,11 @@
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
 set -euo pipefail
 : "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
-command -v kcat > /dev/null || { echo "FAIL: kcat is missing (apt-get install kcat)" >&2; exit 1; }
-tmp=$(mktemp -d /tmp/mt-trainer-online-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-json() { sed -n "s/.*\"$2\": \([-0-9.e+]*\).*/\1/p" "$1"; }
-
-"$MT_KAFKA_BIN" --topics examples:4 --bootstrap-file "$tmp/bootstrap" > /dev/null 2> "$tmp/kafka.err" &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$tmp/bootstrap" ] && break; sleep 0.1; done
-[ -s "$tmp/bootstrap" ] || { cat "$tmp/kafka.err" >&2; fail "monolith-kafka-dev did not start"; }
-bs=$(cat "$tmp/bootstrap")
+. "$(dirname "$0")/lib.sh"
+need_kcat
+E2E_KILL=TERM # the daemons stop cleanly at the end
+e2e_init trainer-online
+start_kafka examples:4
 conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
 common=(--config "$conf" --set "kafka.bootstrap=$bs" --set kafka.session_timeout_ms=6000
         --set trainer.hidden=32,16 --set trainer.batch_size=500 --set trainer.auc_window=2000

@@ -1,0 +1,82 @@
+# lib.sh - what the end-to-end scripts of tests/e2e/ share. Source it right after
+# `set -euo pipefail`:   . "$(dirname "$0")/lib.sh"; e2e_init NAME
+#
+#   e2e_init NAME        $tmp: a new temporary directory (/tmp/mt-NAME-XXXXXX), removed at exit
+#                        unless MT_E2E_KEEP is set; pids: the processes the script started
+#                        (pids+=($!)), killed at exit with signal $E2E_KILL (default KILL;
+#                        TERM lets them exit cleanly) and waited for
+#   fail MSG...          prints FAIL: MSG, the last lines of every $tmp/*.err and of the files
+#                        in E2E_LOGS, and the sanitizer reports in them; exits 1
+#   sanitizer_reports    prints the ASan / LSan / UBSan reports of $tmp/*.err on stderr
+#   say MSG...           MSG after the seconds since e2e_init
+#   jnum TEXT KEY        the first number after "KEY": in a JSON text
+#   json FILE KEY        the same, in a file
+#   need_kcat            fails unless kcat is installed
+#   wait_port_file F     waits up to 20 s for the file F to be written (a daemon's port)
+#   start_kafka TOPICS   starts monolith-kafka-dev ($MT_KAFKA_BIN) with TOPICS (name:parts,...),
+#                        logs in $tmp/kafka.err; sets bs to its bootstrap address
+#   metric PORT NAME     the value of the first sample of NAME at http://127.0.0.1:PORT/metrics
+
+E2E_KILL=${E2E_KILL:-KILL}
+E2E_LOGS=()
+pids=()
+
+e2e_init() {
+  tmp=$(mktemp -d "/tmp/mt-$1-XXXXXX")
+  t0=$(date +%s.%N)
+  trap e2e_cleanup EXIT
+}
+
+e2e_cleanup() {
+  for p in "${pids[@]}"; do kill -s "$E2E_KILL" "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ -n "${MT_E2E_KEEP:-}" ]; then echo "kept $tmp" >&2; return; fi
+  rm -rf "$tmp"
+}
+
+sanitizer_reports() {
+  cat "$tmp"/*.err 2>/dev/null |
+    grep -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error:|(Direct|Indirect) leak of" >&2 || true
+}
+
+fail() {
+  echo "FAIL: $*" >&2
+  local f
+  for f in "$tmp"/*.err "${E2E_LOGS[@]}"; do
+    [ -e "$f" ] || continue
+    echo "--- $f" >&2
+    tail -25 "$f" >&2
+  done
+  sanitizer_reports
+  exit 1
+}
+
+elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+say() { echo "[$(elapsed) s] $*"; }
+jnum() { sed -n "s/.*\"$2\": *\([-0-9.e+]*\).*/\1/p" <<< "$1" | head -1; }
+json() { sed -n "s/.*\"$2\": *\([-0-9.e+]*\).*/\1/p" "$1" | head -1; }
+
+need_kcat() {
+  command -v kcat > /dev/null || { echo "FAIL: kcat is missing (apt-get install kcat)" >&2; exit 1; }
+}
+
+wait_port_file() {
+  for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done
+  fail "no $1"
+}
+
+start_kafka() {
+  "$MT_KAFKA_BIN" --topics "$1" --bootstrap-file "$tmp/bootstrap" > /dev/null 2> "$tmp/kafka.err" &
+  pids+=($!)
+  wait_port_file "$tmp/bootstrap"
+  bs=$(cat "$tmp/bootstrap")
+}
+
+metric() {
+  local body
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 0
+  printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
+  body=$(cat <&3)
+  exec 3<&-
+  awk -v n="$2" '$1 == n || index($1, n "{") == 1 { print $2; exit }' <<< "$body"
+}
