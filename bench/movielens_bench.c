@@ -57,6 +57,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/readers.h"
@@ -91,13 +92,6 @@ typedef struct result {
     double auc, logloss, examples_per_s;
     uint64_t rows;
 } result_t;
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static int exists(const char *path) {
     struct stat st;
@@ -246,7 +240,7 @@ static mt_err_t run(const opts_t *o, const mt_batch_t *all, const size_t *train,
     for (int e = 0; e < o->epochs; e++) {
         if (o->shuffle)
             for (size_t i = ntrain - 1; i > 0; i--) {
-                size_t j = (size_t)(splitmix64(&rng) % (i + 1)), t = order[i];
+                size_t j = (size_t)(mt_bench_splitmix64(&rng) % (i + 1)), t = order[i];
                 order[i] = order[j];
                 order[j] = t;
             }
@@ -300,10 +294,7 @@ static void mean_std(const double *x, int n, double *mean, double *sd) {
 /* A salted bijection of 64-bit values (the splitmix64 finalizer), truncated to a fid's 48
  * bits: what hashing an id before a fixed-size table does; each salt a new hash function. */
 static uint64_t mix48(uint64_t v, uint64_t salt) {
-    v ^= salt * 0x9E3779B97F4A7C15ull;
-    v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ull;
-    v = (v ^ (v >> 27)) * 0x94D049BB133111EBull;
-    return (v ^ (v >> 31)) & 0xFFFFFFFFFFFFull;
+    return mt_bench_mix64(v ^ salt * MT_BENCH_GOLDEN64) & 0xFFFFFFFFFFFFull;
 }
 
 /* Replaces the values of slot index @p s by mix48() of them, in place. */

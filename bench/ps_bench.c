@@ -53,12 +53,10 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -67,6 +65,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "bench_util.h"
 #include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/psclient.h"
@@ -77,9 +76,8 @@
 #error "MT_PS_BIN must name the monolith-ps binary"
 #endif
 
-#define SLOT         1
-#define MAX_THREADS  16
-#define MAX_CHILDREN 8
+#define SLOT        1
+#define MAX_THREADS 16
 
 typedef struct opts {
     uint64_t rows;  /* ids in each cluster and in Redis */
@@ -97,19 +95,6 @@ typedef struct opts {
 
 /* ============================== helpers ============================== */
 
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
-
-static uint64_t mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* The i-th id of a key set: random-looking, computable from its index, and distinct for
  * distinct i (a bijection on the 48 value bits: xorshifts and odd multipliers mod 2^48;
  * truncating a 64-bit hash would collide about once in 5 sets of 10M ids). */
@@ -125,170 +110,17 @@ static uint64_t key_of(uint64_t i, uint64_t seed) {
 }
 
 static void emit(const char *metric, double value, const char *unit, const char *extra) {
-    printf("{\"bench\":\"ps\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
-           value, unit, extra && *extra ? "," : "", extra ? extra : "");
-    fflush(stdout);
+    mt_bench_emit("ps", metric, value, unit, extra);
 }
 
-static void appendf(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void appendf(char *buf, size_t len, const char *fmt, ...) {
-    size_t l = strlen(buf);
-    if (l >= len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + l, len - l, fmt, ap);
-    va_end(ap);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Rates of repeated runs: median, min, max (the machine is shared and noisy). */
-typedef struct rates {
-    double v[32];
-    int n;
-} rates_t;
-
-static double rates_median(rates_t *r) {
-    qsort(r->v, (size_t)r->n, sizeof(double), cmp_double);
-    return r->v[r->n / 2];
-}
-
-/* Latency samples in microseconds. */
-typedef struct samples {
-    double *v;
-    size_t n, cap;
-} samples_t;
-
-static int samples_push(samples_t *s, double x) {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 4096;
-        double *v = realloc(s->v, cap * sizeof(double));
-        if (!v) return -1;
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n++] = x;
-    return 0;
-}
-
-static double samples_pct(samples_t *s, double p) {
+/* Percentile of latency samples sorted ascending: v[floor(p * n)]. */
+static double samples_pct(const mt_bench_samples_t *s, double p) {
     if (!s->n) return 0;
     size_t i = (size_t)(p * (double)s->n);
     return s->v[i < s->n ? i : s->n - 1];
 }
 
-/* ============================== processes and clean-up ============================== */
-
-/* Everything this program started and has not reaped, and its temporary directory: the
- * atexit hook and the signal handler stop and remove them. Written by the main thread only
- * (children are forked from it, so PR_SET_PDEATHSIG follows the program's life). */
-static volatile pid_t g_children[MAX_CHILDREN];
-static char g_root[128];
-
-static void forget_child(pid_t pid) {
-    for (int i = 0; i < MAX_CHILDREN; i++)
-        if (g_children[i] == pid) g_children[i] = 0;
-}
-
-/* rm -rf g_root with fork/exec only: usable from the signal handler. */
-static void remove_root(void) {
-    if (!g_root[0]) return;
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/rm", "rm", "-rf", g_root, (char *)NULL);
-        _exit(127);
-    }
-    if (pid > 0) waitpid(pid, NULL, 0);
-    g_root[0] = 0;
-}
-
-static void kill_children(void) {
-    for (int i = 0; i < MAX_CHILDREN; i++) {
-        pid_t pid = g_children[i];
-        if (pid > 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            g_children[i] = 0;
-        }
-    }
-}
-
-static void cleanup_at_exit(void) {
-    kill_children();
-    remove_root();
-}
-
-static void on_signal(int sig) {
-    kill_children();
-    remove_root();
-    _exit(128 + sig);
-}
-
-/* Starts argv[0] (PATH search) with stdout and stderr appended to @p log_path. */
-static pid_t spawn(char *const argv[], const char *log_path) {
-    int slot = -1;
-    for (int i = 0; i < MAX_CHILDREN && slot < 0; i++)
-        if (!g_children[i]) slot = i;
-    if (slot < 0) return -1;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(1); /* the bench died before prctl */
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execvp(argv[0], argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    g_children[slot] = pid;
-    return pid;
-}
-
-/* 1 if @p pid has exited (then reaped and forgotten, status in *ws), else 0. */
-static int child_exited(pid_t pid, int *ws) {
-    int st = 0;
-    if (waitpid(pid, &st, WNOHANG) == pid) {
-        forget_child(pid);
-        if (ws) *ws = st;
-        return 1;
-    }
-    return 0;
-}
-
-/* Sends @p sig, waits up to 10 s, then SIGKILL. @returns the wait status (-1 if killed). */
-static int stop_child(pid_t pid, int sig) {
-    int ws = 0;
-    kill(pid, sig);
-    for (int i = 0; i < 200; i++) {
-        if (child_exited(pid, &ws)) return ws;
-        sleep_s(0.05);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    forget_child(pid);
-    return -1;
-}
-
-static void print_log_tail(const char *path) {
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "tail -n 20 '%s' >&2", path);
-    int rc = system(cmd);
-    (void)rc;
-}
+/* ============================== processes ============================== */
 
 static int free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -316,20 +148,11 @@ typedef struct cluster {
     mt_psc_t *psc;
 } cluster_t;
 
-static int read_port_file(const char *path) {
-    FILE *f = fopen(path, "r");
-    int v = 0;
-    if (!f) return 0;
-    if (fscanf(f, "%d", &v) != 1) v = 0;
-    fclose(f);
-    return v;
-}
-
 static int cluster_start(const opts_t *o, uint32_t n, cluster_t *cl) {
     memset(cl, 0, sizeof(*cl));
     cl->n = n;
     char conf[200];
-    snprintf(conf, sizeof(conf), "%s/ps%u.conf", g_root, n);
+    snprintf(conf, sizeof(conf), "%s/ps%u.conf", mt_bench_root(), n);
     FILE *f = fopen(conf, "w");
     if (!f) {
         fprintf(stderr, "ps_bench: %s: %s\n", conf, strerror(errno));
@@ -346,27 +169,23 @@ static int cluster_start(const opts_t *o, uint32_t n, cluster_t *cl) {
     for (uint32_t i = 0; i < n; i++) {
         char shard[16];
         snprintf(shard, sizeof(shard), "%u", i);
-        snprintf(portf[i], sizeof(portf[i]), "%s/ps%u-%u.port", g_root, n, i);
-        snprintf(cl->log[i], sizeof(cl->log[i]), "%s/ps%u-%u.log", g_root, n, i);
+        snprintf(portf[i], sizeof(portf[i]), "%s/ps%u-%u.port", mt_bench_root(), n, i);
+        snprintf(cl->log[i], sizeof(cl->log[i]), "%s/ps%u-%u.log", mt_bench_root(), n, i);
         char *argv[] = {MT_PS_BIN,     "--config", conf,          "--shard", shard,
                         "--port-file", portf[i],   "--log-level", "warn",    NULL};
-        cl->pid[i] = spawn(argv, cl->log[i]);
+        cl->pid[i] = mt_bench_spawn(argv, cl->log[i]);
         if (cl->pid[i] < 0) {
             fprintf(stderr, "ps_bench: cannot start %s: %s\n", MT_PS_BIN, strerror(errno));
             return -1;
         }
     }
     for (uint32_t i = 0; i < n; i++) {
-        double t0 = mt_mono_s();
-        while (!(cl->port[i] = read_port_file(portf[i]))) {
-            int ws = 0;
-            if (child_exited(cl->pid[i], &ws) || mt_mono_s() - t0 > 30) {
-                fprintf(stderr, "ps_bench: shard %u of %u did not start (status %d); %s:\n", i, n,
-                        ws, cl->log[i]);
-                print_log_tail(cl->log[i]);
-                return -1;
-            }
-            sleep_s(0.02);
+        int ws = 0;
+        if ((cl->port[i] = mt_bench_wait_port(portf[i], cl->pid[i], 30, &ws)) < 0) {
+            fprintf(stderr, "ps_bench: shard %u of %u did not start (status %d); %s:\n", i, n, ws,
+                    cl->log[i]);
+            mt_bench_log_tail(cl->log[i]);
+            return -1;
         }
     }
     char addr[2][32];
@@ -394,11 +213,11 @@ static int cluster_stop(cluster_t *cl) {
     cl->psc = NULL;
     for (uint32_t i = 0; i < cl->n; i++) {
         if (cl->pid[i] <= 0) continue;
-        int ws = stop_child(cl->pid[i], SIGTERM);
+        int ws = mt_bench_child_stop(cl->pid[i], SIGTERM);
         if (ws == -1 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
             fprintf(stderr, "ps_bench: shard %u of %u ended badly (status %d); %s:\n", i, cl->n, ws,
                     cl->log[i]);
-            print_log_tail(cl->log[i]);
+            mt_bench_log_tail(cl->log[i]);
             rc = -1;
         }
         cl->pid[i] = 0;
@@ -463,21 +282,22 @@ static redisContext *redis_connect(int port, char *err, size_t errlen) {
 /* Starts redis-server on a free port; waits until it answers PING. */
 static int redis_start(const opts_t *o, redis_t *r) {
     memset(r, 0, sizeof(*r));
-    snprintf(r->log, sizeof(r->log), "%s/redis.log", g_root);
+    snprintf(r->log, sizeof(r->log), "%s/redis.log", mt_bench_root());
     for (int attempt = 0; attempt < 3; attempt++) { /* the free port may be taken meanwhile */
         r->port = free_port();
         if (r->port <= 0) break;
         char port[16];
         snprintf(port, sizeof(port), "%d", r->port);
+        char *dir = (char *)mt_bench_root(); /* execvp's argv is not const */
         char *argv[] = {
             (char *)o->redis_bin, "--port", port,          "--bind", "127.0.0.1", "--save", "",
-            "--appendonly",       "no",     "--daemonize", "no",     "--dir",     g_root,   NULL};
-        r->pid = spawn(argv, r->log);
+            "--appendonly",       "no",     "--daemonize", "no",     "--dir",     dir,      NULL};
+        r->pid = mt_bench_spawn(argv, r->log);
         if (r->pid < 0) break;
         double t0 = mt_mono_s();
         int ws = 0;
         while (mt_mono_s() - t0 < 10) {
-            if (child_exited(r->pid, &ws)) {
+            if (mt_bench_child_exited(r->pid, &ws)) {
                 r->pid = 0;
                 break;
             }
@@ -499,10 +319,10 @@ static int redis_start(const opts_t *o, redis_t *r) {
                 }
                 redisFree(rc);
             }
-            sleep_s(0.02);
+            mt_bench_sleep_s(0.02);
         }
         if (r->pid > 0) {
-            stop_child(r->pid, SIGKILL);
+            mt_bench_child_stop(r->pid, SIGKILL);
             r->pid = 0;
         }
         if (WIFEXITED(ws) && WEXITSTATUS(ws) == 127) break; /* not installed */
@@ -511,12 +331,12 @@ static int redis_start(const opts_t *o, redis_t *r) {
             "ps_bench: redis-server (%s) did not start; install it with scripts/setup.sh or "
             "pass --no-redis. %s:\n",
             o->redis_bin, r->log);
-    print_log_tail(r->log);
+    mt_bench_log_tail(r->log);
     return -1;
 }
 
 static void redis_stop(redis_t *r) {
-    if (r->pid > 0) stop_child(r->pid, SIGKILL); /* nothing to keep */
+    if (r->pid > 0) mt_bench_child_stop(r->pid, SIGKILL); /* nothing to keep */
     r->pid = 0;
 }
 
@@ -631,7 +451,7 @@ typedef struct worker {
     redisContext *rc;
     atomic_int *stop;
     size_t next; /* batch index */
-    samples_t *lat;
+    mt_bench_samples_t *lat;
     uint64_t calls;
     int failed;
     char err[320];
@@ -669,7 +489,7 @@ static void *worker_run(void *arg) {
             }
         }
         double us = (mt_mono_s() - t0) * 1e6;
-        if (w->lat && samples_push(w->lat, us)) {
+        if (w->lat && mt_bench_samples_push(w->lat, us)) {
             w->failed = 1;
             snprintf(w->err, sizeof(w->err), "out of memory");
             break;
@@ -685,9 +505,9 @@ out:
 
 /* One measurement: @p nthreads clients for o.seconds. Appends latencies to @p lat (NULL:
  * warm-up). @returns embeddings/s, or -1 on a failed call. */
-static double measure(bench_t *b, int sys, int nthreads, double seconds, samples_t *lat) {
+static double measure(bench_t *b, int sys, int nthreads, double seconds, mt_bench_samples_t *lat) {
     worker_t w[MAX_THREADS];
-    samples_t wl[MAX_THREADS];
+    mt_bench_samples_t wl[MAX_THREADS];
     pthread_t th[MAX_THREADS];
     atomic_int stop;
     atomic_init(&stop, 0);
@@ -707,7 +527,7 @@ static double measure(bench_t *b, int sys, int nthreads, double seconds, samples
         if (pthread_create(&th[i], NULL, worker_run, &w[i]) != 0) break;
         started++;
     }
-    if (started == nthreads) sleep_s(seconds);
+    if (started == nthreads) mt_bench_sleep_s(seconds);
     atomic_store(&stop, 1);
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
@@ -724,7 +544,7 @@ static double measure(bench_t *b, int sys, int nthreads, double seconds, samples
         }
         if (lat)
             for (size_t k = 0; k < wl[i].n && !failed; k++)
-                if (samples_push(lat, wl[i].v[k])) failed = 1;
+                if (mt_bench_samples_push(lat, wl[i].v[k])) failed = 1;
         free(wl[i].v);
     }
     if (failed) return -1;
@@ -799,7 +619,7 @@ static int lookup_bench(bench_t *b) {
         perm[i] = b->keys[i] = key_of(i, 0x5eed);
     uint64_t rng = 42;
     for (uint64_t i = o->rows - 1; i > 0; i--) {
-        uint64_t j = mix64(rng++) % (i + 1), t = perm[i];
+        uint64_t j = mt_bench_mix64(rng++ + MT_BENCH_GOLDEN64) % (i + 1), t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
     }
@@ -844,8 +664,8 @@ static int lookup_bench(bench_t *b) {
     if (check_same_values(b)) return -1;
 
     /* Warm-up (connections, caches), then the reps interleaved over systems. */
-    rates_t rate[8][NSYS];
-    samples_t lat[8][NSYS];
+    mt_bench_rates_t rate[8][NSYS];
+    mt_bench_samples_t lat[8][NSYS];
     memset(rate, 0, sizeof(rate));
     memset(lat, 0, sizeof(lat));
     int ret = -1;
@@ -863,34 +683,36 @@ static int lookup_bench(bench_t *b) {
     double med[8][NSYS];
     for (int ti = 0; ti < o->nthreads; ti++) {
         for (int s = 0; s < nsys; s++) {
-            rates_t *r = &rate[ti][s];
-            samples_t *l = &lat[ti][s];
-            med[ti][s] = rates_median(r);
-            qsort(l->v, l->n, sizeof(double), cmp_double);
+            mt_bench_rates_t *r = &rate[ti][s];
+            mt_bench_samples_t *l = &lat[ti][s];
+            med[ti][s] = mt_bench_rates_median(r);
+            mt_bench_sort(l->v, l->n);
             extra[0] = 0;
-            appendf(extra, sizeof(extra), "\"system\":\"%s\",", sys_name[s]);
+            mt_bench_appendf(extra, sizeof(extra), "\"system\":\"%s\",", sys_name[s]);
             if (s == SYS_REDIS)
-                appendf(extra, sizeof(extra),
-                        "\"servers\":\"redis-server %s, one process\",\"client\":\"hiredis MGET\",",
-                        b->redis.version);
+                mt_bench_appendf(
+                    extra, sizeof(extra),
+                    "\"servers\":\"redis-server %s, one process\",\"client\":\"hiredis MGET\",",
+                    b->redis.version);
             else
-                appendf(extra, sizeof(extra),
-                        "\"servers\":\"processes\",\"client\":\"mt_psc_lookup\","
-                        "\"ps_threads\":%u,",
-                        o->ps_threads);
-            appendf(extra, sizeof(extra),
-                    "\"shards\":%u,\"threads\":%d,\"in_flight_per_thread\":1,\"batch\":%u,"
-                    "\"dim\":%u,\"rows\":%llu",
-                    sys_shards[s], o->threads[ti], o->batch, o->dim, (unsigned long long)o->rows);
+                mt_bench_appendf(extra, sizeof(extra),
+                                 "\"servers\":\"processes\",\"client\":\"mt_psc_lookup\","
+                                 "\"ps_threads\":%u,",
+                                 o->ps_threads);
+            mt_bench_appendf(extra, sizeof(extra),
+                             "\"shards\":%u,\"threads\":%d,\"in_flight_per_thread\":1,\"batch\":%u,"
+                             "\"dim\":%u,\"rows\":%llu",
+                             sys_shards[s], o->threads[ti], o->batch, o->dim,
+                             (unsigned long long)o->rows);
             size_t base = strlen(extra);
-            appendf(extra, sizeof(extra),
-                    ",\"calls_per_s\":%.6g,\"p50_us\":%.1f,\"p99_us\":%.1f,\"min\":%.6g,"
-                    "\"max\":%.6g,\"reps\":%d,\"seconds\":%.3g",
-                    med[ti][s] / o->batch, samples_pct(l, 0.5), samples_pct(l, 0.99), r->v[0],
-                    r->v[r->n - 1], r->n, o->seconds);
+            mt_bench_appendf(extra, sizeof(extra),
+                             ",\"calls_per_s\":%.6g,\"p50_us\":%.1f,\"p99_us\":%.1f,\"min\":%.6g,"
+                             "\"max\":%.6g,\"reps\":%d,\"seconds\":%.3g",
+                             med[ti][s] / o->batch, samples_pct(l, 0.5), samples_pct(l, 0.99),
+                             r->v[0], r->v[r->n - 1], r->n, o->seconds);
             emit("lookup_embeddings_per_s", med[ti][s], "embeddings/s", extra);
             extra[base] = 0;
-            appendf(extra, sizeof(extra), ",\"calls\":%zu", l->n);
+            mt_bench_appendf(extra, sizeof(extra), ",\"calls\":%zu", l->n);
             emit("lookup_latency_p50", samples_pct(l, 0.5), "us", extra);
             emit("lookup_latency_p99", samples_pct(l, 0.99), "us", extra);
         }
@@ -1002,7 +824,7 @@ static int snapshot_bench(const opts_t *o) {
     mt_store_t *s = NULL;
     sample_row_t *sample = calloc(NSAMPLE, sizeof(*sample));
     uint64_t rows = o->snapshot_rows;
-    snprintf(dir, sizeof(dir), "%s/store", g_root);
+    snprintf(dir, sizeof(dir), "%s/store", mt_bench_root());
 
     mt_table_slot_config_t sc;
     mt_table_slot_config_init(&sc, SLOT, o->dim);
@@ -1235,19 +1057,13 @@ int main(int argc, char **argv) {
         (o->snapshot_rows && o->snapshot_rows < NSAMPLE))
         usage();
 
-    snprintf(g_root, sizeof(g_root), "/tmp/mt-ps-bench-XXXXXX");
-    if (!mkdtemp(g_root)) {
+    if (!mt_bench_root_create("mt-ps-bench")) {
         fprintf(stderr, "ps_bench: mkdtemp: %s\n", strerror(errno));
         return 1;
     }
-    atexit(cleanup_at_exit);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN); /* a dead redis: an error from hiredis, not a signal */
+    /* Stops what is left and removes the directory at exit and on a signal; SIGPIPE
+     * ignored: a dead redis is an error from hiredis, not a signal. */
+    mt_bench_cleanup_install();
 
     double t0 = mt_mono_s();
     int rc = lookup_bench(&b);

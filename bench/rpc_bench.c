@@ -16,7 +16,6 @@
  *
  * Never asserts on time. Client and server share the machine's cores.
  */
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,6 +23,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+#include "mt/clock.h"
 #include "mt/rpc.h"
 #include "tls_certs.h"
 
@@ -32,27 +33,8 @@
 
 static char dir[64];
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void emit(const char *metric, double v, const char *unit, const char *extra) {
-    printf("{\"bench\":\"rpc\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric, v,
-           unit, *extra ? "," : "", extra);
-    fflush(stdout);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double pct(double *v, size_t n, double p) {
-    if (!n) return NAN;
-    qsort(v, n, sizeof(double), cmp_double);
-    return v[(size_t)(p * (double)(n - 1) + 0.5)];
+    mt_bench_emit("rpc", metric, v, unit, extra);
 }
 
 static void h_empty(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
@@ -141,10 +123,10 @@ typedef struct worker {
 
 static void *worker_main(void *p) {
     worker_t *w = p;
-    while (now_s() < w->until) {
-        double t0 = now_s();
+    while (mt_mono_s() < w->until) {
+        double t0 = mt_mono_s();
         int code = call(w->ch, w->path);
-        double dt = now_s() - t0;
+        double dt = mt_mono_s() - t0;
         if (code == MT_RPC_OK) {
             w->ok++;
         } else if (code == MT_RPC_RESOURCE_EXHAUSTED) {
@@ -162,7 +144,7 @@ static void run_threads(mt_rpc_channel_t *ch, const char *path, int n, double se
                         double **refuse, size_t *nrefuse) {
     worker_t *w = calloc((size_t)n, sizeof(*w));
     pthread_t *th = calloc((size_t)n, sizeof(*th));
-    double until = now_s() + secs;
+    double until = mt_mono_s() + secs;
     for (int i = 0; i < n; i++) {
         w[i] = (worker_t){.ch = ch, .path = path, .until = until, .caprefuse = 100000};
         w[i].refuse_s = malloc(w[i].caprefuse * sizeof(double));
@@ -207,11 +189,12 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 200; i++) /* connect and warm up */
             call(ch, P_EMPTY);
         for (int i = 0; i < ncalls; i++) {
-            double t0 = now_s();
+            double t0 = mt_mono_s();
             call(ch, P_EMPTY);
-            lat[i] = (now_s() - t0) * 1e6;
+            lat[i] = (mt_mono_s() - t0) * 1e6;
         }
-        double p50 = pct(lat, (size_t)ncalls, 0.5), p99 = pct(lat, (size_t)ncalls, 0.99);
+        double p50 = mt_bench_pct(lat, (size_t)ncalls, 0.5),
+               p99 = mt_bench_pct(lat, (size_t)ncalls, 0.99);
         char extra[160];
         snprintf(extra, sizeof(extra), "%s,\"p99_us\":%.1f,\"calls\":%d", mode, p99, ncalls);
         emit("empty_call_p50_us", p50, "us", extra);
@@ -225,14 +208,14 @@ int main(int argc, char **argv) {
         emit("empty_calls_per_s", (double)tot.ok / secs, "calls/s", extra);
         mt_rpc_channel_destroy(ch);
         for (int i = 0; i < nconnect; i++) {
-            double t0 = now_s();
+            double t0 = mt_mono_s();
             mt_rpc_channel_t *c2 = channel(tls, port);
             call(c2, P_EMPTY);
-            lat[i] = (now_s() - t0) * 1e3;
+            lat[i] = (mt_mono_s() - t0) * 1e3;
             mt_rpc_channel_destroy(c2);
         }
         snprintf(extra, sizeof(extra), "%s,\"channels\":%d", mode, nconnect);
-        emit("connect_first_call_p50_ms", pct(lat, (size_t)nconnect, 0.5), "ms", extra);
+        emit("connect_first_call_p50_ms", mt_bench_pct(lat, (size_t)nconnect, 0.5), "ms", extra);
         mt_rpc_server_destroy(s);
     }
     /* Overload: far more callers than 1 thread + 4 queued. */
@@ -252,8 +235,8 @@ int main(int argc, char **argv) {
              "\"threads\":1,\"max_queued\":4,\"handler_ms\":2,\"callers\":32,"
              "\"refused_share\":%.3f,\"refusal_p50_us\":%.1f,\"refusal_p99_us\":%.1f,"
              "\"server_rejected\":%llu,\"other_errors\":%ld",
-             all > 0 ? (double)tot.refused / all : 0.0, pct(rf, nrf, 0.5) * 1e6,
-             pct(rf, nrf, 0.99) * 1e6, (unsigned long long)st.rejected, tot.other);
+             all > 0 ? (double)tot.refused / all : 0.0, mt_bench_pct(rf, nrf, 0.5) * 1e6,
+             mt_bench_pct(rf, nrf, 0.99) * 1e6, (unsigned long long)st.rejected, tot.other);
     emit("overload_served_per_s", (double)tot.ok / secs, "calls/s", extra);
     free(rf);
     mt_rpc_channel_destroy(ch);

@@ -34,21 +34,15 @@
  * measures contention as much as serving.
  */
 #include <cblas.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "bench_util.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/ps.pb-c.h"
 #include "monolith/v1/serving.pb-c.h"
@@ -64,132 +58,28 @@
 #define CANDIDATES      100
 #define SYNC_INTERVAL_S 1.0 /* serving.sync_interval_ms of the sync-lag run */
 #define MAX_SHARDS      4
-#define MAX_CHILDREN    8
 #define PREDICT         "/monolith.v1.Serving/Predict"
 #define LOOKUP          "/monolith.v1.Serving/Lookup"
 #define HEALTH          "/grpc.health.v1.Health/Check"
 
 /* ============================== helpers ============================== */
 
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
-
 static void emit(const char *metric, double v, const char *unit, const char *extra) {
-    printf("{\"bench\":\"serving\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
-           v, unit, *extra ? "," : "", extra);
-    fflush(stdout);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Percentile of v[0..n) (sorts it). */
-static double pct(double *v, size_t n, double p) {
-    if (!n) return NAN;
-    qsort(v, n, sizeof(double), cmp_double);
-    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
-    return v[i < n ? i : n - 1];
-}
-
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    mt_bench_emit("serving", metric, v, unit, extra);
 }
 
 static uint64_t fid(uint32_t slot, uint64_t v) {
     return ((uint64_t)slot << 48) | (v & 0xFFFFFFFFFFFFull);
 }
 
-/* ============================== processes ============================== */
-
-/* What this program started, and its temporary directory: killed and removed at exit or on
- * a signal. Written by the main thread only. */
-static volatile pid_t g_children[MAX_CHILDREN];
-static char g_root[128];
-
-static void kill_children(void) {
-    for (int i = 0; i < MAX_CHILDREN; i++) {
-        pid_t pid = g_children[i];
-        if (pid > 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            g_children[i] = 0;
-        }
-    }
-}
-
-static void remove_root(void) {
-    if (!g_root[0]) return;
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/rm", "rm", "-rf", g_root, (char *)NULL);
-        _exit(127);
-    }
-    if (pid > 0) waitpid(pid, NULL, 0);
-    g_root[0] = 0;
-}
-
-static void cleanup_at_exit(void) {
-    kill_children();
-    remove_root();
-}
-
-static void on_signal(int sig) {
-    kill_children();
-    remove_root();
-    _exit(128 + sig);
-}
-
-static pid_t spawn(char *const argv[], const char *log_path) {
-    int slot = -1;
-    for (int i = 0; i < MAX_CHILDREN && slot < 0; i++)
-        if (!g_children[i]) slot = i;
-    if (slot < 0) return -1;
-    pid_t parent = getpid();
-    pid_t pid = fork();
+/* Starts a daemon and waits up to 30 s for its port file; @returns the port or -1 (and
+ * prints the log). */
+static int start_daemon(char *const argv[], const char *port_path, const char *log) {
+    pid_t pid = mt_bench_spawn(argv, log);
     if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(1);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execvp(argv[0], argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    g_children[slot] = pid;
-    return pid;
-}
-
-/* Waits up to 30 s for a port file; @returns the port or -1 (and prints the log). */
-static int wait_port(const char *path, const char *log) {
-    for (int i = 0; i < 600; i++) {
-        FILE *f = fopen(path, "r");
-        int port = -1;
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1) port = -1;
-            fclose(f);
-        }
-        if (port > 0) return port;
-        sleep_s(0.05);
-    }
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "tail -n 20 '%s' >&2", log);
-    if (system(cmd)) {
-    }
-    return -1;
+    int port = mt_bench_wait_port(port_path, pid, 30, NULL);
+    if (port < 0) mt_bench_log_tail(log);
+    return port;
 }
 
 /* ============================== requests ============================== */
@@ -212,7 +102,7 @@ static size_t encode_predict(uint64_t r, uint8_t **buf) {
     Monolith__V1__SlotFids *up[USER_SLOTS], *ip[CANDIDATES][NSLOTS - USER_SLOTS];
     Monolith__V1__Candidate cs[CANDIDATES], *cp[CANDIDATES];
     for (uint32_t s = 0; s < USER_SLOTS; s++) {
-        ufids[s] = fid(s + 1, mix64(r * 31 + s) % E.users);
+        ufids[s] = fid(s + 1, mt_bench_mix64(r * 31 + s) % E.users);
         monolith__v1__slot_fids__init(&us[s]);
         us[s].slot = s + 1;
         us[s].n_fids = 1;
@@ -221,9 +111,9 @@ static size_t encode_predict(uint64_t r, uint8_t **buf) {
     }
     for (uint32_t c = 0; c < CANDIDATES; c++) {
         monolith__v1__candidate__init(&cs[c]);
-        cs[c].item_id = mix64(r * 1000 + c) % E.items;
+        cs[c].item_id = mt_bench_mix64(r * 1000 + c) % E.items;
         for (uint32_t s = 0; s < NSLOTS - USER_SLOTS; s++) {
-            ifids[c][s] = fid(USER_SLOTS + 1 + s, mix64(r * 7919 + c * 31 + s) % E.items);
+            ifids[c][s] = fid(USER_SLOTS + 1 + s, mt_bench_mix64(r * 7919 + c * 31 + s) % E.items);
             monolith__v1__slot_fids__init(&is[c][s]);
             is[c][s].slot = USER_SLOTS + 1 + s;
             is[c][s].n_fids = 1;
@@ -252,8 +142,7 @@ static size_t encode_predict(uint64_t r, uint8_t **buf) {
 typedef struct load {
     pthread_t th;
     uint32_t id;
-    double *lat;
-    size_t n, cap;
+    mt_bench_samples_t lat; /* ms */
     uint64_t errors;
 } load_t;
 
@@ -286,14 +175,7 @@ static void *load_main(void *arg) {
             l->errors++;
             continue;
         }
-        if (l->n == l->cap) {
-            size_t cap = l->cap ? 2 * l->cap : 4096;
-            double *v = realloc(l->lat, cap * sizeof(double));
-            if (!v) break;
-            l->lat = v;
-            l->cap = cap;
-        }
-        l->lat[l->n++] = dt * 1000;
+        if (mt_bench_samples_push(&l->lat, dt * 1000)) break;
     }
     return NULL;
 }
@@ -312,6 +194,20 @@ static int healthy(mt_rpc_channel_t *ch) {
     }
     free(resp);
     return ok;
+}
+
+/* Waits up to 60 s for the replica behind @p ch to answer SERVING. @returns 0, or -1 (and
+ * says so, naming it @p what). */
+static int wait_healthy(mt_rpc_channel_t *ch, const char *what) {
+    double t0 = mt_mono_s();
+    while (!healthy(ch)) {
+        if (mt_mono_s() - t0 > 60) {
+            fprintf(stderr, "serving_bench: %s not ready after 60 s\n", what);
+            return -1;
+        }
+        mt_bench_sleep_s(0.05);
+    }
+    return 0;
 }
 
 /* 1 if the replica behind @p ch has a row for @p f, 0 if not, -1 on error. */
@@ -356,7 +252,7 @@ static int make_batch(mt_batch_t *bt, uint64_t b, size_t n) {
             per[s] = &v[s];
             counts[s] = 1;
         }
-        float label = (mix64(b * 100003 + e) % 100) < 5 ? 1.0f : 0.0f;
+        float label = (mt_bench_mix64(b * 100003 + e) % 100) < 5 ? 1.0f : 0.0f;
         if (mt_batch_add(bt, label, 0, 1.0f, per, counts) != MT_OK) return -1;
     }
     return 0;
@@ -415,7 +311,7 @@ static double sgemm_gflops(void) {
     free(A);
     free(W);
     free(C);
-    qsort(r, 5, sizeof(double), cmp_double);
+    mt_bench_sort(r, 5);
     return r[4]; /* the best of 5: what the core reaches when nothing else runs */
 }
 
@@ -448,15 +344,13 @@ int main(int argc, char **argv) {
     E.items = quick ? 2000 : 20000;
     E.seconds = seconds;
     openblas_set_num_threads(1);
-    signal(SIGPIPE, SIG_IGN);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    atexit(cleanup_at_exit);
+    /* stops the daemons and removes the directory at exit and on a signal */
+    mt_bench_cleanup_install();
 
-    snprintf(g_root, sizeof(g_root), "/tmp/mt-serving-bench-XXXXXX");
-    if (!mkdtemp(g_root)) return 1;
+    const char *root = mt_bench_root_create("mt-serving-bench");
+    if (!root) return 1;
     char conf[256], path[256], log[256];
-    snprintf(conf, sizeof(conf), "%s/bench.conf", g_root);
+    snprintf(conf, sizeof(conf), "%s/bench.conf", root);
     FILE *f = fopen(conf, "w");
     if (!f) return 1;
     fprintf(f, "[trainer]\nslots = ");
@@ -478,13 +372,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < shards; i++) {
         char shard[16];
         snprintf(shard, sizeof(shard), "%d", i);
-        snprintf(path, sizeof(path), "%s/ps%d.port", g_root, i);
-        snprintf(log, sizeof(log), "%s/ps%d.log", g_root, i);
+        snprintf(path, sizeof(path), "%s/ps%d.port", root, i);
+        snprintf(log, sizeof(log), "%s/ps%d.log", root, i);
         char *av[] = {MT_PS_BIN,      "--config",    conf,       "--shard",     shard,
                       "--num-shards", nsh,           "--listen", "127.0.0.1:0", "--port-file",
                       path,           "--log-level", "warn",     NULL};
-        if (spawn(av, log) < 0) return 1;
-        int port = wait_port(path, log);
+        int port = start_daemon(av, path, log);
         if (port < 0) return 1;
         snprintf(addrs[i], sizeof(addrs[i]), "127.0.0.1:%d", port);
         snprintf(cluster + strlen(cluster), sizeof(cluster) - strlen(cluster), "%s%s", i ? "," : "",
@@ -527,12 +420,11 @@ int main(int argc, char **argv) {
     emit("fill_seconds", mt_mono_s() - t0, "s", extra);
 
     /* serving */
-    snprintf(path, sizeof(path), "%s/serving.port", g_root);
-    snprintf(log, sizeof(log), "%s/serving.log", g_root);
+    snprintf(path, sizeof(path), "%s/serving.port", root);
+    snprintf(log, sizeof(log), "%s/serving.log", root);
     char *sv[] = {MT_SERVING_BIN, "--config",    conf, "--set",       cluster, "--listen",
                   "127.0.0.1:0",  "--port-file", path, "--log-level", "warn",  NULL};
-    if (spawn(sv, log) < 0) return 1;
-    int sport = wait_port(path, log);
+    int sport = start_daemon(sv, path, log);
     if (sport < 0) return 1;
     char saddr[64];
     snprintf(saddr, sizeof(saddr), "127.0.0.1:%d", sport);
@@ -540,13 +432,7 @@ int main(int argc, char **argv) {
     mt_rpc_client_config_init(&cc);
     if (mt_rpc_channel_create(saddr, &cc, &E.serving) != MT_OK) return 1;
     t0 = mt_mono_s();
-    while (!healthy(E.serving)) {
-        if (mt_mono_s() - t0 > 60) {
-            fprintf(stderr, "serving_bench: serving not ready after 60 s\n");
-            return 1;
-        }
-        sleep_s(0.05);
-    }
+    if (wait_healthy(E.serving, "serving")) return 1;
     emit("ready_seconds", mt_mono_s() - t0, "s", extra);
 
     for (uint64_t r = 0; r < NREQ; r++)
@@ -561,7 +447,7 @@ int main(int argc, char **argv) {
         if (!healthy(E.serving)) return 1;
         if (i >= 50) el[i - 50] = (mt_mono_s() - c0) * 1000;
     }
-    double e50 = pct(el, ne, 0.5), e99 = pct(el, ne, 0.99);
+    double e50 = mt_bench_pct(el, ne, 0.5), e99 = mt_bench_pct(el, ne, 0.99);
     snprintf(extra, sizeof(extra),
              "\"p50_ms\":%.4f,\"p99_ms\":%.4f,\"calls\":%zu,"
              "\"call\":\"grpc.health.v1.Health/Check\"",
@@ -595,7 +481,7 @@ int main(int argc, char **argv) {
         uint64_t errors = 0;
         for (uint32_t i = 0; i < nl; i++) {
             pthread_join(ls[i].th, NULL);
-            total += ls[i].n;
+            total += ls[i].lat.n;
             errors += ls[i].errors;
         }
         double wall = mt_mono_s() - w0;
@@ -603,11 +489,11 @@ int main(int argc, char **argv) {
         if (!all) return 1;
         size_t k = 0;
         for (uint32_t i = 0; i < nl; i++) {
-            memcpy(all + k, ls[i].lat, ls[i].n * sizeof(double));
-            k += ls[i].n;
-            free(ls[i].lat);
+            memcpy(all + k, ls[i].lat.v, ls[i].lat.n * sizeof(double));
+            k += ls[i].lat.n;
+            free(ls[i].lat.v);
         }
-        double p50 = pct(all, total, 0.5), p99 = pct(all, total, 0.99);
+        double p50 = mt_bench_pct(all, total, 0.5), p99 = mt_bench_pct(all, total, 0.99);
         if (nl == 1) p50_1 = p50;
         snprintf(extra, sizeof(extra),
                  "\"inflight\":%u,\"candidates\":%d,\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\","
@@ -626,8 +512,8 @@ int main(int argc, char **argv) {
     emit("predict_vs_floor", p50_1 / (floor_ms + e50), "x", extra);
 
     /* sync lag under training load: the following replica and a polling one */
-    snprintf(path, sizeof(path), "%s/poller.port", g_root);
-    snprintf(log, sizeof(log), "%s/poller.log", g_root);
+    snprintf(path, sizeof(path), "%s/poller.port", root);
+    snprintf(log, sizeof(log), "%s/poller.log", root);
     char *pv[] = {MT_SERVING_BIN,
                   "--config",
                   conf,
@@ -642,19 +528,11 @@ int main(int argc, char **argv) {
                   "--log-level",
                   "warn",
                   NULL};
-    if (spawn(pv, log) < 0) return 1;
-    int pport = wait_port(path, log);
+    int pport = start_daemon(pv, path, log);
     if (pport < 0) return 1;
     snprintf(saddr, sizeof(saddr), "127.0.0.1:%d", pport);
     if (mt_rpc_channel_create(saddr, &cc, &E.poller) != MT_OK) return 1;
-    t0 = mt_mono_s();
-    while (!healthy(E.poller)) {
-        if (mt_mono_s() - t0 > 60) {
-            fprintf(stderr, "serving_bench: the polling replica not ready after 60 s\n");
-            return 1;
-        }
-        sleep_s(0.05);
-    }
+    if (wait_healthy(E.poller, "the polling replica")) return 1;
     pthread_t trth;
     if (pthread_create(&trth, NULL, trainer_main, &T)) return 1;
     double *lag = calloc((size_t)probes, sizeof(double));
@@ -664,7 +542,7 @@ int main(int argc, char **argv) {
     for (int p = 0; p < probes; p++) {
         /* a phase uniform over the interval: a probe right after the last one was seen would
          * start just after a sync and measure nearly a whole interval every time */
-        sleep_s((double)(mix64((uint64_t)p) % 1000) / 1000.0 * SYNC_INTERVAL_S);
+        mt_bench_sleep_s((double)(mt_bench_mix64((uint64_t)p) % 1000) / 1000.0 * SYNC_INTERVAL_S);
         uint64_t probe =
             fid(1, (1ull << 40) + (uint64_t)p * 977 + (uint64_t)time(NULL) % 1000 * 100000);
         float emb[DIM];
@@ -684,14 +562,15 @@ int main(int argc, char **argv) {
                 pseen = 1;
                 plag[nplag++] = (mt_mono_s() - c0) * 1000;
             }
-            if (!(seen && pseen)) sleep_s(0.002);
+            if (!(seen && pseen)) mt_bench_sleep_s(0.002);
         }
         if (!seen || !pseen) lost++;
     }
     atomic_store(&E.stop, 1);
     pthread_join(trth, NULL);
-    double l50 = pct(lag, (size_t)nlag, 0.5), l99 = pct(lag, (size_t)nlag, 0.99);
-    double p50 = pct(plag, (size_t)nplag, 0.5), p99 = pct(plag, (size_t)nplag, 0.99);
+    double l50 = mt_bench_pct(lag, (size_t)nlag, 0.5), l99 = mt_bench_pct(lag, (size_t)nlag, 0.99);
+    double p50 = mt_bench_pct(plag, (size_t)nplag, 0.5),
+           p99 = mt_bench_pct(plag, (size_t)nplag, 0.99);
     snprintf(extra, sizeof(extra),
              "\"mode\":\"follow\",\"sync_interval_ms\":1000,\"sync_stream_ms\":100,"
              "\"p50_ms\":%.1f,\"p99_ms\":%.1f,\"probes\":%d,\"lost\":%d,\"trainer_steps\":%llu,"

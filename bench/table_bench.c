@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/table.h"
@@ -47,48 +48,8 @@ static double rss_bytes(void) {
     return (double)res * 4096.0;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double rand01(uint64_t *x) {
-    return (double)(splitmix64(x) >> 11) * (1.0 / 9007199254740992.0);
-}
-
 static void emit(const char *metric, double value, const char *unit, const char *extra) {
-    printf("{\"bench\":\"table\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
-           value, unit, extra && *extra ? "," : "", extra ? extra : "");
-    fflush(stdout);
-}
-
-/* Rates of repeated runs: median, min, max (the machine is shared and noisy). */
-typedef struct rates {
-    double v[16];
-    int n;
-} rates_t;
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double rates_median(rates_t *r) {
-    qsort(r->v, (size_t)r->n, sizeof(double), cmp_double);
-    return r->v[r->n / 2];
-}
-
-/* Appends ,"min":..,"max":..,"reps":.. to extra (r sorted by rates_median). */
-static void rates_extra(const rates_t *r, char *extra, size_t len) {
-    size_t l = strlen(extra);
-    snprintf(extra + l, len - l, ",\"min\":%.6g,\"max\":%.6g,\"reps\":%d", r->v[0], r->v[r->n - 1],
-             r->n);
-}
-
-static double rand01_cb(void *rng) {
-    return rand01(rng);
+    mt_bench_emit("table", metric, value, unit, extra);
 }
 
 /* ---------------- threads ---------------- */
@@ -159,7 +120,7 @@ static void *job_run(void *arg) {
         uint64_t rows = o->gather_bytes / 64, x = j->seed;
         float acc = 0;
         for (uint64_t i = 0; i < j->nqueries; i++) {
-            uint64_t r = ((splitmix64(&x) & 0xFFFFFFFFu) * rows) >> 32;
+            uint64_t r = ((mt_bench_splitmix64(&x) & 0xFFFFFFFFu) * rows) >> 32;
             const float *row = (const float *)(const void *)(j->gather + r * 64);
             acc += row[0] + row[15];
         }
@@ -246,7 +207,7 @@ int main(int argc, char **argv) {
     {
         memset(arr, 1, o.gather_bytes);
         for (int nt = 1; nt <= 2; nt++) {
-            rates_t r = {.n = 0};
+            mt_bench_rates_t r = {.n = 0};
             for (int rep = 0; rep <= o.reps; rep++) { /* pass 0 warms TLB and caches */
                 for (int i = 0; i < nt; i++)
                     jobs[i] = (job_t){.o = &o,
@@ -257,10 +218,10 @@ int main(int argc, char **argv) {
                 double sec = run_threads(jobs, nt);
                 if (rep) r.v[r.n++] = (double)o.ops * nt / sec;
             }
-            floor_rate[nt - 1] = rates_median(&r);
+            floor_rate[nt - 1] = mt_bench_rates_median(&r);
             snprintf(extra, sizeof(extra), "\"threads\":%d,\"array_mb\":%llu", nt,
                      (unsigned long long)(o.gather_bytes >> 20));
-            rates_extra(&r, extra, sizeof(extra));
+            mt_bench_rates_append(&r, extra, sizeof(extra));
             emit("gather_floor_rows_per_s", floor_rate[nt - 1], "rows/s", extra);
         }
     }
@@ -269,7 +230,7 @@ int main(int argc, char **argv) {
     uint64_t *keys = malloc(o.rows * sizeof(uint64_t));
     uint64_t rng = 12345;
     for (uint64_t i = 0; i < o.rows; i++)
-        keys[i] = MT_FID_MAKE(1, splitmix64(&rng));
+        keys[i] = MT_FID_MAKE(1, mt_bench_splitmix64(&rng));
     uint64_t *uq[2], *zq[2];
     mt_zipf_t z;
     mt_zipf_init(&z, o.rows, 1.05);
@@ -278,8 +239,8 @@ int main(int argc, char **argv) {
         zq[t] = malloc(o.ops * sizeof(uint64_t));
         uint64_t r = 999 + (uint64_t)t;
         for (uint64_t i = 0; i < o.ops; i++) {
-            uq[t][i] = keys[splitmix64(&r) % o.rows];
-            zq[t][i] = keys[mt_zipf_next(&z, rand01_cb, &r)];
+            uq[t][i] = keys[mt_bench_splitmix64(&r) % o.rows];
+            zq[t][i] = keys[mt_zipf_next(&z, mt_bench_rand01_cb, &r)];
         }
     }
 
@@ -312,7 +273,7 @@ int main(int argc, char **argv) {
     const char *names[2] = {"uniform", "zipf1.05"};
     for (int d = 0; d < 2; d++) {
         for (int nt = 1; nt <= 2; nt++) {
-            rates_t r = {.n = 0};
+            mt_bench_rates_t r = {.n = 0};
             for (int rep = 0; rep < o.reps; rep++) {
                 for (int i = 0; i < nt; i++)
                     jobs[i] = (job_t){.o = &o,
@@ -322,13 +283,13 @@ int main(int argc, char **argv) {
                                       .nqueries = o.ops};
                 r.v[r.n++] = (double)o.ops * nt / run_threads(jobs, nt);
             }
-            double med = rates_median(&r);
+            double med = mt_bench_rates_median(&r);
             snprintf(extra, sizeof(extra),
                      "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u,"
                      "\"vs_gather_floor\":%.3f",
                      nt, names[d], (unsigned long long)o.rows, o.dim, o.batch,
                      med / floor_rate[nt - 1]);
-            rates_extra(&r, extra, sizeof(extra));
+            mt_bench_rates_append(&r, extra, sizeof(extra));
             emit("lookup_rate", med, "ids/s", extra);
         }
     }
@@ -338,7 +299,7 @@ int main(int argc, char **argv) {
     for (int kind = 0; kind < 2; kind++) {
         for (int d = 0; d < 2; d++) {
             for (int nt = 1; nt <= 2; nt++) {
-                rates_t r = {.n = 0};
+                mt_bench_rates_t r = {.n = 0};
                 uint64_t nq = o.ops / 2;
                 for (int rep = 0; rep < o.reps; rep++) {
                     for (int i = 0; i < nt; i++)
@@ -349,11 +310,11 @@ int main(int argc, char **argv) {
                                           .nqueries = nq};
                     r.v[r.n++] = (double)nq * nt / run_threads(jobs, nt);
                 }
-                double med = rates_median(&r);
+                double med = mt_bench_rates_median(&r);
                 snprintf(extra, sizeof(extra),
                          "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u", nt,
                          names[d], (unsigned long long)o.rows, o.dim, o.batch);
-                rates_extra(&r, extra, sizeof(extra));
+                mt_bench_rates_append(&r, extra, sizeof(extra));
                 emit(wnames[kind], med, "ids/s", extra);
             }
         }
@@ -362,7 +323,7 @@ int main(int argc, char **argv) {
     /* 90% lookup / 10% update. */
     for (int d = 0; d < 2; d++) {
         for (int nt = 1; nt <= 2; nt++) {
-            rates_t r = {.n = 0};
+            mt_bench_rates_t r = {.n = 0};
             uint64_t done = (o.ops / 2 / o.batch) * o.batch;
             for (int rep = 0; rep < o.reps; rep++) {
                 for (int i = 0; i < nt; i++)
@@ -373,12 +334,12 @@ int main(int argc, char **argv) {
                                       .nqueries = o.ops / 2};
                 r.v[r.n++] = (double)done * nt / run_threads(jobs, nt);
             }
-            double med = rates_median(&r);
+            double med = mt_bench_rates_median(&r);
             snprintf(extra, sizeof(extra),
                      "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u,"
                      "\"update_share\":0.1",
                      nt, names[d], (unsigned long long)o.rows, o.dim, o.batch);
-            rates_extra(&r, extra, sizeof(extra));
+            mt_bench_rates_append(&r, extra, sizeof(extra));
             emit("mix_rate", med, "ops/s", extra);
         }
     }
@@ -389,7 +350,7 @@ int main(int argc, char **argv) {
     for (int mode = 0; mode < 3; mode++) {
         int nt = mode == 1 ? 2 : 1;
         int presized = mode == 2;
-        rates_t r = {.n = 0};
+        mt_bench_rates_t r = {.n = 0};
         for (int rep = 0; rep < o.reps; rep++) {
             mt_table_destroy(t);
             t = new_table(&o, presized ? o.rows : 0);
@@ -402,10 +363,10 @@ int main(int argc, char **argv) {
                                   .nqueries = i == nt - 1 ? o.rows - per * (uint64_t)i : per};
             r.v[r.n++] = (double)o.rows / run_threads(jobs, nt);
         }
-        double med = rates_median(&r);
+        double med = mt_bench_rates_median(&r);
         snprintf(extra, sizeof(extra), "\"threads\":%d,\"rows\":%llu,\"dim\":%u,\"presized\":%s",
                  nt, (unsigned long long)o.rows, o.dim, presized ? "true" : "false");
-        rates_extra(&r, extra, sizeof(extra));
+        mt_bench_rates_append(&r, extra, sizeof(extra));
         emit("insert_rate", med, "ids/s", extra);
     }
 

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/ps.h"
@@ -51,38 +52,15 @@ static double thread_cpu_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* A skewed id in [0, n): the product of two uniforms favours small ids. */
 static uint64_t skewed(uint64_t *x, uint64_t n) {
-    double a = (double)(splitmix64(x) >> 11) / 9007199254740992.0;
-    double b = (double)(splitmix64(x) >> 11) / 9007199254740992.0;
+    double a = mt_bench_rand01(x);
+    double b = mt_bench_rand01(x);
     return (uint64_t)(a * b * (double)n);
 }
 
 static void emit(const char *metric, double v, const char *unit, const char *extra) {
-    printf("{\"bench\":\"trainer\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\"%s%s}\n", metric,
-           v, unit, *extra ? "," : "", extra);
-    fflush(stdout);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return v[n / 2];
-}
-
-static double rand01_cb(void *rng) {
-    return (double)(splitmix64(rng) >> 11) / 9007199254740992.0;
+    mt_bench_emit("trainer", metric, v, unit, extra);
 }
 
 /* ---------------- id streams ---------------- */
@@ -116,7 +94,7 @@ static void fill(mt_batch_t *b, size_t n, stream_t *sm) {
         uint64_t h = 0;
         for (int s = 0; s < NSLOTS; s++) {
             uint64_t v = sm->phase == PHASE_COLD ? skewed(&sm->x, 1000000)
-                                                 : mt_zipf_next(&sm->z, rand01_cb, &sm->x);
+                                                 : mt_zipf_next(&sm->z, mt_bench_rand01_cb, &sm->x);
             fids[s] = mt_fid_of_int((uint16_t)(s + 1), v);
             fp[s] = &fids[s];
             counts[s] = 1;
@@ -296,8 +274,8 @@ static double sgemm_gflops(size_t batch, double *cpu) {
     free(A);
     free(W);
     free(C);
-    *cpu = median(rc, 3);
-    return median(r, 3);
+    *cpu = mt_bench_median(rc, 3);
+    return mt_bench_median(r, 3);
 }
 
 int main(int argc, char **argv) {
@@ -373,7 +351,8 @@ int main(int argc, char **argv) {
                 share += res.new_row_share / reps;
                 rows += res.rows / reps;
             }
-            double med = median(r, reps), med_cpu = median(rc, reps);
+            double med = mt_bench_median(r, (size_t)reps),
+                   med_cpu = mt_bench_median(rc, (size_t)reps);
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"%s\",\"ids\":\"%s\",\"threads\":%d,\"per_thread\":%.6g,"
                      "\"new_row_share\":%.4f,\"vs_compute_floor\":%.3f,\"min\":%.6g,\"max\":%.6g,"

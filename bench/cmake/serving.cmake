@@ -5,7 +5,7 @@
 if(TARGET monolith-serving)
   add_executable(serving_bench ${CMAKE_CURRENT_SOURCE_DIR}/serving_bench.c)
   target_compile_options(serving_bench PRIVATE ${MT_WARNINGS} ${MT_C_FLAGS})
-  target_link_libraries(serving_bench PRIVATE mt_trainer mt_psclient mt_rpc mt_proto mt_data
+  target_link_libraries(serving_bench PRIVATE mt_bench_util mt_trainer mt_psclient mt_rpc mt_proto mt_data
                                               PkgConfig::OPENBLAS Threads::Threads m)
   target_compile_definitions(serving_bench PRIVATE MT_PS_BIN="$<TARGET_FILE:monolith-ps>"
                              MT_SERVING_BIN="$<TARGET_FILE:monolith-serving>")
