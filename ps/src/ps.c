@@ -1,10 +1,11 @@
 /*
  * ps.c - the ParameterServer methods over one shard's table and dense parameters.
  *
- * Every handler: unpack (malformed -> INVALID_ARGUMENT), check limits (RESOURCE_EXHAUSTED),
- * check every id (unknown slot, other shard -> INVALID_ARGUMENT) and every float (NaN or
- * infinite gradients -> INVALID_ARGUMENT) before touching the table, then act, pack, reply.
- * A bad request changes nothing.
+ * Every call: counted and its request unpacked by dispatch() (malformed -> INVALID_ARGUMENT
+ * "malformed <RequestType>"), then the method's handler checks limits (RESOURCE_EXHAUSTED),
+ * every id (unknown slot, other shard -> INVALID_ARGUMENT) and every float (NaN or infinite
+ * gradients -> INVALID_ARGUMENT) before touching the table, then acts, packs and replies
+ * (reply_msg). A bad request changes nothing. dispatch() frees the request after the handler.
  */
 #include "mt/strbuf.h"
 #include "mt/ps.h"
@@ -40,10 +41,16 @@ typedef struct dense_tensor {
 static const double hist_bounds_s[MT__HIST_BUCKETS - 1] = {
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25};
 
+/* A method's handler: @p req is the method's request, unpacked; borrowed (dispatch() frees it
+ * when the handler returns). The handler finishes the call (reply_msg or FAIL). */
+typedef void (*method_fn)(struct mt_ps *ps, mt_rpc_call_t *c, const void *req);
+
+/* One registered method (the ud of its rpc handler, timed()). */
 typedef struct method_ctx {
     struct mt_ps *ps;
-    int idx;
-    mt_rpc_handler_fn fn;
+    int idx; /* MT_PS_LOOKUP, ...: the counters' index */
+    method_fn fn;
+    const ProtobufCMessageDescriptor *req_desc; /* the request message's type */
 } method_ctx_t;
 
 struct mt_ps {
@@ -325,14 +332,8 @@ static int admin_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c, const char *token) {
 
 /* ============================== sparse methods ============================== */
 
-static void h_lookup(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_LOOKUP], 1);
-    Monolith__V1__LookupRequest *r = monolith__v1__lookup_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(ps, MT_PS_LOOKUP, c, MT_RPC_INVALID_ARGUMENT, "malformed LookupRequest");
-        return;
-    }
+static void h_lookup(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    const Monolith__V1__LookupRequest *r = req;
     size_t nfloats = 0;
     float *values = NULL;
     uint8_t *found = NULL;
@@ -360,29 +361,21 @@ static void h_lookup(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len)
 out:
     free(values);
     free(found);
-    monolith__v1__lookup_request__free_unpacked(r, NULL);
 }
 
-static void h_apply(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_APPLY], 1);
-    Monolith__V1__ApplyGradientsRequest *r =
-        monolith__v1__apply_gradients_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(ps, MT_PS_APPLY, c, MT_RPC_INVALID_ARGUMENT, "malformed ApplyGradientsRequest");
-        return;
-    }
+static void h_apply(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    const Monolith__V1__ApplyGradientsRequest *r = req;
     size_t nfloats = 0;
-    if (check_fids(ps, MT_PS_APPLY, c, r->fids, r->n_fids, &nfloats) != 0) goto out;
+    if (check_fids(ps, MT_PS_APPLY, c, r->fids, r->n_fids, &nfloats) != 0) return;
     if (r->n_grads != nfloats) {
         FAIL(ps, MT_PS_APPLY, c, MT_RPC_INVALID_ARGUMENT,
              "grads has %zu floats, the %zu fids need %zu", r->n_grads, r->n_fids, nfloats);
-        goto out;
+        return;
     }
     for (size_t i = 0; i < r->n_grads; i++) {
         if (!isfinite(r->grads[i])) {
             FAIL(ps, MT_PS_APPLY, c, MT_RPC_INVALID_ARGUMENT, "grads[%zu] is not finite", i);
-            goto out;
+            return;
         }
     }
     mt_table_op_stats_t st = {0};
@@ -390,7 +383,7 @@ static void h_apply(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
         mt_table_apply(ps->table, r->fids, r->n_fids, r->grads, r->n_grads, now_or(r->now_s), &st);
     if (err) {
         FAIL(ps, MT_PS_APPLY, c, MT_RPC_INTERNAL, "apply: %s", mt_strerror(err));
-        goto out;
+        return;
     }
     atomic_fetch_add(&ps->apply_fids, r->n_fids);
     if (r->examples) atomic_fetch_add(&ps->examples_applied, r->examples);
@@ -401,8 +394,6 @@ static void h_apply(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
     resp.applied = st.found;
     resp.missing = st.missing;
     reply_msg(ps, MT_PS_APPLY, c, &resp.base);
-out:
-    monolith__v1__apply_gradients_request__free_unpacked(r, NULL);
 }
 
 /* Buffers of one Sync stream. */
@@ -522,20 +513,13 @@ static void follow_sleep(mt_ps_t *ps, uint32_t ms) {
  * last chunk has last = 1. With follow_ms the catch-up, then a round every follow_ms until
  * the stream should end (see ps.proto), the last one with last = 1.
  */
-static void h_sync(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_SYNC], 1);
-    Monolith__V1__SyncRequest *r = monolith__v1__sync_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(ps, MT_PS_SYNC, c, MT_RPC_INVALID_ARGUMENT, "malformed SyncRequest");
-        return;
-    }
+static void h_sync(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    const Monolith__V1__SyncRequest *r = req;
     uint64_t since = r->since_version;
     if (r->incarnation != ps->incarnation) since = 0; /* another life of this shard */
     size_t chunk = r->max_chunk_fids ? r->max_chunk_fids : ps->cfg.sync_chunk_fids;
     if (chunk > 65536) chunk = 65536;
     uint32_t follow_ms = r->follow_ms;
-    monolith__v1__sync_request__free_unpacked(r, NULL);
     if (follow_ms > 60000) {
         FAIL(ps, MT_PS_SYNC, c, MT_RPC_INVALID_ARGUMENT, "follow_ms %u is over 60000", follow_ms);
         return;
@@ -589,15 +573,8 @@ static const char *opt_name(mt_table_opt_t o) {
     return "?";
 }
 
-static void h_stats(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_STATS], 1);
-    Monolith__V1__StatsRequest *r = monolith__v1__stats_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(ps, MT_PS_STATS, c, MT_RPC_INVALID_ARGUMENT, "malformed StatsRequest");
-        return;
-    }
-    monolith__v1__stats_request__free_unpacked(r, NULL);
+static void h_stats(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    (void)req; /* no fields */
     mt_table_stats_t st;
     mt_table_stats(ps->table, &st);
     Monolith__V1__StatsResponse resp = MONOLITH__V1__STATS_RESPONSE__INIT;
@@ -665,6 +642,17 @@ static int ckpt_status(mt_err_t err) {
     }
 }
 
+/* The meta of the checkpoint @p res tells of, as this shard answers it (without offsets). */
+static Monolith__V1__CheckpointMeta ckpt_meta(const mt_ps_t *ps, const mt_ps_ckpt_result_t *res) {
+    Monolith__V1__CheckpointMeta meta = MONOLITH__V1__CHECKPOINT_META__INIT;
+    meta.checkpoint_id = res->checkpoint_id;
+    meta.shard = ps->cfg.shard;
+    meta.num_shards = ps->cfg.num_shards;
+    meta.consistent = res->consistent;
+    meta.examples_applied = res->examples_applied;
+    return meta;
+}
+
 static int store_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c) {
     if (mt__ps_ckpt_has_store(ps)) return 1;
     FAIL(ps, m, c, MT_RPC_FAILED_PRECONDITION,
@@ -672,15 +660,9 @@ static int store_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c) {
     return 0;
 }
 
-static void h_snapshot(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_SNAPSHOT], 1);
-    Monolith__V1__SnapshotRequest *r = monolith__v1__snapshot_request__unpack(NULL, len, req);
+static void h_snapshot(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    const Monolith__V1__SnapshotRequest *r = req;
     mt_ps_offset_t *offs = NULL;
-    if (!r) {
-        FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_INVALID_ARGUMENT, "malformed SnapshotRequest");
-        return;
-    }
     if (!admin_ok(ps, MT_PS_SNAPSHOT, c, r->token) || !store_ok(ps, MT_PS_SNAPSHOT, c)) goto out;
     if (r->consistent && r->checkpoint_id == 0) {
         FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_INVALID_ARGUMENT,
@@ -708,12 +690,7 @@ static void h_snapshot(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t le
         FAIL(ps, MT_PS_SNAPSHOT, c, ckpt_status(err), "snapshot: %s", why);
         goto out;
     }
-    Monolith__V1__CheckpointMeta meta = MONOLITH__V1__CHECKPOINT_META__INIT;
-    meta.checkpoint_id = res.checkpoint_id;
-    meta.shard = ps->cfg.shard;
-    meta.num_shards = ps->cfg.num_shards;
-    meta.consistent = res.consistent;
-    meta.examples_applied = res.examples_applied;
+    Monolith__V1__CheckpointMeta meta = ckpt_meta(ps, &res);
     meta.n_offsets = r->n_offsets;
     meta.offsets = r->offsets;
     Monolith__V1__SnapshotResponse resp = MONOLITH__V1__SNAPSHOT_RESPONSE__INIT;
@@ -724,36 +701,24 @@ static void h_snapshot(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t le
     reply_msg(ps, MT_PS_SNAPSHOT, c, &resp.base);
 out:
     free(offs);
-    monolith__v1__snapshot_request__free_unpacked(r, NULL);
 }
 
-static void h_restore(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_RESTORE], 1);
-    Monolith__V1__RestoreRequest *r = monolith__v1__restore_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(ps, MT_PS_RESTORE, c, MT_RPC_INVALID_ARGUMENT, "malformed RestoreRequest");
-        return;
-    }
-    if (!admin_ok(ps, MT_PS_RESTORE, c, r->token) || !store_ok(ps, MT_PS_RESTORE, c)) goto out;
+static void h_restore(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    const Monolith__V1__RestoreRequest *r = req;
+    if (!admin_ok(ps, MT_PS_RESTORE, c, r->token) || !store_ok(ps, MT_PS_RESTORE, c)) return;
     if (r->checkpoint_id == MT_PS_NEWEST) {
         FAIL(ps, MT_PS_RESTORE, c, MT_RPC_INVALID_ARGUMENT, "checkpoint_id %llu",
              (unsigned long long)r->checkpoint_id);
-        goto out;
+        return;
     }
     mt_ps_ckpt_result_t res;
     char why[512] = "";
     mt_err_t err = mt_ps_restore(ps, r->checkpoint_id, &res, why, sizeof(why));
     if (err) {
         FAIL(ps, MT_PS_RESTORE, c, ckpt_status(err), "restore: %s", why);
-        goto out;
+        return;
     }
-    Monolith__V1__CheckpointMeta meta = MONOLITH__V1__CHECKPOINT_META__INIT;
-    meta.checkpoint_id = res.checkpoint_id;
-    meta.shard = ps->cfg.shard;
-    meta.num_shards = ps->cfg.num_shards;
-    meta.consistent = res.consistent;
-    meta.examples_applied = res.examples_applied;
+    Monolith__V1__CheckpointMeta meta = ckpt_meta(ps, &res);
     Monolith__V1__RestoreResponse resp = MONOLITH__V1__RESTORE_RESPONSE__INIT;
     resp.meta = &meta;
     resp.incarnation = res.incarnation;
@@ -761,19 +726,10 @@ static void h_restore(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len
     resp.seconds = res.seconds;
     resp.dropped = res.dropped;
     reply_msg(ps, MT_PS_RESTORE, c, &resp.base);
-out:
-    monolith__v1__restore_request__free_unpacked(r, NULL);
 }
 
-static void h_checkpoints(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_CHECKPOINTS], 1);
-    Monolith__V1__CheckpointsRequest *r = monolith__v1__checkpoints_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(ps, MT_PS_CHECKPOINTS, c, MT_RPC_INVALID_ARGUMENT, "malformed CheckpointsRequest");
-        return;
-    }
-    monolith__v1__checkpoints_request__free_unpacked(r, NULL);
+static void h_checkpoints(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    (void)req; /* no fields */
     if (!store_ok(ps, MT_PS_CHECKPOINTS, c)) return;
     Monolith__V1__CheckpointMeta **metas = NULL;
     size_t n = 0;
@@ -885,14 +841,8 @@ static void dense_apply(const mt_ps_dense_config_t *o, dense_tensor_t *d, const 
     }
 }
 
-static void h_push_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_PUSH_DENSE], 1);
-    Monolith__V1__PushDenseRequest *r = monolith__v1__push_dense_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(ps, MT_PS_PUSH_DENSE, c, MT_RPC_INVALID_ARGUMENT, "malformed PushDenseRequest");
-        return;
-    }
+static void h_push_dense(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    const Monolith__V1__PushDenseRequest *r = req;
     char why[256] = "";
     int code = MT_RPC_OK;
     pthread_mutex_lock(&ps->dense_lock);
@@ -959,17 +909,10 @@ static void h_push_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t 
         resp.version = version;
         reply_msg(ps, MT_PS_PUSH_DENSE, c, &resp.base);
     }
-    monolith__v1__push_dense_request__free_unpacked(r, NULL);
 }
 
-static void h_pull_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    mt_ps_t *ps = ud;
-    atomic_fetch_add(&ps->calls[MT_PS_PULL_DENSE], 1);
-    Monolith__V1__PullDenseRequest *r = monolith__v1__pull_dense_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(ps, MT_PS_PULL_DENSE, c, MT_RPC_INVALID_ARGUMENT, "malformed PullDenseRequest");
-        return;
-    }
+static void h_pull_dense(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
+    const Monolith__V1__PullDenseRequest *r = req;
     pthread_mutex_lock(&ps->dense_lock);
     Monolith__V1__PullDenseResponse resp = MONOLITH__V1__PULL_DENSE_RESPONSE__INIT;
     resp.version = ps->dense_version;
@@ -1008,7 +951,6 @@ static void h_pull_dense(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t 
     pthread_mutex_unlock(&ps->dense_lock);
     free(ts);
     free(tp);
-    monolith__v1__pull_dense_request__free_unpacked(r, NULL);
 }
 
 mt_err_t mt_ps_dense_save(mt_ps_t *ps, uint8_t **buf, size_t *len) {
@@ -1220,6 +1162,20 @@ mt_err_t mt__ps_install(mt_ps_t *ps, mt_table_t *table, mt__ps_dense_t *dense, u
 
 /* ============================== registration ============================== */
 
+/* Counts the call, unpacks its request (malformed: INVALID_ARGUMENT "malformed <Type>"),
+ * runs the method's handler on it and frees it. */
+static void dispatch(const method_ctx_t *ctx, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    atomic_fetch_add(&ctx->ps->calls[ctx->idx], 1);
+    ProtobufCMessage *r = protobuf_c_message_unpack(ctx->req_desc, NULL, len, req);
+    if (!r) {
+        FAIL(ctx->ps, ctx->idx, c, MT_RPC_INVALID_ARGUMENT, "malformed %s",
+             ctx->req_desc->short_name);
+        return;
+    }
+    ctx->fn(ctx->ps, c, r);
+    protobuf_c_message_free_unpacked(r, NULL);
+}
+
 /* Times every call into the method's latency histogram. The methods that use the table run
  * between mt__ps_enter() and mt__ps_leave(), so that a restore can wait for them; the admin
  * methods are ordered by snap_lock instead (a Snapshot waiting for it while counted would
@@ -1236,7 +1192,7 @@ static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    ctx->fn(ctx->ps, c, req, len);
+    dispatch(ctx, c, req, len);
     if (!admin) mt__ps_leave(ctx->ps);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -1343,23 +1299,25 @@ mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_
 }
 
 mt_err_t mt_ps_register(mt_ps_t *ps, mt_rpc_server_t *srv) {
+    /* In MT_PS_* order: the index is the counters' method index. */
     struct {
         const char *path;
         int streaming;
-        mt_rpc_handler_fn fn;
+        method_fn fn;
+        const ProtobufCMessageDescriptor *req_desc;
     } m[] = {
-        {PATH("Lookup"), 0, h_lookup},
-        {PATH("ApplyGradients"), 0, h_apply},
-        {PATH("PullDense"), 0, h_pull_dense},
-        {PATH("PushDense"), 0, h_push_dense},
-        {PATH("Sync"), 1, h_sync},
-        {PATH("Snapshot"), 0, h_snapshot},
-        {PATH("Stats"), 0, h_stats},
-        {PATH("Restore"), 0, h_restore},
-        {PATH("Checkpoints"), 0, h_checkpoints},
+        {PATH("Lookup"), 0, h_lookup, &monolith__v1__lookup_request__descriptor},
+        {PATH("ApplyGradients"), 0, h_apply, &monolith__v1__apply_gradients_request__descriptor},
+        {PATH("PullDense"), 0, h_pull_dense, &monolith__v1__pull_dense_request__descriptor},
+        {PATH("PushDense"), 0, h_push_dense, &monolith__v1__push_dense_request__descriptor},
+        {PATH("Sync"), 1, h_sync, &monolith__v1__sync_request__descriptor},
+        {PATH("Snapshot"), 0, h_snapshot, &monolith__v1__snapshot_request__descriptor},
+        {PATH("Stats"), 0, h_stats, &monolith__v1__stats_request__descriptor},
+        {PATH("Restore"), 0, h_restore, &monolith__v1__restore_request__descriptor},
+        {PATH("Checkpoints"), 0, h_checkpoints, &monolith__v1__checkpoints_request__descriptor},
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
-        ps->ctx[i] = (method_ctx_t){ps, (int)i, m[i].fn};
+        ps->ctx[i] = (method_ctx_t){ps, (int)i, m[i].fn, m[i].req_desc};
         mt_err_t err = mt_rpc_server_add(srv, m[i].path, m[i].streaming, timed, &ps->ctx[i]);
         if (err) return err;
     }

@@ -22,6 +22,7 @@
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/table.h"
+#include "testutil_ps.h"
 
 #define NSHARDS 3
 #define PATH(m) "/monolith.v1.ParameterServer/" m
@@ -30,7 +31,7 @@ typedef struct cluster {
     mt_table_slot_config_t slots[2];
     mt_ps_t *ps[NSHARDS];
     mt_rpc_server_t *srv[NSHARDS];
-    char addr[NSHARDS][64];
+    char addr[NSHARDS][TU_PS_ADDR_LEN];
     mt_psc_t *client;
     mt_table_t *ref; /* reference: one table fed the same operations */
 } cluster_t;
@@ -49,36 +50,14 @@ static void slots_init(mt_table_slot_config_t *s) {
 static void cluster_start(cluster_t *c, uint32_t max_batch) {
     memset(c, 0, sizeof(*c));
     slots_init(c->slots);
-    const char *addrs[NSHARDS];
     for (uint32_t i = 0; i < NSHARDS; i++) {
         mt_ps_config_t pc;
-        mt_ps_config_init(&pc);
-        pc.shard = i;
-        pc.num_shards = NSHARDS;
-        pc.table.slots = c->slots;
-        pc.table.nslots = 2;
-        pc.table.shards_log2 = 2;
-        pc.table.filter_bytes = 1 << 16;
-        pc.table.changelog_entries = 1 << 12;
+        tu_ps_config(&pc, i, NSHARDS, c->slots, 2);
         if (max_batch) pc.max_batch_fids = max_batch;
-        pc.sync_max_followers = 1;
         cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
-        mt_rpc_server_config_t sc;
-        mt_rpc_server_config_init(&sc);
-        sc.threads = 2;
-        sc.max_message_bytes = 8u << 20;
-        cr_assert_eq(mt_rpc_server_create(&sc, &c->srv[i]), MT_OK);
-        cr_assert_eq(mt_ps_register(c->ps[i], c->srv[i]), MT_OK);
-        int port = 0;
-        cr_assert_eq(mt_rpc_server_start(c->srv[i], &port), MT_OK);
-        snprintf(c->addr[i], sizeof(c->addr[i]), "127.0.0.1:%d", port);
-        addrs[i] = c->addr[i];
+        c->srv[i] = tu_ps_serve(c->ps[i], 2, 8u << 20, NULL, c->addr[i]);
     }
-    mt_psc_config_t cc;
-    mt_psc_config_init(&cc);
-    cc.addrs = addrs;
-    cc.num_shards = NSHARDS;
-    cr_assert_eq(mt_psc_create(&cc, &c->client), MT_OK);
+    c->client = tu_psc_connect(c->addr, NSHARDS);
     mt_table_config_t tc;
     mt_table_config_init(&tc);
     tc.slots = c->slots;

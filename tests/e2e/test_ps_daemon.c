@@ -13,11 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +22,7 @@
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/table.h"
+#include "testutil_daemon.h"
 
 #if !defined(MT_PS_BIN) || !defined(MT_CLI_BIN)
 #error "MT_PS_BIN and MT_CLI_BIN must name the monolith-ps and monolith binaries"
@@ -43,18 +40,7 @@ static char root[128];
 
 /* Every daemon this test process started and has not reaped: killed by the fini hook even
  * when an assertion aborts the test (and by PDEATHSIG if the test process dies). */
-static pid_t live[16];
-static int nlive;
-
-static void kill_all(void) {
-    for (int i = 0; i < nlive; i++) {
-        if (live[i] > 0) {
-            kill(live[i], SIGKILL);
-            waitpid(live[i], NULL, 0);
-        }
-    }
-    nlive = 0;
-}
+static tu_procs_t procs;
 
 static void write_conf(const char *path) {
     FILE *f = fopen(path, "w");
@@ -70,20 +56,6 @@ static void write_conf(const char *path) {
     fclose(f);
 }
 
-static int read_int_file(const char *path) {
-    for (int i = 0; i < 200; i++) { /* up to 20 s */
-        FILE *f = fopen(path, "r");
-        int v = 0;
-        if (f) {
-            int ok = fscanf(f, "%d", &v) == 1;
-            fclose(f);
-            if (ok && v > 0) return v;
-        }
-        usleep(100000);
-    }
-    return -1;
-}
-
 static void start(shard_t *s, int i) {
     char conf[300], portf[300], logf[300], shard[16];
     snprintf(conf, sizeof(conf), "%s/ps.conf", root);
@@ -92,29 +64,16 @@ static void start(shard_t *s, int i) {
     snprintf(shard, sizeof(shard), "%d", i);
     snprintf(s->dir, sizeof(s->dir), "ps.snapshot_dir=%s/snap.%d", root, i);
     unlink(portf);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        FILE *lf = freopen(logf, "a", stderr);
-        (void)lf;
-        execl(MT_PS_BIN, MT_PS_BIN, "--config", conf, "--shard", shard, "--set", s->dir,
-              "--port-file", portf, (char *)NULL);
-        _exit(127);
-    }
-    s->pid = pid;
-    if (nlive < 16) live[nlive++] = pid;
-    s->port = read_int_file(portf);
+    char *const argv[] = {MT_PS_BIN, "--config", conf,          "--shard", shard,
+                          "--set",   s->dir,     "--port-file", portf,     NULL};
+    s->pid = tu_procs_spawn(&procs, argv, logf, "a"); /* a restart appends to the shard's log */
+    s->port = tu_read_port_file(portf, 20);
     cr_assert_gt(s->port, 0, "shard %d did not start (see %s)", i, logf);
 }
 
+/* @returns the shard's wait status. */
 static int stop(shard_t *s, int sig) {
-    kill(s->pid, sig);
-    int st = 0;
-    waitpid(s->pid, &st, 0);
-    for (int i = 0; i < nlive; i++)
-        if (live[i] == s->pid) live[i] = 0;
-    return st;
+    return tu_procs_stop(&procs, s->pid, sig);
 }
 
 static mt_psc_t *client(shard_t *sh) {
@@ -172,7 +131,7 @@ static void setup_root(void) {
 }
 
 static void cleanup_root(void) {
-    kill_all();
+    tu_procs_kill_all(&procs);
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
     int rc = system(cmd);
@@ -249,42 +208,6 @@ Test(ps_daemon, kill9_restores_the_last_snapshot, .timeout = 120, .fini = cleanu
         stop(&sh[i], SIGTERM);
 }
 
-/* Runs a shell command, captures its stdout; @returns its exit status (or -1). */
-static int run(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static char *http_get(int port, const char *path) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        close(fd);
-        return NULL;
-    }
-    char req[128];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return NULL;
-    }
-    size_t cap = 1 << 20, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = read(fd, buf + len, cap - 1 - len)) > 0)
-        len += (size_t)r;
-    buf[len] = 0;
-    close(fd);
-    return buf;
-}
-
 Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     setup_root();
     shard_t sh[N];
@@ -299,16 +222,9 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     /* The metrics port is in the log line "metrics on port N". */
     char logf[300], line[512];
     snprintf(logf, sizeof(logf), "%s/log.0", root);
-    FILE *f = fopen(logf, "r");
-    cr_assert_not_null(f);
-    int mport = -1;
-    while (fgets(line, sizeof(line), f)) {
-        char *p = strstr(line, "metrics on port ");
-        if (p) mport = atoi(p + 16);
-    }
-    fclose(f);
+    int mport = tu_metrics_port(logf);
     cr_assert_gt(mport, 0);
-    char *body = http_get(mport, "/metrics");
+    char *body = tu_http_get(mport, "/metrics");
     cr_assert_not_null(body);
     cr_assert(strstr(body, "HTTP/1.0 200"), "%s", body);
     cr_assert(strstr(body, "monolith_ps_requests_total{shard=\"0\",method=\"Lookup\"} 1"), "%s",
@@ -318,34 +234,34 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
         body,
         "monolith_ps_request_seconds_bucket{shard=\"0\",method=\"ApplyGradients\",le=\"+Inf\"} 1"));
     free(body);
-    body = http_get(mport, "/nope");
+    body = tu_http_get(mport, "/nope");
     cr_assert(body && strstr(body, "404"));
     free(body);
     /* The operators' CLI against the running shards. */
     char cmd[1200], out[8192];
     snprintf(cmd, sizeof(cmd), "%s health --addr 127.0.0.1:%d", MT_CLI_BIN, sh[0].port);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 0);
     cr_assert(strstr(out, "\"status\":\"SERVING\""), "%s", out);
     snprintf(cmd, sizeof(cmd), "%s stats --addr 127.0.0.1:%d", MT_CLI_BIN, sh[1].port);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 0);
     cr_assert(strstr(out, "\"shard\":1,\"num_shards\":3"), "%s", out);
     cr_assert(strstr(out, "\"optimizer\":\"adagrad\""), "%s", out);
     snprintf(cmd, sizeof(cmd), "%s lookup --ps 127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d 1:0 1:1 2:77",
              MT_CLI_BIN, sh[0].port, sh[1].port, sh[2].port);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 0);
     cr_assert(strstr(out, "\"fid\":\"0x0001000000000000\",\"slot\":1,\"value\":0,\"found\":true"),
               "%s", out);
     cr_assert(strstr(out, "\"fid\":\"0x000200000000004d\",\"slot\":2,\"value\":77,\"found\":false"),
               "%s", out);
     snprintf(cmd, sizeof(cmd), "%s lookup --ps 127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d 9:1 2>&1",
              MT_CLI_BIN, sh[0].port, sh[1].port, sh[2].port);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 1);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 1);
     cr_assert(strstr(out, "slot 9 is not configured"), "%s", out);
     snprintf(cmd, sizeof(cmd), "%s snapshot --addr 127.0.0.1:%d", MT_CLI_BIN, sh[2].port);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 0);
     cr_assert(strstr(out, "\"checkpoint_id\":1,\"shard\":2"), "%s", out);
     snprintf(cmd, sizeof(cmd), "%s frobnicate 2>/dev/null", MT_CLI_BIN);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 2);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 2);
     for (int i = 0; i < N; i++)
         stop(&sh[i], SIGTERM);
     /* A wrong key: exit status 2 and the key named on stderr. */
@@ -355,7 +271,7 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 2, "status %d", ws);
     char errf[300];
     snprintf(errf, sizeof(errf), "%s/err.txt", root);
-    f = fopen(errf, "r");
+    FILE *f = fopen(errf, "r");
     cr_assert_not_null(f);
     cr_assert_not_null(fgets(line, sizeof(line), f));
     fclose(f);

@@ -13,15 +13,11 @@
  *     tls.enabled without files is a configuration error naming the key (exit 2).
  * Certificates are made at test time (tests/unit/rpc/tls_certs.h).
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +26,7 @@
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/table.h"
+#include "testutil_daemon.h"
 #include "tls_certs.h"
 
 #if !defined(MT_PS_BIN) || !defined(MT_CLI_BIN) || !defined(MT_SERVING_BIN)
@@ -37,16 +34,10 @@
 #endif
 
 static char dir[64];
-static pid_t live[4];
-static int nlive;
+static tu_procs_t procs; /* the daemons started and not reaped: killed by cleanup() */
 
 static void cleanup(void) {
-    for (int i = 0; i < nlive; i++)
-        if (live[i] > 0) {
-            kill(live[i], SIGKILL);
-            waitpid(live[i], NULL, 0);
-        }
-    nlive = 0;
+    tu_procs_kill_all(&procs);
     tls_certs_remove(dir);
 }
 
@@ -75,97 +66,22 @@ static void write_conf(const char *path, const char *extra) {
     fclose(f);
 }
 
-static int read_port(const char *path) {
-    for (int i = 0; i < 300; i++) { /* up to 30 s (ASan) */
-        FILE *f = fopen(path, "r");
-        int v = 0;
-        if (f) {
-            int ok = fscanf(f, "%d", &v) == 1;
-            fclose(f);
-            if (ok && v > 0) return v;
-        }
-        usleep(100000);
-    }
-    return -1;
-}
-
-/* Starts @p bin --config conf [args...]; stderr to @p log. */
+/* Starts @p bin --config conf --port-file portf [--set set]; stderr to @p log. */
 static pid_t spawn(const char *bin, const char *conf, const char *log, const char *portf,
                    const char *set) {
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (!freopen(log, "w", stderr)) _exit(126);
-        if (set)
-            execl(bin, bin, "--config", conf, "--port-file", portf, "--set", set, (char *)NULL);
-        else
-            execl(bin, bin, "--config", conf, "--port-file", portf, (char *)NULL);
-        _exit(127);
+    char *argv[] = {(char *)bin,   "--config", (char *)conf, "--port-file",
+                    (char *)portf, NULL,       NULL,         NULL};
+    if (set) {
+        argv[5] = "--set";
+        argv[6] = (char *)set;
     }
-    if (nlive < 4) live[nlive++] = pid;
-    return pid;
+    return tu_procs_spawn(&procs, argv, log, "w");
 }
 
+/* SIGTERM, then the exit status (-1: killed by a signal). */
 static int stop(pid_t pid) {
-    kill(pid, SIGTERM);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    for (int i = 0; i < nlive; i++)
-        if (live[i] == pid) live[i] = 0;
+    int st = tu_procs_stop(&procs, pid, SIGTERM);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int run(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static char *http_get(int port, const char *path) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        close(fd);
-        return NULL;
-    }
-    char req[128];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", path);
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return NULL;
-    }
-    size_t cap = 1 << 20, len = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = read(fd, buf + len, cap - 1 - len)) > 0)
-        len += (size_t)r;
-    buf[len] = 0;
-    close(fd);
-    return buf;
-}
-
-/* The "metrics on port N" line of a daemon's log. */
-static int metrics_port(const char *log) {
-    for (int i = 0; i < 100; i++) {
-        FILE *f = fopen(log, "r");
-        char line[512];
-        int p = -1;
-        while (f && fgets(line, sizeof(line), f)) {
-            char *m = strstr(line, "metrics on port ");
-            if (m) p = atoi(m + 16);
-        }
-        if (f) fclose(f);
-        if (p > 0) return p;
-        usleep(100000);
-    }
-    return -1;
 }
 
 static mt_psc_t *client(const char *addr, int tls, int client_cert) {
@@ -212,7 +128,7 @@ Test(security_e2e, ps_and_serving_over_mutual_tls) {
     snprintf(svport, sizeof(svport), "%s/serving.port", dir);
     write_conf(conf, NULL);
     pid_t ps = spawn(MT_PS_BIN, conf, pslog, psport, NULL);
-    int port = read_port(psport);
+    int port = tu_read_port_file(psport, 30); /* 30 s: slow under ASan */
     cr_assert_gt(port, 0, "monolith-ps did not start: see %s", pslog);
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
@@ -269,42 +185,42 @@ Test(security_e2e, ps_and_serving_over_mutual_tls) {
              "%s health --addr %s --tls-ca %s/ca.pem --tls-cert %s/client.pem "
              "--tls-key %s/client.key 2>&1",
              MT_CLI_BIN, addr, dir, dir, dir);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 0, "%s", out);
     cr_assert(strstr(out, "\"status\":\"SERVING\""), "%s", out);
     snprintf(cmd, sizeof(cmd),
              "%s lookup --ps %s --tls-ca %s/ca.pem --tls-cert %s/client.pem "
              "--tls-key %s/client.key 1:7 2>&1",
              MT_CLI_BIN, addr, dir, dir, dir);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 0, "%s", out);
     cr_assert(strstr(out, "\"found\":true"), "%s", out);
     snprintf(cmd, sizeof(cmd), "%s health --addr %s 2>&1", MT_CLI_BIN, addr);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 1, "%s", out);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 1, "%s", out);
     cr_assert(strstr(out, "UNAVAILABLE"), "%s", out);
     snprintf(cmd, sizeof(cmd), "%s health --addr %s --tls-ca %s/nope.pem 2>&1", MT_CLI_BIN, addr,
              dir);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 2, "%s", out);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 2, "%s", out);
     cr_assert(strstr(out, "tls.ca_file '") && strstr(out, "nope.pem': cannot open"), "%s", out);
 
     /* Serving with the same file: its PS channels use the [tls] client side. */
     char set[96];
     snprintf(set, sizeof(set), "cluster.ps=%s", addr);
     pid_t sv = spawn(MT_SERVING_BIN, conf, svlog, svport, set);
-    int sport = read_port(svport);
+    int sport = tu_read_port_file(svport, 30);
     cr_assert_gt(sport, 0, "monolith-serving did not start: see %s", svlog);
     snprintf(cmd, sizeof(cmd),
              "%s health --addr 127.0.0.1:%d --tls-ca %s/ca.pem --tls-cert %s/client.pem "
              "--tls-key %s/client.key 2>&1",
              MT_CLI_BIN, sport, dir, dir, dir);
-    int rc = run(cmd, out, sizeof(out)); /* answered over TLS: SERVING or NOT_SERVING yet */
+    int rc = tu_run(cmd, out, sizeof(out)); /* answered over TLS: SERVING or NOT_SERVING yet */
     cr_assert(strstr(out, "\"status\":\""), "rc %d: %s", rc, out);
     /* The PS sees serving's Sync streams (over mutual TLS), and exports its counters. */
-    int mport = metrics_port(pslog);
+    int mport = tu_metrics_port(pslog);
     cr_assert_gt(mport, 0);
     int synced = 0;
     char *body = NULL;
     for (int i = 0; i < 100 && !synced; i++) {
         free(body);
-        body = http_get(mport, "/metrics");
+        body = tu_http_get(mport, "/metrics");
         cr_assert_not_null(body);
         const char *m = strstr(body, "monolith_ps_requests_total{shard=\"0\",method=\"Sync\"} ");
         synced = m && atoi(m + strlen("monolith_ps_requests_total{shard=\"0\",method=\"Sync\"} "));
@@ -326,7 +242,7 @@ Test(security_e2e, bad_tls_files_stop_the_daemon_with_the_path) {
     /* tls.enabled without a CA: a configuration error naming the key, exit 2. */
     write_conf(conf, NULL);
     snprintf(cmd, sizeof(cmd), "%s --config %s --set tls.ca_file= --check 2>&1", MT_PS_BIN, conf);
-    cr_assert_eq(run(cmd, out, sizeof(out)), 2, "%s", out);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 2, "%s", out);
     cr_assert(strstr(out, "tls.ca_file: required when tls.enabled is true"), "%s", out);
     /* A certificate file that does not exist: the daemon stops, naming it. */
     char set[200];
@@ -334,8 +250,7 @@ Test(security_e2e, bad_tls_files_stop_the_daemon_with_the_path) {
     pid_t pid = spawn(MT_PS_BIN, conf, log, portf, set);
     int st = 0;
     waitpid(pid, &st, 0);
-    for (int i = 0; i < nlive; i++)
-        if (live[i] == pid) live[i] = 0;
+    tu_procs_forget(&procs, pid);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "monolith-ps started without its cert");
     FILE *f = fopen(log, "r");
     cr_assert_not_null(f);

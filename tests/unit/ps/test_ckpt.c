@@ -40,6 +40,7 @@
 #include "mt/rpc.h"
 #include "mt/store.h"
 #include "mt/table.h"
+#include "testutil_ps.h"
 
 #define NSHARDS 2
 #define PATH(m) "/monolith.v1.ParameterServer/" m
@@ -51,7 +52,7 @@ typedef struct cluster {
     mt_ps_t *ps[NSHARDS];
     mt_store_t *store[NSHARDS];
     mt_rpc_server_t *srv[NSHARDS];
-    char addr[NSHARDS][64];
+    char addr[NSHARDS][TU_PS_ADDR_LEN];
     mt_psc_t *client;
 } cluster_t;
 
@@ -73,15 +74,7 @@ static void remove_dir(void) {
 
 static void ps_new(cluster_t *c, uint32_t i) {
     mt_ps_config_t pc;
-    mt_ps_config_init(&pc);
-    pc.shard = i;
-    pc.num_shards = NSHARDS;
-    pc.table.slots = c->slots;
-    pc.table.nslots = 2;
-    pc.table.shards_log2 = 2;
-    pc.table.filter_bytes = 1 << 16;
-    pc.table.changelog_entries = 1 << 12;
-    pc.sync_max_followers = 1;
+    tu_ps_config(&pc, i, NSHARDS, c->slots, 2);
     pc.admin_token = TOKEN;
     cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
 }
@@ -97,7 +90,6 @@ static void cluster_start(cluster_t *c, int with_store) {
     c->slots[0].init_seed = 5;
     mt_table_slot_config_init(&c->slots[1], 2, 4);
     c->slots[1].opt = MT_OPT_SGD;
-    const char *addrs[NSHARDS];
     for (uint32_t i = 0; i < NSHARDS; i++) {
         ps_new(c, i);
         if (with_store) {
@@ -110,21 +102,9 @@ static void cluster_start(cluster_t *c, int with_store) {
             cr_assert_eq(mt_store_open(d, &sc, &c->store[i], eb, sizeof(eb)), MT_OK, "%s", eb);
             mt_ps_set_store(c->ps[i], c->store[i]);
         }
-        mt_rpc_server_config_t sc;
-        mt_rpc_server_config_init(&sc);
-        sc.threads = 4;
-        cr_assert_eq(mt_rpc_server_create(&sc, &c->srv[i]), MT_OK);
-        cr_assert_eq(mt_ps_register(c->ps[i], c->srv[i]), MT_OK);
-        int port = 0;
-        cr_assert_eq(mt_rpc_server_start(c->srv[i], &port), MT_OK);
-        snprintf(c->addr[i], sizeof(c->addr[i]), "127.0.0.1:%d", port);
-        addrs[i] = c->addr[i];
+        c->srv[i] = tu_ps_serve(c->ps[i], 4, 0, NULL, c->addr[i]);
     }
-    mt_psc_config_t cc;
-    mt_psc_config_init(&cc);
-    cc.addrs = addrs;
-    cc.num_shards = NSHARDS;
-    cr_assert_eq(mt_psc_create(&cc, &c->client), MT_OK);
+    c->client = tu_psc_connect(c->addr, NSHARDS);
 }
 
 static void cluster_stop(cluster_t *c) {
@@ -148,14 +128,7 @@ static void restart_shard(cluster_t *c, uint32_t i) {
     char eb[256] = "";
     cr_assert_eq(mt_ps_restore(c->ps[i], MT_PS_NEWEST, NULL, eb, sizeof(eb)), MT_OK, "%s", eb);
     mt_ps_set_restoring(c->ps[i], 0);
-    mt_rpc_server_config_t sc;
-    mt_rpc_server_config_init(&sc);
-    sc.threads = 4;
-    sc.listen = c->addr[i];
-    cr_assert_eq(mt_rpc_server_create(&sc, &c->srv[i]), MT_OK);
-    cr_assert_eq(mt_ps_register(c->ps[i], c->srv[i]), MT_OK);
-    int port = 0;
-    cr_assert_eq(mt_rpc_server_start(c->srv[i], &port), MT_OK);
+    c->srv[i] = tu_ps_serve(c->ps[i], 4, 0, c->addr[i], NULL); /* same address */
 }
 
 static uint32_t dim_of(uint64_t fid) {
@@ -400,14 +373,7 @@ Test(ps_ckpt, counter_offsets_list_and_restore) {
     mt_table_stats_t ts;
     mt_table_stats(mt_ps_table(c.ps[1]), &ts);
     cr_assert_eq(ts.rows, rows6);
-    mt_rpc_server_config_t sc;
-    mt_rpc_server_config_init(&sc);
-    sc.threads = 4;
-    sc.listen = c.addr[1];
-    cr_assert_eq(mt_rpc_server_create(&sc, &c.srv[1]), MT_OK);
-    cr_assert_eq(mt_ps_register(c.ps[1], c.srv[1]), MT_OK);
-    int port = 0;
-    cr_assert_eq(mt_rpc_server_start(c.srv[1], &port), MT_OK);
+    c.srv[1] = tu_ps_serve(c.ps[1], 4, 0, c.addr[1], NULL);
     /* the client's channel reconnects with a backoff */
     mt_err_t le = MT_UNAVAILABLE;
     for (int i = 0; i < 100 && le; i++) {

@@ -38,6 +38,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "mt/rpc.h"
+#include "testutil_rpc.h"
 
 #ifdef MT_SANITIZED
 #define SCALE_DIV 4
@@ -71,27 +72,6 @@ static struct {
     atomic_int forever_gave_up;   /* the handler hit its safety time limit */
     atomic_long forever_sent;
 } g;
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms) {
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Polls @p flag until it is at least @p want or @p timeout_ms passes. */
-static int wait_for(atomic_int *flag, int want, int64_t timeout_ms) {
-    int64_t end = now_ms() + timeout_ms;
-    while (atomic_load(flag) < want) {
-        if (now_ms() > end) return 0;
-        sleep_ms(5);
-    }
-    return 1;
-}
 
 static void put_u32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v;
@@ -154,9 +134,9 @@ static void h_sleep(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
     atomic_store(&g.remaining_ms, (long long)mt_rpc_call_remaining_ms(c));
     atomic_fetch_add(&g.sleep_started, 1);
     uint32_t ms = len >= 4 ? get_u32(req) : 0;
-    int64_t end = now_ms() + ms;
-    while (now_ms() < end)
-        sleep_ms(5);
+    int64_t end = tu_now_ms() + ms;
+    while (tu_now_ms() < end)
+        tu_sleep_ms(5);
     mt_rpc_reply(c, (const uint8_t *)"slept", 5);
     atomic_fetch_add(&g.sleep_done, 1);
 }
@@ -224,9 +204,9 @@ static void h_forever(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len
     atomic_fetch_add(&g.calls, 1);
     atomic_fetch_add(&g.forever_started, 1);
     static uint8_t buf[4096];
-    int64_t end = now_ms() + 20000;
+    int64_t end = tu_now_ms() + 20000;
     for (uint32_t i = 0;; i++) {
-        if (now_ms() > end) {
+        if (tu_now_ms() > end) {
             atomic_fetch_add(&g.forever_gave_up, 1);
             mt_rpc_fail(c, MT_RPC_DEADLINE_EXCEEDED, "gave up");
             return;
@@ -281,23 +261,19 @@ static mt_rpc_server_t *start_server_opts(const server_opts_t *o, int *port) {
     if (o->grace_ms) cfg.grace_ms = o->grace_ms;
     if (o->max_queued) cfg.max_queued = o->max_queued;
     if (o->listen) cfg.listen = o->listen;
-    mt_rpc_server_t *s = NULL;
-    cr_assert_eq(mt_rpc_server_create(&cfg, &s), MT_OK);
-    cr_assert_not_null(s);
-    cr_assert_eq(mt_rpc_server_add(s, P_REVERSE, 0, h_reverse, (void *)o->tag), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_EMPTY, 0, h_empty, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_FAIL, 0, h_fail, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_NOFINISH, 0, h_nofinish, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_SLEEP, 0, h_sleep, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_BIG, 0, h_big, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_COUNT, 1, h_count, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_FAILMID, 1, h_failmid, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_FOREVER, 1, h_forever, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_FLAKY, 0, h_flaky, NULL), MT_OK);
-    *port = -1;
-    cr_assert_eq(mt_rpc_server_start(s, port), MT_OK);
-    cr_assert(*port > 0 && *port < 65536, "bound port %d", *port);
-    return s;
+    const tu_rpc_method_t m[] = {
+        {P_REVERSE, 0, h_reverse, (void *)o->tag},
+        {P_EMPTY, 0, h_empty, NULL},
+        {P_FAIL, 0, h_fail, NULL},
+        {P_NOFINISH, 0, h_nofinish, NULL},
+        {P_SLEEP, 0, h_sleep, NULL},
+        {P_BIG, 0, h_big, NULL},
+        {P_COUNT, 1, h_count, NULL},
+        {P_FAILMID, 1, h_failmid, NULL},
+        {P_FOREVER, 1, h_forever, NULL},
+        {P_FLAKY, 0, h_flaky, NULL},
+    };
+    return tu_rpc_server_start(&cfg, m, sizeof(m) / sizeof(m[0]), port);
 }
 
 static mt_rpc_server_t *start_server(int *port) {
@@ -311,12 +287,19 @@ static mt_rpc_channel_t *open_channel(int port, int retries, uint32_t max_messag
     mt_rpc_client_config_init(&cfg);
     if (retries >= 0) cfg.retries = (uint32_t)retries;
     if (max_message_bytes) cfg.max_message_bytes = max_message_bytes;
-    char target[64];
-    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
-    mt_rpc_channel_t *ch = NULL;
-    cr_assert_eq(mt_rpc_channel_create(target, &cfg, &ch), MT_OK);
-    cr_assert_not_null(ch);
-    return ch;
+    return tu_rpc_channel("127.0.0.1", port, &cfg);
+}
+
+/* A channel to 127.0.0.1:@p port that retries UNAVAILABLE @p retries times with this
+ * backoff. */
+static mt_rpc_channel_t *retrying_channel(int port, uint32_t retries, uint32_t backoff_ms,
+                                          uint32_t backoff_max_ms) {
+    mt_rpc_client_config_t cfg;
+    mt_rpc_client_config_init(&cfg);
+    cfg.retries = retries;
+    cfg.backoff_ms = backoff_ms;
+    cfg.backoff_max_ms = backoff_max_ms;
+    return tu_rpc_channel("127.0.0.1", port, &cfg);
 }
 
 /* A unary call that must succeed with the reverse of @p req. */
@@ -684,14 +667,14 @@ Test(rpc, deadline_passes_while_handler_sleeps) {
     cr_assert(rc == MT_TIMEOUT || (rc == MT_OK && st.code == MT_RPC_DEADLINE_EXCEEDED),
               "rc %s, status %d '%s'", mt_err_name(rc), st.code, st.message);
     cr_assert_null(resp);
-    cr_assert(wait_for(&g.sleep_started, 1, 5000));
+    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000));
     /* At most the client's 300 ms, give or take the wire's rounding: gRPC sends the timeout
      * rounded up to whole units, and the handler's clock conversion (realtime to monotonic)
      * is exact to about a millisecond; 301 was seen under ASan. */
     long long rem = atomic_load(&g.remaining_ms);
     cr_assert(rem > 0 && rem <= 300 + 20, "remaining_ms in the handler: %lld", rem);
     /* The late reply of the handler is harmless; the server still serves. */
-    cr_assert(wait_for(&g.sleep_done, 1, 5000));
+    cr_assert(tu_wait_for(&g.sleep_done, 1, 5000));
     expect_reverse(ch, (const uint8_t *)"after", 5);
     /* A generous deadline: the handler sees it, the call succeeds. */
     put_u32(req, 0);
@@ -798,7 +781,7 @@ Test(rpc, stream_closed_early_by_client_cancels_handler_sends) {
     mt_rpc_stream_close(st, &status);
     cr_assert_eq(status.code, MT_RPC_CANCELLED, "status %d '%s'", status.code, status.message);
     /* The handler's next send (at the latest once flow control blocks it) must say so. */
-    cr_assert(wait_for(&g.forever_cancelled, 1, 10000),
+    cr_assert(tu_wait_for(&g.forever_cancelled, 1, 10000),
               "mt_rpc_send never returned MT_CANCELLED (sent %ld, other %d, gave up %d)",
               atomic_load(&g.forever_sent), atomic_load(&g.forever_other),
               atomic_load(&g.forever_gave_up));
@@ -809,10 +792,10 @@ Test(rpc, stream_closed_early_by_client_cancels_handler_sends) {
     expect_count_stream(ch, 10);
     /* Once more with a stream that was never read from. */
     cr_assert_eq(mt_rpc_stream_open(ch, P_FOREVER, NULL, 0, 30000, &st), MT_OK);
-    cr_assert(wait_for(&g.forever_started, 2, 5000));
+    cr_assert(tu_wait_for(&g.forever_started, 2, 5000));
     mt_rpc_stream_close(st, &status);
     cr_assert_neq(status.code, MT_RPC_OK);
-    cr_assert(wait_for(&g.forever_cancelled, 2, 10000), "second handler was not cancelled");
+    cr_assert(tu_wait_for(&g.forever_cancelled, 2, 10000), "second handler was not cancelled");
     expect_reverse(ch, (const uint8_t *)"healthy", 7);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);
@@ -835,14 +818,14 @@ Test(rpc, stream_deadline_cancels_handler) {
         free(buf);
         got++;
         cr_assert_lt(got, 1000000, "the stream outlived its deadline");
-        if (got % 64 == 0) sleep_ms(20);
+        if (got % 64 == 0) tu_sleep_ms(20);
     }
     cr_assert(rc == MT_CANCELLED || rc == MT_NOT_FOUND, "rc %s", mt_err_name(rc));
     mt_rpc_status_t status;
     mt_rpc_stream_close(st, &status);
     cr_assert_eq(status.code, MT_RPC_DEADLINE_EXCEEDED, "status %d '%s'", status.code,
                  status.message);
-    cr_assert(wait_for(&g.forever_cancelled, 1, 10000), "handler not told of the deadline");
+    cr_assert(tu_wait_for(&g.forever_cancelled, 1, 10000), "handler not told of the deadline");
     expect_reverse(ch, (const uint8_t *)"ok", 2);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);
@@ -1117,21 +1100,13 @@ Test(rpc, health_check_by_service_name) {
 
 Test(rpc, nobody_listening_is_unavailable_within_deadline) {
     int port = dead_port();
-    mt_rpc_client_config_t cfg;
-    mt_rpc_client_config_init(&cfg);
-    cfg.retries = 3;
-    cfg.backoff_ms = 20;
-    cfg.backoff_max_ms = 100;
-    char target[64];
-    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
-    mt_rpc_channel_t *ch = NULL;
-    cr_assert_eq(mt_rpc_channel_create(target, &cfg, &ch), MT_OK);
+    mt_rpc_channel_t *ch = retrying_channel(port, 3, 20, 100);
     uint8_t *resp;
     size_t rl;
     mt_rpc_status_t st;
-    int64_t t0 = now_ms();
+    int64_t t0 = tu_now_ms();
     mt_err_t rc = call(ch, P_REVERSE, "x", 1, 5000, &resp, &rl, &st);
-    int64_t took = now_ms() - t0;
+    int64_t took = tu_now_ms() - t0;
     cr_assert(rc == MT_UNAVAILABLE || (rc == MT_OK && st.code == MT_RPC_UNAVAILABLE),
               "rc %s status %d '%s' after %lld ms", mt_err_name(rc), st.code, st.message,
               (long long)took);
@@ -1172,15 +1147,7 @@ Test(rpc, nobody_listening_is_unavailable_within_deadline) {
 Test(rpc, server_unavailable_is_retried_exactly_retries_times) {
     int port;
     mt_rpc_server_t *s = start_server(&port);
-    mt_rpc_client_config_t cfg;
-    mt_rpc_client_config_init(&cfg);
-    cfg.retries = 3;
-    cfg.backoff_ms = 10;
-    cfg.backoff_max_ms = 40;
-    char target[64];
-    snprintf(target, sizeof(target), "127.0.0.1:%d", port);
-    mt_rpc_channel_t *ch = NULL;
-    cr_assert_eq(mt_rpc_channel_create(target, &cfg, &ch), MT_OK);
+    mt_rpc_channel_t *ch = retrying_channel(port, 3, 10, 40);
     uint8_t *resp;
     size_t rl;
     mt_rpc_status_t st;
@@ -1249,7 +1216,7 @@ typedef struct late_start {
 
 static void *late_server_thread(void *p) {
     late_start_t *ls = p;
-    sleep_ms(ls->delay_ms);
+    tu_sleep_ms(ls->delay_ms);
     mt_rpc_server_config_t cfg;
     mt_rpc_server_config_init(&cfg);
     char addr[64];
@@ -1265,15 +1232,7 @@ static void *late_server_thread(void *p) {
 
 static void late_server_case(uint32_t retries, uint32_t backoff_ms, uint32_t backoff_max_ms) {
     late_start_t ls = {.port = dead_port(), .delay_ms = 300};
-    mt_rpc_client_config_t cfg;
-    mt_rpc_client_config_init(&cfg);
-    cfg.retries = retries;
-    cfg.backoff_ms = backoff_ms;
-    cfg.backoff_max_ms = backoff_max_ms;
-    char target[64];
-    snprintf(target, sizeof(target), "127.0.0.1:%d", ls.port);
-    mt_rpc_channel_t *ch = NULL;
-    cr_assert_eq(mt_rpc_channel_create(target, &cfg, &ch), MT_OK);
+    mt_rpc_channel_t *ch = retrying_channel(ls.port, retries, backoff_ms, backoff_max_ms);
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, late_server_thread, &ls), 0);
     uint8_t *resp;
@@ -1334,7 +1293,7 @@ Test(rpc, graceful_shutdown_finishes_in_flight_calls) {
     b.st.code = -1;
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, bg_call_thread, &b), 0);
-    cr_assert(wait_for(&g.sleep_started, 1, 5000), "the handler never started");
+    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000), "the handler never started");
     mt_rpc_server_shutdown(s);
     /* Shutdown waits for the handler (grace 5 s > 300 ms). */
     cr_assert_eq(atomic_load(&g.sleep_done), 1, "shutdown returned before the handler ended");
@@ -1375,8 +1334,8 @@ Test(rpc, shutdown_cancels_calls_past_the_grace_period) {
     cr_assert_eq(pthread_create(&th, NULL, bg_call_thread, &b), 0);
     mt_rpc_stream_t *stream = NULL;
     cr_assert_eq(mt_rpc_stream_open(ch, P_FOREVER, NULL, 0, 30000, &stream), MT_OK);
-    cr_assert(wait_for(&g.sleep_started, 1, 5000));
-    cr_assert(wait_for(&g.forever_started, 1, 5000));
+    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000));
+    cr_assert(tu_wait_for(&g.forever_started, 1, 5000));
     mt_rpc_server_shutdown(s);
     /* Workers are joined: every handler has returned; the stream's sends were refused. */
     cr_assert_eq(atomic_load(&g.sleep_done), 1);
@@ -1455,11 +1414,11 @@ Test(rpc, shutdown_under_load) {
             cr_assert_eq(pthread_create(&th[t], NULL, load_thread, &args[t]), 0);
         }
         /* some calls succeed first (the first connection can take a while under ASan) */
-        cr_assert(wait_for(&g.calls, before + 1, 10000), "round %d: no call reached the server",
+        cr_assert(tu_wait_for(&g.calls, before + 1, 10000), "round %d: no call reached the server",
                   round);
-        sleep_ms(100 + 50 * round);
+        tu_sleep_ms(100 + 50 * round);
         mt_rpc_server_shutdown(s);
-        sleep_ms(50);
+        tu_sleep_ms(50);
         atomic_store(&stop, 1);
         int ok = 0, failed = 0, wrong = 0;
         for (int t = 0; t < T; t++) {

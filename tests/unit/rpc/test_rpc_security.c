@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "mt/rpc.h"
+#include "testutil_rpc.h"
 #include "tls_certs.h"
 
 #define P_REVERSE "/mt.test.Echo/Reverse"
@@ -48,26 +49,6 @@ static struct {
     atomic_int hold_started;
     atomic_int release; /* Hold streams end when this is set */
 } g;
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms) {
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int wait_for(atomic_int *v, int want, int64_t timeout_ms) {
-    int64_t end = now_ms() + timeout_ms;
-    while (atomic_load(v) < want) {
-        if (now_ms() > end) return 0;
-        sleep_ms(2);
-    }
-    return 1;
-}
 
 /* ============================== handlers ============================== */
 
@@ -88,7 +69,7 @@ static void h_sleep(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
     uint32_t ms = len >= 4 ? (uint32_t)req[0] | (uint32_t)req[1] << 8 | (uint32_t)req[2] << 16 |
                                  (uint32_t)req[3] << 24
                            : 0;
-    sleep_ms(ms);
+    tu_sleep_ms(ms);
     mt_rpc_reply(c, (const uint8_t *)"slept", 5);
 }
 
@@ -113,9 +94,9 @@ static void h_hold(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
         mt_rpc_fail(c, MT_RPC_CANCELLED, "gone");
         return;
     }
-    int64_t end = now_ms() + 10000;
-    while (!atomic_load(&g.release) && now_ms() < end && mt_rpc_call_remaining_ms(c) > 0)
-        sleep_ms(5);
+    int64_t end = tu_now_ms() + 10000;
+    while (!atomic_load(&g.release) && tu_now_ms() < end && mt_rpc_call_remaining_ms(c) > 0)
+        tu_sleep_ms(5);
     mt_rpc_reply(c, NULL, 0);
 }
 
@@ -145,14 +126,13 @@ static mt_rpc_tls_config_t client_tls(const char *ca) {
 }
 
 static mt_rpc_server_t *start(const mt_rpc_server_config_t *cfg, int *port) {
-    mt_rpc_server_t *s = NULL;
-    cr_assert_eq(mt_rpc_server_create(cfg, &s), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_REVERSE, 0, h_reverse, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_SLEEP, 0, h_sleep, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_COUNT, 1, h_count, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_add(s, P_HOLD, 1, h_hold, NULL), MT_OK);
-    cr_assert_eq(mt_rpc_server_start(s, port), MT_OK);
-    return s;
+    const tu_rpc_method_t m[] = {
+        {P_REVERSE, 0, h_reverse, NULL},
+        {P_SLEEP, 0, h_sleep, NULL},
+        {P_COUNT, 1, h_count, NULL},
+        {P_HOLD, 1, h_hold, NULL},
+    };
+    return tu_rpc_server_start(cfg, m, sizeof(m) / sizeof(m[0]), port);
 }
 
 static mt_rpc_server_t *start_tls(mt_rpc_tls_config_t tls, int *port) {
@@ -167,11 +147,7 @@ static mt_rpc_channel_t *channel(const char *host, int port, const mt_rpc_tls_co
     mt_rpc_client_config_init(&cc);
     cc.retries = 0; /* a failed handshake is UNAVAILABLE: no need to try again */
     if (tls) cc.tls = *tls;
-    char target[96];
-    snprintf(target, sizeof(target), "%s:%d", host, port);
-    mt_rpc_channel_t *ch = NULL;
-    cr_assert_eq(mt_rpc_channel_create(target, &cc, &ch), MT_OK);
-    return ch;
+    return tu_rpc_channel(host, port, &cc);
 }
 
 /* A Reverse call; returns the status code (and checks the reply when OK). */
@@ -416,9 +392,9 @@ static void *slow_thread(void *p) {
     uint8_t *resp = NULL;
     size_t rl = 0;
     mt_rpc_status_t st;
-    int64_t t0 = now_ms();
+    int64_t t0 = tu_now_ms();
     mt_rpc_call(c->ch, P_SLEEP, req, 4, 20000, &resp, &rl, &st);
-    c->took_ms = now_ms() - t0;
+    c->took_ms = tu_now_ms() - t0;
     c->code = st.code;
     snprintf(c->msg, sizeof(c->msg), "%s", st.message);
     free(resp);
@@ -443,10 +419,10 @@ Test(rpc_admission, overload_is_refused_at_once_and_health_answers, .timeout = 6
         cr_assert_eq(pthread_create(&th[i], NULL, slow_thread, &calls[i]), 0);
     }
     /* While the thread sleeps and the queue is full, Health is answered at once. */
-    cr_assert(wait_for(&g.sleep_started, 1, 5000));
-    int64_t t0 = now_ms();
+    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000));
+    int64_t t0 = tu_now_ms();
     cr_assert_eq(health(ch, 2000), 1);
-    int64_t health_ms = now_ms() - t0;
+    int64_t health_ms = tu_now_ms() - t0;
     mt_rpc_server_stats_t st;
     mt_rpc_server_stats(s, &st);
     cr_assert_eq(st.running, 1);
@@ -503,20 +479,20 @@ Test(rpc_admission, no_queue_refuses_when_the_threads_are_busy, .timeout = 30) {
     slow_call_t slow = {.ch = ch, .ms = 800};
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, slow_thread, &slow), 0);
-    cr_assert(wait_for(&g.sleep_started, 1, 5000));
+    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000));
     char msg[256];
-    int64_t t0 = now_ms();
+    int64_t t0 = tu_now_ms();
     cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_RESOURCE_EXHAUSTED, "%s", msg);
-    cr_assert_lt(now_ms() - t0, 400);
+    cr_assert_lt(tu_now_ms() - t0, 400);
     cr_assert(strstr(msg, "server overloaded: 0 calls queued"), "%s", msg);
     pthread_join(th, NULL);
     cr_assert_eq(slow.code, MT_RPC_OK, "%s", slow.msg);
     /* The thread is free again a moment after its reply left: then a call is admitted. */
     mt_rpc_server_stats_t st;
-    int64_t end = now_ms() + 2000;
+    int64_t end = tu_now_ms() + 2000;
     do
         mt_rpc_server_stats(s, &st);
-    while (st.running && now_ms() < end);
+    while (st.running && tu_now_ms() < end);
     cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_OK, "%s", msg);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);
@@ -558,9 +534,9 @@ Test(rpc_admission, streams_do_not_starve_unary_calls_and_are_bounded, .timeout 
         cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_OK, "%s", msg);
     cr_assert_eq(health(ch, 2000), 1);
     /* A fourth stream is refused at once. */
-    int64_t t0 = now_ms();
+    int64_t t0 = tu_now_ms();
     cr_assert_eq(count_stream(ch, 5), MT_RPC_RESOURCE_EXHAUSTED);
-    cr_assert_lt(now_ms() - t0, 1000);
+    cr_assert_lt(tu_now_ms() - t0, 1000);
     mt_rpc_server_stats(s, &ss);
     cr_assert_eq(ss.rejected, 1);
     cr_assert_eq(ss.rejected_streams, 1);
@@ -574,93 +550,89 @@ Test(rpc_admission, streams_do_not_starve_unary_calls_and_are_bounded, .timeout 
         mt_rpc_stream_close(st[i], &cs);
         cr_assert_eq(cs.code, MT_RPC_OK, "%s", cs.message);
     }
-    int64_t end = now_ms() + 2000;
+    int64_t end = tu_now_ms() + 2000;
     do
         mt_rpc_server_stats(s, &ss);
-    while (ss.streams && now_ms() < end);
+    while (ss.streams && tu_now_ms() < end);
     cr_assert_eq(count_stream(ch, 5), MT_RPC_OK);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);
 }
 
-Test(rpc_admission, shutdown_with_a_full_queue_answers_and_frees_everything, .timeout = 30) {
+/* A server of one thread and a queue of four, and k threads calling Sleep on it. */
+typedef struct full_queue {
+    mt_rpc_server_t *s;
+    mt_rpc_channel_t *ch;
+    int k;
+    slow_call_t calls[8];
+    pthread_t th[8];
+} full_queue_t;
+
+/* Starts @p q: the server (@p grace_ms to shut down) and @p k threads calling Sleep(@p ms);
+ * returns once one call runs and four wait in the queue. */
+static void full_queue_start(full_queue_t *q, uint32_t grace_ms, uint32_t ms, int k) {
+    cr_assert_leq(k, 8);
     mt_rpc_server_config_t cfg;
     mt_rpc_server_config_init(&cfg);
     cfg.threads = 1;
     cfg.max_queued = 4;
-    cfg.grace_ms = 5000;
+    cfg.grace_ms = grace_ms;
     int port;
-    mt_rpc_server_t *s = start(&cfg, &port);
-    mt_rpc_channel_t *ch = channel("127.0.0.1", port, NULL);
-    cr_assert_eq(health(ch, 5000), 1);
-    enum { K = 8 };
-    slow_call_t calls[K];
-    pthread_t th[K];
-    for (int i = 0; i < K; i++) {
-        calls[i] = (slow_call_t){.ch = ch, .ms = 300};
-        cr_assert_eq(pthread_create(&th[i], NULL, slow_thread, &calls[i]), 0);
+    q->s = start(&cfg, &port);
+    q->ch = channel("127.0.0.1", port, NULL);
+    q->k = k;
+    cr_assert_eq(health(q->ch, 5000), 1);
+    for (int i = 0; i < k; i++) {
+        q->calls[i] = (slow_call_t){.ch = q->ch, .ms = ms};
+        cr_assert_eq(pthread_create(&q->th[i], NULL, slow_thread, &q->calls[i]), 0);
     }
-    /* Shut down with one call running and four queued. */
     mt_rpc_server_stats_t st;
-    int64_t end = now_ms() + 5000;
+    int64_t end = tu_now_ms() + 5000;
     do {
-        sleep_ms(2);
-        mt_rpc_server_stats(s, &st);
-    } while (st.queued < 4 && now_ms() < end);
+        tu_sleep_ms(2);
+        mt_rpc_server_stats(q->s, &st);
+    } while (st.queued < 4 && tu_now_ms() < end);
     cr_assert_eq(st.queued, 4);
-    mt_rpc_server_shutdown(s); /* the running call and the queued ones finish in the grace */
-    for (int i = 0; i < K; i++)
-        pthread_join(th[i], NULL);
+}
+
+/* Waits for the callers of @p q (after the shutdown), then frees the channel and server. */
+static void full_queue_end(full_queue_t *q) {
+    for (int i = 0; i < q->k; i++)
+        pthread_join(q->th[i], NULL);
+    mt_rpc_channel_destroy(q->ch);
+    mt_rpc_server_destroy(q->s);
+}
+
+Test(rpc_admission, shutdown_with_a_full_queue_answers_and_frees_everything, .timeout = 30) {
+    full_queue_t q;
+    full_queue_start(&q, 5000, 300, 8); /* shut down with one call running and four queued */
+    mt_rpc_server_shutdown(q.s); /* the running call and the queued ones finish in the grace */
+    full_queue_end(&q);
     int ok = 0;
-    for (int i = 0; i < K; i++) {
+    for (int i = 0; i < q.k; i++) {
+        const slow_call_t *c = &q.calls[i];
         /* refused, or (a thread late under load) arrived as the shutdown began: refused by
          * gRPC, or caught between gRPC and a slot and cancelled once the server is idle */
-        cr_assert(calls[i].code == MT_RPC_OK || calls[i].code == MT_RPC_RESOURCE_EXHAUSTED ||
-                      calls[i].code == MT_RPC_UNAVAILABLE || calls[i].code == MT_RPC_CANCELLED,
-                  "call %d: %d %s", i, calls[i].code, calls[i].msg);
-        ok += calls[i].code == MT_RPC_OK;
+        cr_assert(c->code == MT_RPC_OK || c->code == MT_RPC_RESOURCE_EXHAUSTED ||
+                      c->code == MT_RPC_UNAVAILABLE || c->code == MT_RPC_CANCELLED,
+                  "call %d: %d %s", i, c->code, c->msg);
+        ok += c->code == MT_RPC_OK;
     }
     cr_assert_geq(ok, 5, "the running call and the 4 queued ones are answered");
-    mt_rpc_channel_destroy(ch);
-    mt_rpc_server_destroy(s);
 }
 
 Test(rpc_admission, shutdown_past_the_grace_does_not_run_queued_calls, .timeout = 30) {
-    mt_rpc_server_config_t cfg;
-    mt_rpc_server_config_init(&cfg);
-    cfg.threads = 1;
-    cfg.max_queued = 4;
-    cfg.grace_ms = 100;
-    int port;
-    mt_rpc_server_t *s = start(&cfg, &port);
-    mt_rpc_channel_t *ch = channel("127.0.0.1", port, NULL);
-    cr_assert_eq(health(ch, 5000), 1);
-    enum { K = 5 };
-    slow_call_t calls[K];
-    pthread_t th[K];
-    for (int i = 0; i < K; i++) {
-        calls[i] = (slow_call_t){.ch = ch, .ms = 1000};
-        cr_assert_eq(pthread_create(&th[i], NULL, slow_thread, &calls[i]), 0);
-    }
-    mt_rpc_server_stats_t st;
-    int64_t end = now_ms() + 5000;
-    do {
-        sleep_ms(2);
-        mt_rpc_server_stats(s, &st);
-    } while (st.queued < 4 && now_ms() < end);
-    cr_assert_eq(st.queued, 4);
-    int64_t t0 = now_ms();
-    mt_rpc_server_shutdown(s);
-    int64_t took = now_ms() - t0;
-    for (int i = 0; i < K; i++)
-        pthread_join(th[i], NULL);
+    full_queue_t q;
+    full_queue_start(&q, 100, 1000, 5);
+    int64_t t0 = tu_now_ms();
+    mt_rpc_server_shutdown(q.s);
+    int64_t took = tu_now_ms() - t0;
+    full_queue_end(&q);
     /* The running handler finished its second; the queued calls were cancelled unrun. */
     cr_assert_eq(atomic_load(&g.sleep_started), 1);
     cr_assert_lt(took, 2500, "shutdown took %lld ms", (long long)took);
-    for (int i = 0; i < K; i++)
-        cr_assert_neq(calls[i].code, MT_RPC_OK, "call %d answered OK after cancel_all", i);
-    mt_rpc_channel_destroy(ch);
-    mt_rpc_server_destroy(s);
+    for (int i = 0; i < q.k; i++)
+        cr_assert_neq(q.calls[i].code, MT_RPC_OK, "call %d answered OK after cancel_all", i);
 }
 
 Test(rpc_admission, config_bounds) {
