@@ -723,6 +723,10 @@ static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
     for (int attempt = 0; attempt < 5 && !stop_requested(d); attempt++) {
         mt_coord_point_t pt;
         mt_err_t e = mt_coord_recover(co, &pt, err, sizeof(err));
+        if (e == MT_FENCED) {
+            mt_log(MT_LOG_ERROR, WHO, "stopping: %s", err);
+            return 1;
+        }
         if (e) {
             mt_log(MT_LOG_ERROR, WHO, "recovery failed: %s", err);
             return 1;

@@ -68,6 +68,7 @@ struct mt_ps {
      * admin methods (Snapshot, Restore, Checkpoints) are not counted: snap_lock orders them. */
     _Atomic int64_t inflight;
     _Atomic uint64_t examples_applied, step; /* ApplyGradients' examples and highest step */
+    _Atomic uint64_t epoch; /* highest coordinator epoch seen (fence_ok); 0 after a start */
     /* Dense parameters, guarded by dense_lock. */
     pthread_mutex_t dense_lock;
     dense_tensor_t *dense;
@@ -297,6 +298,23 @@ static int check_fids(mt_ps_t *ps, int m, mt_rpc_call_t *c, const uint64_t *fids
     return 0;
 }
 
+/* Coordinator fencing (docs/checkpoint.md): a request carrying a coordinator epoch below the
+ * highest this shard has seen comes from a trainer another one took over from: refused with
+ * ABORTED, changing nothing. A higher epoch becomes the shard's. 0: not a coordinated
+ * trainer's request, always let through. @returns 1 to go on, 0 when the call was failed. */
+static int fence_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c, uint64_t epoch) {
+    if (!epoch) return 1;
+    uint64_t cur = atomic_load(&ps->epoch);
+    while (epoch > cur && !atomic_compare_exchange_weak(&ps->epoch, &cur, epoch))
+        ;
+    if (epoch >= cur) return 1;
+    FAIL(ps, m, c, MT_RPC_ABORTED,
+         "fenced: coordinator epoch %llu is below %llu (another trainer took over the "
+         "cluster's checkpoints)",
+         (unsigned long long)epoch, (unsigned long long)cur);
+    return 0;
+}
+
 /* Packs msg and replies. */
 static void reply_msg(mt_ps_t *ps, int m, mt_rpc_call_t *c, const ProtobufCMessage *msg) {
     size_t len = protobuf_c_message_get_packed_size(msg);
@@ -337,6 +355,7 @@ static void h_lookup(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     size_t nfloats = 0;
     float *values = NULL;
     uint8_t *found = NULL;
+    if (r->train && !fence_ok(ps, MT_PS_LOOKUP, c, r->epoch)) goto out;
     if (check_fids(ps, MT_PS_LOOKUP, c, r->fids, r->n_fids, &nfloats) != 0) goto out;
     values = malloc((nfloats ? nfloats : 1) * sizeof(float));
     found = malloc(r->n_fids ? r->n_fids : 1);
@@ -366,6 +385,7 @@ out:
 static void h_apply(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     const Monolith__V1__ApplyGradientsRequest *r = req;
     size_t nfloats = 0;
+    if (!fence_ok(ps, MT_PS_APPLY, c, r->epoch)) return;
     if (check_fids(ps, MT_PS_APPLY, c, r->fids, r->n_fids, &nfloats) != 0) return;
     if (r->n_grads != nfloats) {
         FAIL(ps, MT_PS_APPLY, c, MT_RPC_INVALID_ARGUMENT,
@@ -582,6 +602,7 @@ static void h_stats(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     resp.num_shards = ps->cfg.num_shards;
     resp.incarnation = ps->incarnation;
     resp.examples_applied = atomic_load(&ps->examples_applied);
+    resp.epoch = atomic_load(&ps->epoch);
     resp.last_checkpoint_id = mt__ps_ckpt_last_id(ps);
     resp.rows = st.rows;
     resp.capacity = st.capacity;
@@ -663,7 +684,9 @@ static int store_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c) {
 static void h_snapshot(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     const Monolith__V1__SnapshotRequest *r = req;
     mt_ps_offset_t *offs = NULL;
-    if (!admin_ok(ps, MT_PS_SNAPSHOT, c, r->token) || !store_ok(ps, MT_PS_SNAPSHOT, c)) goto out;
+    if (!admin_ok(ps, MT_PS_SNAPSHOT, c, r->token) || !store_ok(ps, MT_PS_SNAPSHOT, c) ||
+        !fence_ok(ps, MT_PS_SNAPSHOT, c, r->epoch))
+        goto out;
     if (r->consistent && r->checkpoint_id == 0) {
         FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_INVALID_ARGUMENT,
              "a consistent snapshot needs its checkpoint_id");
@@ -705,7 +728,9 @@ out:
 
 static void h_restore(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     const Monolith__V1__RestoreRequest *r = req;
-    if (!admin_ok(ps, MT_PS_RESTORE, c, r->token) || !store_ok(ps, MT_PS_RESTORE, c)) return;
+    if (!admin_ok(ps, MT_PS_RESTORE, c, r->token) || !store_ok(ps, MT_PS_RESTORE, c) ||
+        !fence_ok(ps, MT_PS_RESTORE, c, r->epoch))
+        return;
     if (r->checkpoint_id == MT_PS_NEWEST) {
         FAIL(ps, MT_PS_RESTORE, c, MT_RPC_INVALID_ARGUMENT, "checkpoint_id %llu",
              (unsigned long long)r->checkpoint_id);
@@ -745,6 +770,7 @@ static void h_checkpoints(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     resp.checkpoints = metas;
     resp.incarnation = incarnation;
     resp.examples_applied = examples;
+    resp.epoch = atomic_load(&ps->epoch);
     reply_msg(ps, MT_PS_CHECKPOINTS, c, &resp.base);
     mt__ps_ckpt_list_free(metas, n);
 }
@@ -845,6 +871,7 @@ static void h_push_dense(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     const Monolith__V1__PushDenseRequest *r = req;
     char why[256] = "";
     int code = MT_RPC_OK;
+    if (!fence_ok(ps, MT_PS_PUSH_DENSE, c, r->epoch)) return;
     pthread_mutex_lock(&ps->dense_lock);
     /* Check everything first: a bad request changes nothing. */
     for (size_t i = 0; i < r->n_grads && code == MT_RPC_OK; i++) {
@@ -1281,6 +1308,9 @@ mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_
         {"monolith_ps_examples_applied", "gauge",
          "Examples the shard's state reflects (restored with checkpoints).",
          (double)atomic_load(&ps->examples_applied)},
+        {"monolith_ps_coordinator_epoch", "gauge",
+         "Highest coordinator epoch seen: requests below it are fenced (0: none).",
+         (double)atomic_load(&ps->epoch)},
         {"monolith_ps_incarnation", "gauge", "This life of the shard (a restore takes a new one).",
          (double)atomic_load(&ps->incarnation)},
     };

@@ -9,6 +9,7 @@
 #include "mt/psclient.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +24,9 @@ struct mt_psc {
     uint32_t n;
     mt_rpc_channel_t **ch;
     int64_t deadline_ms;
-    pthread_mutex_t lock; /* guards dims loading */
-    uint16_t *dims;       /* [65536] slot -> dim, 0 = not configured; NULL until loaded */
+    pthread_mutex_t lock;   /* guards dims loading */
+    uint16_t *dims;         /* [65536] slot -> dim, 0 = not configured; NULL until loaded */
+    _Atomic uint64_t epoch; /* coordinator epoch sent with writes (mt_psc_set_epoch) */
 };
 
 void mt_psc_config_init(mt_psc_config_t *cfg) {
@@ -75,6 +77,10 @@ uint32_t mt_psc_num_shards(const mt_psc_t *c) {
     return c->n;
 }
 
+void mt_psc_set_epoch(mt_psc_t *c, uint64_t epoch) {
+    atomic_store(&c->epoch, epoch);
+}
+
 static mt_err_t status_to_err(const mt_rpc_status_t *st) {
     switch (st->code) {
     case MT_RPC_OK: return MT_OK;
@@ -83,6 +89,7 @@ static mt_err_t status_to_err(const mt_rpc_status_t *st) {
     case MT_RPC_DEADLINE_EXCEEDED: return MT_TIMEOUT;
     case MT_RPC_RESOURCE_EXHAUSTED: return MT_LIMIT;
     case MT_RPC_CANCELLED: return MT_CANCELLED;
+    case MT_RPC_ABORTED: return MT_FENCED;
     default: return MT_INTERNAL;
     }
 }
@@ -307,6 +314,7 @@ mt_err_t mt_psc_lookup(mt_psc_t *c, const uint64_t *fids, size_t n, int train, i
         r.fids = sf + p.start[s];
         r.train = train;
         r.now_s = now_s;
+        r.epoch = train ? atomic_load(&c->epoch) : 0;
         lens[s] = monolith__v1__lookup_request__get_packed_size(&r);
         reqs[s] = malloc(lens[s] ? lens[s] : 1);
         if (!reqs[s]) {
@@ -410,6 +418,7 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
         r.now_s = now_s;
         r.step = step;
         r.examples = examples;
+        r.epoch = atomic_load(&c->epoch);
         lens[s] = monolith__v1__apply_gradients_request__get_packed_size(&r);
         reqs[s] = malloc(lens[s] ? lens[s] : 1);
         if (!reqs[s]) {
@@ -482,6 +491,7 @@ mt_err_t mt_psc_push_dense(mt_psc_t *c, const mt_psc_tensor_t *grads, const mt_p
     req.n_init = init ? n : 0;
     req.init = ip;
     req.step = step;
+    req.epoch = atomic_load(&c->epoch);
     size_t len = monolith__v1__push_dense_request__get_packed_size(&req);
     if (!(buf = malloc(len ? len : 1))) goto out;
     monolith__v1__push_dense_request__pack(&req, buf);
@@ -644,6 +654,7 @@ static mt_err_t take_list(const uint8_t *resp, size_t len, mt_psc_shard_ckpt_t *
     mt_err_t err = MT_OK;
     o->incarnation = r->incarnation;
     o->examples_applied = r->examples_applied;
+    o->epoch = r->epoch;
     o->list = calloc(r->n_checkpoints ? r->n_checkpoints : 1, sizeof(*o->list));
     if (!o->list) err = MT_NOMEM;
     for (size_t k = 0; k < r->n_checkpoints && !err; k++) {
@@ -710,6 +721,7 @@ mt_err_t mt_psc_snapshot_all(mt_psc_t *c, const char *token, uint64_t checkpoint
         r.n_offsets = noffsets;
         r.offsets = kop;
         r.expect_incarnation = expect_incarnation ? expect_incarnation[s] : 0;
+        r.epoch = atomic_load(&c->epoch);
         lens[s] = monolith__v1__snapshot_request__get_packed_size(&r);
         if (!(reqs[s] = malloc(lens[s] ? lens[s] : 1))) goto out;
         monolith__v1__snapshot_request__pack(&r, reqs[s]);
@@ -730,6 +742,7 @@ mt_err_t mt_psc_restore_all(mt_psc_t *c, const char *token, uint64_t checkpoint_
     Monolith__V1__RestoreRequest r = MONOLITH__V1__RESTORE_REQUEST__INIT;
     r.token = (char *)(token ? token : "");
     r.checkpoint_id = checkpoint_id;
+    r.epoch = atomic_load(&c->epoch);
     size_t len = monolith__v1__restore_request__get_packed_size(&r);
     uint8_t *buf = malloc(len ? len : 1);
     uint8_t **reqs = calloc(c->n, sizeof(*reqs));

@@ -5,12 +5,15 @@
 # trainer.checkpoint_interval_s = 1, while `monolith gen --kafka --rate` produces N examples:
 #  1. kill -9 PS shard 1 mid-stream and restart it on the same address: the trainer notices,
 #     rolls both shards back to the last complete checkpoint and the consumer to its offsets;
-#  2. kill -9 the trainer mid-stream and start another: it recovers the same way;
-#  3. once everything is consumed, every shard's examples_applied (the examples its state
-#     reflects, ApplyGradientsRequest.examples) is exactly N, the number of messages in the
+#  2. kill -9 the trainer mid-stream and start another: it recovers the same way; then a
+#     third starts while the second runs: it takes the cluster over (fencing: a higher
+#     coordinator epoch) and the second, fenced, stops with exit status 1;
+#  3. once everything is consumed (N, then EXTRA more produced for trainer 3 alone), every
+#     shard's examples_applied (the examples its state reflects,
+#     ApplyGradientsRequest.examples) is exactly N + EXTRA, the number of messages in the
 #     topic: nothing lost, nothing applied twice to the restored state;
 #  4. the trainer stops (SIGTERM: a last checkpoint); shard 0 is killed -9 and restarted with
-#     no trainer around: it comes back from that checkpoint with exactly N.
+#     no trainer around: it comes back from that checkpoint with exactly N + EXTRA.
 # A monolith-serving replica follows the shards throughout, under Predict load
 # (monolith-loadgen), and is itself killed -9 and restarted mid-stream: at the end it holds
 # as many rows as the shards together and their dense version (it resynced after every
@@ -24,6 +27,7 @@ set -euo pipefail
 need_kcat
 N=${MT_CKPT_EXAMPLES:-24000}
 RATE=${MT_CKPT_RATE:-2000}
+EXTRA=${MT_CKPT_EXTRA:-4000} # produced once trainer 3 took over
 e2e_init ckpt-e2e
 # stats of shard i: "examples_applied rows dense_version incarnation last_checkpoint_id", or
 # nothing while it does not answer
@@ -125,9 +129,30 @@ grep -q "recovered 2 shards" "$tmp/tr1.err" || fail "trainer 1 never recovered"
 [ "$(grep -c "recovered 2 shards" "$tmp/tr1.err")" -ge 2 ] ||
   fail "trainer 1 did not recover after the shard's restart"
 start_trainer tr2
+tr2_pid=$tr_pid
+
+wait_applied $((N * 4 / 5)) 60
+say "== 2b. a second trainer (tr3) starts while tr2 runs, at $(applied 0) examples: it takes"
+say "   the cluster over (a higher coordinator epoch) and tr2, fenced, must stop"
+start_trainer tr3
+end=$(( $(date +%s) + 60 ))
+while kill -0 "$tr2_pid" 2> /dev/null; do
+  [ "$(date +%s)" -lt "$end" ] || fail "trainer 2 still runs 60 s after trainer 3 took over"
+  sleep 0.2
+done
+st=0
+wait "$tr2_pid" || st=$?
+[ "$st" -eq 1 ] || fail "fenced trainer 2 exited with $st, expected 1"
+grep -q "stopping: fenced" "$tmp/tr2.err" || fail "trainer 2 did not say it was fenced"
+say "trainer 2 stopped: $(grep -m1 "stopping: fenced" "$tmp/tr2.err" | sed 's/.*stopping: //')"
 
 wait "$gen_pid" || fail "the producer failed"
 grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
+say "== $EXTRA more examples for trainer 3 alone"
+"$MT_CLI_BIN" gen --examples "$EXTRA" --seed 12 --users 2000 --items 500 --kafka "$bs" \
+  --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen2.err" || fail "the second producer failed"
+grep -q " $EXTRA examples delivered" "$tmp/gen2.err" || fail "producer: $(cat "$tmp/gen2.err")"
+N=$((N + EXTRA))
 # the number of messages in the topic (a producer retry could have written one twice)
 in_topic=$(kcat -b "$bs" -C -t examples -e -q -f '%p %o\n' 2> /dev/null | wc -l)
 say "produced $N, in the topic $in_topic"
@@ -149,10 +174,10 @@ say "shard 0: $a0, shard 1: $a1 examples applied"
 
 say "== 4. SIGTERM the trainer (a last checkpoint); kill -9 shard 0 and restart it alone"
 kill -TERM "$tr_pid"
-wait "$tr_pid" || fail "trainer 2 exited with $?"
-grep -q "recovered 2 shards" "$tmp/tr2.err" || fail "trainer 2 did not recover at its start"
-ckpts=$(jnum "$(cat "$tmp/tr2.json")" checkpoints)
-[ "${ckpts:-0}" -ge 1 ] || fail "trainer 2 wrote no checkpoint: $(cat "$tmp/tr2.json")"
+wait "$tr_pid" || fail "trainer 3 exited with $?"
+grep -q "recovered 2 shards" "$tmp/tr3.err" || fail "trainer 3 did not recover at its start"
+ckpts=$(jnum "$(cat "$tmp/tr3.json")" checkpoints)
+[ "${ckpts:-0}" -ge 1 ] || fail "trainer 3 wrote no checkpoint: $(cat "$tmp/tr3.json")"
 read -r _ rows0 dv0 _ last0 <<< "$(stats 0)"
 read -r _ rows1 _ _ _ <<< "$(stats 1)"
 kill -9 "${ps_pid[0]}"

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mt/clock.h"
 #include "mt/log.h"
@@ -24,6 +25,7 @@ struct mt_coord {
     uint64_t next_id;         /* the id of the next checkpoint attempt */
     uint64_t last;            /* the last complete checkpoint */
     mt_psc_shard_ckpt_t *tmp; /* [n] answers of the last admin call */
+    uint64_t epoch;           /* this coordinator's fencing epoch; 0 until the first recovery */
 };
 
 void mt_coord_config_init(mt_coord_config_t *cfg) {
@@ -81,6 +83,41 @@ static void first_failure(const mt_coord_t *co, const char *what, mt_err_t err, 
         return;
     }
     mt_msgf(errbuf, errlen, "%s: %s", what, mt_strerror(err));
+}
+
+/* The highest coordinator epoch the shards listed in co->tmp have seen. */
+static uint64_t seen_epoch(const mt_coord_t *co) {
+    uint64_t top = 0;
+    for (uint32_t s = 0; s < co->n; s++)
+        if (co->tmp[s].epoch > top) top = co->tmp[s].epoch;
+    return top;
+}
+
+/* MT_FENCED (message in errbuf) if a shard has seen an epoch above this coordinator's. */
+static mt_err_t check_fence(const mt_coord_t *co, char *errbuf, size_t errlen) {
+    uint64_t top = seen_epoch(co);
+    if (!co->epoch || top <= co->epoch) return MT_OK;
+    mt_msgf(errbuf, errlen,
+            "fenced: a shard has seen coordinator epoch %" PRIu64 ", above this trainer's %" PRIu64
+            ": another trainer took over the cluster's checkpoints",
+            top, co->epoch);
+    return MT_FENCED;
+}
+
+/* A new epoch above @p top: its high 48 bits count takeovers, its low 16 are random, so two
+ * trainers that start at the same moment still get different epochs (the later claim wins). */
+static uint64_t new_epoch(uint64_t top) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (((top >> 16) + 1) << 16) | (z & 0xFFFF);
+}
+
+uint64_t mt_coord_epoch(const mt_coord_t *co) {
+    return co->epoch;
 }
 
 static const mt_psc_checkpoint_t *find(const mt_psc_shard_ckpt_t *sh, uint64_t id) {
@@ -181,6 +218,14 @@ mt_err_t mt_coord_recover(mt_coord_t *co, mt_coord_point_t *pt, char *errbuf, si
             first_failure(co, "Checkpoints", err, why, sizeof(why));
             continue;
         }
+        if ((err = check_fence(co, errbuf, errlen)) != MT_OK) return err;
+        if (!co->epoch) { /* the first recovery claims the cluster (docs/checkpoint.md) */
+            co->epoch = new_epoch(seen_epoch(co));
+            mt_psc_set_epoch(co->psc, co->epoch);
+            mt_log(MT_LOG_INFO, WHO,
+                   "coordinator epoch %" PRIu64 " (the shards had seen %" PRIu64 ")", co->epoch,
+                   seen_epoch(co));
+        }
         uint64_t top = 0;
         err = choose(co, pt, &top, why, sizeof(why));
         if (err == MT_CORRUPT || err == MT_NOMEM) {
@@ -194,6 +239,10 @@ mt_err_t mt_coord_recover(mt_coord_t *co, mt_coord_point_t *pt, char *errbuf, si
         if (err) {
             first_failure(co, "Restore", err, why, sizeof(why));
             mt_coord_point_free(pt);
+            if (err == MT_FENCED) {
+                mt_msgf(errbuf, errlen, "%s", why);
+                return err;
+            }
             continue;
         }
         for (uint32_t s = 0; s < co->n; s++) {
@@ -251,6 +300,7 @@ mt_err_t mt_coord_check(mt_coord_t *co, char *errbuf, size_t errlen) {
         first_failure(co, "Checkpoints", err, errbuf, errlen);
         return err;
     }
+    if ((err = check_fence(co, errbuf, errlen)) != MT_OK) return err;
     for (uint32_t s = 0; s < co->n; s++) {
         if (co->tmp[s].incarnation != co->incarnation[s]) {
             mt_msgf(errbuf, errlen, "shard %u is in another incarnation (it restarted)", s);

@@ -33,7 +33,8 @@
     X(INTERNAL, -15, 13, "internal error")                                           \
     X(CANCELLED, -16, 1, "cancelled")                                                \
     X(TIMEOUT, -17, 4, "deadline exceeded")                                          \
-    X(CONFIG, -18, 3, "bad configuration")
+    X(CONFIG, -18, 3, "bad configuration")                                           \
+    X(FENCED, -19, 10, "fenced: another coordinator took over")
 
 typedef enum mt_err {
 #define MT__ERR_ENUM(name, value, grpc, msg) MT_##name = (value),

@@ -98,6 +98,14 @@ mt_rpc_channel_t *mt_psc_channel(mt_psc_t *c, uint32_t i);
 /** Number of shards. */
 uint32_t mt_psc_num_shards(const mt_psc_t *c);
 
+/**
+ * The coordinator epoch this client's writes carry from now on (training lookups,
+ * ApplyGradients, PushDense, consistent Snapshots, Restores): a shard that has seen a higher
+ * one refuses them with ABORTED (MT_FENCED): another trainer took over (docs/checkpoint.md).
+ * 0 (the default): not a coordinated trainer, never fenced. Thread-safe.
+ */
+void mt_psc_set_epoch(mt_psc_t *c, uint64_t epoch);
+
 /* ---------------- checkpoints (admin calls on every shard at once) ----------------
  * Each function calls every shard in parallel and reports each shard's outcome in its own
  * entry of an array of num_shards; it returns MT_OK when every shard succeeded, else the
@@ -127,6 +135,7 @@ typedef struct mt_psc_shard_ckpt {
     mt_rpc_status_t st;
     uint64_t incarnation;      /* Checkpoints, Restore: the shard's incarnation now */
     uint64_t examples_applied; /* the shard's counter (Checkpoints: now; others: saved/restored) */
+    uint64_t epoch;            /* Checkpoints: the highest coordinator epoch the shard saw */
     size_t n;                  /* Checkpoints: its complete checkpoints, oldest first */
     mt_psc_checkpoint_t *list;
 } mt_psc_shard_ckpt_t;

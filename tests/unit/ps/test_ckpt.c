@@ -142,21 +142,27 @@ static size_t batch(uint64_t *fids, size_t n, uint64_t v0) {
     return n * 8;
 }
 
-/* One training step through the client: a training lookup, then gradients with examples. */
-static void step(cluster_t *c, const uint64_t *fids, size_t n, uint64_t examples, float g) {
+/* One training step through @p psc: a training lookup, then gradients with examples.
+ * @returns the first error (MT_OK), with the shard's status in @p st. */
+static mt_err_t try_step(mt_psc_t *psc, const uint64_t *fids, size_t n, uint64_t examples, float g,
+                         mt_rpc_status_t *st) {
     size_t nf = 0;
     for (size_t i = 0; i < n; i++)
         nf += dim_of(fids[i]);
     float *out = calloc(nf, sizeof(float)), *grads = malloc(nf * sizeof(float));
     for (size_t k = 0; k < nf; k++)
         grads[k] = g * (float)((k % 7) + 1);
-    mt_rpc_status_t st;
-    cr_assert_eq(mt_psc_lookup(c->client, fids, n, 1, 100, out, nf, NULL, &st), MT_OK, "%s",
-                 st.message);
-    cr_assert_eq(mt_psc_apply(c->client, fids, n, grads, nf, 100, 1, examples, NULL, NULL, &st),
-                 MT_OK, "%s", st.message);
+    mt_err_t err = mt_psc_lookup(psc, fids, n, 1, 100, out, nf, NULL, st);
+    if (!err) err = mt_psc_apply(psc, fids, n, grads, nf, 100, 1, examples, NULL, NULL, st);
     free(out);
     free(grads);
+    return err;
+}
+
+/* One training step through the cluster's client (it must succeed). */
+static void step(cluster_t *c, const uint64_t *fids, size_t n, uint64_t examples, float g) {
+    mt_rpc_status_t st;
+    cr_assert_eq(try_step(c->client, fids, n, examples, g, &st), MT_OK, "%s", st.message);
 }
 
 static void lookup(cluster_t *c, const uint64_t *fids, size_t n, float *out) {
@@ -701,5 +707,86 @@ Test(ps_ckpt, coordinator_recovers_to_the_last_complete_checkpoint) {
     cr_assert_eq(mt_coord_create(c.client, &cc, &co), MT_OK);
     cr_assert_eq(mt_coord_recover(co, &pt, eb, sizeof(eb)), MT_CANCELLED);
     mt_coord_destroy(co);
+    cluster_stop(&c);
+}
+
+/* Fencing (docs/checkpoint.md): a second exactly-once trainer takes the cluster over; the
+ * first one's writes, checkpoints, checks and recoveries are refused from then on, and its
+ * refused writes change nothing. */
+Test(ps_ckpt, a_second_coordinator_fences_the_first) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    mt_psc_t *b_client = tu_psc_connect(c.addr, NSHARDS);
+    mt_coord_config_t cc;
+    mt_coord_config_init(&cc);
+    cc.token = TOKEN;
+    cc.recovery_timeout_s = 20;
+    mt_coord_t *a = NULL, *b = NULL;
+    char eb[512] = "";
+    mt_coord_point_t pt;
+    cr_assert_eq(mt_coord_create(c.client, &cc, &a), MT_OK);
+    cr_assert_eq(mt_coord_epoch(a), 0);
+    cr_assert_eq(mt_coord_recover(a, &pt, eb, sizeof(eb)), MT_OK, "%s", eb);
+    mt_coord_point_free(&pt);
+    uint64_t ea = mt_coord_epoch(a);
+    cr_assert_gt(ea, 0);
+    uint64_t fids[32];
+    batch(fids, 32, 1);
+    step(&c, fids, 32, 32, 0.1f);
+    dense_init(&c, 1);
+    mt_psc_offset_t o1[1] = {{"examples", 0, 32}};
+    uint64_t id = 0, ex = 0;
+    cr_assert_eq(mt_coord_checkpoint(a, o1, 1, &id, &ex, eb, sizeof(eb)), MT_OK, "%s", eb);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        Monolith__V1__StatsResponse *s = stats(&c, i);
+        cr_assert_eq(s->epoch, ea, "shard %u saw the first coordinator's epoch", i);
+        monolith__v1__stats_response__free_unpacked(s, NULL);
+    }
+    /* B starts: its recovery claims a higher epoch and restores checkpoint 1 */
+    cr_assert_eq(mt_coord_create(b_client, &cc, &b), MT_OK);
+    cr_assert_eq(mt_coord_recover(b, &pt, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(pt.checkpoint_id, 1);
+    mt_coord_point_free(&pt);
+    uint64_t eb_epoch = mt_coord_epoch(b);
+    cr_assert_gt(eb_epoch, ea);
+    float before[32 * 8];
+    lookup(&c, fids, 32, before); /* a read: never fenced */
+    /* A's writes are refused with ABORTED (MT_FENCED) and change nothing */
+    mt_rpc_status_t st;
+    cr_assert_eq(try_step(c.client, fids, 32, 32, 0.5f, &st), MT_FENCED);
+    cr_assert_eq(st.code, MT_RPC_ABORTED);
+    cr_assert(strstr(st.message, "fenced"), "%s", st.message);
+    float gv[32 * 8];
+    for (size_t k = 0; k < 32 * 8; k++)
+        gv[k] = 1;
+    cr_assert_eq(mt_psc_apply(c.client, fids, 32, gv, 32 * 8, 100, 1, 32, NULL, NULL, &st),
+                 MT_FENCED);
+    float dv[3] = {1, 1, 1};
+    mt_psc_tensor_t g = {"w", 1, {3, 0}, 3, dv};
+    cr_assert_eq(mt_psc_push_dense(c.client, &g, NULL, 1, 2, NULL, &st), MT_FENCED);
+    float after[32 * 8];
+    lookup(&c, fids, 32, after);
+    cr_assert_eq(memcmp(before, after, sizeof(after)), 0, "a fenced apply changed rows");
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        cr_assert_eq(mt_ps_examples_applied(c.ps[i]), 32, "shard %u", i);
+    /* A's coordinator stops on everything: checkpoint, check, recovery */
+    cr_assert_eq(mt_coord_checkpoint(a, o1, 1, &id, &ex, eb, sizeof(eb)), MT_FENCED);
+    cr_log_info("the first coordinator's checkpoint: %s", eb);
+    cr_assert_eq(mt_coord_check(a, eb, sizeof(eb)), MT_FENCED);
+    cr_assert(strstr(eb, "another trainer took over"), "%s", eb);
+    cr_assert_eq(mt_coord_recover(a, &pt, eb, sizeof(eb)), MT_FENCED);
+    /* B goes on */
+    cr_assert_eq(try_step(b_client, fids, 32, 32, 0.5f, &st), MT_OK, "%s", st.message);
+    mt_psc_offset_t o2[1] = {{"examples", 0, 64}};
+    cr_assert_eq(mt_coord_checkpoint(b, o2, 1, &id, &ex, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(ex, 64);
+    cr_assert_eq(mt_coord_check(b, eb, sizeof(eb)), MT_OK, "%s", eb);
+    /* a client that is no coordinator (epoch 0: at-least-once trainers, tools) is not fenced */
+    mt_psc_t *plain = tu_psc_connect(c.addr, NSHARDS);
+    cr_assert_eq(try_step(plain, fids, 32, 0, 0.1f, &st), MT_OK, "%s", st.message);
+    mt_psc_destroy(plain);
+    mt_coord_destroy(a);
+    mt_coord_destroy(b);
+    mt_psc_destroy(b_client);
     cluster_stop(&c);
 }

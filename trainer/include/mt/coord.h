@@ -19,8 +19,14 @@
  * Any failure of a step, a checkpoint or a check means: recover. Ids only grow: the next id
  * is above every id any shard listed at the last recovery and every id tried since.
  *
- * One coordinator per cluster: several trainers would need one of them (or a separate
- * process) to pause the others and gather their positions; that is not done here.
+ * Fencing: one coordinator per cluster. The first recovery takes a coordinator epoch above
+ * every epoch the shards have seen and claims it with its Restores; from then on every write
+ * of the trainer's psclient carries it (mt_psc_set_epoch), and a shard refuses the writes of
+ * any lower epoch (ABORTED). A second exactly-once trainer therefore takes the cluster over
+ * and the first one's next step, checkpoint, check or recovery fails with MT_FENCED: it must
+ * stop (never recover), since its Kafka positions are no longer the cluster's. Several
+ * trainers sharing one cluster's checkpoints would need one of them (or a separate process)
+ * to pause the others and gather their positions; that is not done here.
  *
  * Thread safety: a coordinator is used by one thread at a time.
  */
@@ -59,12 +65,16 @@ void mt_coord_config_init(mt_coord_config_t *cfg);
 mt_err_t mt_coord_create(mt_psc_t *psc, const mt_coord_config_t *cfg, mt_coord_t **out);
 void mt_coord_destroy(mt_coord_t *co);
 
+/** This coordinator's fencing epoch (0 before its first recovery). */
+uint64_t mt_coord_epoch(const mt_coord_t *co);
+
 /**
  * Rolls every shard back to the last complete checkpoint (see above), retrying while shards
  * are down or restarting, until recovery_timeout_s.
  * @param[out] pt  caller frees with mt_coord_point_free()
  * @returns MT_OK; MT_TIMEOUT (gave up: errbuf says the last error); MT_CANCELLED (stop());
- *          MT_CORRUPT (the shards disagree about the checkpoint's offsets or counter).
+ *          MT_CORRUPT (the shards disagree about the checkpoint's offsets or counter);
+ *          MT_FENCED (another trainer took over: stop).
  */
 mt_err_t mt_coord_recover(mt_coord_t *co, mt_coord_point_t *pt, char *errbuf, size_t errlen);
 void mt_coord_point_free(mt_coord_point_t *pt);
@@ -73,13 +83,15 @@ void mt_coord_point_free(mt_coord_point_t *pt);
  * Writes the next cluster checkpoint with @p offsets (the positions of everything applied).
  * The caller has applied nothing since its last step and pushed its pending dense gradients.
  * @param[out] id, examples  optional: the checkpoint's id and the shards' counter in it
- * @returns MT_OK when every shard wrote it; else the first shard's error (then recover).
+ * @returns MT_OK when every shard wrote it; else the first shard's error (then recover;
+ *          MT_FENCED: stop).
  */
 mt_err_t mt_coord_checkpoint(mt_coord_t *co, const mt_psc_offset_t *offsets, size_t noffsets,
                              uint64_t *id, uint64_t *examples, char *errbuf, size_t errlen);
 
 /** @returns MT_OK if every shard is still in the incarnation of the last recovery, MT_MISMATCH
- *  if one is not, or the error of listing (then recover). */
+ *  if one is not, MT_FENCED if a shard has seen a higher coordinator epoch (stop), or the
+ *  error of listing (then recover). */
 mt_err_t mt_coord_check(mt_coord_t *co, char *errbuf, size_t errlen);
 
 /** The last complete checkpoint written or restored (0: none). */
