@@ -116,11 +116,8 @@ int main(int argc, char **argv) {
         {"--listen", NULL, NULL, "ps.listen"},
     };
     mt_config_cli_t cli = {"monolith-ps", usage, opts, sizeof(opts) / sizeof(opts[0]), NULL, 0};
-    int cr = mt_config_cli(&cli, &d.cfg, argc, argv);
-    if (cr != MT_CONFIG_CLI_OK) {
-        rc = cr == MT_CONFIG_CLI_EXIT ? 0 : 2;
-        goto out;
-    }
+    if ((rc = mt_config_cli(&cli, &d.cfg, argc, argv)) != MT_CONFIG_CLI_OK) goto out;
+    rc = 2;
     const char *config = cli.config;
     int check_only = cli.check;
     /* the table slots of the trainer's model, when the file configures one ([trainer]) */

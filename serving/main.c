@@ -158,11 +158,8 @@ int main(int argc, char **argv) {
     };
     mt_config_cli_t cli = {
         "monolith-serving", usage, opts, sizeof(opts) / sizeof(opts[0]), NULL, 0};
-    int cr = mt_config_cli(&cli, &d.cfg, argc, argv);
-    if (cr != MT_CONFIG_CLI_OK) {
-        rc = cr == MT_CONFIG_CLI_EXIT ? 0 : 2;
-        goto out;
-    }
+    if ((rc = mt_config_cli(&cli, &d.cfg, argc, argv)) != MT_CONFIG_CLI_OK) goto out;
+    rc = 2;
     const char *config = cli.config;
     int check_only = cli.check;
     uint16_t slots[MT_SERVING_MAX_SLOTS];

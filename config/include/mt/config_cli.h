@@ -46,15 +46,16 @@ typedef struct mt_config_cli {
     int check;          /* --check was given */
 } mt_config_cli_t;
 
-/** mt_config_cli()'s outcomes. */
-enum { MT_CONFIG_CLI_OK = 0, MT_CONFIG_CLI_EXIT = 1, MT_CONFIG_CLI_ERROR = 2 };
+/** mt_config_cli()'s outcomes: go on, or the exit status the daemon ends with. */
+enum { MT_CONFIG_CLI_OK = -1, MT_CONFIG_CLI_EXIT = 0, MT_CONFIG_CLI_ERROR = 2 };
 
 /**
  * Parses @p argv, loads --config into @p cfg (initialized by the caller with
  * mt_config_init()) and applies the --set options and shorthands in command-line order.
  * Validation (mt_config_validate) is left to the caller: daemons derive slots first.
- * @returns MT_CONFIG_CLI_OK: go on; MT_CONFIG_CLI_EXIT: --help or --config-reference was
- *          answered, exit 0; MT_CONFIG_CLI_ERROR: an error was printed, exit 2.
+ * @returns MT_CONFIG_CLI_OK (-1): go on; otherwise the daemon's exit status:
+ *          MT_CONFIG_CLI_EXIT (0) once --help or --config-reference was answered,
+ *          MT_CONFIG_CLI_ERROR (2) once an error was printed.
  */
 int mt_config_cli(mt_config_cli_t *cli, mt_config_t *cfg, int argc, char **argv);
 
