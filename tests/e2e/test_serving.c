@@ -35,6 +35,7 @@
 #include "mt/rpc.h"
 #include "mt/serving.h"
 #include "mt/trainer.h"
+#include "testutil_ps.h"
 
 #define NSHARDS 2
 #define NSLOTS  3 /* 1 user, 2 item, 3 item category */
@@ -48,7 +49,7 @@ typedef struct cluster {
     mt_table_slot_config_t slots[2 * NSLOTS];
     mt_ps_t *ps[NSHARDS];
     mt_rpc_server_t *srv[NSHARDS];
-    char addr[NSHARDS][64];
+    char addr[NSHARDS][TU_PS_ADDR_LEN];
     const char *addrs[NSHARDS];
     mt_psc_t *psc;
     mt_trainer_t *tr;
@@ -80,15 +81,7 @@ static void start_shard(cluster_t *c, uint32_t i, const char *listen) {
     pc.sync_chunk_fids = 64;   /* several chunks per stream */
     pc.sync_max_followers = 1; /* below the 2 threads, as the daemon's config requires */
     cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
-    mt_rpc_server_config_t sc;
-    mt_rpc_server_config_init(&sc);
-    sc.threads = 2;
-    sc.listen = listen;
-    cr_assert_eq(mt_rpc_server_create(&sc, &c->srv[i]), MT_OK);
-    cr_assert_eq(mt_ps_register(c->ps[i], c->srv[i]), MT_OK);
-    int port;
-    cr_assert_eq(mt_rpc_server_start(c->srv[i], &port), MT_OK);
-    snprintf(c->addr[i], sizeof(c->addr[i]), "127.0.0.1:%d", port);
+    c->srv[i] = tu_ps_serve(c->ps[i], 2, 0, listen, c->addr[i]);
     c->addrs[i] = c->addr[i];
 }
 
@@ -117,11 +110,7 @@ static void cluster_start(cluster_t *c, uint32_t ttl_s, int with_dense) {
         c->slots[i].ttl_s = ttl_s;
     for (uint32_t i = 0; i < NSHARDS; i++)
         start_shard(c, i, "127.0.0.1:0");
-    mt_psc_config_t cc;
-    mt_psc_config_init(&cc);
-    cc.addrs = c->addrs;
-    cc.num_shards = NSHARDS;
-    cr_assert_eq(mt_psc_create(&cc, &c->psc), MT_OK);
+    c->psc = tu_psc_connect(c->addr, NSHARDS);
     mt_trainer_backend_t be;
     mt_trainer_backend_psc(c->psc, &be);
     c->tc.backend = &be;

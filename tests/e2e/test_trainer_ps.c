@@ -15,6 +15,7 @@
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/trainer.h"
+#include "testutil_ps.h"
 
 #define NSHARDS 2
 #define B       500
@@ -40,8 +41,7 @@ static void run(uint32_t dense_every) {
 
     mt_ps_t *ps[NSHARDS];
     mt_rpc_server_t *srv[NSHARDS];
-    char addr[NSHARDS][64];
-    const char *addrs[NSHARDS];
+    char addr[NSHARDS][TU_PS_ADDR_LEN];
     for (uint32_t i = 0; i < NSHARDS; i++) {
         mt_ps_config_t pc;
         mt_ps_config_init(&pc);
@@ -52,22 +52,9 @@ static void run(uint32_t dense_every) {
         pc.table.shards_log2 = 4;
         pc.table.filter_bytes = 0;
         cr_assert_eq(mt_ps_create(&pc, NULL, &ps[i]), MT_OK);
-        mt_rpc_server_config_t sc;
-        mt_rpc_server_config_init(&sc);
-        sc.threads = 2;
-        cr_assert_eq(mt_rpc_server_create(&sc, &srv[i]), MT_OK);
-        cr_assert_eq(mt_ps_register(ps[i], srv[i]), MT_OK);
-        int port;
-        cr_assert_eq(mt_rpc_server_start(srv[i], &port), MT_OK);
-        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", port);
-        addrs[i] = addr[i];
+        srv[i] = tu_ps_serve(ps[i], 2, 0, NULL, addr[i]);
     }
-    mt_psc_config_t cc;
-    mt_psc_config_init(&cc);
-    cc.addrs = addrs;
-    cc.num_shards = NSHARDS;
-    mt_psc_t *client;
-    cr_assert_eq(mt_psc_create(&cc, &client), MT_OK);
+    mt_psc_t *client = tu_psc_connect(addr, NSHARDS);
     mt_trainer_backend_t be;
     mt_trainer_backend_psc(client, &be);
 
