@@ -217,6 +217,8 @@ mt_err_t __wrap_mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const
 
 mt_err_t __wrap_mt_rpc_stream_next(mt_rpc_stream_t *s, uint8_t **buf, size_t *len) {
     client_call_t *cc = (client_call_t *)s;
+    *buf = NULL; /* as the real one: nothing to free at the end */
+    *len = 0;
     if (cc->next == cc->n) return MT_NOT_FOUND;
     *buf = cc->msgs[cc->next];
     *len = cc->lens[cc->next];

@@ -13,7 +13,10 @@
  * replies and stream messages collected instead of dropped. That lets a serving replica
  * sync from an in-process mt_ps_t through the real psclient and sync code. Client calls may
  * come from several threads (they are serialized by a lock); mt_fuzz_rpc_call() must not run
- * while a client call does.
+ * while a client call does. A stream's handler runs to its end inside
+ * mt_rpc_stream_open(), under that lock, with 60 s left and sends that never fail: a
+ * following Sync (follow_ms > 0 with followers allowed) would hold the lock for the PS's
+ * sync_follow_max_s, so in-process PSs set sync_max_followers = 0.
  */
 #ifndef MT_FUZZ_RPC_STUB_H
 #define MT_FUZZ_RPC_STUB_H

@@ -318,7 +318,7 @@ static int write_report(daemon_t *d, double seconds) {
 }
 
 static int run(daemon_t *d, double duration_s, int drain) {
-    char bootstrap[4096], err[512] = "", session[64];
+    char bootstrap[8192], err[512] = "", session[64];
     if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), err, sizeof(err))) {
         mt_log(MT_LOG_ERROR, WHO, "%s", err);
         return 1;

@@ -130,10 +130,8 @@ int main(int argc, char **argv) {
         /* the TLS files too, as the server will read them at start */
         mt_rpc_tls_config_t tls;
         mt_config_rpc_tls(&d.cfg, &tls);
-        mt_err_t e = mt_rpc_tls_check(&tls, 1, err, sizeof(err));
-        if (e) {
+        if (mt_rpc_tls_check(&tls, 1, err, sizeof(err)) != MT_OK) { /* exit 2: the config's */
             fprintf(stderr, "monolith-ps: %s: %s\n", config, err);
-            rc = e == MT_CONFIG ? 2 : 1;
             goto out;
         }
         printf("%s: ok (%zu slots)\n", config, d.cfg.nslots);

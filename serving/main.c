@@ -175,7 +175,15 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (check_only) {
-        /* the library's own checks too (model shape, slots of the model in the table) */
+        /* the server's TLS files, as start-up reads them (exit 2: the config's) */
+        mt_rpc_tls_config_t tls;
+        mt_config_rpc_tls(&d.cfg, &tls);
+        if (mt_rpc_tls_check(&tls, 1, err, sizeof(err)) != MT_OK) {
+            fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
+            goto out;
+        }
+        /* the library's own checks too (model shape, slots of the model in the table, the
+         * PS channels' TLS files) */
         mt_err_t e = mt_serving_create(&sc, &d.sv, err, sizeof(err));
         if (e) {
             fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
@@ -208,7 +216,7 @@ int main(int argc, char **argv) {
 
     rc = 1;
     if (d.cfg.serving.log_sample_rate > 0) {
-        char bootstrap[4096];
+        char bootstrap[8192];
         if (mt_config_kafka_bootstrap(&d.cfg, bootstrap, sizeof(bootstrap), err, sizeof(err))) {
             mt_log(MT_LOG_ERROR, WHO, "%s", err);
             goto out;

@@ -39,7 +39,8 @@
  * progress line and /metrics (trainer.metrics_listen).
  *
  * Exit status: 0 done, 1 runtime failure (input unreadable, PS unreachable after retries,
- * Kafka unusable), 2 bad command line or configuration.
+ * Kafka unusable), 2 bad command line or configuration, 3 fenced: another exactly-once
+ * trainer took the cluster's checkpoints over (docs/checkpoint.md; do not restart it).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -715,8 +716,13 @@ static int stop_cb(void *ud) {
     return stop_requested(ud);
 }
 
+/* The exit status of a trainer another one took over from (fencing, docs/checkpoint.md):
+ * distinct so that supervisors do not restart it (systemd: RestartPreventExitStatus=3). */
+#define EXIT_FENCED 3
+
 /* Rolls the shards and the consumer back to the last complete checkpoint and resets the
- * dense copy. @returns 0, or 1 (gave up: the trainer exits and a restart recovers). */
+ * dense copy. @returns 0, 1 (gave up: the trainer exits and a restart recovers) or
+ * EXIT_FENCED (another trainer took over: stop for good). */
 static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
     char err[512] = "";
     atomic_fetch_add(&d->ctr.recoveries, 1);
@@ -725,7 +731,7 @@ static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
         mt_err_t e = mt_coord_recover(co, &pt, err, sizeof(err));
         if (e == MT_FENCED) {
             mt_log(MT_LOG_ERROR, WHO, "stopping: %s", err);
-            return 1;
+            return EXIT_FENCED;
         }
         if (e) {
             mt_log(MT_LOG_ERROR, WHO, "recovery failed: %s", err);
@@ -746,6 +752,10 @@ static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
         mt_coord_point_free(&pt);
         if (e == MT_OK) e = mt_trainer_dense_sync_reset(d->dense, fresh, err, sizeof(err));
         if (e == MT_OK) return 0;
+        if (e == MT_FENCED) {
+            mt_log(MT_LOG_ERROR, WHO, "stopping: %s", err);
+            return EXIT_FENCED;
+        }
         mt_log(MT_LOG_WARN, WHO, "recovery: %s (again)", err);
         sleep(1);
     }
@@ -755,7 +765,7 @@ static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
 
 /* A cluster checkpoint of everything applied (nothing is in flight: one thread). On success
  * its positions are committed to Kafka (for lag monitoring and tools: recovery reads the
- * checkpoint's own). @returns 0, or 1 (the caller recovers). */
+ * checkpoint's own). @returns 0, 1 (the caller recovers) or EXIT_FENCED (stop). */
 static int checkpoint(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
     char err[512] = "";
     mt_err_t e = mt_trainer_dense_sync_flush(d->dense, err, sizeof(err));
@@ -787,12 +797,16 @@ static int checkpoint(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
     free(offs);
     if (e == MT_OK) return 0;
     atomic_fetch_add(&d->ctr.checkpoint_failures, 1);
+    if (e == MT_FENCED) {
+        mt_log(MT_LOG_ERROR, WHO, "stopping: %s", *err ? err : mt_strerror(e));
+        return EXIT_FENCED;
+    }
     mt_log(MT_LOG_WARN, WHO, "checkpoint failed: %s%s%s", mt_strerror(e), *err ? ": " : "", err);
     return 1;
 }
 
 static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
-    char bootstrap[4096], berr[512];
+    char bootstrap[8192], berr[512] = "";
     if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), berr, sizeof(berr))) {
         mt_log(MT_LOG_ERROR, WHO, "%s", berr);
         return 1;
@@ -829,10 +843,11 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
         cc.recovery_timeout_s = d->cfg.trainer.recovery_timeout_s;
         cc.stop = stop_cb;
         cc.stop_ud = d;
-        if (mt_coord_create(d->psc, &cc, &co) != MT_OK || recover(d, co, kc)) {
+        if (mt_coord_create(d->psc, &cc, &co) != MT_OK) {
             rc = 1;
             goto out;
         }
+        if ((rc = recover(d, co, kc)) != 0) goto out;
     }
     pass_result_t res = {0};
     double t0 = mt_mono_s(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
@@ -872,10 +887,7 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
             int t = train_batch(d, &b, probs, &res.loss_sum);
             if (t == 2) { /* exact mode: back to the last checkpoint, batch dropped unmarked */
                 mt_batch_clear(&b);
-                if (recover(d, co, kc)) {
-                    rc = 1;
-                    break;
-                }
+                if ((rc = recover(d, co, kc)) != 0) break;
                 since_ckpt = 0;
                 next_ckpt = mt_mono_s() + ckpt_period;
                 continue;
@@ -898,10 +910,11 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
             char why[512] = "";
             int bad = since_ckpt ? checkpoint(d, co, kc) : mt_coord_check(co, why, sizeof(why));
             if (!since_ckpt && bad) mt_log(MT_LOG_WARN, WHO, "%s: recovering", why);
-            if (bad && recover(d, co, kc)) {
-                rc = 1;
+            if (bad == EXIT_FENCED) {
+                rc = bad;
                 break;
             }
+            if (bad && (rc = recover(d, co, kc)) != 0) break;
             since_ckpt = 0;
             next_ckpt = mt_mono_s() + ckpt_period;
         } else if (!d->exact && n &&
@@ -925,7 +938,10 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
             last_t = now;
         }
     }
-    if (d->exact && !rc && since_ckpt && checkpoint(d, co, kc)) {
+    int last = d->exact && !rc && since_ckpt ? checkpoint(d, co, kc) : 0;
+    if (last == EXIT_FENCED) {
+        rc = last; /* logged: another trainer took over */
+    } else if (last) {
         mt_log(MT_LOG_ERROR, WHO,
                "last checkpoint failed: the next run redoes what followed checkpoint %" PRIu64,
                mt_coord_last(co));

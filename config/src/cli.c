@@ -101,19 +101,28 @@ mt_err_t mt_config_kafka_bootstrap(const mt_config_t *c, char *out, size_t len, 
                                    size_t errlen) {
     if (!len) return MT_TOO_SMALL;
     if (*c->kafka.bootstrap) {
-        if ((size_t)snprintf(out, len, "%s", c->kafka.bootstrap) >= len) return MT_TOO_SMALL;
-        return MT_OK;
+        if ((size_t)snprintf(out, len, "%s", c->kafka.bootstrap) < len) return MT_OK;
+        mt_msgf(errbuf, errlen, "kafka.bootstrap: %zu bytes, more than the %zu this reads",
+                strlen(c->kafka.bootstrap), len - 1);
+        return MT_TOO_SMALL;
     }
     FILE *f = fopen(c->kafka.bootstrap_file, "r");
     if (!f || !fgets(out, (int)len, f)) {
-        if (errbuf && errlen)
-            snprintf(errbuf, errlen, "kafka.bootstrap is empty and %s cannot be read: %s",
-                     c->kafka.bootstrap_file, f ? "empty" : strerror(errno));
+        int failed = !f || ferror(f);
+        mt_msgf(errbuf, errlen, "kafka.bootstrap is empty and %s cannot be read: %s",
+                c->kafka.bootstrap_file, failed ? strerror(errno) : "empty");
         if (f) fclose(f);
         out[0] = '\0';
         return MT_IO;
     }
+    int cut = !strpbrk(out, "\r\n") && fgetc(f) != EOF; /* the line goes on past out */
     fclose(f);
+    if (cut) {
+        mt_msgf(errbuf, errlen, "%s: its first line is longer than %zu bytes",
+                c->kafka.bootstrap_file, len - 1);
+        out[0] = '\0';
+        return MT_TOO_SMALL;
+    }
     out[strcspn(out, "\r\n")] = '\0';
     if (!out[0]) {
         if (errbuf && errlen)

@@ -213,6 +213,7 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     cm.offsets = kop;
     cm.consistent = req->consistent != 0;
     cm.examples_applied = examples;
+    cm.epoch = mt__ps_epoch(ps);
     { /* dense_version: the DenseState's first field (version 1) */
         Monolith__V1__DenseState *st = monolith__v1__dense_state__unpack(NULL, dense_len, dense);
         if (st) {
@@ -262,6 +263,11 @@ out:
 
 mt_err_t mt_ps_restore(mt_ps_t *ps, uint64_t checkpoint_id, mt_ps_ckpt_result_t *res, char *errbuf,
                        size_t errlen) {
+    return mt_ps_restore_claim(ps, checkpoint_id, 0, res, errbuf, errlen);
+}
+
+mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch,
+                             mt_ps_ckpt_result_t *res, char *errbuf, size_t errlen) {
     mt_ps_ckpt_result_t r0;
     mt_ps_ckpt_result_t *r = res ? res : &r0;
     memset(r, 0, sizeof(*r));
@@ -285,6 +291,15 @@ mt_err_t mt_ps_restore(mt_ps_t *ps, uint64_t checkpoint_id, mt_ps_ckpt_result_t 
         snprintf(why, sizeof(why), "no checkpoint store (ps.snapshot_dir)");
         goto out;
     }
+    if (epoch && epoch < mt__ps_epoch(ps)) {
+        err = MT_FENCED;
+        snprintf(why, sizeof(why),
+                 "fenced: coordinator epoch %" PRIu64 " is below %" PRIu64
+                 " (another trainer took over the cluster's checkpoints)",
+                 epoch, mt__ps_epoch(ps));
+        goto out;
+    }
+    mt__ps_epoch_raise(ps, epoch); /* the claim: later writes of lower epochs are refused */
     if (newest || id) {
         err = meta_load(ck->store, &id, &blob, &cm, &dense, &dense_len, why, sizeof(why));
         if (err == MT_NOT_FOUND && newest) { /* nothing to restore: keep the empty state */
@@ -315,6 +330,7 @@ mt_err_t mt_ps_restore(mt_ps_t *ps, uint64_t checkpoint_id, mt_ps_ckpt_result_t 
         goto out;
     }
     uint64_t examples = cm ? cm->examples_applied : 0, step = cm ? cm->step : 0;
+    if (cm) mt__ps_epoch_raise(ps, cm->epoch); /* a restarted shard keeps fencing */
     err = mt__ps_install(ps, table, dd, examples, step, MT_PS_QUIESCE_S);
     if (err) {
         snprintf(why, sizeof(why), "calls still in flight after %d s", MT_PS_QUIESCE_S);

@@ -300,13 +300,12 @@ static int check_fids(mt_ps_t *ps, int m, mt_rpc_call_t *c, const uint64_t *fids
 
 /* Coordinator fencing (docs/checkpoint.md): a request carrying a coordinator epoch below the
  * highest this shard has seen comes from a trainer another one took over from: refused with
- * ABORTED, changing nothing. A higher epoch becomes the shard's. 0: not a coordinated
+ * ABORTED, changing nothing. Only a Restore claims an epoch (mt_ps_restore_claim, under the
+ * snapshot lock, after the admin token); the other writes only compare. 0: not a coordinated
  * trainer's request, always let through. @returns 1 to go on, 0 when the call was failed. */
 static int fence_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c, uint64_t epoch) {
     if (!epoch) return 1;
     uint64_t cur = atomic_load(&ps->epoch);
-    while (epoch > cur && !atomic_compare_exchange_weak(&ps->epoch, &cur, epoch))
-        ;
     if (epoch >= cur) return 1;
     FAIL(ps, m, c, MT_RPC_ABORTED,
          "fenced: coordinator epoch %llu is below %llu (another trainer took over the "
@@ -659,6 +658,7 @@ static int ckpt_status(mt_err_t err) {
     case MT_NOT_FOUND: return MT_RPC_NOT_FOUND;
     case MT_UNAVAILABLE: return MT_RPC_UNAVAILABLE;
     case MT_NOMEM: return MT_RPC_RESOURCE_EXHAUSTED;
+    case MT_FENCED: return MT_RPC_ABORTED;
     default: return MT_RPC_INTERNAL;
     }
 }
@@ -728,9 +728,7 @@ out:
 
 static void h_restore(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     const Monolith__V1__RestoreRequest *r = req;
-    if (!admin_ok(ps, MT_PS_RESTORE, c, r->token) || !store_ok(ps, MT_PS_RESTORE, c) ||
-        !fence_ok(ps, MT_PS_RESTORE, c, r->epoch))
-        return;
+    if (!admin_ok(ps, MT_PS_RESTORE, c, r->token) || !store_ok(ps, MT_PS_RESTORE, c)) return;
     if (r->checkpoint_id == MT_PS_NEWEST) {
         FAIL(ps, MT_PS_RESTORE, c, MT_RPC_INVALID_ARGUMENT, "checkpoint_id %llu",
              (unsigned long long)r->checkpoint_id);
@@ -738,7 +736,7 @@ static void h_restore(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     }
     mt_ps_ckpt_result_t res;
     char why[512] = "";
-    mt_err_t err = mt_ps_restore(ps, r->checkpoint_id, &res, why, sizeof(why));
+    mt_err_t err = mt_ps_restore_claim(ps, r->checkpoint_id, r->epoch, &res, why, sizeof(why));
     if (err) {
         FAIL(ps, MT_PS_RESTORE, c, ckpt_status(err), "restore: %s", why);
         return;
@@ -1147,6 +1145,16 @@ const mt_ps_config_t *mt__ps_config(const mt_ps_t *ps) {
 
 pthread_mutex_t *mt__ps_snap_lock(mt_ps_t *ps) {
     return &ps->snap_lock;
+}
+
+uint64_t mt__ps_epoch(mt_ps_t *ps) {
+    return atomic_load(&ps->epoch);
+}
+
+void mt__ps_epoch_raise(mt_ps_t *ps, uint64_t epoch) {
+    uint64_t cur = atomic_load(&ps->epoch);
+    while (epoch > cur && !atomic_compare_exchange_weak(&ps->epoch, &cur, epoch))
+        ;
 }
 
 mt__ps_ckpt_t *mt__ps_ckpt(mt_ps_t *ps) {

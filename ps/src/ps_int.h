@@ -33,6 +33,10 @@ void mt__ps_leave(mt_ps_t *ps);
 /** The configuration (its table config with the slots, owned by the service). */
 const mt_ps_config_t *mt__ps_config(const mt_ps_t *ps);
 pthread_mutex_t *mt__ps_snap_lock(mt_ps_t *ps);
+/** The highest coordinator epoch the shard has seen (fencing: docs/checkpoint.md). */
+uint64_t mt__ps_epoch(mt_ps_t *ps);
+/** Raises it to @p epoch (a claim, or a restored checkpoint's); never lowers it. */
+void mt__ps_epoch_raise(mt_ps_t *ps, uint64_t epoch);
 mt__ps_ckpt_t *mt__ps_ckpt(mt_ps_t *ps);
 uint64_t mt__ps_step(mt_ps_t *ps);
 

@@ -7,7 +7,7 @@
 #     rolls both shards back to the last complete checkpoint and the consumer to its offsets;
 #  2. kill -9 the trainer mid-stream and start another: it recovers the same way; then a
 #     third starts while the second runs: it takes the cluster over (fencing: a higher
-#     coordinator epoch) and the second, fenced, stops with exit status 1;
+#     coordinator epoch) and the second, fenced, stops with exit status 3;
 #  3. once everything is consumed (N, then EXTRA more produced for trainer 3 alone), every
 #     shard's examples_applied (the examples its state reflects,
 #     ApplyGradientsRequest.examples) is exactly N + EXTRA, the number of messages in the
@@ -142,7 +142,7 @@ while kill -0 "$tr2_pid" 2> /dev/null; do
 done
 st=0
 wait "$tr2_pid" || st=$?
-[ "$st" -eq 1 ] || fail "fenced trainer 2 exited with $st, expected 1"
+[ "$st" -eq 3 ] || fail "fenced trainer 2 exited with $st, expected 3"
 grep -q "stopping: fenced" "$tmp/tr2.err" || fail "trainer 2 did not say it was fenced"
 say "trainer 2 stopped: $(grep -m1 "stopping: fenced" "$tmp/tr2.err" | sed 's/.*stopping: //')"
 

@@ -4,7 +4,7 @@
 #   e2e_init NAME        $tmp: a new temporary directory (/tmp/mt-NAME-XXXXXX), removed at exit
 #                        unless MT_E2E_KEEP is set; pids: the processes the script started
 #                        (pids+=($!)), killed at exit with signal $E2E_KILL (default KILL;
-#                        TERM lets them exit cleanly) and waited for
+#                        TERM lets them exit cleanly, KILL after 10 s) and waited for
 #   fail MSG...          prints FAIL: MSG, the last lines of every $tmp/*.err and of the files
 #                        in E2E_LOGS, and the sanitizer reports in them; exits 1
 #   sanitizer_reports    prints the ASan / LSan / UBSan reports of $tmp/*.err on stderr
@@ -27,8 +27,26 @@ e2e_init() {
   trap e2e_cleanup EXIT
 }
 
+# 1 while process $1 runs (exited but not yet waited for: not running)
+e2e_running() {
+  local st=""
+  [ -r "/proc/$1/stat" ] || return 1
+  read -r _ _ st _ < "/proc/$1/stat" 2> /dev/null || return 1
+  [ "$st" != Z ]
+}
+
 e2e_cleanup() {
+  local p alive
   for p in "${pids[@]}"; do kill -s "$E2E_KILL" "$p" 2>/dev/null || true; done
+  if [ "$E2E_KILL" != KILL ]; then # a clean exit gets 10 s, then KILL: never hang here
+    for _ in $(seq 100); do
+      alive=0
+      for p in "${pids[@]}"; do e2e_running "$p" && alive=1; done
+      [ "$alive" = 0 ] && break
+      sleep 0.1
+    done
+    for p in "${pids[@]}"; do e2e_running "$p" && kill -9 "$p" 2>/dev/null; done
+  fi
   wait 2>/dev/null || true
   if [ -n "${MT_E2E_KEEP:-}" ]; then echo "kept $tmp" >&2; return; fi
   rm -rf "$tmp"

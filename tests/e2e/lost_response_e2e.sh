@@ -28,7 +28,7 @@ set -euo pipefail
 : "${MT_FAULTPROXY_BIN:?}"
 . "$(dirname "$0")/lib.sh"
 need_kcat
-N=${MT_LR_EXAMPLES:-24000}
+N=${MT_LR_EXAMPLES:-32000} # 16 s of stream: room for 3 windows on a loaded machine
 RATE=${MT_LR_RATE:-2000}
 WINDOWS=${MT_LR_WINDOWS:-3}
 DROP_MS=${MT_LR_DROP_MS:-400}

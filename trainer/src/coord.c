@@ -104,8 +104,10 @@ static mt_err_t check_fence(const mt_coord_t *co, char *errbuf, size_t errlen) {
     return MT_FENCED;
 }
 
-/* A new epoch above @p top: its high 48 bits count takeovers, its low 16 are random, so two
- * trainers that start at the same moment still get different epochs (the later claim wins). */
+/* A new epoch above @p top: its high 32 bits count takeovers, its low 32 are random, so two
+ * trainers that list the shards before either claims still get different epochs (but for a
+ * chance of 2^-32): the higher draw wins, the other is fenced at its next write. 0 when the
+ * takeover count is exhausted (2^32 takeovers). */
 static uint64_t new_epoch(uint64_t top) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -113,7 +115,8 @@ static uint64_t new_epoch(uint64_t top) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
-    return (((top >> 16) + 1) << 16) | (z & 0xFFFF);
+    if ((top >> 32) == 0xFFFFFFFFull) return 0;
+    return (((top >> 32) + 1) << 32) | (z & 0xFFFFFFFFull) | 1; /* never 0 */
 }
 
 uint64_t mt_coord_epoch(const mt_coord_t *co) {
@@ -221,6 +224,11 @@ mt_err_t mt_coord_recover(mt_coord_t *co, mt_coord_point_t *pt, char *errbuf, si
         if ((err = check_fence(co, errbuf, errlen)) != MT_OK) return err;
         if (!co->epoch) { /* the first recovery claims the cluster (docs/checkpoint.md) */
             co->epoch = new_epoch(seen_epoch(co));
+            if (!co->epoch) {
+                mt_msgf(errbuf, errlen, "no coordinator epoch above %" PRIu64 " is left",
+                        seen_epoch(co));
+                return MT_LIMIT;
+            }
             mt_psc_set_epoch(co->psc, co->epoch);
             mt_log(MT_LOG_INFO, WHO,
                    "coordinator epoch %" PRIu64 " (the shards had seen %" PRIu64 ")", co->epoch,

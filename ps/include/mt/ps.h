@@ -195,6 +195,17 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
 mt_err_t mt_ps_restore(mt_ps_t *ps, uint64_t checkpoint_id, mt_ps_ckpt_result_t *res, char *errbuf,
                        size_t errlen);
 
+/**
+ * mt_ps_restore() by a checkpoint coordinator of @p epoch (the Restore method; 0: none).
+ * Under the snapshot lock, before anything changes: MT_FENCED if @p epoch is below the
+ * highest coordinator epoch the shard has seen (another coordinator took over), else the
+ * shard's epoch becomes @p epoch (the claim: docs/checkpoint.md, "Fencing"). A restored
+ * checkpoint also raises the shard's epoch to the one it was written under, so a restarted
+ * shard keeps fencing the coordinators its last checkpoint's coordinator replaced.
+ */
+mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch,
+                             mt_ps_ckpt_result_t *res, char *errbuf, size_t errlen);
+
 /** 1 once the shard takes part in cluster checkpoints: it wrote a consistent one, restored
  *  one, or was restored by a coordinator. The daemon then writes no local snapshots (which
  *  would push cluster checkpoints out of ps.snapshot_keep). */

@@ -1425,6 +1425,7 @@ Test(config, kafka_bootstrap_from_the_key_or_the_file) {
     cr_assert_eq(mt_config_kafka_bootstrap(&c, out, sizeof(out), err, sizeof(err)), MT_OK);
     cr_assert_str_eq(out, "127.0.0.1:9092");
     cr_assert_eq(mt_config_kafka_bootstrap(&c, out, 4, err, sizeof(err)), MT_TOO_SMALL);
+    cr_assert(strstr(err, "kafka.bootstrap"), "%s", err);
     /* empty key: the file's first line, without its newline */
     const char line[] = "127.0.0.1:40001,127.0.0.1:40002\nignored\n";
     char *path = write_temp(line, sizeof(line) - 1);
@@ -1432,6 +1433,11 @@ Test(config, kafka_bootstrap_from_the_key_or_the_file) {
     cr_assert_eq(mt_config_set(&c, "kafka.bootstrap_file", path, err, sizeof(err)), MT_OK);
     cr_assert_eq(mt_config_kafka_bootstrap(&c, out, sizeof(out), err, sizeof(err)), MT_OK);
     cr_assert_str_eq(out, "127.0.0.1:40001,127.0.0.1:40002");
+    /* a first line longer than the buffer is an error, never cut silently */
+    char small[16];
+    cr_assert_eq(mt_config_kafka_bootstrap(&c, small, sizeof(small), err, sizeof(err)),
+                 MT_TOO_SMALL);
+    cr_assert(strstr(err, "longer than 15 bytes"), "%s", err);
     unlink(path);
     free(path);
     /* a missing or empty file: MT_IO, naming it */

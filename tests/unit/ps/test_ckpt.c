@@ -769,6 +769,17 @@ Test(ps_ckpt, a_second_coordinator_fences_the_first) {
     cr_assert_eq(memcmp(before, after, sizeof(after)), 0, "a fenced apply changed rows");
     for (uint32_t i = 0; i < NSHARDS; i++)
         cr_assert_eq(mt_ps_examples_applied(c.ps[i]), 32, "shard %u", i);
+    /* a write cannot raise the epoch (only a Restore claims): a huge one from a client
+     * without the admin token locks nobody out */
+    mt_psc_t *rogue = tu_psc_connect(c.addr, NSHARDS);
+    mt_psc_set_epoch(rogue, UINT64_MAX);
+    cr_assert_eq(try_step(rogue, fids, 32, 0, 0.0f, &st), MT_OK, "%s", st.message);
+    mt_psc_destroy(rogue);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        Monolith__V1__StatsResponse *s = stats(&c, i);
+        cr_assert_eq(s->epoch, eb_epoch, "shard %u", i);
+        monolith__v1__stats_response__free_unpacked(s, NULL);
+    }
     /* A's coordinator stops on everything: checkpoint, check, recovery */
     cr_assert_eq(mt_coord_checkpoint(a, o1, 1, &id, &ex, eb, sizeof(eb)), MT_FENCED);
     cr_log_info("the first coordinator's checkpoint: %s", eb);
@@ -781,6 +792,12 @@ Test(ps_ckpt, a_second_coordinator_fences_the_first) {
     cr_assert_eq(mt_coord_checkpoint(b, o2, 1, &id, &ex, eb, sizeof(eb)), MT_OK, "%s", eb);
     cr_assert_eq(ex, 64);
     cr_assert_eq(mt_coord_check(b, eb, sizeof(eb)), MT_OK, "%s", eb);
+    /* a shard restarted from its newest checkpoint (B's) keeps fencing A */
+    restart_shard(&c, 1);
+    Monolith__V1__StatsResponse *s1 = stats(&c, 1);
+    cr_assert_eq(s1->epoch, eb_epoch, "the restarted shard's epoch comes from its checkpoint");
+    monolith__v1__stats_response__free_unpacked(s1, NULL);
+    cr_assert_eq(try_step(c.client, fids, 32, 32, 0.5f, &st), MT_FENCED, "%s", st.message);
     /* a client that is no coordinator (epoch 0: at-least-once trainers, tools) is not fenced */
     mt_psc_t *plain = tu_psc_connect(c.addr, NSHARDS);
     cr_assert_eq(try_step(plain, fids, 32, 0, 0.1f, &st), MT_OK, "%s", st.message);

@@ -20,7 +20,8 @@
  * is above every id any shard listed at the last recovery and every id tried since.
  *
  * Fencing: one coordinator per cluster. The first recovery takes a coordinator epoch above
- * every epoch the shards have seen and claims it with its Restores; from then on every write
+ * every epoch the shards have seen (32 random low bits: two simultaneous starts differ but
+ * for a chance of 2^-32) and claims it with its Restores; from then on every write
  * of the trainer's psclient carries it (mt_psc_set_epoch), and a shard refuses the writes of
  * any lower epoch (ABORTED). A second exactly-once trainer therefore takes the cluster over
  * and the first one's next step, checkpoint, check or recovery fails with MT_FENCED: it must
