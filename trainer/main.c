@@ -720,6 +720,11 @@ static int stop_cb(void *ud) {
  * distinct so that supervisors do not restart it (systemd: RestartPreventExitStatus=3). */
 #define EXIT_FENCED 3
 
+/* The one line a fenced trainer ends with: "stopping: fenced: <why>". */
+static void log_fenced(const char *why) {
+    mt_log(MT_LOG_ERROR, WHO, "stopping: %s%s", strncmp(why, "fenced", 6) ? "fenced: " : "", why);
+}
+
 /* Rolls the shards and the consumer back to the last complete checkpoint and resets the
  * dense copy. @returns 0, 1 (gave up: the trainer exits and a restart recovers) or
  * EXIT_FENCED (another trainer took over: stop for good). */
@@ -730,7 +735,7 @@ static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
         mt_coord_point_t pt;
         mt_err_t e = mt_coord_recover(co, &pt, err, sizeof(err));
         if (e == MT_FENCED) {
-            mt_log(MT_LOG_ERROR, WHO, "stopping: %s", err);
+            log_fenced(err);
             return EXIT_FENCED;
         }
         if (e) {
@@ -753,7 +758,7 @@ static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
         if (e == MT_OK) e = mt_trainer_dense_sync_reset(d->dense, fresh, err, sizeof(err));
         if (e == MT_OK) return 0;
         if (e == MT_FENCED) {
-            mt_log(MT_LOG_ERROR, WHO, "stopping: %s", err);
+            log_fenced(err);
             return EXIT_FENCED;
         }
         mt_log(MT_LOG_WARN, WHO, "recovery: %s (again)", err);
@@ -798,7 +803,7 @@ static int checkpoint(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
     if (e == MT_OK) return 0;
     atomic_fetch_add(&d->ctr.checkpoint_failures, 1);
     if (e == MT_FENCED) {
-        mt_log(MT_LOG_ERROR, WHO, "stopping: %s", *err ? err : mt_strerror(e));
+        log_fenced(*err ? err : mt_strerror(e));
         return EXIT_FENCED;
     }
     mt_log(MT_LOG_WARN, WHO, "checkpoint failed: %s%s%s", mt_strerror(e), *err ? ": " : "", err);

@@ -143,8 +143,9 @@ done
 st=0
 wait "$tr2_pid" || st=$?
 [ "$st" -eq 3 ] || fail "fenced trainer 2 exited with $st, expected 3"
-grep -q "stopping: fenced" "$tmp/tr2.err" || fail "trainer 2 did not say it was fenced"
-say "trainer 2 stopped: $(grep -m1 "stopping: fenced" "$tmp/tr2.err" | sed 's/.*stopping: //')"
+# (a step, a checkpoint, an idle check or a recovery: whichever met the fence first)
+grep -qE "stopping: .*fenced" "$tmp/tr2.err" || fail "trainer 2 did not say it was fenced"
+say "trainer 2 stopped: $(grep -m1 -E "stopping: .*fenced" "$tmp/tr2.err" | sed 's/.*stopping: //')"
 
 wait "$gen_pid" || fail "the producer failed"
 grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
