@@ -291,12 +291,8 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
         snprintf(why, sizeof(why), "no checkpoint store (ps.snapshot_dir)");
         goto out;
     }
-    if (epoch && epoch < mt__ps_epoch(ps)) {
+    if (mt__ps_fenced(ps, epoch, why, sizeof(why))) {
         err = MT_FENCED;
-        snprintf(why, sizeof(why),
-                 "fenced: coordinator epoch %" PRIu64 " is below %" PRIu64
-                 " (another trainer took over the cluster's checkpoints)",
-                 epoch, mt__ps_epoch(ps));
         goto out;
     }
     mt__ps_epoch_raise(ps, epoch); /* the claim: later writes of lower epochs are refused */

@@ -304,13 +304,9 @@ static int check_fids(mt_ps_t *ps, int m, mt_rpc_call_t *c, const uint64_t *fids
  * snapshot lock, after the admin token); the other writes only compare. 0: not a coordinated
  * trainer's request, always let through. @returns 1 to go on, 0 when the call was failed. */
 static int fence_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c, uint64_t epoch) {
-    if (!epoch) return 1;
-    uint64_t cur = atomic_load(&ps->epoch);
-    if (epoch >= cur) return 1;
-    FAIL(ps, m, c, MT_RPC_ABORTED,
-         "fenced: coordinator epoch %llu is below %llu (another trainer took over the "
-         "cluster's checkpoints)",
-         (unsigned long long)epoch, (unsigned long long)cur);
+    char why[160];
+    if (!mt__ps_fenced(ps, epoch, why, sizeof(why))) return 1;
+    FAIL(ps, m, c, MT_RPC_ABORTED, "%s", why);
     return 0;
 }
 
@@ -406,9 +402,7 @@ static void h_apply(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     }
     atomic_fetch_add(&ps->apply_fids, r->n_fids);
     if (r->examples) atomic_fetch_add(&ps->examples_applied, r->examples);
-    for (uint64_t cur = atomic_load(&ps->step);
-         r->step > cur && !atomic_compare_exchange_weak(&ps->step, &cur, r->step);)
-        ;
+    mt__atomic_max(&ps->step, r->step);
     Monolith__V1__ApplyGradientsResponse resp = MONOLITH__V1__APPLY_GRADIENTS_RESPONSE__INIT;
     resp.applied = st.found;
     resp.missing = st.missing;
@@ -1152,9 +1146,17 @@ uint64_t mt__ps_epoch(mt_ps_t *ps) {
 }
 
 void mt__ps_epoch_raise(mt_ps_t *ps, uint64_t epoch) {
+    mt__atomic_max(&ps->epoch, epoch);
+}
+
+int mt__ps_fenced(mt_ps_t *ps, uint64_t epoch, char *why, size_t len) {
     uint64_t cur = atomic_load(&ps->epoch);
-    while (epoch > cur && !atomic_compare_exchange_weak(&ps->epoch, &cur, epoch))
-        ;
+    if (!epoch || epoch >= cur) return 0;
+    mt_msgf(why, len,
+            "fenced: coordinator epoch %llu is below %llu (another trainer took over the "
+            "cluster's checkpoints)",
+            (unsigned long long)epoch, (unsigned long long)cur);
+    return 1;
 }
 
 mt__ps_ckpt_t *mt__ps_ckpt(mt_ps_t *ps) {

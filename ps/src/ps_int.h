@@ -13,6 +13,7 @@
 #define MT_PS_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,15 @@ pthread_mutex_t *mt__ps_snap_lock(mt_ps_t *ps);
 uint64_t mt__ps_epoch(mt_ps_t *ps);
 /** Raises it to @p epoch (a claim, or a restored checkpoint's); never lowers it. */
 void mt__ps_epoch_raise(mt_ps_t *ps, uint64_t epoch);
+/** 1 (with the message in @p why) if @p epoch is fenced: not 0 and below the shard's. */
+int mt__ps_fenced(mt_ps_t *ps, uint64_t epoch, char *why, size_t len);
+
+/** *a = max(*a, v), lock-free. */
+static inline void mt__atomic_max(_Atomic uint64_t *a, uint64_t v) {
+    uint64_t cur = atomic_load(a);
+    while (v > cur && !atomic_compare_exchange_weak(a, &cur, v))
+        ;
+}
 mt__ps_ckpt_t *mt__ps_ckpt(mt_ps_t *ps);
 uint64_t mt__ps_step(mt_ps_t *ps);
 

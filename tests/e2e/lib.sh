@@ -16,6 +16,12 @@
 #   start_kafka TOPICS   starts monolith-kafka-dev ($MT_KAFKA_BIN) with TOPICS (name:parts,...),
 #                        logs in $tmp/kafka.err; sets bs to its bootstrap address
 #   metric PORT NAME     the value of the first sample of NAME at http://127.0.0.1:PORT/metrics
+#   expect_in_topic N    fails unless the examples topic holds exactly N messages (a producer
+#                        retry could have written one twice); sets in_topic
+#   expect_exact N T     exactly-once, counted: waits up to T s until PS shards 0 and 1 each
+#                        reflect N examples (the script's `applied I`; its `e2e_check`, if
+#                        defined, runs each round), 2 s more for a late duplicate to show, then
+#                        fails unless both reflect exactly N; sets a0 and a1
 
 E2E_KILL=${E2E_KILL:-KILL}
 E2E_LOGS=()
@@ -97,4 +103,27 @@ metric() {
   body=$(cat <&3)
   exec 3<&-
   awk -v n="$2" '$1 == n || index($1, n "{") == 1 { print $2; exit }' <<< "$body"
+}
+
+expect_in_topic() {
+  in_topic=$(kcat -b "$bs" -C -t examples -e -q -f '%p %o\n' 2> /dev/null | wc -l)
+  say "produced $1, in the topic $in_topic"
+  [ "$in_topic" -eq "$1" ] || fail "the topic holds $in_topic messages, $1 were produced"
+}
+
+expect_exact() {
+  local end=$(( $(date +%s) + $2 ))
+  say "== waiting until both shards reflect $1 examples"
+  while :; do
+    a0=$(applied 0) a1=$(applied 1)
+    [ "${a0:-0}" -ge "$1" ] && [ "${a1:-0}" -ge "$1" ] && break
+    [ "$(date +%s)" -lt "$end" ] || fail "shards at ${a0:-?} / ${a1:-?} of $1 examples"
+    if declare -F e2e_check > /dev/null; then e2e_check; fi
+    sleep 0.3
+  done
+  sleep 2 # anything more (a duplicate) would show now
+  a0=$(applied 0) a1=$(applied 1)
+  say "shard 0: $a0, shard 1: $a1 examples applied (of $1)"
+  [ "$a0" -eq "$1" ] || fail "shard 0 reflects $a0 examples, not $1 (lost or applied twice)"
+  [ "$a1" -eq "$1" ] || fail "shard 1 reflects $a1 examples, not $1 (lost or applied twice)"
 }
