@@ -276,7 +276,12 @@ void mt_table_changes_end(mt_table_changes_t *it);
 /**
  * Writes the whole table (config, rows with optimizer state and metadata, filter counts,
  * version clock) through @p fn in the versioned, checksummed format of docs/table.md.
- * Each part is written consistently; concurrent writers may land in parts not yet written.
+ * Each part is copied under its lock (consistently) and written after it; concurrent writers
+ * may land in parts not yet copied. The save makes one pass and never waits for writers, so
+ * it ends under any write load, and it writes the rows present when it began (less those
+ * removed meanwhile) plus those inserted, while it ran, into parts it had not reached yet;
+ * it holds one part's copy at a time. @p fn is called with no table lock held (it may even
+ * write to the table).
  */
 mt_err_t mt_table_save(mt_table_t *t, mt_table_write_fn fn, void *ud);
 
