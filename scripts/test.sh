@@ -29,7 +29,11 @@ fuzz_status=0
 bash scripts/fuzz.sh --seconds 5 || fuzz_status=1
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# Cases that need ../shared/data skip when it is absent (a user's clone) and record a line
+# here (tests/testutil_data.h, tests/e2e/lib.sh skip_case); the end of the run counts them.
+export MT_SKIP_LOG
+MT_SKIP_LOG=$(mktemp)
+trap 'rm -f "$log" "$MT_SKIP_LOG"' EXIT
 status=0
 san_failed=0
 if [ "$fuzz_status" -eq 0 ]; then
@@ -52,7 +56,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$san_dir/ubsan
 export LSAN_OPTIONS="print_suppressions=0:exitcode=0"
 echo "== tests (ASan + UBSan) =="
 asan_log=$(mktemp)
-trap 'rm -rf "$log" "$asan_log" "$san_dir"' EXIT
+trap 'rm -rf "$log" "$asan_log" "$san_dir" "$MT_SKIP_LOG"' EXIT
 if ! (cd build/asan && ctest --output-on-failure --timeout 1800 -V) > "$asan_log" 2>&1; then
   status=1
   echo "ASan run failed; the end of its output:"
@@ -72,10 +76,21 @@ if ! awk -f scripts/sanitizer_reports.awk "${san_files[@]}" > "$asan_log.reports
 fi
 rm -f "$asan_log.reports"
 
-# ctest prints "NN% tests passed, F tests failed out of T" per build.
+# ctest prints "NN% tests passed, F tests failed out of T" per build, and a test that exits
+# with its SKIP_RETURN_CODE as "***Skipped" (counted among the passed in that line).
 read -r passed failed < <(awk '/tests passed, .* tests failed out of/ {
     f += $4; t += $NF } END { printf "%d %d\n", t - f, f }' "$log")
+skipped_tests=$(grep -c -E "Test +#[0-9]+: .*\*\*\*Skipped" "$log" || true)
+passed=$((passed - skipped_tests))
 echo "suite time: $(( $(date +%s) - start )) s"
 failed=$((failed + san_failed))
-echo "tests: $passed passed, $failed failed"
+skipped_cases=$(sort -u "$MT_SKIP_LOG" | wc -l)
+if [ "$skipped_cases" -gt 0 ]; then
+  echo "skipped for missing data (no ../shared/data beside the repository): $skipped_cases cases" \
+       "($(wc -l < "$MT_SKIP_LOG") skips over both builds)"
+  sort -u "$MT_SKIP_LOG" | sed 's/^/  skipped: /'
+else
+  echo "skipped for missing data: none (../shared/data present)"
+fi
+echo "tests: $passed passed, $failed failed, $skipped_tests skipped"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -18,12 +18,27 @@
 #   metric PORT NAME     the value of the first sample of NAME at http://127.0.0.1:PORT/metrics
 #   expect_in_topic N    fails unless the examples topic holds exactly N messages (a producer
 #                        retry could have written one twice); sets in_topic
+#   shared_data          the real datasets' folder: $MT_SHARED_DATA, else ../shared/data
+#                        beside the repository ($MT_SOURCE_DIR or $MT_SHARED_DATA_BUILD)
+#   skip_case NAME PATH  a case that needs PATH of the shared data is not run: says so and
+#                        appends "NAME: PATH missing" to $MT_SKIP_LOG (scripts/test.sh counts)
 #   expect_exact N T     exactly-once, counted: waits up to T s until PS shards 0 and 1 each
 #                        reflect N examples (the script's `applied I`; its `e2e_check`, if
 #                        defined, runs each round), 2 s more for a late duplicate to show, then
 #                        fails unless both reflect exactly N; sets a0 and a1
 
 E2E_KILL=${E2E_KILL:-KILL}
+
+shared_data() {
+  if [ -n "${MT_SHARED_DATA:-}" ]; then echo "$MT_SHARED_DATA"
+  elif [ -n "${MT_SHARED_DATA_BUILD:-}" ]; then echo "$MT_SHARED_DATA_BUILD"
+  else echo "${MT_SOURCE_DIR:?}/../shared/data"; fi
+}
+
+skip_case() {
+  echo "SKIPPED: $1: $2 missing (a clone without ../shared/data)"
+  if [ -n "${MT_SKIP_LOG:-}" ]; then echo "$1: $2 missing" >> "$MT_SKIP_LOG"; fi
+}
 E2E_LOGS=()
 pids=()
 

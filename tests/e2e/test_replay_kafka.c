@@ -21,11 +21,12 @@
 
 #include "monolith/v1/example.pb-c.h"
 #include "mt/kafka.h"
+#include "testutil_data.h"
 
 #if !defined(MT_KAFKA_DEV_BIN) || !defined(MT_CLI_BIN) || !defined(MT_KCAT_BIN)
 #error "MT_KAFKA_DEV_BIN, MT_CLI_BIN and MT_KCAT_BIN must be defined"
 #endif
-#define TRIVAGO_SAMPLE MT_SHARED_DATA "/trivago-recsys2019-sample/trivago_val_100k.csv.gz"
+#define TRIVAGO_SAMPLE_REL "trivago-recsys2019-sample/trivago_val_100k.csv.gz"
 
 static char root[128];
 static pid_t daemon_pid = -1;
@@ -244,15 +245,14 @@ TestSuite(replay_e2e, .init = setup, .fini = cleanup, .timeout = 300);
 Test(replay_e2e, trivago_as_fast_as_possible) {
     cr_assert(MT_KCAT_BIN[0] && access(MT_KCAT_BIN, X_OK) == 0,
               "kcat not found: install the Debian package kcat (scripts/setup.sh does)");
-    if (access(TRIVAGO_SAMPLE, R_OK) != 0) {
-        cr_log_warn("%s missing: the trivago replay is not run", TRIVAGO_SAMPLE);
-        return;
-    }
+    char sample[1024];
+    mt_test_data_path(sample, sizeof(sample), TRIVAGO_SAMPLE_REL);
+    mt_test_need_data(sample);
     char bs[512], out[256];
     start_kafka(bs, sizeof(bs));
     snprintf(out, sizeof(out), "%s/summary.json", root);
     char *argv[] = {MT_CLI_BIN, "replay", "--dataset",
-                    "trivago",  "--path", TRIVAGO_SAMPLE,
+                    "trivago",  "--path", sample,
                     "--kafka",  bs,       "--as-fast-as-possible",
                     NULL};
     double t0 = now_s();

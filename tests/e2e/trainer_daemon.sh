@@ -56,10 +56,10 @@ done
 kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
 
 echo "== 3. real data (../shared/data): MovieLens 100k with side features, Criteo sample"
-data="$MT_SOURCE_DIR/../shared/data"
+data=$(shared_data)
 if [ ! -f "$data/movielens-100k/u.data" ] || [ ! -f "$data/criteo-kaggle-sample/train_head10k.txt" ]; then
   # the project runs without the real data (a user's clone has none); CI has it
-  echo "NOT RUN: the datasets are not in $data (../shared/data beside the repository)"
+  skip_case "trainer_daemon: real data (MovieLens 100k, Criteo)" "$data/movielens-100k, $data/criteo-kaggle-sample"
 else
 "$MT_TRAINER_BIN" --config "$conf" --set input.format=movielens-100k --set trainer.slots= \
   --set "input.users_file=$data/movielens-100k/u.user" --set "input.items_file=$data/movielens-100k/u.item" \

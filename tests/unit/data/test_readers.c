@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "mt/readers.h"
+#include "testutil_data.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers                                                                                  */
@@ -45,16 +46,11 @@ static uint64_t hs(uint16_t slot, const char *s) {
     return mt_fid_of_bytes(slot, s, strlen(s));
 }
 
-static int shared_dir(const char *sub, char *dir, size_t cap) {
-    struct stat st;
-    snprintf(dir, cap, "%s/%s", MT_SHARED_DATA, sub);
-    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-#define NEED_SHARED(sub, dir)                                                         \
-    do {                                                                              \
-        if (!shared_dir(sub, dir, sizeof(dir)))                                       \
-            cr_skip_test("shared data %s missing (clone has no data): skipped", dir); \
+/* dir = the shared data's folder `sub`; the case is skipped when it is absent. */
+#define NEED_SHARED(sub, dir)                     \
+    do {                                          \
+        mt_test_data_path(dir, sizeof(dir), sub); \
+        mt_test_need_data(dir);                   \
     } while (0)
 
 typedef struct bad_log {

@@ -22,10 +22,9 @@
 #include "mt/batch.h"
 #include "mt/replay.h"
 
-#ifndef MT_SHARED_DATA
-#define MT_SHARED_DATA "../shared/data"
-#endif
-#define TRIVAGO_SAMPLE MT_SHARED_DATA "/trivago-recsys2019-sample/trivago_val_100k.csv.gz"
+#include "testutil_data.h"
+
+#define TRIVAGO_SAMPLE_REL "trivago-recsys2019-sample/trivago_val_100k.csv.gz"
 
 static char tmpdir[64];
 
@@ -431,16 +430,15 @@ static void count_trivago_file(const char *path, uint64_t *clickouts, uint64_t *
 }
 
 Test(replay_trivago, real_sample_counts_and_order, .timeout = 120) {
-    if (access(TRIVAGO_SAMPLE, R_OK) != 0) {
-        cr_log_warn("%s missing: real-data test not run", TRIVAGO_SAMPLE);
-        return;
-    }
+    char sample[1024];
+    mt_test_data_path(sample, sizeof(sample), TRIVAGO_SAMPLE_REL);
+    mt_test_need_data(sample);
     uint64_t clickouts, shown, clicked_shown;
-    count_trivago_file(TRIVAGO_SAMPLE, &clickouts, &shown, &clicked_shown);
+    count_trivago_file(sample, &clickouts, &shown, &clicked_shown);
     cr_assert_eq(clickouts, 13597, "SOURCE.txt says 13,597 click-outs");
     cr_assert_gt(shown, 300000);
 
-    mt_replay_t *r = open_tv(TRIVAGO_SAMPLE, 5000, 0, NULL);
+    mt_replay_t *r = open_tv(sample, 5000, 0, NULL);
     const mt_replay_stats_t *st = mt_replay_stats(r);
     cr_assert_eq(st->rows, 100003);
     cr_assert_eq(st->bad_rows, 0);
@@ -559,14 +557,12 @@ static void count_ratings(const char *path, char sep, bool header, uint64_t *row
     fclose(f);
 }
 
-static void check_ml_real(mt_replay_dataset_t ds, const char *dir, const char *file, char sep,
+static void check_ml_real(mt_replay_dataset_t ds, const char *sub, const char *file, char sep,
                           bool header) {
-    char path[256];
+    char dir[1024], path[1100];
+    mt_test_data_path(dir, sizeof(dir), sub);
     snprintf(path, sizeof(path), "%s/%s", dir, file);
-    if (access(path, R_OK) != 0) {
-        cr_log_warn("%s missing: real-data test not run", path);
-        return;
-    }
+    mt_test_need_data(path);
     uint64_t rows, pos;
     count_ratings(path, sep, header, &rows, &pos);
     mt_replay_t *r = open_ml(ds, dir, NULL);
@@ -592,13 +588,11 @@ static void check_ml_real(mt_replay_dataset_t ds, const char *dir, const char *f
 }
 
 Test(replay_movielens, real_100k_positives) {
-    check_ml_real(MT_REPLAY_MOVIELENS_100K, MT_SHARED_DATA "/movielens-100k", "u.data", '\t',
-                  false);
+    check_ml_real(MT_REPLAY_MOVIELENS_100K, "movielens-100k", "u.data", '\t', false);
 }
 
 Test(replay_movielens, real_latest_positives) {
-    check_ml_real(MT_REPLAY_MOVIELENS_LATEST, MT_SHARED_DATA "/movielens-latest-small",
-                  "ratings.csv", ',', true);
+    check_ml_real(MT_REPLAY_MOVIELENS_LATEST, "movielens-latest-small", "ratings.csv", ',', true);
 }
 
 /* ---------------------------------------------------------------------------------------- */
