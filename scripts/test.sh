@@ -7,7 +7,8 @@
 #   4. builds the libFuzzer targets with clang and runs each for 5 s (scripts/fuzz.sh)
 #   5. runs every test (ctest)
 #   6. builds again with AddressSanitizer + UndefinedBehaviorSanitizer and runs every test
-# and ends with one line "tests: N passed, M failed" over both builds.
+#   7. builds again with ThreadSanitizer and runs the concurrency-heavy tests
+# and ends with one line "tests: N passed, M failed, K skipped" over the three builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -75,6 +76,34 @@ if ! awk -f scripts/sanitizer_reports.awk "${san_files[@]}" > "$asan_log.reports
   status=1
 fi
 rm -f "$asan_log.reports"
+unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+
+# ThreadSanitizer on the concurrency-heavy tests (the "tsan" label: tests/CMakeLists.txt),
+# over our Criterion-compatible runner (Criterion cannot run under TSan: tests/tsan/).
+# Reports go to files of their own; any report not suppressed by tests/tsan.supp (each entry
+# says why its race is benign) fails the suite, whatever the exit status said.
+bash scripts/build.sh tsan
+tsan_dir=$(mktemp -d)
+tsan_log=$(mktemp)
+trap 'rm -rf "$log" "$asan_log" "$san_dir" "$MT_SKIP_LOG" "$tsan_dir" "$tsan_log"' EXIT
+export TSAN_OPTIONS="halt_on_error=0:history_size=7:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp:log_path=$tsan_dir/tsan"
+echo "== tests (ThreadSanitizer) =="
+if ! (cd build/tsan && ctest -L tsan --output-on-failure --timeout 1800) > "$tsan_log" 2>&1; then
+  status=1
+  echo "TSan run failed; the end of its output:"
+  tail -100 "$tsan_log"
+fi
+grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed|Total Test time" "$tsan_log" | tee -a "$log"
+shopt -s nullglob
+tsan_files=("$tsan_dir"/*)
+shopt -u nullglob
+if [ ${#tsan_files[@]} -gt 0 ] && grep -l "WARNING: ThreadSanitizer" "${tsan_files[@]}" > /dev/null; then
+  echo "ThreadSanitizer reports:"
+  grep -h -A40 "WARNING: ThreadSanitizer" "${tsan_files[@]}" | head -300
+  san_failed=1
+  status=1
+fi
+unset TSAN_OPTIONS
 
 # ctest prints "NN% tests passed, F tests failed out of T" per build, and a test that exits
 # with its SKIP_RETURN_CODE as "***Skipped" (counted among the passed in that line).

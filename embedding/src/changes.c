@@ -85,7 +85,7 @@ static mt_err_t load_part(mt_table_changes_t *it, mt__part_t *p) {
     mt_table_t *t = it->t;
     mt_err_t err = MT_OK;
     it->n = it->pos = it->vlen = it->vpos = 0;
-    pthread_mutex_lock(&p->lock);
+    mt__part_lock(p);
     if (it->full) {
         const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         for (uint64_t b = 0; b <= a->mask && !err; b++)
@@ -106,7 +106,7 @@ static mt_err_t load_part(mt_table_changes_t *it, mt__part_t *p) {
                 err = push(it, e->fid, e->version, e->row);
         }
     }
-    pthread_mutex_unlock(&p->lock);
+    mt__part_unlock(p);
     return err;
 }
 
@@ -122,10 +122,10 @@ mt_err_t mt_table_changes_begin(mt_table_t *t, uint64_t since, mt_table_changes_
     uint64_t m = 0;
     for (uint32_t i = 0; i < t->nparts; i++) {
         mt__part_t *p = &t->parts[i];
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         if (since < p->log_floor) it->full = 1;
         if (p->clock > m) m = p->clock;
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
     }
     uint64_t g = atomic_load(&t->clock), up;
     do {

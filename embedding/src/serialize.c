@@ -136,10 +136,10 @@ mt_err_t mt_table_save(mt_table_t *t, mt_table_write_fn fn, void *ud) {
     mt_err_t err = MT_OK;
     uint64_t rows_total = 0, blocks = 0, clock = 0, rows_hint = 0;
     for (uint32_t i = 0; i < t->nparts; i++) {
-        pthread_mutex_lock(&t->parts[i].lock);
+        mt__part_lock(&t->parts[i]);
         if (t->parts[i].clock > clock) clock = t->parts[i].clock;
         rows_hint += t->parts[i].rows;
-        pthread_mutex_unlock(&t->parts[i].lock);
+        mt__part_unlock(&t->parts[i]);
     }
     uint64_t g = atomic_load(&t->clock);
     if (g > clock) clock = g;
@@ -181,7 +181,7 @@ mt_err_t mt_table_save(mt_table_t *t, mt_table_write_fn fn, void *ud) {
         mt__part_t *p = &t->parts[pi];
         part.len = 0;
         uint32_t n = 0;
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         for (uint64_t bi = 0; bi <= a->mask && !err; bi++) {
             for (int k = 0; k < MT__BUCKET_SLOTS; k++) {
@@ -209,7 +209,7 @@ mt_err_t mt_table_save(mt_table_t *t, mt_table_write_fn fn, void *ud) {
                 b.len += cm;
             }
         }
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
         if (err) goto out;
         /* Split the part's rows into blocks of about MT__SER_ROWS_BLOCK bytes. */
         size_t off = 0;
@@ -344,14 +344,14 @@ static mt_err_t load_rows(mt_table_t *t, const buf_t *pl, uint64_t *nrows) {
         mt__barray_t *retired = NULL;
         mt_err_t err = MT_OK;
         void *row = NULL;
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         if (mt__part_find(t, p, fid)) /* a duplicate id means damage */
             err = MT_CORRUPT;
         else
             err = mt__part_insert(t, p, fid, s, emb, state, touch, count, version, &row, &retired);
         if (!err && s->cfg.precision == MT_PREC_FP16)
             memcpy(mt__row_emb(row), raw, ser_emb_bytes(s));
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
         mt__retire(t, retired);
         if (err) return err;
         (*nrows)++;

@@ -41,6 +41,7 @@ static void cm_halve(const mt_table_t *t, mt__part_t *p) {
 }
 
 uint32_t mt__cm_add(const mt_table_t *t, mt__part_t *p, uint64_t fid) {
+    assert(MT__PART_LOCKED(p));
     uint32_t idx[8], m = 255;
     cm_index(t, fid, idx);
     for (uint32_t d = 0; d < t->cm_depth; d++)
@@ -59,6 +60,7 @@ uint32_t mt__cm_add(const mt_table_t *t, mt__part_t *p, uint64_t fid) {
 }
 
 uint32_t mt__cm_estimate(const mt_table_t *t, const mt__part_t *p, uint64_t fid) {
+    assert(MT__PART_LOCKED(p));
     uint32_t idx[8], m = 255;
     cm_index(t, fid, idx);
     for (uint32_t d = 0; d < t->cm_depth; d++)

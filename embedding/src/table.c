@@ -314,13 +314,16 @@ void mt__retire(mt_table_t *t, mt__barray_t *old) {
 /* ============================== seqlock ============================== */
 
 static inline void seq_write_begin(mt__part_t *p) {
+    assert(MT__PART_LOCKED(p));
     uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
+    assert(!(s & 1)); /* writers do not nest: one holds the lock */
     atomic_store_explicit(&p->seq, s + 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
 }
 
 static inline void seq_write_end(mt__part_t *p) {
     uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
+    assert(s & 1);
     atomic_store_explicit(&p->seq, s + 1, memory_order_release);
 }
 
@@ -405,6 +408,15 @@ static void *slab_alloc(mt_table_t *t, mt__slab_t *sl, const mt__slot_t *s) {
 
 /* The row keeps its version (the removal's), so stale log entries see it changed. */
 static void slab_free(mt__slab_t *sl, void *row) {
+#ifndef NDEBUG
+    /* Ownership: a row is freed once, by the writer that unlinked it. The newest frees are
+     * the likeliest double free: check a bounded prefix of the free list. */
+    const void *f = sl->free;
+    for (int i = 0; f && i < 64; i++) {
+        assert(f != row);
+        memcpy(&f, f, sizeof(f));
+    }
+#endif
     memcpy(row, &sl->free, sizeof(void *));
     sl->free = row;
 }
@@ -412,8 +424,12 @@ static void slab_free(mt__slab_t *sl, void *row) {
 /* ============================== versions and the change log ============================== */
 
 uint64_t mt__part_version(mt_table_t *t, mt__part_t *p) {
+    assert(MT__PART_LOCKED(p));
     uint64_t g = atomic_load_explicit(&t->clock, memory_order_relaxed);
+    uint64_t prev = p->clock;
     p->clock = (p->clock > g ? p->clock : g) + 1;
+    assert(p->clock > prev && p->clock > g); /* versions only go up */
+    (void)prev;
     return p->clock;
 }
 
@@ -484,7 +500,10 @@ static void log_make_room(mt_table_t *t, mt__part_t *p) {
 }
 
 void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version, void *row) {
+    assert(MT__PART_LOCKED(p));
     if (!t->log_cap) return; /* change tracking is off: every stream is a full one */
+    /* The log is in version order (changes.c's log_search depends on it). */
+    assert(p->log_end == p->log_start || p->log[(p->log_end - 1) % t->log_cap].version < version);
     if (p->log_end - p->log_start == t->log_cap) log_make_room(t, p);
     p->log_has_del |= row == NULL;
     mt__logent_t *e = &p->log[p->log_end++ % t->log_cap];
@@ -538,6 +557,7 @@ static void *arr_find(const mt__barray_t *a, hpair_t h, uint64_t fid, uint64_t *
 }
 
 void *mt__part_find(mt_table_t *t, mt__part_t *p, uint64_t fid) {
+    assert(MT__PART_LOCKED(p));
     uint64_t b;
     int slot;
     return arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), hash_fid(t, fid), fid, &b,
@@ -564,6 +584,17 @@ typedef struct bfs_node {
     int32_t slot;   /* slot in the parent bucket whose entry moves into this bucket */
 } bfs_node_t;
 
+/* A bucket entry is read by lock-free readers (bucket_probe, read_one) while a writer holding
+ * the part's lock changes it, so writers store keys and row pointers with relaxed atomic
+ * stores (plain moves on x86; under C11 a plain store racing with an atomic load is a data
+ * race, and ThreadSanitizer says so). What a reader makes of them is decided by the seqlock. */
+static inline void bk_set_key(mt__bucket_t *bk, int i, uint64_t fid) {
+    __atomic_store_n(&bk->key[i], fid, __ATOMIC_RELAXED);
+}
+static inline void bk_set_row(mt__bucket_t *bk, int i, void *row) {
+    __atomic_store_n(&bk->row[i], row, __ATOMIC_RELAXED);
+}
+
 /* Places (fid, row) in a, displacing entries along a BFS path if needed. The caller has
  * made seq odd if a is visible to readers. @returns 0 on success, -1 if no path exists. */
 static int arr_place(const mt_table_t *t, mt__barray_t *a, uint64_t fid, hpair_t h, void *row) {
@@ -576,7 +607,7 @@ static int arr_place(const mt_table_t *t, mt__barray_t *a, uint64_t fid, hpair_t
         b = b2;
     }
     if (s >= 0) {
-        a->b[b].key[s] = fid;
+        bk_set_key(&a->b[b], s, fid);
         __atomic_store_n(&a->b[b].row[s], row, __ATOMIC_RELEASE);
         return 0;
     }
@@ -606,15 +637,15 @@ static int arr_place(const mt_table_t *t, mt__barray_t *a, uint64_t fid, hpair_t
     while (q[n].parent >= 0) {
         int par = q[n].parent;
         mt__bucket_t *from = &a->b[q[par].bucket], *to = &a->b[q[n].bucket];
-        to->key[free_slot] = from->key[q[n].slot];
-        to->row[free_slot] = from->row[q[n].slot];
-        from->row[q[n].slot] = NULL;
+        bk_set_key(to, free_slot, from->key[q[n].slot]);
+        bk_set_row(to, free_slot, from->row[q[n].slot]);
+        bk_set_row(from, q[n].slot, NULL);
         free_slot = q[n].slot;
         n = par;
     }
     mt__bucket_t *root = &a->b[q[n].bucket];
-    root->key[free_slot] = fid;
-    root->row[free_slot] = row;
+    bk_set_key(root, free_slot, fid);
+    bk_set_row(root, free_slot, row);
     return 0;
 }
 
@@ -658,6 +689,7 @@ static mt_err_t part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, hpair_t 
                             const mt__slot_t *s, const float *emb, const float *state,
                             uint32_t touch_s, uint32_t count, uint64_t version, void **row_out,
                             mt__barray_t **retired) {
+    assert(MT__PART_LOCKED(p));
     mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
     if (part_over_load(t, p, a)) {
         mt_err_t err = part_grow(t, p, retired);
@@ -713,12 +745,13 @@ mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__s
 
 /* Removes the entry at (b, slot), logs the deletion and frees the row (lock held). */
 static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64_t b, int slot) {
+    assert(MT__PART_LOCKED(p) && a->b[b].row[slot]);
     uint64_t fid = a->b[b].key[slot];
     void *row = a->b[b].row[slot];
     const mt__slot_t *s = mt__slot_of(t, fid);
     uint64_t v = mt__part_version(t, p);
     seq_write_begin(p);
-    a->b[b].row[slot] = NULL;
+    bk_set_row(&a->b[b], slot, NULL);
     log_note_change(p, mt__row_hdr(s, row)->version);
     mt__row_hdr(s, row)->version = v;
     slab_free(&p->slabs[s->klass], row);
@@ -899,9 +932,9 @@ uint64_t mt_table_buckets(mt_table_t *t) {
     uint64_t n = 0;
     for (uint32_t i = 0; i < t->nparts; i++) {
         mt__part_t *p = &t->parts[i];
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         n += atomic_load_explicit(&p->arr, memory_order_relaxed)->mask + 1;
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
     }
     return n;
 }
@@ -912,7 +945,7 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
                       65536 * sizeof(uint32_t);
     for (uint32_t i = 0; i < t->nparts; i++) {
         mt__part_t *p = &t->parts[i];
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         st->rows += p->rows;
         st->capacity += (a->mask + 1) * MT__BUCKET_SLOTS;
@@ -927,7 +960,7 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
         st->grows += p->n_grows;
         st->filtered += p->n_filtered;
         st->changelog_drops += p->n_log_drops;
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
     }
     pthread_mutex_lock(&t->arena_lock);
     st->bytes_rows = t->arena_bytes; /* chunks in use, free rows and the last block's tail */
@@ -1183,7 +1216,7 @@ static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fi
     mt_err_t err = MT_OK;
     uint64_t b;
     int slot;
-    pthread_mutex_lock(&p->lock);
+    mt__part_lock(p);
     mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
     void *row = arr_find(a, h, fid, &b, &slot);
     *found = 0;
@@ -1217,7 +1250,7 @@ static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fi
     *found = 1;
     if (st) st->admitted++;
 out:
-    pthread_mutex_unlock(&p->lock);
+    mt__part_unlock(p);
     mt__retire(t, retired);
     return err;
 }
@@ -1277,7 +1310,7 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
         mt__part_t *p = &t->parts[part_index(t, h.h1)];
         uint64_t b;
         int slot;
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         void *row = arr_find(a, h, fid, &b, &slot);
         if (row) {
@@ -1300,7 +1333,7 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
             mt__log_append(t, p, fid, v, row);
             nfound++;
         }
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
     }
     if (st) {
         st->found += nfound;
@@ -1326,7 +1359,7 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
         mt__barray_t *retired = NULL;
         uint64_t b;
         int slot;
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         void *row = arr_find(a, h, fid, &b, &slot);
         uint64_t v = mt__part_version(t, p);
@@ -1348,7 +1381,7 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
                 if (st) st->admitted++;
             }
         }
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
         mt__retire(t, retired);
         if (err) return err;
     }
@@ -1365,14 +1398,14 @@ mt_err_t mt_table_remove(mt_table_t *t, const uint64_t *fids, size_t n, uint64_t
         mt__part_t *p = &t->parts[part_index(t, h.h1)];
         uint64_t b;
         int slot;
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         if (arr_find(a, h, fids[i], &b, &slot)) {
             part_remove_at(t, p, a, b, slot);
             p->n_removals++;
             cnt++;
         }
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
     }
     if (removed) *removed = cnt;
     return MT_OK;
@@ -1388,7 +1421,7 @@ mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state,
     uint64_t b;
     int slot;
     mt_err_t err = MT_OK;
-    pthread_mutex_lock(&p->lock);
+    mt__part_lock(p);
     void *row = arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), h, fid, &b, &slot);
     if (!row) {
         err = MT_NOT_FOUND;
@@ -1401,7 +1434,7 @@ mt_err_t mt_table_get_row(mt_table_t *t, uint64_t fid, float *emb, float *state,
         if (count) *count = hdr->count;
         if (version) *version = hdr->version;
     }
-    pthread_mutex_unlock(&p->lock);
+    mt__part_unlock(p);
     return err;
 }
 
@@ -1414,7 +1447,7 @@ mt_err_t mt_table_expire(mt_table_t *t, uint32_t now_s, size_t max_buckets, uint
     /* Visit at most every part once per call so an empty table does not spin. */
     for (uint32_t visited = 0; budget > 0 && visited <= t->nparts; visited++) {
         mt__part_t *p = &t->parts[t->expire_part];
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         uint64_t nb = a->mask + 1, b = t->expire_bucket;
         for (; b < nb && budget > 0; b++, budget--) {
@@ -1429,7 +1462,7 @@ mt_err_t mt_table_expire(mt_table_t *t, uint32_t now_s, size_t max_buckets, uint
                 }
             }
         }
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
         if (b >= nb) {
             t->expire_bucket = 0;
             t->expire_part = (t->expire_part + 1) & (t->nparts - 1);

@@ -41,6 +41,7 @@
 #ifndef MT_TABLE_INT_H
 #define MT_TABLE_INT_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -115,6 +116,10 @@ typedef struct mt__part {
     int log_has_del;             /* the log may hold a deletion entry */
     /* Counters (guarded by lock). */
     uint64_t n_inserts, n_removals, n_evictions, n_grows, n_filtered, n_log_drops;
+#ifndef NDEBUG
+    pthread_t owner; /* the thread holding lock, when owned (debug builds: MT__PART_LOCKED) */
+    int owned;
+#endif
 } mt__part_t;
 
 typedef struct mt__lane {
@@ -149,6 +154,31 @@ struct mt_table {
     uint32_t expire_part; /* clock hand of mt_table_expire(), under expire_lock */
     uint64_t expire_bucket;
 };
+
+/* ---- part locks ----
+ * Every part lock is taken and released through these two, so that debug builds know the
+ * owner and the functions documented "caller holds p->lock" assert it (MT__PART_LOCKED). */
+static inline void mt__part_lock(mt__part_t *p) {
+    pthread_mutex_lock(&p->lock);
+#ifndef NDEBUG
+    assert(!p->owned);
+    p->owner = pthread_self();
+    p->owned = 1;
+#endif
+}
+static inline void mt__part_unlock(mt__part_t *p) {
+#ifndef NDEBUG
+    assert(p->owned && pthread_equal(p->owner, pthread_self()));
+    p->owned = 0;
+#endif
+    pthread_mutex_unlock(&p->lock);
+}
+#ifndef NDEBUG
+/* Read only by the holder (it wrote them last), so the check itself does not race. */
+#define MT__PART_LOCKED(p) ((p)->owned && pthread_equal((p)->owner, pthread_self()))
+#else
+#define MT__PART_LOCKED(p) 1
+#endif
 
 /* ---- shared helpers (table.c) ---- */
 static inline const mt__slot_t *mt__slot_of(const mt_table_t *t, uint64_t fid) {

@@ -62,6 +62,20 @@
 
 #include "mt/log.h"
 
+/* ThreadSanitizer cannot see the synchronization inside Debian's (uninstrumented) gRPC: a
+ * slot handed to gRPC with a tag on one thread and taken back from a completion queue on
+ * another looks like a race on everything the first thread wrote. The hand-offs say so:
+ * TAG_RELEASE before a tag goes into gRPC, TAG_ACQUIRE when an event gives it back (no
+ * code outside the tsan build). */
+#ifdef MT_TSAN
+#include <sanitizer/tsan_interface.h>
+#define TAG_RELEASE(tag) __tsan_release(tag)
+#define TAG_ACQUIRE(tag) __tsan_acquire(tag)
+#else
+#define TAG_RELEASE(tag) ((void)(tag))
+#define TAG_ACQUIRE(tag) ((void)(tag))
+#endif
+
 #define MT__GENERIC_SLOTS 2 /* requested calls for unknown paths */
 #define MT__HEALTH_SLOTS  4 /* requested Health/Check calls */
 #define MT__SPARE_SLOTS   2 /* per method beyond what it can hold: calls being refused */
@@ -523,20 +537,23 @@ static int slot_post(slot_t *sl) {
     sl->payload = NULL;
     sl->call = NULL;
     grpc_call_error e;
-    if (sl->m) {
+    if (!sl->m) grpc_call_details_init(&sl->details);
+    /* Posted, the slot belongs to gRPC and then to the thread its event reaches: everything
+     * of it is written before, nothing after (posted was once set after the request, racing
+     * with that thread's slot_release: ThreadSanitizer). */
+    sl->posted = 1;
+    TAG_RELEASE(sl);
+    if (sl->m)
         e = grpc_server_request_registered_call(s->server, sl->m->handle, &sl->call, &sl->deadline,
                                                 &sl->md, &sl->payload, sl->ccq, s->cq, sl);
-    } else {
-        grpc_call_details_init(&sl->details);
+    else
         e = grpc_server_request_call(s->server, &sl->call, &sl->details, &sl->md, sl->ccq, s->cq,
                                      sl);
-    }
-    sl->posted = e == GRPC_CALL_OK;
-    if (!sl->posted) {
-        grpc_metadata_array_destroy(&sl->md);
-        if (!sl->m) grpc_call_details_destroy(&sl->details);
-    }
-    return sl->posted ? 0 : -1;
+    if (e == GRPC_CALL_OK) return 0;
+    sl->posted = 0; /* not taken: still ours */
+    grpc_metadata_array_destroy(&sl->md);
+    if (!sl->m) grpc_call_details_destroy(&sl->details);
+    return -1;
 }
 
 /* Releases what a finished (or failed) request holds. */
@@ -825,6 +842,7 @@ static void *worker_main(void *arg) {
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
+        TAG_ACQUIRE(ev.tag);
         if (ev.tag == &s->shutdown_tag) {
             pthread_mutex_lock(&s->lock);
             s->shutdown_seen = 1;
@@ -946,6 +964,7 @@ void mt_rpc_server_shutdown(mt_rpc_server_t *s) {
     pthread_mutex_unlock(&s->lock);
     atomic_store(&s->stopping, 1);
     atomic_store(&s->serving, 0);
+    TAG_RELEASE(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
     /* Wait for in-flight handlers, at most grace_ms. Once none is running, cancel what is
      * left at once: a call that raced with the shutdown can stay queued inside gRPC core
@@ -1112,9 +1131,14 @@ typedef struct attempt {
 static int attempt_start(attempt_t *a, mt_rpc_channel_t *ch, grpc_completion_queue *cq,
                          const char *path, const uint8_t *req, size_t len, gpr_timespec deadline) {
     memset(a, 0, sizeof(*a));
-    grpc_slice method = grpc_slice_from_static_string(path);
+    /* Copied: a static slice's bytes must live for ever (gRPC's header compression keeps
+     * the pointer and compares later paths with it), and path may be the caller's buffer
+     * (regression: test_e2e_serving's call() builds it on its stack; under ASan a
+     * stack-buffer-overflow in memcmp, from serving::long_request_ids_are_refused on). */
+    grpc_slice method = grpc_slice_from_copied_string(path);
     a->call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method, NULL,
                                        deadline, NULL);
+    grpc_slice_unref(method);
     if (!a->call) return -1;
     grpc_metadata_array_init(&a->md_initial);
     grpc_metadata_array_init(&a->md_trailing);
@@ -1133,6 +1157,7 @@ static int attempt_start(attempt_t *a, mt_rpc_channel_t *ch, grpc_completion_que
     op[5].data.recv_status_on_client.trailing_metadata = &a->md_trailing;
     op[5].data.recv_status_on_client.status = &a->status;
     op[5].data.recv_status_on_client.status_details = &a->details;
+    TAG_RELEASE(a);
     if (grpc_call_start_batch(a->call, a->ops, 6, a, NULL) != GRPC_CALL_OK) {
         grpc_call_unref(a->call);
         a->call = NULL;
@@ -1217,6 +1242,7 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
             grpc_event ev =
                 grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             if (ev.type != GRPC_OP_COMPLETE) continue;
+            TAG_ACQUIRE(ev.tag);
             attempt_t *a = ev.tag;
             size_t i = (size_t)(a - at);
             attempt_finish(a, &calls[i].st, &calls[i].resp, &calls[i].resp_len);
@@ -1251,9 +1277,10 @@ mt_err_t mt_rpc_stream_open(mt_rpc_channel_t *ch, const char *path, const uint8_
     mt_rpc_stream_t *s = calloc(1, sizeof(*s));
     if (!s) return MT_NOMEM;
     s->cq = grpc_completion_queue_create_for_pluck(NULL);
-    s->call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
-                                       grpc_slice_from_static_string(path), NULL,
+    grpc_slice method = grpc_slice_from_copied_string(path); /* as in attempt_start */
+    s->call = grpc_channel_create_call(ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq, method, NULL,
                                        deadline_after_ms(deadline_ms), NULL);
+    grpc_slice_unref(method);
     grpc_metadata_array_init(&s->md_initial);
     grpc_metadata_array_init(&s->md_trailing);
     if (!s->call) {

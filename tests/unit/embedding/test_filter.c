@@ -254,9 +254,9 @@ Test(filter, read_only_lookups_never_count) {
     {
         /* White box: the sketch has not counted the id. */
         mt__part_t *p = &t->parts[mt__part_of(t, fid)];
-        pthread_mutex_lock(&p->lock);
+        mt__part_lock(p);
         uint32_t est = mt__cm_estimate(t, p, fid);
-        pthread_mutex_unlock(&p->lock);
+        mt__part_unlock(p);
         cr_assert_eq(est, 0u);
     }
     /* It still takes three training sightings. */
@@ -668,9 +668,9 @@ Test(filter, expired_and_removed_ids_can_be_admitted_again) {
                      MT_OK);
     }
     mt__part_t *p = &t->parts[mt__part_of(t, a)];
-    pthread_mutex_lock(&p->lock);
+    mt__part_lock(p);
     uint32_t est = mt__cm_estimate(t, p, a);
-    pthread_mutex_unlock(&p->lock);
+    mt__part_unlock(p);
     cr_assert_leq(est, 1u, "a flood halves old counts away");
     for (k = 0, got = 0; k < 3 && !got; k++)
         got = lookup1(t, a, MT_TABLE_TRAIN, 1001, out, NULL);
