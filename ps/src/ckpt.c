@@ -21,6 +21,15 @@
  * Every entry point takes the shard's snap_lock for its whole run: snapshots, restores and
  * listings are serialized, and a snapshot never sees a table being swapped. The counters
  * read by the metrics are atomics (a long snapshot must not block /metrics).
+ *
+ * Coordinated mode (mt_ps_coordinated(), docs/checkpoint.md "Local snapshots of the PS"):
+ * once a coordinator owns the shard's checkpoints, local snapshots are skipped. Only a
+ * coordinator's acts turn it on (coordinate_locked, which logs the reason): a consistent
+ * Snapshot, a Restore carrying a coordinator epoch, a start from a consistent checkpoint.
+ * An operator's Restore (epoch 0) does not: it turned the mode on once, and the daemon then
+ * silently lost everything applied after it at SIGTERM. A skipped local snapshot says why
+ * and whether the state changed since the last checkpoint (the saved_* marks), so that the
+ * daemon's shutdown can log what it does not save.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -42,6 +51,10 @@
 struct mt__ps_ckpt {
     mt_store_t *store; /* borrowed; set and used under snap_lock */
     _Atomic int coordinated;
+    char coord_why[192]; /* why coordinated turned on; written once, under snap_lock */
+    /* The state at the last checkpoint written or restored (under snap_lock): a skipped
+     * local snapshot compares them with the state now (state_changed_locked). */
+    uint64_t saved_table_version, saved_dense_version, saved_examples;
     _Atomic uint64_t last_id;
     _Atomic uint64_t snapshots, snapshot_failures, restores, restore_failures;
     _Atomic uint64_t last_snap_us, last_restore_us;
@@ -81,6 +94,54 @@ int mt_ps_coordinated(mt_ps_t *ps) {
     return atomic_load(&mt__ps_ckpt(ps)->coordinated);
 }
 
+/* Turns the coordinated mode on (once), keeping and logging why. Caller holds snap_lock. */
+static void coordinate_locked(mt_ps_t *ps, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void coordinate_locked(mt_ps_t *ps, const char *fmt, ...) {
+    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    if (atomic_load(&ck->coordinated)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ck->coord_why, sizeof(ck->coord_why), fmt, ap);
+    va_end(ap);
+    atomic_store(&ck->coordinated, 1);
+    mt_log(MT_LOG_INFO, WHO,
+           "shard %u: checkpoints are coordinated from now on (%s): no periodic or shutdown "
+           "snapshot of its own (docs/checkpoint.md)",
+           mt__ps_config(ps)->shard, ck->coord_why);
+}
+
+/* The dense parameters' version (the DenseState's first field). */
+static uint64_t dense_version_of(const uint8_t *dense, size_t dense_len) {
+    uint64_t v = 0;
+    if (!dense || !dense_len) return 0;
+    Monolith__V1__DenseState *st = monolith__v1__dense_state__unpack(NULL, dense_len, dense);
+    if (st) {
+        v = st->version;
+        monolith__v1__dense_state__free_unpacked(st, NULL);
+    }
+    return v;
+}
+
+/* Records the state a checkpoint holds (written or restored). Caller holds snap_lock. */
+static void mark_saved_locked(mt__ps_ckpt_t *ck, uint64_t table_version, uint64_t dense_version,
+                              uint64_t examples) {
+    ck->saved_table_version = table_version;
+    ck->saved_dense_version = dense_version;
+    ck->saved_examples = examples;
+}
+
+/* 1 if the table, the dense parameters or the counter changed since the last checkpoint
+ * written or restored (expiry counts: it deletes rows). Caller holds snap_lock. */
+static int state_changed_locked(mt_ps_t *ps) {
+    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    mt_table_stats_t ts;
+    mt_table_stats(mt_ps_table(ps), &ts); /* stable: a restore needs snap_lock */
+    return ts.version != ck->saved_table_version ||
+           mt__ps_dense_version(ps) != ck->saved_dense_version ||
+           mt_ps_examples_applied(ps) != ck->saved_examples;
+}
+
 /* ============================== metadata ============================== */
 
 /* The blob: u32 n, n bytes of @p cm, then @p dense. @param[out] out  malloc'd. */
@@ -99,14 +160,27 @@ static mt_err_t meta_pack(const Monolith__V1__CheckpointMeta *cm, const uint8_t 
     return MT_OK;
 }
 
-/* Splits a blob. @param[out] cm  caller frees with free_unpacked; dense points into @p m. */
+/* Splits a blob. @param[out] cm  caller frees with free_unpacked; dense points into @p m.
+ * @param[out] why  what is wrong, on MT_CORRUPT. */
 static mt_err_t meta_unpack(const uint8_t *m, size_t mlen, Monolith__V1__CheckpointMeta **cm,
-                            const uint8_t **dense, size_t *dense_len) {
-    if (mlen < 4) return MT_CORRUPT;
+                            const uint8_t **dense, size_t *dense_len, char *why, size_t wlen) {
+    if (mlen < 4) {
+        mt_msgf(why, wlen, "the metadata is %zu bytes, shorter than its 4-byte length field", mlen);
+        return MT_CORRUPT;
+    }
     size_t cml = (size_t)m[0] | (size_t)m[1] << 8 | (size_t)m[2] << 16 | (size_t)m[3] << 24;
-    if (cml > mlen - 4) return MT_CORRUPT;
+    if (cml > mlen - 4) {
+        mt_msgf(why, wlen,
+                "the metadata's CheckpointMeta length (%zu bytes) runs past the blob (%zu bytes)",
+                cml, mlen);
+        return MT_CORRUPT;
+    }
     *cm = monolith__v1__checkpoint_meta__unpack(NULL, cml, m + 4);
-    if (!*cm) return MT_CORRUPT;
+    if (!*cm) {
+        mt_msgf(why, wlen, "the metadata's CheckpointMeta (%zu bytes) does not parse (protobuf)",
+                cml);
+        return MT_CORRUPT;
+    }
     if (dense) *dense = m + 4 + cml;
     if (dense_len) *dense_len = mlen - 4 - cml;
     return MT_OK;
@@ -120,9 +194,10 @@ static mt_err_t meta_load(mt_store_t *store, uint64_t *id, void **blob,
     *blob = NULL;
     mt_err_t err = mt_store_load_meta(store, id, blob, &mlen, errbuf, errlen);
     if (err) return err;
-    err = meta_unpack(*blob, mlen, cm, dense, dense_len);
+    char what[160] = "";
+    err = meta_unpack(*blob, mlen, cm, dense, dense_len, what, sizeof(what));
     if (err) {
-        mt_msgf(errbuf, errlen, "checkpoint %" PRIu64 ": bad metadata", *id);
+        mt_msgf(errbuf, errlen, "checkpoint %" PRIu64 ": %s", *id, what);
         free(*blob);
         *blob = NULL;
     }
@@ -155,10 +230,14 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
         snprintf(why, sizeof(why), "no checkpoint store (ps.snapshot_dir)");
         goto out;
     }
-    if (req->local && atomic_load(&ck->coordinated)) {
+    if (req->local && atomic_load(&ck->coordinated)) { /* the coordinator's checkpoints only */
+        r->skipped = 1;
+        r->unsaved = state_changed_locked(ps);
+        r->last_id = atomic_load(&ck->last_id);
+        mt_msgf(errbuf, errlen, "the shard's checkpoints are coordinated (%s)", ck->coord_why);
         pthread_mutex_unlock(mt__ps_snap_lock(ps));
         r->seconds = mt_mono_s() - t0;
-        return MT_OK; /* the coordinator's checkpoints only (see mt_ps_coordinated) */
+        return MT_OK;
     }
     uint64_t inc = mt_ps_incarnation(ps);
     if (req->expect_incarnation && req->expect_incarnation != inc) {
@@ -214,13 +293,7 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     cm.consistent = req->consistent != 0;
     cm.examples_applied = examples;
     cm.epoch = mt__ps_epoch(ps);
-    { /* dense_version: the DenseState's first field (version 1) */
-        Monolith__V1__DenseState *st = monolith__v1__dense_state__unpack(NULL, dense_len, dense);
-        if (st) {
-            cm.dense_version = st->version;
-            monolith__v1__dense_state__free_unpacked(st, NULL);
-        }
-    }
+    cm.dense_version = dense_version_of(dense, dense_len);
     if ((err = meta_pack(&cm, dense, dense_len, &meta, &mlen)) != MT_OK) goto out;
     mt_store_table_t t = {SPARSE, table};
     mt_store_result_t sres;
@@ -234,7 +307,9 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     r->consistent = cm.consistent;
     atomic_store(&ck->last_id, id);
     atomic_fetch_add(&ck->snapshots, 1);
-    if (req->consistent) atomic_store(&ck->coordinated, 1);
+    mark_saved_locked(ck, ts.version, cm.dense_version, examples);
+    if (req->consistent)
+        coordinate_locked(ps, "consistent snapshot %" PRIu64 ": a cluster checkpoint", id);
 out:
     r->seconds = mt_mono_s() - t0;
     if (err) {
@@ -281,7 +356,7 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
     size_t dense_len = 0;
     mt_table_t *table = NULL;
     mt__ps_dense_t *dd = NULL;
-    uint64_t id = checkpoint_id == MT_PS_NEWEST ? 0 : checkpoint_id;
+    uint64_t id = checkpoint_id == MT_PS_NEWEST ? 0 : checkpoint_id, table_version = 0;
     int newest = checkpoint_id == MT_PS_NEWEST, installed = 0;
     char why[512] = "";
     double t0 = mt_mono_s();
@@ -296,13 +371,22 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
         goto out;
     }
     mt__ps_epoch_raise(ps, epoch); /* the claim: later writes of lower epochs are refused */
-    if (newest || id) {
-        err = meta_load(ck->store, &id, &blob, &cm, &dense, &dense_len, why, sizeof(why));
-        if (err == MT_NOT_FOUND && newest) { /* nothing to restore: keep the empty state */
+    if (newest) {                  /* name the checkpoint in every message: resolve it first */
+        err = mt_store_current(ck->store, &id, why, sizeof(why));
+        if (err == MT_NOT_FOUND) { /* nothing to restore: keep the empty state */
             err = MT_OK;
             r->incarnation = mt_ps_incarnation(ps);
             mt_log(MT_LOG_INFO, WHO, "shard %u: no checkpoint: starting empty", cfg->shard);
             goto out;
+        }
+        if (err) goto out;
+    }
+    if (id) {
+        err = meta_load(ck->store, &id, &blob, &cm, &dense, &dense_len, why, sizeof(why));
+        if (err == MT_NOT_FOUND && newest) { /* current names it: damage, never "empty" */
+            err = MT_CORRUPT;
+            size_t n = strlen(why);
+            snprintf(why + n, sizeof(why) - n, " (the store's current checkpoint)");
         }
         if (err) goto out;
         if (cm->shard != cfg->shard) {
@@ -327,14 +411,15 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
     }
     uint64_t examples = cm ? cm->examples_applied : 0, step = cm ? cm->step : 0;
     if (cm) mt__ps_epoch_raise(ps, cm->epoch); /* a restarted shard keeps fencing */
+    mt_table_stats_t ts;
+    mt_table_stats(table, &ts); /* before the shard's calls may change it */
+    table_version = ts.version;
     err = mt__ps_install(ps, table, dd, examples, step, MT_PS_QUIESCE_S);
     if (err) {
         snprintf(why, sizeof(why), "calls still in flight after %d s", MT_PS_QUIESCE_S);
         goto out;
     }
     installed = 1;
-    mt_table_stats_t ts;
-    mt_table_stats(table, &ts);
     table = NULL; /* the shard's now */
     r->checkpoint_id = id;
     r->rows = ts.rows;
@@ -342,7 +427,14 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
     r->incarnation = mt_ps_incarnation(ps);
     r->consistent = cm && cm->consistent;
     atomic_store(&ck->last_id, id);
-    if (!newest || r->consistent) atomic_store(&ck->coordinated, 1);
+    mark_saved_locked(ck, table_version, dense_version_of(dense, dense_len), examples);
+    if (epoch && id) /* the coordinator's claim; an operator's Restore (no epoch) is none */
+        coordinate_locked(ps, "Restore of checkpoint %" PRIu64 " by coordinator epoch %" PRIu64, id,
+                          epoch);
+    else if (epoch)
+        coordinate_locked(ps, "Restore of the empty state by coordinator epoch %" PRIu64, epoch);
+    else if (newest && r->consistent)
+        coordinate_locked(ps, "restarted from cluster checkpoint %" PRIu64, id);
     if (!newest) { /* the checkpoints above it belong to a history given up */
         char rb[400] = "";
         err = mt_store_rollback(ck->store, id, &r->dropped, rb, sizeof(rb));
@@ -354,7 +446,12 @@ out:
     if (err) {
         atomic_fetch_add(&ck->restore_failures, 1);
         if (!*why) snprintf(why, sizeof(why), "%s", mt_strerror(err));
-        mt_log(MT_LOG_ERROR, WHO, "shard %u: restore of %" PRIu64 " failed: %s: %s", cfg->shard, id,
+        char what[64] = "the newest checkpoint";
+        if (id)
+            snprintf(what, sizeof(what), "checkpoint %" PRIu64, id);
+        else if (!newest)
+            snprintf(what, sizeof(what), "the empty state");
+        mt_log(MT_LOG_ERROR, WHO, "shard %u: restore of %s failed: %s: %s", cfg->shard, what,
                mt_strerror(err), why);
         mt_msgf(errbuf, errlen, "%s", why);
     } else if (installed) {

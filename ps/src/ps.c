@@ -6,6 +6,12 @@
  * every id (unknown slot, other shard -> INVALID_ARGUMENT) and every float (NaN or infinite
  * gradients -> INVALID_ARGUMENT) before touching the table, then acts, packs and replies
  * (reply_msg). A bad request changes nothing. dispatch() frees the request after the handler.
+ *
+ * Answer sizes: gRPC refuses to send a message over the server's max_message_bytes (the
+ * call then fails inside gRPC, after the work, uncounted). So a Lookup's answer size
+ * (lookup_bytes: exact protobuf size) is checked against cfg.max_message_bytes before the
+ * table is read, Sync chunks are cut to fit it (sync_chunk_fit), and reply_msg refuses any
+ * other answer over it; each refusal is RESOURCE_EXHAUSTED, counted like every error.
  */
 #include "mt/strbuf.h"
 #include "mt/ps.h"
@@ -107,6 +113,9 @@ void mt_ps_config_init(mt_ps_config_t *c) {
     c->sync_follow_max_s = 300;
     c->sync_max_followers = 2;
     c->admin_token = NULL;
+    mt_rpc_server_config_t rc; /* the server's default limit: one place holds the number */
+    mt_rpc_server_config_init(&rc);
+    c->max_message_bytes = rc.max_message_bytes;
 }
 
 uint32_t mt_ps_shard_of(uint64_t fid, uint32_t num_shards) {
@@ -139,7 +148,7 @@ static uint64_t new_incarnation(uint64_t old) {
 
 mt_err_t mt_ps_create(const mt_ps_config_t *cfg, mt_table_t *table, mt_ps_t **out) {
     if (!cfg || cfg->num_shards < 1 || cfg->shard >= cfg->num_shards || cfg->max_batch_fids < 1 ||
-        cfg->sync_chunk_fids < 1 ||
+        cfg->sync_chunk_fids < 1 || cfg->max_message_bytes < 1024 ||
         (cfg->dense.opt != MT_OPT_SGD && cfg->dense.opt != MT_OPT_ADAGRAD &&
          cfg->dense.opt != MT_OPT_ADAM) ||
         !(cfg->dense.lr > 0.0f))
@@ -266,15 +275,17 @@ void mt_ps_counters(mt_ps_t *ps, mt_ps_counters_t *out) {
         mt_rpc_fail(c, code, __VA_ARGS__);     \
     } while (0)
 
-/* Checks ids: configured slot and owned by this shard. @returns 0 or fails the call. */
+/* Checks ids: configured slot and owned by this shard. @param[out] nfloats  the sum of their
+ * dims; @param[out] widest  the largest (may be NULL). @returns 0 or fails the call. */
 static int check_fids(mt_ps_t *ps, int m, mt_rpc_call_t *c, const uint64_t *fids, size_t n,
-                      size_t *nfloats) {
+                      size_t *nfloats, uint32_t *widest) {
     if (n > ps->cfg.max_batch_fids) {
         FAIL(ps, m, c, MT_RPC_RESOURCE_EXHAUSTED, "%zu fids in one request, the limit is %u", n,
              ps->cfg.max_batch_fids);
         return -1;
     }
     size_t sum = 0;
+    uint32_t wide = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t dim;
         if (mt_table_dim(ps->table, fids[i], &dim) != MT_OK) {
@@ -293,9 +304,35 @@ static int check_fids(mt_ps_t *ps, int m, mt_rpc_call_t *c, const uint64_t *fids
             }
         }
         sum += dim;
+        if (dim > wide) wide = dim;
     }
     *nfloats = sum;
+    if (widest) *widest = wide;
     return 0;
+}
+
+/* Bytes of a protobuf length-delimited field (tag of a field below 16, length, payload). */
+static size_t pb_field_bytes(size_t payload) {
+    size_t n = 2; /* tag, and the length's first byte */
+    for (size_t v = payload; v >= 0x80; v >>= 7)
+        n++;
+    return n + payload;
+}
+
+/* The exact size of a LookupResponse for @p n ids of @p nfloats floats in all: values
+ * (packed floats) and found (one byte an id); empty fields are not sent. */
+static size_t lookup_bytes(size_t n, size_t nfloats) {
+    return (nfloats ? pb_field_bytes(4 * nfloats) : 0) + (n ? pb_field_bytes(n) : 0);
+}
+
+/* The most ids of dim @p dim whose Lookup answer fits in @p limit bytes. */
+static size_t lookup_fit(uint32_t dim, size_t limit) {
+    size_t k = limit / (4 * (size_t)dim + 1);
+    while (k > 0 && lookup_bytes(k, k * dim) > limit)
+        k--;
+    while (lookup_bytes(k + 1, (k + 1) * dim) <= limit)
+        k++;
+    return k;
 }
 
 /* Coordinator fencing (docs/checkpoint.md): a request carrying a coordinator epoch below the
@@ -310,9 +347,22 @@ static int fence_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c, uint64_t epoch) {
     return 0;
 }
 
-/* Packs msg and replies. */
-static void reply_msg(mt_ps_t *ps, int m, mt_rpc_call_t *c, const ProtobufCMessage *msg) {
+static const char *method_names[MT_PS_NMETHODS] = {"Lookup",    "ApplyGradients", "PullDense",
+                                                   "PushDense", "Sync",           "Snapshot",
+                                                   "Stats",     "Restore",        "Checkpoints"};
+
+/* Packs msg and replies; an answer over the message limit is refused (gRPC would fail it
+ * uncounted after the work), with @p hint saying how to ask for less (may be NULL). */
+static void reply_msg_hint(mt_ps_t *ps, int m, mt_rpc_call_t *c, const ProtobufCMessage *msg,
+                           const char *hint) {
     size_t len = protobuf_c_message_get_packed_size(msg);
+    if (len > ps->cfg.max_message_bytes) {
+        FAIL(ps, m, c, MT_RPC_RESOURCE_EXHAUSTED,
+             "the %s answer would be %zu bytes, over the %u-byte message limit "
+             "(ps.max_message_bytes)%s%s",
+             method_names[m], len, ps->cfg.max_message_bytes, hint ? ": " : "", hint ? hint : "");
+        return;
+    }
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf) {
         FAIL(ps, m, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
@@ -321,6 +371,10 @@ static void reply_msg(mt_ps_t *ps, int m, mt_rpc_call_t *c, const ProtobufCMessa
     protobuf_c_message_pack(msg, buf);
     mt_rpc_reply(c, buf, len);
     free(buf);
+}
+
+static void reply_msg(mt_ps_t *ps, int m, mt_rpc_call_t *c, const ProtobufCMessage *msg) {
+    reply_msg_hint(ps, m, c, msg, NULL);
 }
 
 /* 1 if @p got equals @p want, in a time that depends on the lengths only, never on where a
@@ -350,8 +404,18 @@ static void h_lookup(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     size_t nfloats = 0;
     float *values = NULL;
     uint8_t *found = NULL;
+    uint32_t widest = 0;
     if (r->train && !fence_ok(ps, MT_PS_LOOKUP, c, r->epoch)) goto out;
-    if (check_fids(ps, MT_PS_LOOKUP, c, r->fids, r->n_fids, &nfloats) != 0) goto out;
+    if (check_fids(ps, MT_PS_LOOKUP, c, r->fids, r->n_fids, &nfloats, &widest) != 0) goto out;
+    size_t bytes = lookup_bytes(r->n_fids, nfloats), limit = ps->cfg.max_message_bytes;
+    if (bytes > limit) { /* it could not be sent: refuse before reading or admitting a row */
+        FAIL(ps, MT_PS_LOOKUP, c, MT_RPC_RESOURCE_EXHAUSTED,
+             "the answer to %zu ids (%zu floats) would be %zu bytes, over the %zu-byte message "
+             "limit (ps.max_message_bytes): at most %zu ids of dim %u fit in one Lookup; "
+             "split the request",
+             r->n_fids, nfloats, bytes, limit, lookup_fit(widest, limit), widest);
+        goto out;
+    }
     values = malloc((nfloats ? nfloats : 1) * sizeof(float));
     found = malloc(r->n_fids ? r->n_fids : 1);
     if (!values || !found) {
@@ -381,7 +445,7 @@ static void h_apply(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     const Monolith__V1__ApplyGradientsRequest *r = req;
     size_t nfloats = 0;
     if (!fence_ok(ps, MT_PS_APPLY, c, r->epoch)) return;
-    if (check_fids(ps, MT_PS_APPLY, c, r->fids, r->n_fids, &nfloats) != 0) return;
+    if (check_fids(ps, MT_PS_APPLY, c, r->fids, r->n_fids, &nfloats, NULL) != 0) return;
     if (r->n_grads != nfloats) {
         FAIL(ps, MT_PS_APPLY, c, MT_RPC_INVALID_ARGUMENT,
              "grads has %zu floats, the %zu fids need %zu", r->n_grads, r->n_fids, nfloats);
@@ -521,6 +585,15 @@ static void follow_sleep(mt_ps_t *ps, uint32_t ms) {
     }
 }
 
+/* The most entries a SyncChunk can carry within the message limit: each at most an id (8),
+ * its deleted byte and max_dim floats; the fixed fields (full, incarnation, upto_version,
+ * last, caught_up, the three length prefixes) take under SYNC_FIXED_BYTES. */
+#define SYNC_FIXED_BYTES 64
+static size_t sync_chunk_fit(const mt_ps_t *ps) {
+    size_t per = 8 + 1 + 4 * (size_t)ps->max_dim, limit = ps->cfg.max_message_bytes;
+    return limit > SYNC_FIXED_BYTES ? (limit - SYNC_FIXED_BYTES) / per : 0;
+}
+
 /*
  * Sync: a server stream of SyncChunk. Without follow_ms one round (the catch-up) whose
  * last chunk has last = 1. With follow_ms the catch-up, then a round every follow_ms until
@@ -532,6 +605,15 @@ static void h_sync(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     if (r->incarnation != ps->incarnation) since = 0; /* another life of this shard */
     size_t chunk = r->max_chunk_fids ? r->max_chunk_fids : ps->cfg.sync_chunk_fids;
     if (chunk > 65536) chunk = 65536;
+    size_t fit = sync_chunk_fit(ps);
+    if (fit == 0) {
+        FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED,
+             "a SyncChunk of one row of dim %u does not fit the %u-byte message limit "
+             "(ps.max_message_bytes)",
+             ps->max_dim, ps->cfg.max_message_bytes);
+        return;
+    }
+    if (chunk > fit) chunk = fit; /* a hint: cut to what one message can carry */
     uint32_t follow_ms = r->follow_ms;
     if (follow_ms > 60000) {
         FAIL(ps, MT_PS_SYNC, c, MT_RPC_INVALID_ARGUMENT, "follow_ms %u is over 60000", follow_ms);
@@ -965,7 +1047,9 @@ static void h_pull_dense(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     } else if (missing) {
         FAIL(ps, MT_PS_PULL_DENSE, c, MT_RPC_NOT_FOUND, "no dense tensor '%s'", missing);
     } else {
-        reply_msg(ps, MT_PS_PULL_DENSE, c, &resp.base); /* packed under the lock: consistent */
+        /* packed under the lock: consistent */
+        reply_msg_hint(ps, MT_PS_PULL_DENSE, c, &resp.base,
+                       "ask for fewer tensors at a time (PullDenseRequest.names)");
     }
     pthread_mutex_unlock(&ps->dense_lock);
     free(ts);
@@ -1167,6 +1251,13 @@ uint64_t mt__ps_step(mt_ps_t *ps) {
     return atomic_load(&ps->step);
 }
 
+uint64_t mt__ps_dense_version(mt_ps_t *ps) {
+    pthread_mutex_lock(&ps->dense_lock);
+    uint64_t v = ps->dense_version;
+    pthread_mutex_unlock(&ps->dense_lock);
+    return v;
+}
+
 mt_err_t mt__ps_install(mt_ps_t *ps, mt_table_t *table, mt__ps_dense_t *dense, uint64_t examples,
                         uint64_t step, double wait_s) {
     int was = atomic_exchange(&ps->restoring, 1);
@@ -1239,10 +1330,6 @@ static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     atomic_fetch_add(&ctx->ps->hist[ctx->idx][b], 1);
     atomic_fetch_add(&ctx->ps->hist_sum_us[ctx->idx], (uint64_t)(s * 1e6));
 }
-
-static const char *method_names[MT_PS_NMETHODS] = {"Lookup",    "ApplyGradients", "PullDense",
-                                                   "PushDense", "Sync",           "Snapshot",
-                                                   "Stats",     "Restore",        "Checkpoints"};
 
 mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_t *len) {
     mt_strbuf_t b = {0};

@@ -49,6 +49,8 @@ static inline void mt__atomic_max(_Atomic uint64_t *a, uint64_t v) {
 }
 mt__ps_ckpt_t *mt__ps_ckpt(mt_ps_t *ps);
 uint64_t mt__ps_step(mt_ps_t *ps);
+/** The dense parameters' version now (takes dense_lock). */
+uint64_t mt__ps_dense_version(mt_ps_t *ps);
 
 /** Parses a DenseState blob (NULL or empty: no tensors, version 0).
  *  @param[out] out  caller frees with mt__ps_dense_free(). @returns MT_OK, MT_CORRUPT, MT_NOMEM. */

@@ -69,6 +69,7 @@
  */
 #include "mt/bytes.h"
 #include "mt/clock.h"
+#include "mt/log.h"
 #include "mt/store.h"
 
 #include <dirent.h>
@@ -118,6 +119,7 @@ struct mt_store {
     char *dir;                               /* the database directory */
     char *tmp_dir;                           /* dir/mt-ingest: SST files being written */
     mt_store_config_t cfg;
+    int damaged_open; /* 1: opened without RocksDB's paranoid checks (a damaged table file) */
 
     pthread_mutex_t save_lock;  /* held for a whole save */
     pthread_rwlock_t ckpt_lock; /* shared: readers; exclusive: commit and file deletion */
@@ -177,7 +179,7 @@ typedef struct rctx {
     size_t vlen, pos;
     uint64_t bytes; /* handed to mt_table_load() */
     int started, eof;
-    char msg[256];
+    char msg[640]; /* why the read failed, if it did (RocksDB messages carry paths) */
 } rctx_t;
 
 /* ============================== private prototypes ============================== */
@@ -186,6 +188,8 @@ static mt_err_t fail(char *errbuf, size_t errlen, mt_err_t err, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 static mt_err_t rdb_code(const char *msg);
 static mt_err_t rdb_fail(char *rerr, char *errbuf, size_t errlen, const char *what);
+static void rdb_describe(const char *rerr, char *out, size_t len);
+static mt_err_t rollback_locked(mt_store_t *s, uint64_t checkpoint_id, char *errbuf, size_t errlen);
 static uint64_t wall_ms(void);
 static int name_ok(const char *name);
 static int suffix_cmp(const char *a, size_t al, const char *b, size_t bl);
@@ -307,12 +311,30 @@ mt_err_t mt_store_open(const char *dir, const mt_store_config_t *cfg, mt_store_t
     rocksdb_ingestexternalfileoptions_set_move_files(s->io, 1);
 
     const rocksdb_options_t *cf_opts[CF_COUNT] = {s->opts, s->opts};
-    if (c.read_only)
-        s->db = rocksdb_open_for_read_only_column_families(s->opts, dir, CF_COUNT, cf_names,
-                                                           cf_opts, s->cf, 0, &rerr);
-    else
-        s->db =
-            rocksdb_open_column_families(s->opts, dir, CF_COUNT, cf_names, cf_opts, s->cf, &rerr);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (c.read_only)
+            s->db = rocksdb_open_for_read_only_column_families(s->opts, dir, CF_COUNT, cf_names,
+                                                               cf_opts, s->cf, 0, &rerr);
+        else
+            s->db = rocksdb_open_column_families(s->opts, dir, CF_COUNT, cf_names, cf_opts, s->cf,
+                                                 &rerr);
+        /* RocksDB refuses the whole database when one table file is damaged (truncated by a
+         * full disk or a bad copy: "file is too short"); each checkpoint's data is one such
+         * file, so the others are whole. Without paranoid checks it opens: the damaged
+         * checkpoint's loads fail naming it, and mt_store_drop() or a rollback deletes it
+         * (DeleteFilesInRange drops the file unread); the next open is a normal one. */
+        if (!rerr || attempt || rdb_code(rerr) != MT_CORRUPT || !strstr(rerr, ".sst")) break;
+        char what[512];
+        rdb_describe(rerr, what, sizeof(what));
+        mt_log(MT_LOG_WARN, "store",
+               "%s: %s: opening it without RocksDB's paranoid checks, so that the checkpoints "
+               "in other files stay readable (the damaged one fails to load, naming itself)",
+               dir, what);
+        rocksdb_free(rerr);
+        rerr = NULL;
+        rocksdb_options_set_paranoid_checks(s->opts, 0);
+        s->damaged_open = 1;
+    }
     if (rerr) {
         s->db = NULL;
         s->cf[0] = s->cf[1] = NULL;
@@ -865,7 +887,9 @@ static mt_err_t next_chunk(rctx_t *r) {
         rocksdb_iter_get_error(r->it, &rerr);
         if (rerr) {
             mt_err_t err = rdb_code(rerr);
-            snprintf(r->msg, sizeof(r->msg), "reading chunk %" PRIu64 ": %s", r->next_chunk, rerr);
+            char what[512];
+            rdb_describe(rerr, what, sizeof(what));
+            snprintf(r->msg, sizeof(r->msg), "reading chunk %" PRIu64 ": %s", r->next_chunk, what);
             rocksdb_free(rerr);
             return err;
         }
@@ -943,7 +967,9 @@ mt_err_t mt_store_load_meta(mt_store_t *s, uint64_t *checkpoint_id, void **buf, 
     size_t kl = key_ckpt(key, id, "meta");
     val = rocksdb_get_cf(s->db, s->ro, s->cf[CF_DATA], key, kl, &vlen, &rerr);
     if (rerr) {
-        err = rdb_fail(rerr, errbuf, errlen, "reading the metadata");
+        char what[64];
+        snprintf(what, sizeof(what), "checkpoint %" PRIu64 ": reading the metadata", id);
+        err = rdb_fail(rerr, errbuf, errlen, what);
         goto out;
     }
     if (!val || vlen != rec.meta_bytes || XXH64(vlen ? val : "", vlen, 0) != rec.meta_hash) {
@@ -998,10 +1024,6 @@ mt_err_t mt_store_rollback(mt_store_t *s, uint64_t checkpoint_id, uint64_t *drop
     ckpt_entry_t *ents = NULL;
     size_t nents = 0;
     uint64_t n = 0;
-    char *rerr = NULL;
-    char key[KEY_MAX];
-    static const char upper[] = "ckpt0"; /* after every "ckpt/..." key */
-    rocksdb_writebatch_t *wb = NULL;
     pthread_mutex_lock(&s->save_lock);
     /* Leftovers of failed saves above the id go too: SCAN_DATA finds them. */
     err = scan(s, SCAN_DATA, &ents, &nents, errbuf, errlen);
@@ -1015,7 +1037,24 @@ mt_err_t mt_store_rollback(mt_store_t *s, uint64_t checkpoint_id, uint64_t *drop
         err = fail(errbuf, errlen, MT_NOT_FOUND, "no complete checkpoint %" PRIu64, checkpoint_id);
         goto out;
     }
-    wb = rocksdb_writebatch_create();
+    err = rollback_locked(s, checkpoint_id, errbuf, errlen);
+    if (!err && dropped) *dropped = n;
+out:
+    pthread_mutex_unlock(&s->save_lock);
+    free(ents);
+    return err;
+}
+
+/* Makes complete checkpoint @p checkpoint_id (0: none) current and deletes every key above
+ * it, in one synced batch, then the dropped files. Reads nothing of the dropped range, so a
+ * damaged file there does not stop it. Caller holds save_lock. */
+static mt_err_t rollback_locked(mt_store_t *s, uint64_t checkpoint_id, char *errbuf,
+                                size_t errlen) {
+    mt_err_t err = MT_OK;
+    char *rerr = NULL;
+    char key[KEY_MAX];
+    static const char upper[] = "ckpt0"; /* after every "ckpt/..." key */
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     if (!wb) {
         err = fail(errbuf, errlen, MT_NOMEM, "rollback: out of memory");
         goto out;
@@ -1046,10 +1085,50 @@ mt_err_t mt_store_rollback(mt_store_t *s, uint64_t checkpoint_id, uint64_t *drop
     if (s->cfg.compact_on_prune)
         rocksdb_compact_range_cf_opt(s->db, s->cf[CF_DATA], s->co, key, kl, upper,
                                      sizeof(upper) - 1);
-    if (dropped) *dropped = n;
+out:
+    if (wb) rocksdb_writebatch_destroy(wb);
+    return err;
+}
+
+mt_err_t mt_store_drop(mt_store_t *s, uint64_t checkpoint_id, uint64_t *current, uint64_t *dropped,
+                       char *errbuf, size_t errlen) {
+    if (current) *current = 0;
+    if (dropped) *dropped = 0;
+    if (!s) return fail(errbuf, errlen, MT_INVALID, "no store");
+    if (checkpoint_id == 0 || checkpoint_id == UINT64_MAX)
+        return fail(errbuf, errlen, MT_INVALID, "checkpoint id %" PRIu64, checkpoint_id);
+    if (s->cfg.read_only) return fail(errbuf, errlen, MT_INVALID, "store is read-only");
+    ckpt_entry_t *ents = NULL;
+    size_t nents = 0;
+    uint64_t below = 0, n = 0;
+    int found = 0;
+    pthread_mutex_lock(&s->save_lock);
+    /* The commit records only, not decoded: neither a garbled record nor a damaged data
+     * file (which the data scan would read) may stop the drop of their checkpoint. */
+    mt_err_t err = scan(s, 0, &ents, &nents, errbuf, errlen);
+    if (err) goto out;
+    for (size_t i = 0; i < nents; i++) {
+        if (ents[i].id == checkpoint_id) found = 1;
+        if (ents[i].id < checkpoint_id) below = ents[i].id;
+        if (ents[i].id >= checkpoint_id) n++;
+    }
+    if (!found) { /* a leftover of a failed save (data only)? */
+        free(ents);
+        ents = NULL;
+        if (scan(s, SCAN_DATA, &ents, &nents, NULL, 0) == MT_OK)
+            for (size_t i = 0; i < nents; i++)
+                found |= ents[i].id == checkpoint_id;
+    }
+    if (!found) {
+        err = fail(errbuf, errlen, MT_NOT_FOUND, "no checkpoint %" PRIu64 " in the store",
+                   checkpoint_id);
+        goto out;
+    }
+    err = rollback_locked(s, below, errbuf, errlen);
+    if (!err && current) *current = below;
+    if (!err && dropped) *dropped = n;
 out:
     pthread_mutex_unlock(&s->save_lock);
-    if (wb) rocksdb_writebatch_destroy(wb);
     free(ents);
     return err;
 }
@@ -1085,9 +1164,41 @@ static mt_err_t rdb_code(const char *msg) {
 /* Translates and frees a RocksDB error string. */
 static mt_err_t rdb_fail(char *rerr, char *errbuf, size_t errlen, const char *what) {
     mt_err_t err = rdb_code(rerr);
-    fail(errbuf, errlen, err, "%s: %s", what, rerr);
+    char msg[768];
+    rdb_describe(rerr, msg, sizeof(msg));
+    fail(errbuf, errlen, err, "%s: %s", what, msg);
     rocksdb_free(rerr);
     return err;
+}
+
+/*
+ * RocksDB's message with what it leaves out. "file is too short (N bytes) to be an
+ * sstable<path>" gives N from the MANIFEST, the size the file should have, not the size it
+ * has (a probe read "14783621 bytes" off a truncated file): both are given here, the
+ * actual one from stat(2).
+ */
+static void rdb_describe(const char *rerr, char *out, size_t len) {
+    static const char pre[] = "file is too short (", mid[] = " bytes) to be an sstable";
+    const char *p = strstr(rerr, pre), *q = p ? strstr(p, mid) : NULL;
+    if (!q) {
+        snprintf(out, len, "%s", rerr);
+        return;
+    }
+    unsigned long long want = strtoull(p + sizeof(pre) - 1, NULL, 10);
+    const char *path = q + sizeof(mid) - 1, *end = strstr(path, " in file ");
+    size_t pl = end ? (size_t)(end - path) : strlen(path);
+    char file[512];
+    snprintf(file, sizeof(file), "%.*s", (int)(pl < sizeof(file) ? pl : sizeof(file) - 1), path);
+    struct stat sb;
+    char have[64];
+    if (stat(file, &sb) == 0)
+        snprintf(have, sizeof(have), "%lld bytes on disk", (long long)sb.st_size);
+    else
+        snprintf(have, sizeof(have), "not readable on disk (%s)", strerror(errno));
+    snprintf(out, len,
+             "%.*stable file %s is truncated: %s, %llu bytes expected (RocksDB: file is too short "
+             "to be an sstable)",
+             (int)(p - rerr), rerr, file, have, want);
 }
 
 static uint64_t wall_ms(void) {

@@ -6,13 +6,22 @@
  *   - kill -9 after an explicit Snapshot call and more training: restarted, each shard is
  *     back at the snapshot (the later updates are gone, nothing is half-loaded);
  *   - /metrics answers Prometheus text with the shard's counters;
- *   - a bad configuration key exits 2 with a message naming it.
+ *   - a bad configuration key exits 2 with a message naming it;
+ * and one shard on its own:
+ *   - an operator's Restore (no coordinator epoch) keeps the shutdown snapshot; a
+ *     coordinator's Restore turns the coordinated mode on, logged with its reason, and the
+ *     SIGTERM that then writes no snapshot logs it;
+ *   - a damaged newest checkpoint (its table file truncated): the shard refuses to start,
+ *     naming the checkpoint, both sizes and the way out; --drop-checkpoint deletes it and
+ *     the shard starts from the previous one with its rows.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -276,4 +285,291 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     cr_assert_not_null(fgets(line, sizeof(line), f));
     fclose(f);
     cr_assert(strstr(line, "ps.thread"), "%s", line);
+}
+
+/* ---------------- one shard on its own: coordination, damaged checkpoints ---------------- */
+
+/* A client of shard @p s alone: ids are sent to it whatever their owner (the tests pick ids
+ * that shard 0 owns among the N of the configuration). */
+static mt_psc_t *client_of(const shard_t *s) {
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", s->port);
+    const char *a[1] = {addr};
+    mt_psc_config_t cc;
+    mt_psc_config_init(&cc);
+    cc.addrs = a;
+    cc.num_shards = 1;
+    mt_psc_t *c;
+    cr_assert_eq(mt_psc_create(&cc, &c), MT_OK);
+    return c;
+}
+
+/* @p n ids of slot 1 that shard 0 of N owns, the first of them at value >= @p v0. */
+static void shard0_ids(uint64_t *fids, size_t n, uint64_t v0) {
+    size_t k = 0;
+    for (uint64_t v = v0; k < n; v++)
+        if (mt_ps_shard_of(MT_FID_MAKE(1, v), N) == 0) fids[k++] = MT_FID_MAKE(1, v);
+}
+
+/* A training lookup (creates the rows) and one gradient step on @p n ids of slot 1. */
+static void train_ids(mt_psc_t *c, const uint64_t *fids, size_t n, float g) {
+    float out[64 * 8], grads[64 * 8];
+    mt_rpc_status_t st;
+    cr_assert_leq(n, 64);
+    cr_assert_eq(mt_psc_lookup(c, fids, n, 1, 0, out, n * 8, NULL, &st), MT_OK, "%s", st.message);
+    for (size_t k = 0; k < n * 8; k++)
+        grads[k] = g * (float)(k % 5 + 1);
+    cr_assert_eq(mt_psc_apply(c, fids, n, grads, n * 8, 0, 1, 0, NULL, NULL, &st), MT_OK, "%s",
+                 st.message);
+}
+
+/* A plain lookup of @p n ids of slot 1 (values in @p out); @returns how many have a row. */
+static size_t rows_found(mt_psc_t *c, const uint64_t *fids, size_t n, float *out) {
+    uint8_t found[64];
+    mt_rpc_status_t st;
+    cr_assert_leq(n, 64);
+    cr_assert_eq(mt_psc_lookup(c, fids, n, 0, 0, out, n * 8, found, &st), MT_OK, "%s", st.message);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += found[i];
+    return k;
+}
+
+/* A raw admin call on shard 0 of @p c; asserts it succeeds. @returns the answer (caller frees). */
+static uint8_t *admin(mt_psc_t *c, const char *method, const ProtobufCMessage *req, size_t *len) {
+    uint8_t buf[256], *resp = NULL;
+    size_t n = protobuf_c_message_pack(req, buf);
+    char path[96];
+    snprintf(path, sizeof(path), "/monolith.v1.ParameterServer/%s", method);
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_rpc_call(mt_psc_channel(c, 0), path, buf, n, 30000, &resp, len, &st), MT_OK);
+    cr_assert_eq(st.code, MT_RPC_OK, "%s: %s", method, st.message);
+    return resp;
+}
+
+static uint64_t snapshot_one(mt_psc_t *c, uint64_t id, int consistent, uint64_t epoch) {
+    Monolith__V1__SnapshotRequest r = MONOLITH__V1__SNAPSHOT_REQUEST__INIT;
+    r.checkpoint_id = id;
+    r.consistent = consistent;
+    r.epoch = epoch;
+    size_t len = 0;
+    uint8_t *resp = admin(c, "Snapshot", &r.base, &len);
+    Monolith__V1__SnapshotResponse *s = monolith__v1__snapshot_response__unpack(NULL, len, resp);
+    free(resp);
+    cr_assert(s && s->meta);
+    uint64_t got = s->meta->checkpoint_id;
+    monolith__v1__snapshot_response__free_unpacked(s, NULL);
+    return got;
+}
+
+static void restore_one(mt_psc_t *c, uint64_t id, uint64_t epoch) {
+    Monolith__V1__RestoreRequest r = MONOLITH__V1__RESTORE_REQUEST__INIT;
+    r.checkpoint_id = id;
+    r.epoch = epoch;
+    size_t len = 0;
+    free(admin(c, "Restore", &r.base, &len));
+}
+
+/* The value of the gauge @p name{shard="0"} on the shard's /metrics (its log names the port). */
+static double gauge0(const char *name) {
+    char logf[300], key[160];
+    snprintf(logf, sizeof(logf), "%s/log.0", root);
+    int mport = tu_metrics_port(logf);
+    cr_assert_gt(mport, 0);
+    char *body = tu_http_get(mport, "/metrics");
+    cr_assert_not_null(body);
+    snprintf(key, sizeof(key), "\n%s{shard=\"0\"} ", name);
+    const char *p = strstr(body, key);
+    cr_assert_not_null(p, "no %s in\n%s", name, body);
+    double v = strtod(p + strlen(key), NULL);
+    free(body);
+    return v;
+}
+
+/* The whole log of shard 0 (caller frees). */
+static char *log0(void) {
+    char logf[300];
+    snprintf(logf, sizeof(logf), "%s/log.0", root);
+    FILE *f = fopen(logf, "r");
+    cr_assert_not_null(f);
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* Regression (an outside probe): an operator's Restore, of the newest checkpoint and with no
+ * trainer anywhere, turned the coordinated mode on, and from then on the shard wrote no
+ * shutdown snapshot: the rows trained after it were lost by a plain SIGTERM. Only a
+ * coordinator (a Restore carrying its epoch, a consistent Snapshot) turns it on. */
+Test(ps_daemon, an_operators_restore_keeps_the_shutdown_snapshot, .timeout = 120,
+     .fini = cleanup_root) {
+    setup_root();
+    shard_t s;
+    start(&s, 0);
+    mt_psc_t *c = client_of(&s);
+    uint64_t a[16], b[3];
+    shard0_ids(a, 16, 1);
+    shard0_ids(b, 3, 100000);
+    train_ids(c, a, 16, 0.1f);
+    uint64_t id = snapshot_one(c, 0, 0, 0);
+    cr_assert_eq(id, 1);
+    restore_one(c, id, 0); /* the operator's: no epoch */
+    train_ids(c, b, 3, 0.2f);
+    float vb[3 * 8], now[3 * 8];
+    cr_assert_eq(rows_found(c, b, 3, vb), 3);
+    mt_psc_destroy(c);
+    int ws = stop(&s, SIGTERM);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "exit status %d", ws);
+    start(&s, 0);
+    c = client_of(&s);
+    cr_assert_eq(rows_found(c, b, 3, now), 3, "the rows trained after the Restore were lost");
+    cr_assert_eq(memcmp(vb, now, sizeof(vb)), 0);
+    cr_assert_eq(gauge0("monolith_ps_coordinated"), 0);
+    /* the same Restore on the running shard: still not coordinated */
+    restore_one(c, 2, 0);
+    cr_assert_eq(gauge0("monolith_ps_coordinated"), 0, "an operator's Restore coordinates");
+    mt_psc_destroy(c);
+    stop(&s, SIGTERM);
+}
+
+/* A coordinator's Restore (with its epoch) turns the mode on, the log says why, and the
+ * SIGTERM that then writes no snapshot says so, naming what is not saved. */
+Test(ps_daemon, a_coordinators_restore_coordinates_and_the_shutdown_says_why, .timeout = 120,
+     .fini = cleanup_root) {
+    setup_root();
+    shard_t s;
+    start(&s, 0);
+    mt_psc_t *c = client_of(&s);
+    uint64_t a[8], b[3];
+    shard0_ids(a, 8, 1);
+    shard0_ids(b, 3, 100000);
+    const uint64_t epoch = (1ull << 32) | 77;
+    restore_one(c, 0, epoch); /* a coordinator's first recovery: the empty state */
+    cr_assert_eq(gauge0("monolith_ps_coordinated"), 1);
+    train_ids(c, a, 8, 0.1f);
+    cr_assert_eq(snapshot_one(c, 1, 1, epoch), 1);
+    train_ids(c, b, 3, 0.2f); /* after the cluster checkpoint: the coordinator's to replay */
+    mt_psc_destroy(c);
+    int ws = stop(&s, SIGTERM);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "exit status %d", ws);
+    char *log = log0();
+    cr_assert(strstr(log, "coordinated") && strstr(log, "epoch 4294967373"),
+              "no log line says why the shard is coordinated:\n%s", log);
+    const char *skip = strstr(log, "no last snapshot");
+    cr_assert_not_null(skip, "the skipped shutdown snapshot is not logged:\n%s", log);
+    cr_assert(strstr(skip, "checkpoint 1"), "%s", skip);
+    free(log);
+    start(&s, 0); /* from cluster checkpoint 1: coordinated again, b is not in it */
+    c = client_of(&s);
+    float v[8 * 8];
+    cr_assert_eq(rows_found(c, a, 8, v), 8);
+    cr_assert_eq(rows_found(c, b, 3, v), 0);
+    cr_assert_eq(gauge0("monolith_ps_coordinated"), 1);
+    mt_psc_destroy(c);
+    stop(&s, SIGTERM);
+}
+
+/* The table file (.sst) of the store in @p dir that holds checkpoint @p id's data (each
+ * checkpoint is one file, written without compression: its keys are in it as they are).
+ * @returns 1 with its path in @p path. */
+static int sst_of(const char *dir, uint64_t id, char *path, size_t cap) {
+    char needle[64];
+    snprintf(needle, sizeof(needle), "ckpt/%020llu/sparse/", (unsigned long long)id);
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s", dir);
+    struct dirent *de;
+    int hit = 0;
+    while (!hit && (de = readdir(d)) != NULL) {
+        size_t nl = strlen(de->d_name);
+        if (nl < 4 || strcmp(de->d_name + nl - 4, ".sst") != 0) continue;
+        snprintf(path, cap, "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static char buf[8 << 20];
+        size_t n = fread(buf, 1, sizeof(buf), f);
+        fclose(f);
+        hit = memmem(buf, n, needle, strlen(needle)) != NULL;
+    }
+    closedir(d);
+    return hit;
+}
+
+/* Runs the shard with @p extra (one more argument pair, or NULLs) and waits for it to exit
+ * on its own. @returns its wait status. */
+static int run_to_exit(int i, const char *extra1, const char *extra2) {
+    char conf[300], logf[300], shard[16], dir[320];
+    snprintf(conf, sizeof(conf), "%s/ps.conf", root);
+    snprintf(logf, sizeof(logf), "%s/log.%d", root, i);
+    snprintf(shard, sizeof(shard), "%d", i);
+    snprintf(dir, sizeof(dir), "ps.snapshot_dir=%s/snap.%d", root, i);
+    char *const argv[] = {MT_PS_BIN, "--config", conf,           "--shard",      shard,
+                          "--set",   dir,        (char *)extra1, (char *)extra2, NULL};
+    pid_t pid = tu_procs_spawn(&procs, argv, logf, "a");
+    int ws = 0;
+    for (int k = 0; k < 600; k++) { /* the exit, polled: at most 60 s */
+        if (waitpid(pid, &ws, WNOHANG) == pid) {
+            tu_procs_forget(&procs, pid);
+            return ws;
+        }
+        usleep(100000);
+    }
+    cr_assert_fail("shard %d did not exit (see %s)", i, logf);
+    return -1;
+}
+
+/* Regression (an outside probe): a shard whose newest checkpoint is damaged (here: its table
+ * file truncated, as a full disk or a bad copy leaves it) refused to start with "file is too
+ * short (N bytes)", N the expected size, naming no checkpoint and no way out. Now it refuses
+ * naming the checkpoint, both sizes and the way out; `--drop-checkpoint ID` deletes it, and
+ * the shard starts from the previous one and serves its rows. */
+Test(ps_daemon, a_damaged_newest_checkpoint_is_named_and_can_be_dropped, .timeout = 180,
+     .fini = cleanup_root) {
+    setup_root();
+    shard_t s;
+    start(&s, 0);
+    mt_psc_t *c = client_of(&s);
+    uint64_t a[16], b[8];
+    shard0_ids(a, 16, 1);
+    shard0_ids(b, 8, 100000);
+    train_ids(c, a, 16, 0.1f);
+    cr_assert_eq(snapshot_one(c, 0, 0, 0), 1);
+    float va[16 * 8], v[16 * 8];
+    cr_assert_eq(rows_found(c, a, 16, va), 16);
+    train_ids(c, b, 8, 0.2f); /* only in checkpoint 2, the shutdown snapshot */
+    mt_psc_destroy(c);
+    int ws = stop(&s, SIGTERM);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "exit status %d", ws);
+
+    char snap[320], sst[600];
+    snprintf(snap, sizeof(snap), "%s/snap.0", root);
+    cr_assert(sst_of(snap, 2, sst, sizeof(sst)), "no table file holds checkpoint 2");
+    struct stat sb;
+    cr_assert_eq(stat(sst, &sb), 0);
+    cr_assert_eq(truncate(sst, 1000), 0);
+    ws = run_to_exit(0, NULL, NULL);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 1, "a damaged checkpoint: exit status %d", ws);
+    char *log = log0();
+    const char *e = log;
+    for (const char *p = log; (p = strstr(p, " ERROR ")) != NULL; p++)
+        e = p; /* the refusal: the last error */
+    cr_assert(strstr(e, "checkpoint 2"), "the refusal does not name checkpoint 2:\n%s", log);
+    char want[64];
+    snprintf(want, sizeof(want), "%lld", (long long)sb.st_size);
+    cr_assert(strstr(e, "1000 bytes") && strstr(e, want), "not both sizes (1000, %s):\n%s", want,
+              e);
+    cr_assert(strstr(e, "--drop-checkpoint 2"), "no way out named:\n%s", e);
+    cr_assert(strstr(e, "checkpoint 1"), "the previous checkpoint is not named:\n%s", e);
+    free(log);
+
+    ws = run_to_exit(0, "--drop-checkpoint", "2");
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "--drop-checkpoint 2: exit status %d", ws);
+    start(&s, 0);
+    c = client_of(&s);
+    cr_assert_eq(rows_found(c, a, 16, v), 16, "checkpoint 1's rows");
+    cr_assert_eq(memcmp(va, v, sizeof(va)), 0);
+    cr_assert_eq(rows_found(c, b, 8, v), 0, "rows of the dropped checkpoint");
+    mt_psc_destroy(c);
+    stop(&s, SIGTERM);
 }

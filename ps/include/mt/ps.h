@@ -46,6 +46,11 @@ typedef struct mt_ps_config {
     uint32_t sync_follow_max_s;  /* a follow Sync stream ends after this long (default 300) */
     uint32_t sync_max_followers; /* more follow streams end after their catch-up (default 2) */
     const char *admin_token;     /* copied; NULL or "" = admin calls need no token */
+    /* The rpc server's max_message_bytes (mt_rpc_server_config_t; ps.max_message_bytes):
+     * the largest answer gRPC will send. Requests whose answer would be larger get
+     * RESOURCE_EXHAUSTED before anything is computed (Lookup), Sync chunks are cut to fit,
+     * and any other answer over it is refused the same way. Default: the rpc default. */
+    uint32_t max_message_bytes;
 } mt_ps_config_t;
 
 /** Methods, for counters: Lookup, ApplyGradients, PullDense, PushDense, Sync, Snapshot, Stats,
@@ -147,9 +152,9 @@ typedef struct mt_ps_snapshot_req {
     uint64_t expect_incarnation;   /* not 0: MT_MISMATCH unless the shard's incarnation */
     const mt_ps_offset_t *offsets; /* noffsets entries stored in the meta (borrowed) */
     size_t noffsets;
-    int local; /* 1: the daemon's own (periodic, last): skipped, MT_OK with checkpoint_id 0,
-                  once the shard is coordinated (decided under snap_lock: a restore cannot
-                  slip in between) */
+    int local; /* 1: the daemon's own (periodic, last): skipped, MT_OK with checkpoint_id 0
+                  and res->skipped, once the shard is coordinated (decided under snap_lock: a
+                  restore cannot slip in between) */
 } mt_ps_snapshot_req_t;
 
 /** What a snapshot or a restore did. */
@@ -160,6 +165,10 @@ typedef struct mt_ps_ckpt_result {
     uint64_t incarnation;      /* the shard's incarnation after the call */
     uint64_t dropped;          /* restore: checkpoints above it deleted from the store */
     int consistent;            /* the checkpoint's mark */
+    int skipped; /* snapshot: a local one skipped (the shard is coordinated); errbuf says why */
+    int unsaved; /* with skipped: the state changed since the last checkpoint written or
+                    restored (what a skipped shutdown snapshot leaves to the coordinator) */
+    uint64_t last_id; /* with skipped: that checkpoint (0: none) */
     double seconds;
 } mt_ps_ckpt_result_t;
 
@@ -173,7 +182,9 @@ void mt_ps_set_store(mt_ps_t *ps, mt_store_t *store);
  * Writes a checkpoint of the shard's state (table, dense parameters, counters) with
  * @p req's id, offsets and mark. Writers may keep running meanwhile (each part of the table
  * is consistent, see mt_table_save()); a coordinator pauses them for a consistent one.
- * @param[out] res  optional; @p errbuf says why on error
+ * A consistent one makes the shard coordinated (mt_ps_coordinated()).
+ * @param[out] res  optional; @p errbuf says why on error, and why a local snapshot was
+ *                  skipped (res->skipped)
  * @returns MT_OK; MT_INVALID (no store; consistent without an id); MT_MISMATCH (another
  *          incarnation than expected, or a consistent id not above the newest); or the
  *          store's error.
@@ -202,13 +213,23 @@ mt_err_t mt_ps_restore(mt_ps_t *ps, uint64_t checkpoint_id, mt_ps_ckpt_result_t 
  * shard's epoch becomes @p epoch (the claim: docs/checkpoint.md, "Fencing"). A restored
  * checkpoint also raises the shard's epoch to the one it was written under, so a restarted
  * shard keeps fencing the coordinators its last checkpoint's coordinator replaced.
+ * With @p epoch not 0 the shard becomes coordinated (mt_ps_coordinated()); an operator's
+ * restore (0) leaves the mode as it was.
  */
 mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch,
                              mt_ps_ckpt_result_t *res, char *errbuf, size_t errlen);
 
-/** 1 once the shard takes part in cluster checkpoints: it wrote a consistent one, restored
- *  one, or was restored by a coordinator. The daemon then writes no local snapshots (which
- *  would push cluster checkpoints out of ps.snapshot_keep). */
+/**
+ * 1 once a checkpoint coordinator (an exactly-once trainer, docs/checkpoint.md) owns the
+ * shard's checkpoints. Exactly three things turn it on, each logged with its reason (which
+ * a skipped local snapshot repeats in its errbuf):
+ *  - a consistent Snapshot (a cluster checkpoint: only a coordinator writes those);
+ *  - a Restore carrying a coordinator epoch (mt_ps_restore_claim() with epoch > 0);
+ *  - a start (MT_PS_NEWEST) from a consistent checkpoint.
+ * An operator's Restore (no epoch) never does. Nothing turns it off but a new service.
+ * The daemon then writes no local snapshots (they would push cluster checkpoints out of
+ * ps.snapshot_keep; the coordinator's recovery redoes what is after its last checkpoint).
+ */
 int mt_ps_coordinated(mt_ps_t *ps);
 
 /** Examples the shard's state reflects: the sum of ApplyGradientsRequest.examples since the

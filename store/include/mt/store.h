@@ -15,6 +15,12 @@
  * space: about keep + 1 checkpoints during a save. Key layout and protocol, and why SST
  * ingestion rather than WriteBatches of chunks: store/src/store.c.
  *
+ * Damage: RocksDB refuses to open a database with a damaged table file (e.g. truncated);
+ * since each checkpoint's data is one such file, mt_store_open() then opens it without
+ * RocksDB's paranoid checks (logged as a warning): the other checkpoints load, the damaged
+ * one's loads fail with MT_CORRUPT naming it (and, for a truncated file, its size on disk
+ * and the size expected), and mt_store_drop() deletes it.
+ *
  * Errors: every fallible function returns an mt_err_t and, on error, writes a message into
  * @p errbuf (size @p errlen; NULL or 0 for none), naming the key, table or RocksDB status.
  * RocksDB errors are translated here: "Corruption" -> MT_CORRUPT, busy / try again ->
@@ -202,6 +208,19 @@ mt_err_t mt_store_list(mt_store_t *s, mt_store_info_t *out, size_t cap, size_t *
  */
 mt_err_t mt_store_rollback(mt_store_t *s, uint64_t checkpoint_id, uint64_t *dropped, char *errbuf,
                            size_t errlen);
+
+/**
+ * An operator's way past a damaged checkpoint (monolith-ps --drop-checkpoint): deletes
+ * checkpoint @p checkpoint_id (complete or a leftover) and every checkpoint above it; the
+ * newest complete checkpoint below it becomes current (none: the store has no checkpoint).
+ * Commit records are not decoded, so a damaged one does not stop it. As mt_store_rollback().
+ * @param[out] current  optional: the current checkpoint afterwards (0: none)
+ * @param[out] dropped  optional: checkpoints deleted
+ * @returns MT_OK, MT_INVALID (id 0 or UINT64_MAX, read-only store), MT_NOT_FOUND (no
+ *          checkpoint @p checkpoint_id: nothing changed), or as mt_store_rollback().
+ */
+mt_err_t mt_store_drop(mt_store_t *s, uint64_t checkpoint_id, uint64_t *current, uint64_t *dropped,
+                       char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

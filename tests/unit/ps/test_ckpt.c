@@ -15,7 +15,10 @@
  *     gets UNAVAILABLE, the stream ends, the state afterwards is the checkpoint's (ASan
  *     catches a table freed under a reader);
  *   - local snapshots vs coordination: mt_ps_coordinated() once a consistent checkpoint or a
- *     restore happened;
+ *     coordinator's restore (with its epoch) happened, never after an operator's restore; a
+ *     skipped local snapshot says why and whether the state changed since;
+ *   - metadata that the store's checks pass but the PS cannot read: the message names the
+ *     checkpoint and what is wrong;
  *   - the trainer's coordinator (mt/coord.h) over these shards: recovery from nothing, then
  *     checkpoints; a checkpoint that reached shard 0 only and a restart of shard 1: the next
  *     checkpoint fails (another incarnation), recovery picks the last checkpoint both hold,
@@ -599,18 +602,82 @@ Test(ps_ckpt, local_snapshots_until_coordinated) {
     cr_assert_eq(out[0].n, 2);
     cr_assert_eq(out[0].list[1].consistent, 0);
     mt_psc_shard_ckpt_free(out, NSHARDS);
+    /* an operator's restore (no coordinator epoch) is no coordinator: local snapshots go on
+     * (regression: it turned the mode on, and the shutdown snapshot was lost) */
     cr_assert_eq(mt_ps_restore(c.ps[0], 1, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
     cr_assert_eq(res.dropped, 1);
-    cr_assert(mt_ps_coordinated(c.ps[0]), "a restore means a coordinator");
+    cr_assert_eq(mt_ps_coordinated(c.ps[0]), 0, "an operator's restore coordinates");
     mt_ps_snapshot_req_t local = {.local = 1};
     cr_assert_eq(mt_ps_snapshot(c.ps[0], &local, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(res.checkpoint_id, 2, "the local snapshot after an operator's restore");
+    cr_assert_eq(res.skipped, 0);
+    /* a coordinator's restore (its epoch: the claim) is */
+    cr_assert_eq(mt_ps_restore_claim(c.ps[0], 1, 7, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert(mt_ps_coordinated(c.ps[0]), "a coordinator's restore");
+    eb[0] = 0;
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &local, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
     cr_assert_eq(res.checkpoint_id, 0, "no local snapshot once coordinated");
+    cr_assert(res.skipped);
+    cr_assert_eq(res.unsaved, 0, "nothing changed since the restore");
+    cr_assert(strstr(eb, "epoch 7"), "the skip does not say why: '%s'", eb);
+    uint64_t one[1] = {0};
+    for (uint64_t v = 1; !one[0]; v++)
+        if (mt_ps_shard_of(MT_FID_MAKE(2, v), NSHARDS) == 0) one[0] = MT_FID_MAKE(2, v);
+    float v4[4];
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_lookup(c.client, one, 1, 1, 0, v4, 4, NULL, &st), MT_OK, "%s", st.message);
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &local, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert(res.skipped && res.unsaved, "a new row since the restore is unsaved");
     cr_assert_eq(mt_psc_checkpoints(c.client, 30000, out), MT_OK);
     cr_assert_eq(out[0].n, 1);
     mt_psc_shard_ckpt_free(out, NSHARDS);
     local.local = 0; /* an operator's explicit snapshot still happens */
     cr_assert_eq(mt_ps_snapshot(c.ps[0], &local, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
     cr_assert_eq(res.checkpoint_id, 2);
+    cluster_stop(&c);
+}
+
+/* Regression (an outside probe): a checkpoint whose metadata does not parse was reported as
+ * "restore of 0 failed"; the message names the checkpoint and what is wrong. */
+Test(ps_ckpt, bad_metadata_names_the_checkpoint_and_what_is_wrong) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    mt_table_t *t = NULL;
+    mt_ps_config_t pc;
+    tu_ps_config(&pc, 0, NSHARDS, c.slots, 2);
+    cr_assert_eq(mt_table_create(&pc.table, &t), MT_OK);
+    mt_store_table_t st = {"sparse", t};
+    char eb[512] = "";
+    const struct {
+        const char *meta;
+        size_t len;
+        const char *what;
+    } bad[3] = {
+        {"abc", 3, "3 bytes, shorter than"},
+        {"\x10\0\0\0ab", 6, "16 bytes"},
+        {"\x02\0\0\0\xff\xff", 6, "does not parse"},
+    };
+    for (int i = 0; i < 3; i++) {
+        /* written through the store directly: its own checks pass, the PS's do not */
+        cr_assert_eq(mt_store_save(c.store[0], (uint64_t)i + 1, &st, 1, bad[i].meta, bad[i].len,
+                                   NULL, eb, sizeof(eb)),
+                     MT_OK, "%s", eb);
+        mt_rpc_server_destroy(c.srv[0]);
+        mt_ps_destroy(c.ps[0]);
+        ps_new(&c, 0);
+        mt_ps_set_store(c.ps[0], c.store[0]);
+        mt_ps_set_restoring(c.ps[0], 1);
+        eb[0] = 0;
+        cr_assert_eq(mt_ps_restore(c.ps[0], MT_PS_NEWEST, NULL, eb, sizeof(eb)), MT_CORRUPT);
+        char want[32];
+        snprintf(want, sizeof(want), "checkpoint %d", i + 1);
+        cr_assert(strstr(eb, want) && strstr(eb, "metadata") && strstr(eb, bad[i].what),
+                  "case %d: '%s'", i, eb);
+        cr_log_info("bad metadata %d: %s", i, eb);
+        mt_ps_set_restoring(c.ps[0], 0);
+        c.srv[0] = tu_ps_serve(c.ps[0], 4, 0, c.addr[0], NULL);
+    }
+    mt_table_destroy(t);
     cluster_stop(&c);
 }
 

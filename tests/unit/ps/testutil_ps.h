@@ -46,8 +46,9 @@ static inline void tu_ps_config(mt_ps_config_t *pc, uint32_t shard, uint32_t num
  * Serves @p ps on a new rpc server with @p threads workers, @p max_message_bytes (0: the
  * default) and listening on @p listen (NULL: the default, 127.0.0.1 on a free port).
  * @p addr (NULL: not wanted; else TU_PS_ADDR_LEN bytes) receives "127.0.0.1:<port>".
- * Asserts that every step succeeds. @returns the server (mt_rpc_server_destroy before
- * mt_ps_destroy).
+ * Asserts that every step succeeds. A test of the answer limit sets the shard's
+ * mt_ps_config_t.max_message_bytes to the same value (as monolith-ps does). @returns the
+ * server (mt_rpc_server_destroy before mt_ps_destroy).
  */
 static inline mt_rpc_server_t *tu_ps_serve(mt_ps_t *ps, uint32_t threads,
                                            uint32_t max_message_bytes, const char *listen,

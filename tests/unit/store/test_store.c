@@ -23,6 +23,9 @@
  *  - damage written with the RocksDB C API (garbage chunk, flipped byte, missing chunk,
  *    truncated or extra chunk, bad commit record, bad metadata, bad `current`, no commit
  *    record): an error, *out untouched, and a clean load again once repaired;
+ *  - a truncated table file (which RocksDB refuses the whole database for): the store opens,
+ *    the damaged checkpoint's loads fail naming it with the file's size and the size
+ *    expected, the others load, and mt_store_drop() takes the store past it;
  *  - argument checks (ids not increasing, bad or duplicate names), config checks and open
  *    errors (missing database, a file, a locked database, another layout version);
  *  - loads running in a thread while saves commit and prune (keep 1): every load succeeds
@@ -1194,6 +1197,104 @@ Test(store, damage_is_an_error_never_a_half_loaded_table) {
     cr_assert_eq(t, SENTINEL);
     mt_store_close(s);
     mt_table_destroy(a);
+}
+
+/* The table file (.sst) of the database that holds checkpoint @p id's chunks of "emb" (each
+ * checkpoint is one file, uncompressed: its keys are in it as they are). @returns 1 with its
+ * path in @p path. */
+static int sst_of(uint64_t id, char *path, size_t cap) {
+    char needle[64];
+    snprintf(needle, sizeof(needle), "ckpt/%020" PRIu64 "/emb/", id);
+    DIR *d = opendir(g_db);
+    cr_assert_not_null(d);
+    struct dirent *de;
+    int hit = 0;
+    while (!hit && (de = readdir(d)) != NULL) {
+        size_t nl = strlen(de->d_name);
+        if (nl < 4 || strcmp(de->d_name + nl - 4, ".sst") != 0) continue;
+        snprintf(path, cap, "%s/%s", g_db, de->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        static char buf[16 << 20];
+        size_t n = fread(buf, 1, sizeof(buf), f);
+        fclose(f);
+        hit = memmem(buf, n, needle, strlen(needle)) != NULL;
+    }
+    closedir(d);
+    return hit;
+}
+
+/* Regression (an outside probe): a truncated table file made RocksDB refuse the whole store
+ * with "file is too short (N bytes) to be an sstable", N the size the database expects, not
+ * the file's, and no checkpoint named. Now the store opens, the damaged checkpoint's loads
+ * fail naming it and both sizes, the others load, and mt_store_drop() takes the store past
+ * it (the next open is a normal one again). */
+Test(store, a_truncated_table_file_names_its_checkpoint_and_both_sizes) {
+    mt_table_config_t tc;
+    table_cfg(&tc, 4, 32u << 10);
+    mt_table_t *a = build_table(&tc, 3000, 1), *b = build_table(&tc, 3000, 2);
+    mt_store_config_t sc;
+    small_cfg(&sc, 3);
+    mt_store_t *s = open_store(&sc);
+    mt_store_table_t ta[1] = {{"emb", a}}, tb[1] = {{"emb", b}};
+    save_ok(s, 1, ta, 1, "one", 3, NULL);
+    save_ok(s, 2, tb, 1, "two", 3, NULL);
+    mt_store_close(s);
+    char sst[256];
+    cr_assert(sst_of(2, sst, sizeof(sst)), "no table file holds checkpoint 2");
+    struct stat sb;
+    cr_assert_eq(stat(sst, &sb), 0);
+    cr_assert_eq(truncate(sst, 1000), 0);
+
+    char eb[1024] = "", want[64];
+    s = NULL;
+    mt_err_t err = mt_store_open(g_db, &sc, &s, eb, sizeof(eb));
+    cr_assert_eq(err, MT_OK, "open: %s: %s", mt_err_name(err), eb);
+    snprintf(want, sizeof(want), "%lld", (long long)sb.st_size);
+    mt_table_t *t = SENTINEL;
+    err = mt_store_load_latest(s, "emb", &tc, &t, NULL, eb, sizeof(eb));
+    cr_assert_eq(err, MT_CORRUPT, "%s: %s", mt_err_name(err), eb);
+    cr_assert_eq(t, SENTINEL);
+    cr_log_info("damaged load: %s", eb);
+    cr_assert(strstr(eb, "checkpoint 2"), "%s", eb);
+    cr_assert(strstr(eb, "1000 bytes") && strstr(eb, want), "not both sizes (1000, %s): %s", want,
+              eb);
+    uint64_t id = 0;
+    void *meta = NULL;
+    size_t mlen = 0;
+    err = mt_store_load_meta(s, &id, &meta, &mlen, eb, sizeof(eb));
+    cr_assert_eq(err, MT_CORRUPT, "%s: %s", mt_err_name(err), eb);
+    cr_assert(strstr(eb, "checkpoint 2") && strstr(eb, "1000 bytes"), "%s", eb);
+    /* checkpoint 1 is whole */
+    t = NULL;
+    err = mt_store_load_table(s, 1, "emb", &tc, &t, eb, sizeof(eb));
+    cr_assert_eq(err, MT_OK, "%s: %s", mt_err_name(err), eb);
+    assert_same(a, t, 3000, 1);
+    mt_table_destroy(t);
+    /* the way past it */
+    uint64_t cur = 99, dropped = 0;
+    cr_assert_eq(mt_store_drop(s, 5, &cur, &dropped, eb, sizeof(eb)), MT_NOT_FOUND, "%s", eb);
+    cr_assert_eq(mt_store_drop(s, 2, &cur, &dropped, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(cur, 1);
+    cr_assert_eq(dropped, 1);
+    mt_store_close(s);
+    s = open_store(&sc);
+    t = load_ok(s, "emb", &tc, 1);
+    assert_same(a, t, 3000, 1);
+    mt_table_destroy(t);
+    /* a drop of a whole checkpoint takes every one above it too */
+    save_ok(s, 2, tb, 1, "two", 3, NULL);
+    save_ok(s, 3, tb, 1, "three", 5, NULL);
+    cr_assert_eq(mt_store_drop(s, 2, &cur, &dropped, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(cur, 1);
+    cr_assert_eq(dropped, 2);
+    cr_assert_eq(current_id(s), 1);
+    cr_assert_eq(mt_store_drop(s, 1, &cur, &dropped, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(cur, 0, "no checkpoint left");
+    cr_assert_eq(mt_store_current(s, &cur, NULL, 0), MT_NOT_FOUND);
+    mt_store_close(s);
+    mt_table_destroy(a);
+    mt_table_destroy(b);
 }
 
 /* ============================== config and open ============================== */
