@@ -15,10 +15,11 @@
  * correction) and [kafka] bootstrap / bootstrap_file / features_topic (the impression log;
  * not used when serving.log_sample_rate is 0).
  *
- * Start-up: read and check the configuration (an error names the key and exits 2), serve
- * monolith.v1.Serving and grpc.health.v1.Health on serving.listen at once (Health
- * NOT_SERVING and Predict UNAVAILABLE until the first dense pull and a first sync of every
- * shard), write the port file, start the sync threads; Prometheus metrics on
+ * Start-up: read and check the configuration and the TLS files (an error names the key or
+ * the file and exits 2, as --check does), serve monolith.v1.Serving and
+ * grpc.health.v1.Health on serving.listen at once (Health NOT_SERVING and Predict
+ * UNAVAILABLE until the first dense pull and a first sync of every shard), write the port
+ * file, start the sync threads; Prometheus metrics on
  * serving.metrics_listen. SIGTERM or SIGINT: stop taking calls, let in-flight ones finish,
  * stop the sync threads, flush the impression log (up to 5 s), exit 0.
  */
@@ -126,6 +127,7 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     sc->sync_timeout_ms = c->serving.sync_timeout_ms;
     sc->max_candidates = c->serving.max_candidates;
     sc->max_request_fids = c->serving.max_request_fids;
+    sc->max_message_bytes = (uint32_t)c->serving.max_message_bytes; /* as the rpc server's */
     mt_config_rpc_tls(c, &sc->ps_tls);
     sc->workers = c->serving.threads;
     sc->features_topic = c->kafka.features_topic;
@@ -164,8 +166,11 @@ int main(int argc, char **argv) {
     int check_only = cli.check;
     uint16_t slots[MT_SERVING_MAX_SLOTS];
     size_t nslots = MT_SERVING_MAX_SLOTS;
+    /* the TLS files too, as the server and the PS channels will read them (the server's
+     * check covers the channels'): exit 2, with --check or without */
     if (mt_config_derive_trainer_slots(&d.cfg, slots, &nslots, err, sizeof(err)) != MT_OK ||
-        mt_config_validate(&d.cfg, err, sizeof(err)) != MT_OK) {
+        mt_config_validate(&d.cfg, err, sizeof(err)) != MT_OK ||
+        mt_config_rpc_check_tls(&d.cfg, 1, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
         goto out;
     }
@@ -175,15 +180,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (check_only) {
-        /* the server's TLS files, as start-up reads them (exit 2: the config's) */
-        mt_rpc_tls_config_t tls;
-        mt_config_rpc_tls(&d.cfg, &tls);
-        if (mt_rpc_tls_check(&tls, 1, err, sizeof(err)) != MT_OK) {
-            fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
-            goto out;
-        }
-        /* the library's own checks too (model shape, slots of the model in the table, the
-         * PS channels' TLS files) */
+        /* the library's own checks too (model shape, slots of the model in the table) */
         mt_err_t e = mt_serving_create(&sc, &d.sv, err, sizeof(err));
         if (e) {
             fprintf(stderr, "monolith-serving: %s: %s\n", config, err);

@@ -1038,6 +1038,11 @@ int main(int argc, char **argv) {
                 config);
         goto out;
     }
+    /* the TLS files of its PS channels, as they will be read: exit 2, with --check or not */
+    if (d.cfg.cluster.nps && mt_config_rpc_check_tls(&d.cfg, 0, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
+        goto out;
+    }
     if (check_only) {
         printf("%s: ok (%zu feature slots, %zu table slots)\n", config, d.nslots, d.cfg.nslots);
         rc = 0;

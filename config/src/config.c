@@ -384,7 +384,8 @@ static const prop_t props[] = {
     {KEY("serving", "max_message_bytes"), CFG(serving.max_message_bytes), UINT(4096, INT32_MAX),
      .def = "16777216",
      .doc = "largest gRPC request received (or reply sent); a larger request fails with "
-            "RESOURCE_EXHAUSTED"},
+            "RESOURCE_EXHAUSTED, and so does, before any work, one whose reply could be larger "
+            "(a Lookup's is 4 bytes per value and 1 per id)"},
     {KEY("serving", "max_queued_calls"), CFG(serving.max_queued_calls), UINT(0, 4096), .def = "16",
      .doc = "calls waiting for one of `threads` when all are busy; one more is answered "
             "RESOURCE_EXHAUSTED at once (docs/security.md); 0: no waiting"},

@@ -25,6 +25,7 @@
 #include "mt/clock.h"
 #include "mt/serving.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -148,6 +149,7 @@ void mt_serving_config_init(mt_serving_config_t *cfg) {
     cfg->sync_timeout_ms = 120000;
     cfg->max_candidates = 10000;
     cfg->max_request_fids = 1u << 20;
+    cfg->max_message_bytes = 64u << 20;
     cfg->workers = 4;
     cfg->features_topic = "features";
     cfg->log_sample_rate = 1.0;
@@ -193,6 +195,8 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
     if (c->sync_stream_ms > 60000) BAD("sync_stream_ms must be at most 60000");
     if (c->max_candidates < 1 || c->max_request_fids < 1 || c->workers < 1 || c->workers > 1024)
         BAD("max_candidates, max_request_fids and workers (1..1024) must be positive");
+    if (c->max_message_bytes < 1024)
+        BAD("max_message_bytes: %u, at least 1024", c->max_message_bytes);
     if (!c->features_topic || !*c->features_topic) BAD("features_topic is empty");
     mt_model_config_t mc;
     mt_model_config_init(&mc);
@@ -905,6 +909,32 @@ static uint64_t reduce(const mt_serving_t *sv, uint64_t f) {
         mt_rpc_fail(c, code, __VA_ARGS__);        \
     } while (0)
 
+/* Reply sizes, checked against cfg.max_message_bytes before a request is worked on: gRPC
+ * refuses to send a message over the server's limit, and would do so only after the work.
+ * Protobuf encoding: a length-delimited field of fields 1..15 is a one-byte tag, the
+ * length as a varint, the bytes; proto3 leaves an empty one out. */
+static uint64_t varint_bytes(uint64_t v) {
+    uint64_t n = 1;
+    for (; v >= 0x80; v >>= 7)
+        n++;
+    return n;
+}
+
+static uint64_t len_field_bytes(uint64_t len) {
+    return len ? 1 + varint_bytes(len) + len : 0;
+}
+
+/* LookupResponse: values (packed floats), found (one byte per fid). Exact. */
+static uint64_t lookup_reply_bytes(uint64_t nfids, uint64_t nfloats) {
+    return len_field_bytes(4 * nfloats) + len_field_bytes(nfids);
+}
+
+/* PredictResponse: scores (packed floats), then sparse_version and dense_version (a tag and
+ * a varint of at most 10 bytes each). The largest encoding of n scores. */
+static uint64_t predict_reply_max_bytes(uint64_t n) {
+    return len_field_bytes(4 * n) + 2 * (1 + 10);
+}
+
 /* Checks a request's SlotFids: slot range and every fid's top 16 bits. Counts fids of
  * model slots into *nf and the others into *ignored. @returns 0 or -1 (message in why). */
 static int check_slot_fids(const mt_serving_t *sv, Monolith__V1__SlotFids *const *sf, size_t n,
@@ -1025,9 +1055,21 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     worker_t tmp, *w = NULL;
     model_ref_t *m = NULL;
     size_t n = r->n_candidates, nf = 0, ignored = 0, nuser = 0;
+    size_t idlen = r->request_id ? strlen(r->request_id) : 0;
+    if (idlen > MT_SERVING_MAX_REQUEST_ID_BYTES) {
+        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "request_id: %zu bytes, at most %d", idlen,
+             MT_SERVING_MAX_REQUEST_ID_BYTES);
+        goto out;
+    }
     if (n > sv->cfg.max_candidates) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "%zu candidates, the limit is %u", n,
              sv->cfg.max_candidates);
+        goto out;
+    }
+    if (predict_reply_max_bytes(n) > sv->cfg.max_message_bytes) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED,
+             "the reply to %zu candidates could be %llu bytes, over the %u-byte message limit", n,
+             (unsigned long long)predict_reply_max_bytes(n), sv->cfg.max_message_bytes);
         goto out;
     }
     if (check_slot_fids(sv, r->user, r->n_user, &nf, &ignored, why, sizeof(why))) {
@@ -1102,6 +1144,7 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     resp.sparse_version = atomic_load(&sv->sparse_version);
     resp.dense_version = m->version;
     size_t plen = monolith__v1__predict_response__get_packed_size(&resp);
+    assert(plen <= predict_reply_max_bytes(n));
     uint8_t *buf = malloc(plen ? plen : 1);
     if (!buf) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -1154,6 +1197,12 @@ static void lookup(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_
         }
         nfloats += dim;
     }
+    if (lookup_reply_bytes(r->n_fids, nfloats) > sv->cfg.max_message_bytes) {
+        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED,
+             "the reply to %zu fids would be %llu bytes, over the %u-byte message limit", r->n_fids,
+             (unsigned long long)lookup_reply_bytes(r->n_fids, nfloats), sv->cfg.max_message_bytes);
+        goto out;
+    }
     values = malloc((nfloats ? nfloats : 1) * sizeof(float));
     found = malloc(r->n_fids ? r->n_fids : 1);
     if (!values || !found) {
@@ -1172,6 +1221,7 @@ static void lookup(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_
     resp.found.len = r->n_fids;
     resp.found.data = found;
     size_t plen = monolith__v1__lookup_response__get_packed_size(&resp);
+    assert(plen == lookup_reply_bytes(r->n_fids, nfloats));
     uint8_t *buf = malloc(plen ? plen : 1);
     if (!buf) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");

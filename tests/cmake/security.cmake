@@ -7,6 +7,9 @@ if(TARGET monolith-serving)
   target_include_directories(test_e2e_security PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit/rpc)
   target_compile_definitions(test_e2e_security PRIVATE MT_PS_BIN="$<TARGET_FILE:monolith-ps>"
                              MT_CLI_BIN="$<TARGET_FILE:monolith>"
-                             MT_SERVING_BIN="$<TARGET_FILE:monolith-serving>")
-  add_dependencies(test_e2e_security monolith-ps monolith monolith-serving)
+                             MT_SERVING_BIN="$<TARGET_FILE:monolith-serving>"
+                             MT_TRAINER_BIN="$<TARGET_FILE:monolith-trainer>"
+                             MT_LOADGEN_BIN="$<TARGET_FILE:monolith-loadgen>")
+  add_dependencies(test_e2e_security monolith-ps monolith monolith-serving monolith-trainer
+                   monolith-loadgen)
 endif()

@@ -10,7 +10,10 @@
  *   - monolith-serving with the same file: Health over TLS, and its Sync streams reach the
  *     PS through mutual TLS (the PS counts them);
  *   - a missing certificate file stops the daemon with a message naming the path, and
- *     tls.enabled without files is a configuration error naming the key (exit 2).
+ *     tls.enabled without files is a configuration error naming the key (exit 2);
+ *   - one rule for bad TLS files (missing, not PEM, a key of another certificate) in every
+ *     daemon with TLS (ps, serving, trainer, loadgen): exit 2 with a message naming the
+ *     file, under --check and at a real start alike.
  * Certificates are made at test time (tests/unit/rpc/tls_certs.h).
  */
 #include <criterion/criterion.h>
@@ -29,8 +32,9 @@
 #include "testutil_daemon.h"
 #include "tls_certs.h"
 
-#if !defined(MT_PS_BIN) || !defined(MT_CLI_BIN) || !defined(MT_SERVING_BIN)
-#error "MT_PS_BIN, MT_CLI_BIN and MT_SERVING_BIN must name the binaries"
+#if !defined(MT_PS_BIN) || !defined(MT_CLI_BIN) || !defined(MT_SERVING_BIN) || \
+    !defined(MT_TRAINER_BIN) || !defined(MT_LOADGEN_BIN)
+#error "MT_PS_BIN, MT_CLI_BIN, MT_SERVING_BIN, MT_TRAINER_BIN, MT_LOADGEN_BIN: the binaries"
 #endif
 
 static char dir[64];
@@ -259,4 +263,61 @@ Test(security_e2e, bad_tls_files_stop_the_daemon_with_the_path) {
     fclose(f);
     cr_assert(strstr(out, "tls.cert_file '") && strstr(out, "missing.pem': cannot open"), "%s",
               out);
+}
+
+/* Regression: bad TLS files exited 1 at start-up but 2 under --check (monolith-ps,
+ * monolith-serving), and monolith-trainer --check passed a missing tls.cert_file that then
+ * failed the real start. Now each daemon with TLS exits 2 naming the file, both ways. */
+Test(security_e2e, bad_tls_files_are_exit_2_in_every_daemon) {
+    char conf[128], cmd[2048], out[8192];
+    snprintf(conf, sizeof(conf), "%s/monolith.conf", dir);
+    write_conf(conf, NULL);
+    char missing[128], garbage[128], server_pem[128], server_key[128], client_key[128];
+    snprintf(missing, sizeof(missing), "%s/missing.pem", dir);
+    snprintf(garbage, sizeof(garbage), "%s/garbage.pem", dir);
+    snprintf(server_pem, sizeof(server_pem), "%s/server.pem", dir);
+    snprintf(server_key, sizeof(server_key), "%s/server.key", dir);
+    snprintf(client_key, sizeof(client_key), "%s/client.key", dir);
+    const struct {
+        const char *what, *cert, *key, *named; /* named: the file the message must name */
+    } bad[] = {
+        {"missing cert", missing, server_key, missing},
+        {"garbage cert", garbage, server_key, garbage},
+        {"key of another cert", server_pem, client_key, client_key},
+    };
+    /* a real start must stop before it serves: `timeout` ends one that would not (124) */
+    const struct {
+        const char *bin, *start_args;
+    } daemons[] = {
+        {MT_PS_BIN, "--port-file /dev/null"},
+        {MT_SERVING_BIN, "--port-file /dev/null"},
+        {MT_TRAINER_BIN, "--online --duration-s 1"},
+    };
+    for (size_t d = 0; d < sizeof(daemons) / sizeof(daemons[0]); d++) {
+        for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+            for (int check = 0; check < 2; check++) {
+                snprintf(cmd, sizeof(cmd),
+                         "timeout 20 %s --config %s --set tls.cert_file=%s --set tls.key_file=%s "
+                         "%s 2>&1",
+                         daemons[d].bin, conf, bad[b].cert, bad[b].key,
+                         check ? "--check" : daemons[d].start_args);
+                int rc = tu_run(cmd, out, sizeof(out));
+                cr_assert_eq(rc, 2, "%s, %s, %s: exit %d: %s", strrchr(daemons[d].bin, '/') + 1,
+                             bad[b].what, check ? "--check" : "start", rc, out);
+                cr_assert(strstr(out, bad[b].named), "%s, %s, %s: the message does not name %s: %s",
+                          strrchr(daemons[d].bin, '/') + 1, bad[b].what,
+                          check ? "--check" : "start", bad[b].named, out);
+            }
+        }
+    }
+    /* the load generator's --tls-* flags, checked before it starts */
+    for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+        snprintf(cmd, sizeof(cmd),
+                 "timeout 20 %s --serving 127.0.0.1:1 --duration-s 1 --tls-ca %s/ca.pem "
+                 "--tls-cert %s --tls-key %s 2>&1",
+                 MT_LOADGEN_BIN, dir, bad[b].cert, bad[b].key);
+        int rc = tu_run(cmd, out, sizeof(out));
+        cr_assert_eq(rc, 2, "monolith-loadgen, %s: exit %d: %s", bad[b].what, rc, out);
+        cr_assert(strstr(out, bad[b].named), "monolith-loadgen, %s: %s", bad[b].what, out);
+    }
 }

@@ -34,6 +34,7 @@
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/serving.h"
+#include "testutil_tsan.h"
 #include "mt/trainer.h"
 #include "testutil_ps.h"
 
@@ -153,9 +154,11 @@ static void train(cluster_t *c, uint64_t user0, uint64_t item, float label, int 
     mt_batch_free(&b);
 }
 
-/* stream_ms: serving's sync_stream_ms (0: poll every SYNC_MS). */
+/* stream_ms: serving's sync_stream_ms (0: poll every SYNC_MS); max_message_bytes: the rpc
+ * server's limit, given to serving too as the daemon does (0: the defaults). */
 static void server_start_ex(server_t *s, cluster_t *c, uint32_t max_candidates,
-                            mt_kafka_producer_t *producer, uint32_t stream_ms) {
+                            mt_kafka_producer_t *producer, uint32_t stream_ms,
+                            uint32_t max_message_bytes) {
     memset(s, 0, sizeof(*s));
     mt_serving_config_t sc;
     mt_serving_config_init(&sc);
@@ -179,11 +182,13 @@ static void server_start_ex(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.max_candidates = max_candidates;
     sc.workers = 2;
     sc.producer = producer;
+    if (max_message_bytes) sc.max_message_bytes = max_message_bytes;
     char err[256] = "";
     cr_assert_eq(mt_serving_create(&sc, &s->sv, err, sizeof(err)), MT_OK, "%s", err);
     mt_rpc_server_config_t rc;
     mt_rpc_server_config_init(&rc);
     rc.threads = 2;
+    if (max_message_bytes) rc.max_message_bytes = max_message_bytes;
     cr_assert_eq(mt_rpc_server_create(&rc, &s->srv), MT_OK);
     cr_assert_eq(mt_serving_register(s->sv, s->srv), MT_OK);
     int port;
@@ -199,7 +204,7 @@ static void server_start_ex(server_t *s, cluster_t *c, uint32_t max_candidates,
 
 static void server_start(server_t *s, cluster_t *c, uint32_t max_candidates,
                          mt_kafka_producer_t *producer) {
-    server_start_ex(s, c, max_candidates, producer, 50);
+    server_start_ex(s, c, max_candidates, producer, 50, 0);
 }
 
 static void server_stop(server_t *s) {
@@ -269,9 +274,9 @@ static int call(server_t *s, const char *method, const ProtobufCMessage *m, uint
     uint8_t *buf = malloc(len ? len : 1);
     if (m) protobuf_c_message_pack(m, buf);
     mt_rpc_status_t st = {0};
-    char path[128];
+    char path[128]; /* the caller's buffer: mt_rpc_call copies it (test_rpc) */
     snprintf(path, sizeof(path), "/monolith.v1.Serving/%s", method);
-    mt_err_t err = mt_rpc_call(s->ch, path, buf, len, 10000, resp, rlen, &st);
+    mt_err_t err = mt_rpc_call(s->ch, path, buf, len, 60000, resp, rlen, &st); /* a hang guard */
     free(buf);
     if (err == MT_UNAVAILABLE) /* the server answered UNAVAILABLE (retries exhausted) */
         st.code = MT_RPC_UNAVAILABLE;
@@ -391,7 +396,7 @@ static void burst_changes_score(uint32_t stream_ms) {
     for (uint64_t it = 0; it < 20; it++)
         train(&c, 1000, it, it % 3 == 0 ? 1.0f : 0.0f, 20, now);
     server_t s;
-    server_start_ex(&s, &c, 100, NULL, stream_ms);
+    server_start_ex(&s, &c, 100, NULL, stream_ms, 0);
     wait_ready(&s);
     const uint64_t items[2] = {5, 777777};
     request_t q;
@@ -746,7 +751,9 @@ Test(serving, unavailable_until_the_model_arrives, .timeout = 120) {
 }
 
 /* (5) Impressions go to the features topic: one per candidate, keyed by the request id. */
-Test(serving, impressions_are_logged_to_kafka, .timeout = 120) {
+/* Not under ThreadSanitizer: librdkafka starts its threads with C11 thrd_create, which
+ * TSan does not intercept here, and its first allocation on such a thread crashes TSan. */
+Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN) {
     char err[512] = "";
     mt_kafka_topic_spec_t topic = {"features", 1};
     mt_kafka_mock_t *mock;
@@ -814,4 +821,158 @@ Test(serving, impressions_are_logged_to_kafka, .timeout = 120) {
     cluster_stop(&c);
     mt_kafka_producer_destroy(p);
     mt_kafka_mock_destroy(mock);
+}
+
+/* The encoded size of a LookupResponse of n ids of dim DIM (protobuf-c's own count). */
+static size_t lookup_reply_bytes(size_t n) {
+    Monolith__V1__LookupResponse r = MONOLITH__V1__LOOKUP_RESPONSE__INIT;
+    r.n_values = n * DIM;
+    r.found.len = n;
+    return monolith__v1__lookup_response__get_packed_size(&r);
+}
+
+/* The largest encoding of a PredictResponse of n scores (versions of 10 varint bytes). */
+static size_t predict_reply_bytes(size_t n) {
+    Monolith__V1__PredictResponse r = MONOLITH__V1__PREDICT_RESPONSE__INIT;
+    r.n_scores = n;
+    r.sparse_version = r.dense_version = UINT64_MAX;
+    return monolith__v1__predict_response__get_packed_size(&r);
+}
+
+/* A Predict of user 7005 and n candidates without item fids (2 bytes each on the wire). */
+static int predict_n(server_t *s, size_t n, char *msg, size_t msglen) {
+    request_t q;
+    request_init(&q, "req-n", 7005, NULL, 0);
+    Monolith__V1__Candidate *cand = calloc(n, sizeof(*cand));
+    Monolith__V1__Candidate **candp = calloc(n, sizeof(*candp));
+    cr_assert(cand && candp);
+    for (size_t i = 0; i < n; i++) {
+        monolith__v1__candidate__init(&cand[i]); /* item_id 0: not on the wire */
+        candp[i] = &cand[i];
+    }
+    q.r.n_candidates = n;
+    q.r.candidates = candp;
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int code = call(s, "Predict", &q.r.base, &resp, &rlen, msg, msglen);
+    if (code == MT_RPC_OK) {
+        Monolith__V1__PredictResponse *p = monolith__v1__predict_response__unpack(NULL, rlen, resp);
+        cr_assert_not_null(p);
+        cr_assert_eq(p->n_scores, n);
+        monolith__v1__predict_response__free_unpacked(p, NULL);
+    }
+    free(resp);
+    free(candp);
+    free(cand);
+    return code;
+}
+
+/* Regression: a Lookup of ~258k ids (dim 16) under a 16 MiB limit was computed, then its
+ * reply could not be sent ("Sent message larger than max"), uncounted. A reply larger than
+ * the server's max_message_bytes is now refused before any work, RESOURCE_EXHAUSTED,
+ * counted; one that just fits is answered. Here: a 64 KiB limit, dim 8. */
+/* Not under ThreadSanitizer (it runs in the release and ASan builds): a size check without
+ * threads of its own; its multi-megabyte messages through uninstrumented gRPC outlast any
+ * deadline there (as rpc::ten_mib_message_within_limits). */
+Test(serving, replies_over_the_message_limit_are_refused_first, .timeout = 120, MT_NOT_UNDER_TSAN) {
+    enum { LIMIT = 65536 };
+    cluster_t c;
+    cluster_start(&c, 0, 1);
+    train(&c, 7000, 40, 1.0f, 10, (uint32_t)time(NULL));
+    server_t s;
+    server_start_ex(&s, &c, 1u << 20, NULL, 50, LIMIT);
+    wait_ready(&s);
+    size_t n = 1;
+    while (lookup_reply_bytes(n + 1) <= LIMIT)
+        n++;
+    uint64_t *fids = malloc((n + 1) * sizeof(uint64_t));
+    float *values = malloc((n + 1) * DIM * sizeof(float));
+    uint8_t *found = malloc(n + 1);
+    cr_assert(fids && values && found);
+    for (size_t i = 0; i <= n; i++)
+        fids[i] = fid(2, 1000000 + i);
+    fids[0] = fid(2, 40); /* one trained id among them */
+    /* just fits: answered */
+    cr_assert_eq(serving_lookup(&s, fids, n, 0, values, n * DIM, found), MT_RPC_OK);
+    cr_assert_eq(found[0], 1);
+    /* one more id: refused, with serving's message (not gRPC's), and counted */
+    Monolith__V1__LookupRequest rq = MONOLITH__V1__LOOKUP_REQUEST__INIT;
+    rq.fids = fids;
+    rq.n_fids = n + 1;
+    char msg[256] = "";
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    cr_assert_eq(call(&s, "Lookup", &rq.base, &resp, &rlen, msg, sizeof(msg)),
+                 MT_RPC_RESOURCE_EXHAUSTED, "%s", msg);
+    free(resp);
+    cr_assert(strstr(msg, "reply") && strstr(msg, "65536"), "%s", msg);
+    mt_serving_counters_t k;
+    mt_serving_counters(s.sv, &k);
+    cr_assert_eq(k.errors[MT_RPC_RESOURCE_EXHAUSTED], 1);
+
+    /* Predict: 4 bytes of score per candidate */
+    size_t m = 1;
+    while (predict_reply_bytes(m + 1) <= LIMIT)
+        m++;
+    cr_assert_eq(predict_n(&s, m, msg, sizeof(msg)), MT_RPC_OK, "%s", msg);
+    cr_assert_eq(predict_n(&s, m + 1, msg, sizeof(msg)), MT_RPC_RESOURCE_EXHAUSTED, "%s", msg);
+    cr_assert(strstr(msg, "reply") && strstr(msg, "65536"), "%s", msg);
+    mt_serving_counters(s.sv, &k);
+    cr_assert_eq(k.errors[MT_RPC_RESOURCE_EXHAUSTED], 2);
+    cr_assert_eq(k.candidates, m, "the refused Predict was scored");
+    char *body = NULL;
+    size_t blen = 0;
+    cr_assert_eq(mt_serving_render_metrics(s.sv, NULL, &body, &blen), MT_OK);
+    cr_assert(strstr(body, "monolith_serving_errors_total{code=\"RESOURCE_EXHAUSTED\"} 2\n"), "%s",
+              body);
+    free(body);
+    free(fids);
+    free(values);
+    free(found);
+    server_stop(&s);
+    cluster_stop(&c);
+}
+
+/* Regression: an 8 MB request_id was accepted, and its impressions were then refused by
+ * Kafka. Ids longer than MT_SERVING_MAX_REQUEST_ID_BYTES are INVALID_ARGUMENT, counted. */
+/* Not under ThreadSanitizer (it runs in the release and ASan builds): a size check without
+ * threads of its own; its multi-megabyte messages through uninstrumented gRPC outlast any
+ * deadline there (as rpc::ten_mib_message_within_limits). */
+Test(serving, long_request_ids_are_refused, .timeout = 120, MT_NOT_UNDER_TSAN) {
+    cluster_t c;
+    cluster_start(&c, 0, 1);
+    train(&c, 7000, 40, 1.0f, 10, (uint32_t)time(NULL));
+    server_t s;
+    server_start(&s, &c, 10, NULL);
+    wait_ready(&s);
+    const uint64_t items[1] = {40};
+    char *id = malloc(8u << 20);
+    cr_assert_not_null(id);
+    memset(id, 'r', (8u << 20) - 1);
+    id[(8u << 20) - 1] = 0;
+    request_t q;
+    request_init(&q, id, 7005, items, 1);
+    char msg[256] = "";
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    cr_assert_eq(call(&s, "Predict", &q.r.base, &resp, &rlen, msg, sizeof(msg)),
+                 MT_RPC_INVALID_ARGUMENT, "%s", msg);
+    free(resp);
+    resp = NULL;
+    cr_assert(strstr(msg, "request_id"), "%s", msg);
+    /* just over the limit, then at it */
+    id[MT_SERVING_MAX_REQUEST_ID_BYTES + 1] = 0;
+    cr_assert_eq(call(&s, "Predict", &q.r.base, &resp, &rlen, msg, sizeof(msg)),
+                 MT_RPC_INVALID_ARGUMENT, "%s", msg);
+    free(resp);
+    id[MT_SERVING_MAX_REQUEST_ID_BYTES] = 0;
+    float sc[1];
+    cr_assert_eq(predict(&s, &q, sc, NULL), MT_RPC_OK);
+    mt_serving_counters_t k;
+    mt_serving_counters(s.sv, &k);
+    cr_assert_eq(k.errors[MT_RPC_INVALID_ARGUMENT], 2);
+    cr_assert_eq(k.candidates, 1, "a refused Predict was scored");
+    free(id);
+    server_stop(&s);
+    cluster_stop(&c);
 }

@@ -1,10 +1,17 @@
 /*
  * http.h - a minimal HTTP/1.0 server for operational endpoints (Prometheus /metrics,
- * /healthz). One thread accepts and answers one request per connection; bodies come from
- * a callback. Not for user traffic.
+ * /healthz): one GET per connection, bodies from a callback. Not for user traffic.
  *
- * Thread safety: the render callback runs on the server's thread; it must be thread-safe
- * with respect to the rest of the program. mt_http_stop() may be called from any thread.
+ * One thread serves every connection at once (a poll(2) loop over non-blocking sockets), so
+ * an idle or slow peer never delays another's request. Bounds: at most MT_HTTP_MAX_CONNS
+ * connections (one more closes the oldest), a request line and headers of at most 2 KiB,
+ * and MT_HTTP_REQUEST_TIMEOUT_MS for the whole request from the connection's accept (a
+ * peer still sending then gets 408 and is closed), as long again to send the answer.
+ *
+ * Thread safety: the render callback runs on the server's one thread, one request at a time
+ * (never concurrently with itself); it must be thread-safe with respect to the rest of the
+ * program, and should be quick: every connection waits while it runs. mt_http_stop() may be
+ * called from any thread.
  */
 #ifndef MT_HTTP_H
 #define MT_HTTP_H
@@ -12,6 +19,9 @@
 #include <stddef.h>
 
 #include "mt/err.h"
+
+#define MT_HTTP_MAX_CONNS          64   /* open connections; one more closes the oldest */
+#define MT_HTTP_REQUEST_TIMEOUT_MS 5000 /* whole request from accept; the answer as long */
 
 typedef struct mt_http mt_http_t;
 

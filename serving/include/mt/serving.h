@@ -29,10 +29,14 @@
  * Health answers NOT_SERVING and Predict / Lookup answer UNAVAILABLE.
  *
  * Request rules (the statuses a client sees):
- *  - malformed protobuf, a fid whose top 16 bits are not its SlotFids' slot, Lookup with
- *    train = true, Lookup of a fid whose slot the replica does not have: INVALID_ARGUMENT;
- *  - more than max_candidates candidates, more than max_request_fids fids in all:
- *    RESOURCE_EXHAUSTED;
+ *  - malformed protobuf, a request_id longer than MT_SERVING_MAX_REQUEST_ID_BYTES, a fid
+ *    whose top 16 bits are not its SlotFids' slot, Lookup with train = true, Lookup of a fid
+ *    whose slot the replica does not have: INVALID_ARGUMENT;
+ *  - more than max_candidates candidates, more than max_request_fids fids in all, a reply
+ *    that could be larger than max_message_bytes (Lookup: 4 bytes per value and 1 per fid;
+ *    Predict: 4 bytes per candidate; plus a few bytes of framing): RESOURCE_EXHAUSTED,
+ *    before any work;
+ *  - every refusal is counted by status (mt_serving_counters_t.errors);
  *  - SlotFids of slots the model does not have: ignored and counted (a client may send
  *    features the model does not use yet);
  *  - not ready: UNAVAILABLE.
@@ -57,6 +61,8 @@ typedef struct mt_kafka_producer mt_kafka_producer_t;
 
 #define MT_SERVING_MAX_SLOTS  256 /* feature slots of the model (as the trainer) */
 #define MT_SERVING_MAX_HIDDEN 8
+#define MT_SERVING_MAX_REQUEST_ID_BYTES \
+    256 /* PredictRequest.request_id; longer: INVALID_ARGUMENT */
 
 typedef struct mt_serving_config {
     /* The PS shards: addrs[i] serves shard i (borrowed during create). */
@@ -81,6 +87,10 @@ typedef struct mt_serving_config {
     uint32_t sync_chunk_fids;        /* entries per SyncChunk asked for; 0: the PS's default */
     uint32_t max_candidates;         /* default 10000 */
     uint32_t max_request_fids;       /* user + item fids of one request (default 1 Mi) */
+    uint32_t max_message_bytes;      /* the rpc server's max_message_bytes (what gRPC sends
+                                        at most): a Predict or Lookup whose reply could be
+                                        larger is refused first (default 64 MiB, as
+                                        mt_rpc_server_config_init()) */
     mt_rpc_tls_config_t ps_tls;      /* TLS of the PS channels (paths borrowed during create;
                                         default: plaintext) */
     uint32_t workers;                /* workspaces kept for concurrent Predicts (default 4) */
