@@ -40,8 +40,8 @@ static inline void mt_test_record_skip(const char *what) {
     const char *log = getenv("MT_SKIP_LOG");
     if (!log || !*log) return;
     char line[1024];
-    int n = snprintf(line, sizeof(line), "%s::%s: %s missing\n",
-                     criterion_current_test->category, criterion_current_test->name, what);
+    int n = snprintf(line, sizeof(line), "%s::%s: %s missing\n", criterion_current_test->category,
+                     criterion_current_test->name, what);
     if (n <= 0) return;
     if ((size_t)n >= sizeof(line)) n = (int)sizeof(line) - 1;
     int fd = open(log, O_WRONLY | O_APPEND | O_CREAT, 0644);
