@@ -327,8 +327,14 @@ mt_err_t mt_replay_encode(const mt_replay_event_t *ev, uint8_t **buf, size_t *ca
 /* The paced run                                                                            */
 /* ---------------------------------------------------------------------------------------- */
 
-static void sleep_s(double s) {
-    if (s <= 0) return;
+/* The default clock of mt_replay_run_config_t (a zeroed mt_replay_clock_t). */
+static double system_now_s(void *opaque) {
+    (void)opaque;
+    return mt_mono_s();
+}
+
+static void system_sleep_s(void *opaque, double s) {
+    (void)opaque;
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
 }
@@ -341,11 +347,15 @@ mt_err_t mt_replay_run(mt_replay_t *r, const mt_replay_run_config_t *rc, mt_repl
         mt_replay_run_config_init(&defaults);
         rc = &defaults;
     }
+    if (!rc->clock.now_s != !rc->clock.sleep_s) return MT_INVALID;
+    double (*now_s)(void *) = rc->clock.now_s ? rc->clock.now_s : system_now_s;
+    void (*sleep_s)(void *, double) = rc->clock.sleep_s ? rc->clock.sleep_s : system_sleep_s;
+    void *clk = rc->clock.opaque;
     mt_replay_totals_t t;
     memset(&t, 0, sizeof(t));
     uint8_t *buf = NULL;
     size_t cap = 0, len = 0;
-    double t0 = mt_mono_s(), interval_s = rc->progress_interval_ms / 1000.0;
+    double t0 = now_s(clk), interval_s = rc->progress_interval_ms / 1000.0;
     double next_progress = t0 + interval_s;
     bool first = true;
     mt_err_t err = MT_OK;
@@ -365,14 +375,14 @@ mt_err_t mt_replay_run(mt_replay_t *r, const mt_replay_run_config_t *rc, mt_repl
             t.first_event_ms = ev.timestamp_ms;
             first = false;
         }
-        double now = mt_mono_s();
+        double now = now_s(clk);
         if (rc->speed > 0) {
             double due = t0 + (double)(ev.timestamp_ms - t.first_event_ms) / 1000.0 / rc->speed;
             while (now < due && !(rc->stop && *rc->stop)) {
                 double wait = due - now;
                 if (interval_s > 0 && next_progress - now < wait) wait = next_progress - now;
-                sleep_s(wait < 0.2 ? wait : 0.2);
-                now = mt_mono_s();
+                if (wait > 0) sleep_s(clk, wait < 0.2 ? wait : 0.2);
+                now = now_s(clk);
                 if (rc->progress && interval_s > 0 && now >= next_progress) {
                     t.wall_s = now - t0;
                     rc->progress(rc->progress_opaque, &t);
@@ -402,7 +412,7 @@ mt_err_t mt_replay_run(mt_replay_t *r, const mt_replay_run_config_t *rc, mt_repl
             next_progress = now + interval_s;
         }
     }
-    t.wall_s = mt_mono_s() - t0;
+    t.wall_s = now_s(clk) - t0;
     if (totals) *totals = t;
     free(buf);
     return err;

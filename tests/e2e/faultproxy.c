@@ -3,7 +3,8 @@
  * proxy that lets a request reach the server and loses the server's answer.
  *
  *   mt_faultproxy --target HOST:PORT [--listen PORT] [--port-file FILE] [--drop-ms MS]
- *                 [--arm-fields F:W[,F:W...]] [--arm-timeout-ms MS] [--log FILE]
+ *                 [--arm-fields F:W[,F:W...]] [--arm-timeout-ms MS] [--until-answer]
+ *                 [--log FILE]
  *
  * Every connection accepted on 127.0.0.1:PORT (0: any free port, written to --port-file once
  * the proxy is ready for signals) is forwarded to --target, byte for byte, both ways.
@@ -17,7 +18,12 @@
  *      request within --arm-timeout-ms the trigger lapses and no window opens;
  *   2. for --drop-ms the window stays open: client->server bytes keep being forwarded, while
  *      server->client bytes are read and discarded (bytes read before it opened still go
- *      out), on every connection, including ones accepted meanwhile;
+ *      out), on every connection, including ones accepted meanwhile. With --until-answer
+ *      (and --arm-fields) it closes as soon as the answer to the matching request has been
+ *      dropped whole (the HEADERS frame with END_STREAM of its stream: the gRPC trailers),
+ *      --drop-ms being then only the longest it stays open: the fault is then "the answer
+ *      to that request is lost", by construction, however slowly the server answers (a
+ *      fixed window loses nothing when a loaded server answers after it);
  *   3. then every open connection is reset both ways (SO_LINGER 0, then close: an RST), and
  *      the proxy forwards normally again; new connections are not affected.
  * A trigger while a window is armed or open is ignored (and logged). SIGTERM or SIGINT: the
@@ -25,12 +31,13 @@
  *
  * Log (stderr, or --log FILE, one line per event, flushed): "faultproxy: window K open: ..."
  * and "faultproxy: window K closed after MS ms: forwarded_c2s=B dropped_s2c=B
- * lost_responses=R reset=C matched=0|1": the client->server bytes written to servers while
- * the window was open (the request that opened it included), the server->client bytes read
- * and thrown away, among them the ends of R responses (with --arm-fields, which parses both
+ * lost_responses=R reset=C matched=0|1 answer_lost=0|1": the client->server bytes written to
+ * servers while the window was open (the request that opened it included), the
+ * server->client bytes read and thrown away, among them the ends of R responses (with --arm-fields, which parses both
  * directions as HTTP/2: HEADERS frames with END_STREAM, the gRPC trailers a server sends once
  * it handled a call), and the connections reset. matched=1 and lost_responses >= 1 show
- * that the server received the matching request, handled it, and its answer was lost.
+ * that the server received the matching request and handled calls whose answers were lost;
+ * answer_lost=1 that among them was the answer to the matching request itself.
  *
  * Exit status: 0 stopped by SIGTERM/SIGINT, 1 runtime failure (cannot listen, cannot write
  * the port file or the log), 2 bad flags or a target that does not resolve.
@@ -95,6 +102,7 @@ typedef struct fp_msg {
  * trailers, sent once the server handled the call). */
 typedef struct fp_h2 {
     int server;          /* the server->client direction */
+    unsigned conn;       /* the connection's id */
     uint64_t ends;       /* server: HEADERS frames with END_STREAM seen */
     size_t preface_have; /* bytes of the preface seen (skipped) */
     uint8_t hdr[9];
@@ -132,6 +140,7 @@ typedef struct fp_proxy {
     socklen_t target_len;
     const char *target_name;
     int drop_ms, arm_timeout_ms;
+    int until_answer; /* --until-answer: close the window once its request's answer ended */
     fp_field_t arm[FP_MAX_FIELDS];
     size_t narm;
     FILE *log; /* stderr or --log (owned then) */
@@ -145,7 +154,9 @@ typedef struct fp_proxy {
     uint64_t win_c2s, win_s2c; /* bytes forwarded / dropped in the open window */
     uint64_t win_responses;    /* ends of responses among the dropped bytes */
     size_t win_request_bytes;  /* the request that opened it (0: opened by the trigger) */
-    unsigned win_conn;
+    unsigned win_conn;         /* ... on this connection */
+    uint32_t win_stream;       /* ... on this HTTP/2 stream */
+    int win_answer_lost;       /* the end of that stream's answer was dropped */
     uint64_t total_c2s, total_s2c, total_dropped; /* since start */
     unsigned accepted;
     uint8_t sink[FP_BUF_BYTES]; /* where dropped responses are read to */
@@ -346,8 +357,9 @@ static size_t fp_msg_feed(fp_proxy_t *p, fp_msg_t *m, const uint8_t *b, size_t l
 }
 
 /* Parses the bytes of one direction as HTTP/2. @returns (client->server) the length of a gRPC
- * request that matched the list, or 0. */
-static size_t fp_h2_feed(fp_proxy_t *p, fp_h2_t *h, const uint8_t *b, size_t len) {
+ * request that matched the list, or 0; *stream receives its stream id (may be NULL). */
+static size_t fp_h2_feed(fp_proxy_t *p, fp_h2_t *h, const uint8_t *b, size_t len,
+                         uint32_t *stream) {
     static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     size_t matched = 0;
     while (len && !h->broken) {
@@ -369,8 +381,14 @@ static size_t fp_h2_feed(fp_proxy_t *p, fp_h2_t *h, const uint8_t *b, size_t len
                          (uint32_t)h->hdr[7] << 8 | h->hdr[8]) &
                         0x7fffffffu;
             h->inspect = 0;
-            /* server: HEADERS with END_STREAM ends a response */
-            if (h->server && h->type == 1 && (h->flags & 0x1)) h->ends++;
+            /* server: HEADERS with END_STREAM ends a response (during a window, server bytes
+             * are fed here only as they are dropped) */
+            if (h->server && h->type == 1 && (h->flags & 0x1)) {
+                h->ends++;
+                if (p->state == FP_OPEN && p->win_request_bytes && h->conn == p->win_conn &&
+                    h->stream == p->win_stream)
+                    p->win_answer_lost = 1;
+            }
             if (!h->server && h->type == 0 && h->stream) {
                 /* client: DATA, collected per stream */
                 fp_msg_t *m = fp_msg_of(h, h->stream);
@@ -390,7 +408,10 @@ static size_t fp_h2_feed(fp_proxy_t *p, fp_h2_t *h, const uint8_t *b, size_t len
         size_t take = h->payload_left < len ? h->payload_left : len;
         if (h->inspect && take) {
             size_t mlen = fp_msg_feed(p, fp_msg_of(h, h->stream), b, take);
-            if (mlen && !matched) matched = mlen;
+            if (mlen && !matched) {
+                matched = mlen;
+                if (stream) *stream = h->stream;
+            }
         }
         h->payload_left -= take;
         b += take;
@@ -410,18 +431,22 @@ static size_t fp_h2_feed(fp_proxy_t *p, fp_h2_t *h, const uint8_t *b, size_t len
 
 static void fp_conn_close(fp_proxy_t *p, fp_conn_t *c, int reset);
 
-static void fp_window_open(fp_proxy_t *p, int64_t now_ms, size_t request_bytes, unsigned conn) {
+static void fp_window_open(fp_proxy_t *p, int64_t now_ms, size_t request_bytes, unsigned conn,
+                           uint32_t stream) {
     p->state = FP_OPEN;
     p->windows++;
     p->open_at_ms = now_ms;
     p->win_c2s = p->win_s2c = p->win_responses = 0;
     p->win_request_bytes = request_bytes;
     p->win_conn = conn;
+    p->win_stream = stream;
+    p->win_answer_lost = 0;
     if (request_bytes)
         fp_log(p,
-               "window %u open: a matching request of %zu bytes on connection %u, %" PRId64
-               " ms after trigger %u; dropping responses for %d ms",
-               p->windows, request_bytes, conn, now_ms - p->armed_at_ms, p->triggers, p->drop_ms);
+               "window %u open: a matching request of %zu bytes on connection %u stream %" PRIu32
+               ", %" PRId64 " ms after trigger %u; dropping responses %s%d ms",
+               p->windows, request_bytes, conn, stream, now_ms - p->armed_at_ms, p->triggers,
+               p->until_answer ? "until its answer ended, at most " : "for ", p->drop_ms);
     else
         fp_log(p, "window %u open: trigger %u; dropping responses for %d ms", p->windows,
                p->triggers, p->drop_ms);
@@ -436,9 +461,9 @@ static void fp_window_close(fp_proxy_t *p, int64_t now_ms) {
         }
     fp_log(p,
            "window %u closed after %" PRId64 " ms: forwarded_c2s=%" PRIu64 " dropped_s2c=%" PRIu64
-           " lost_responses=%" PRIu64 " reset=%u matched=%d",
+           " lost_responses=%" PRIu64 " reset=%u matched=%d answer_lost=%d",
            p->windows, now_ms - p->open_at_ms, p->win_c2s, p->win_s2c, p->win_responses, reset,
-           p->win_request_bytes > 0);
+           p->win_request_bytes > 0, p->win_answer_lost);
     p->state = FP_IDLE;
 }
 
@@ -451,7 +476,7 @@ static void fp_trigger(fp_proxy_t *p, int64_t now_ms) {
     p->triggers++;
     p->armed_at_ms = now_ms;
     if (!p->narm) {
-        fp_window_open(p, now_ms, 0, 0);
+        fp_window_open(p, now_ms, 0, 0, 0);
         return;
     }
     p->state = FP_ARMED;
@@ -509,6 +534,7 @@ static void fp_accept(fp_proxy_t *p) {
         c->sfd = sfd;
         c->pc = c->ps = -1;
         c->h2s.server = 1;
+        c->h2c.conn = c->h2s.conn = c->id;
         c->h2s.preface_have = FP_H2_PREFACE_LEN; /* a server sends none */
         if (connect(sfd, (struct sockaddr *)&p->target, p->target_len) < 0) {
             if (errno != EINPROGRESS) {
@@ -585,7 +611,7 @@ static int fp_read(fp_proxy_t *p, fp_conn_t *c, int from_client) {
     }
     if (!from_client && p->narm) { /* responses are followed, forwarded or dropped */
         uint64_t ends = c->h2s.ends;
-        fp_h2_feed(p, &c->h2s, drop ? p->sink : d->buf, (size_t)r);
+        fp_h2_feed(p, &c->h2s, drop ? p->sink : d->buf, (size_t)r, NULL);
         if (drop) p->win_responses += c->h2s.ends - ends;
     }
     if (drop) {
@@ -596,8 +622,9 @@ static int fp_read(fp_proxy_t *p, fp_conn_t *c, int from_client) {
     d->off = 0;
     d->len = (size_t)r;
     if (from_client && p->narm) {
-        size_t m = fp_h2_feed(p, &c->h2c, d->buf, d->len);
-        if (m && p->state == FP_ARMED) fp_window_open(p, fp_now_ms(), m, c->id);
+        uint32_t stream = 0;
+        size_t m = fp_h2_feed(p, &c->h2c, d->buf, d->len, &stream);
+        if (m && p->state == FP_ARMED) fp_window_open(p, fp_now_ms(), m, c->id, stream);
     }
     return 0;
 }
@@ -705,7 +732,9 @@ static int fp_run(fp_proxy_t *p) {
             if (pfd[1].revents & POLLIN) fp_accept(p);
         }
         now = fp_now_ms();
-        if (p->state == FP_OPEN && now >= p->open_at_ms + p->drop_ms) fp_window_close(p, now);
+        if (p->state == FP_OPEN &&
+            (now >= p->open_at_ms + p->drop_ms || (p->until_answer && p->win_answer_lost)))
+            fp_window_close(p, now);
         if (p->state == FP_ARMED && now >= p->armed_at_ms + p->arm_timeout_ms) {
             fp_log(p, "trigger %u lapsed: no matching request in %d ms", p->triggers,
                    p->arm_timeout_ms);
@@ -730,13 +759,14 @@ static int fp_run(fp_proxy_t *p) {
 static void fp_usage(FILE *f) {
     fprintf(f, "usage: mt_faultproxy --target HOST:PORT [--listen PORT] [--port-file FILE]\n"
                "                     [--drop-ms MS] [--arm-fields F:W[,F:W...]]\n"
-               "                     [--arm-timeout-ms MS] [--log FILE]\n"
+               "                     [--arm-timeout-ms MS] [--until-answer] [--log FILE]\n"
                "A TCP proxy on 127.0.0.1:PORT (default 0: any free port) to HOST:PORT. SIGUSR1\n"
                "opens a fault window (at the next gRPC request whose protobuf message has every\n"
                "field F with wire type W, with --arm-fields; it lapses after --arm-timeout-ms,\n"
                "default 10000): for --drop-ms (default 500) responses are read and dropped, then\n"
-               "every connection is reset. SIGTERM/SIGINT: exit 0. Exit 1: runtime failure,\n"
-               "2: bad flags. See tests/e2e/faultproxy.c.\n");
+               "every connection is reset; with --until-answer the window closes as soon as the\n"
+               "answer to the matching request was dropped (--drop-ms: at most). SIGTERM/SIGINT:\n"
+               "exit 0. Exit 1: runtime failure, 2: bad flags. See tests/e2e/faultproxy.c.\n");
 }
 
 static int fp_resolve(fp_proxy_t *p, const char *target, char *err, size_t errlen) {
@@ -823,6 +853,10 @@ int main(int argc, char **argv) {
             fp_usage(stdout);
             return 0;
         }
+        if (!strcmp(a, "--until-answer")) {
+            p.until_answer = 1;
+            continue;
+        }
         static const char *const with_value[] = {"--target",         "--listen", "--port-file",
                                                  "--drop-ms",        "--log",    "--arm-fields",
                                                  "--arm-timeout-ms", NULL};
@@ -872,6 +906,11 @@ int main(int argc, char **argv) {
     if (!target) {
         fprintf(stderr, "mt_faultproxy: --target HOST:PORT is required\n");
         fp_usage(stderr);
+        return 2;
+    }
+    if (p.until_answer && !p.narm) {
+        fprintf(stderr, "mt_faultproxy: --until-answer needs --arm-fields (the request whose "
+                        "answer ends the window)\n");
         return 2;
     }
     p.target_name = target;

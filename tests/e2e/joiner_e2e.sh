@@ -47,12 +47,9 @@ pids+=($jpid)
 ppid=$!
 pids+=($ppid)
 # kill once the joiner is well into the stream
-for _ in $(seq 200); do
-  n=$(sed -n 's/^joiner  \([0-9]*\) msg.*/\1/p' "$tmp/j1.err" | tail -1)
-  [ "${n:-0}" -gt 8000 ] && break
-  sleep 0.1
-done
-[ "${n:-0}" -gt 8000 ] || fail "joiner 1 did not get going"
+joined() { sed -n 's/^joiner  \([0-9]*\) msg.*/\1/p' "$tmp/j1.err" | tail -1; }
+going() { n=$(joined); [ "${n:-0}" -gt 8000 ]; }
+wait_until "$E2E_GUARD_S" going || fail "joiner 1 did not get going in $E2E_GUARD_S s (at ${n:-0})"
 kill -9 "$jpid"
 wait "$jpid" 2> /dev/null || true
 echo "killed joiner 1 after ${n} messages"

@@ -4,7 +4,7 @@
 #   e2e_init NAME        $tmp: a new temporary directory (/tmp/mt-NAME-XXXXXX), removed at exit
 #                        unless MT_E2E_KEEP is set; pids: the processes the script started
 #                        (pids+=($!)), killed at exit with signal $E2E_KILL (default KILL;
-#                        TERM lets them exit cleanly, KILL after 10 s) and waited for
+#                        TERM lets them exit cleanly, KILL after 60 s) and waited for
 #   fail MSG...          prints FAIL: MSG, the last lines of every $tmp/*.err and of the files
 #                        in E2E_LOGS, and the sanitizer reports in them; exits 1
 #   sanitizer_reports    prints the ASan / LSan / UBSan reports of $tmp/*.err on stderr
@@ -12,7 +12,10 @@
 #   jnum TEXT KEY        the first number after "KEY": in a JSON text
 #   json FILE KEY        the same, in a file
 #   need_kcat            fails unless kcat is installed
-#   wait_port_file F     waits up to 20 s for the file F to be written (a daemon's port)
+#   wait_port_file F     waits for the file F to be written (a daemon's port), up to
+#                        E2E_GUARD_S s
+#   wait_until T CMD...  waits until CMD succeeds (polled every 0.1 s), up to T s; returns 1
+#                        after T s
 #   start_kafka TOPICS   starts monolith-kafka-dev ($MT_KAFKA_BIN) with TOPICS (name:parts,...),
 #                        logs in $tmp/kafka.err; sets bs to its bootstrap address
 #   metric PORT NAME     the value of the first sample of NAME at http://127.0.0.1:PORT/metrics
@@ -24,10 +27,17 @@
 #                        appends "NAME: PATH missing" to $MT_SKIP_LOG (scripts/test.sh counts)
 #   expect_exact N T     exactly-once, counted: waits up to T s until PS shards 0 and 1 each
 #                        reflect N examples (the script's `applied I`; its `e2e_check`, if
-#                        defined, runs each round), 2 s more for a late duplicate to show, then
+#                        defined, runs each round) and the script's `e2e_settled` succeeds
+#                        (required: a condition after which nothing more can be applied, e.g.
+#                        the trainer checkpointed N examples on both shards; no fixed pause
+#                        for a late duplicate), or until a shard reflects more than N; then
 #                        fails unless both reflect exactly N; sets a0 and a1
+#
+# Deadlines are hang guards, never what a test measures: generous (E2E_GUARD_S, default
+# 300 s), since a loaded ASan machine is 5-10 times slower; a passing run never waits them.
 
 E2E_KILL=${E2E_KILL:-KILL}
+E2E_GUARD_S=${E2E_GUARD_S:-300}
 
 shared_data() {
   if [ -n "${MT_SHARED_DATA:-}" ]; then echo "$MT_SHARED_DATA"
@@ -59,8 +69,8 @@ e2e_running() {
 e2e_cleanup() {
   local p alive
   for p in "${pids[@]}"; do kill -s "$E2E_KILL" "$p" 2>/dev/null || true; done
-  if [ "$E2E_KILL" != KILL ]; then # a clean exit gets 10 s, then KILL: never hang here
-    for _ in $(seq 100); do
+  if [ "$E2E_KILL" != KILL ]; then # a clean exit gets 60 s, then KILL: never hang here
+    for _ in $(seq 600); do
       alive=0
       for p in "${pids[@]}"; do e2e_running "$p" && alive=1; done
       [ "$alive" = 0 ] && break
@@ -99,9 +109,17 @@ need_kcat() {
   command -v kcat > /dev/null || { echo "FAIL: kcat is missing (apt-get install kcat)" >&2; exit 1; }
 }
 
+wait_until() {
+  local end=$(( $(date +%s) + $1 ))
+  shift
+  until "$@"; do
+    [ "$(date +%s)" -lt "$end" ] || return 1
+    sleep 0.1
+  done
+}
+
 wait_port_file() {
-  for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done
-  fail "no $1"
+  wait_until "$E2E_GUARD_S" test -s "$1" || fail "no $1 in $E2E_GUARD_S s"
 }
 
 start_kafka() {
@@ -128,15 +146,17 @@ expect_in_topic() {
 
 expect_exact() {
   local end=$(( $(date +%s) + $2 ))
-  say "== waiting until both shards reflect $1 examples"
+  declare -F e2e_settled > /dev/null || fail "expect_exact: the script defines no e2e_settled"
+  say "== waiting until both shards reflect $1 examples and nothing more can come"
   while :; do
     a0=$(applied 0) a1=$(applied 1)
-    [ "${a0:-0}" -ge "$1" ] && [ "${a1:-0}" -ge "$1" ] && break
-    [ "$(date +%s)" -lt "$end" ] || fail "shards at ${a0:-?} / ${a1:-?} of $1 examples"
+    [ "${a0:-0}" -ge "$1" ] && [ "${a1:-0}" -ge "$1" ] && e2e_settled && break
+    [ "${a0:-0}" -gt "$1" ] || [ "${a1:-0}" -gt "$1" ] && break # judged below
+    [ "$(date +%s)" -lt "$end" ] ||
+      fail "shards at ${a0:-?} / ${a1:-?} of $1 examples, not settled in $2 s"
     if declare -F e2e_check > /dev/null; then e2e_check; fi
     sleep 0.3
   done
-  sleep 2 # anything more (a duplicate) would show now
   a0=$(applied 0) a1=$(applied 1)
   say "shard 0: $a0, shard 1: $a1 examples applied (of $1)"
   [ "$a0" -eq "$1" ] || fail "shard 0 reflects $a0 examples, not $1 (lost or applied twice)"

@@ -3,12 +3,16 @@
 # on monolith-kafka-dev, two monolith-ps shards with snapshot stores and
 # monolith-trainer --online with trainer.checkpoint_interval_s = 1, which reaches PS shard 1
 # through mt_faultproxy (tests/e2e/faultproxy.c), while `monolith gen --kafka --rate`
-# produces N examples. WINDOWS times, spaced through the stream, the proxy is triggered
-# (SIGUSR1) and waits for the next ApplyGradients that carries examples (gradients, field 2,
-# and examples, field 5: --arm-fields 2:2,5:0); it forwards it to the shard, which applies
-# it and answers; the proxy drops the answer for DROP_MS, then resets the connection. Then:
-#  1. each window forwarded the request and dropped at least one complete response (its
-#     gRPC trailers): the shard applied a step whose answer the trainer never got;
+# produces the stream: chunks of CHUNK examples, one after another until the windows are
+# done (so examples are still coming at every window, however long the windows take on a
+# loaded machine); N is what the chunks delivered. WINDOWS times, SPACING examples apart,
+# the proxy is triggered (SIGUSR1) and waits for the next ApplyGradients that carries
+# examples (gradients, field 2, and examples, field 5: --arm-fields 2:2,5:0); it forwards it
+# to the shard, which applies it and answers; the proxy drops that answer (--until-answer:
+# until its gRPC trailers went by, however late the shard answers; DROP_MS is only a hang
+# guard), then resets the connection. Then:
+#  1. each window forwarded the request and dropped the complete answer to it (its gRPC
+#     trailers): the shard applied a step whose answer the trainer never got;
 #  2. the trainer did not retry the call (its PS client makes no transport retries in this
 #     mode) but recovered: every shard back to the last complete checkpoint, the consumer
 #     to its offsets;
@@ -19,8 +23,10 @@
 # would apply the step a second time on shard 1: shard 1 counts more examples than shard 0;
 # the trainer's next checkpoint sees the shards disagree and it stops, and the test fails
 # with both counters (or, if it went on, at 3 with shard 1 above N, and at 2).
-# MT_LR_EXAMPLES, MT_LR_RATE, MT_LR_WINDOWS, MT_LR_DROP_MS change N, the rate, the windows
-# and their length; MT_E2E_KEEP=1 keeps the temporary directory (logs).
+# Every wait is for a condition; its deadline (minutes: a loaded ASan build is 5-10x slower)
+# is a hang guard only. MT_LR_CHUNK, MT_LR_SPACING, MT_LR_RATE, MT_LR_WINDOWS, MT_LR_DROP_MS
+# change the chunk, the spacing, the rate, the windows and their longest length;
+# MT_E2E_KEEP=1 keeps the temporary directory (logs).
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_FAULTPROXY_BIN, MT_SOURCE_DIR;
 # kcat.
 set -euo pipefail
@@ -28,10 +34,12 @@ set -euo pipefail
 : "${MT_FAULTPROXY_BIN:?}"
 . "$(dirname "$0")/lib.sh"
 need_kcat
-N=${MT_LR_EXAMPLES:-32000} # 16 s of stream: room for 3 windows on a loaded machine
+CHUNK=${MT_LR_CHUNK:-8000} # 4 s of stream per producer run
+SPACING=${MT_LR_SPACING:-6400}
 RATE=${MT_LR_RATE:-2000}
 WINDOWS=${MT_LR_WINDOWS:-3}
-DROP_MS=${MT_LR_DROP_MS:-400}
+DROP_MS=${MT_LR_DROP_MS:-60000} # a hang guard: the window ends with the lost answer
+GUARD_S=300 # deadline of every wait: a hang guard, never what the test measures
 e2e_init lr-e2e
 E2E_LOGS=("$tmp/proxy.log")
 # examples_applied of shard i (asked directly, not through the proxy), or nothing while it
@@ -54,7 +62,7 @@ check_alive() {
   fail "the trainer exited with $st ($(grep ERROR "$tmp/tr.err" | tail -1 | sed 's/.*trainer: //'));" \
        "examples_applied: shard 0 $(applied 0), shard 1 $(applied 1)"
 }
-# waits until shard 0 reflects at least $1 examples (or the deadline $2 s passes)
+# waits until shard 0 reflects at least $1 examples (or the deadline $2 s passes: a hang)
 wait_applied() {
   local end=$(( $(date +%s) + $2 ))
   while [ "$(date +%s)" -lt "$end" ]; do
@@ -90,8 +98,8 @@ for i in 0 1; do wait_port_file "$tmp/ps$i.port"; port[$i]=$(cat "$tmp/ps$i.port
 # shard 1 through the proxy; it opens a window at an ApplyGradientsRequest with gradients
 # (field 2, length-delimited) and examples (field 5, varint): the last apply of a step
 "$MT_FAULTPROXY_BIN" --target "127.0.0.1:${port[1]}" --port-file "$tmp/proxy.port" \
-  --drop-ms "$DROP_MS" --arm-fields 2:2,5:0 --arm-timeout-ms 10000 --log "$tmp/proxy.log" \
-  2> "$tmp/proxy.err" &
+  --drop-ms "$DROP_MS" --until-answer --arm-fields 2:2,5:0 --arm-timeout-ms $((GUARD_S * 1000)) \
+  --log "$tmp/proxy.log" 2> "$tmp/proxy.err" &
 px_pid=$!
 pids+=($!)
 wait_port_file "$tmp/proxy.port"
@@ -99,9 +107,19 @@ px_port=$(cat "$tmp/proxy.port")
 cluster="127.0.0.1:${port[0]},127.0.0.1:$px_port"
 say "PS shards on ${port[0]} and ${port[1]}; the trainer reaches shard 1 through port $px_port"
 
-say "== producing $N examples at $RATE/s; the trainer starts"
-"$MT_CLI_BIN" gen --examples "$N" --seed 11 --users 2000 --items 500 --kafka "$bs" \
-  --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen.err" &
+# The stream: chunk j (seed 10 + j) after chunk j - 1, until $tmp/produced exists. Each
+# chunk's log is $tmp/gen-J.err; a failed chunk stops the producer (exit 1).
+produce() {
+  local j=0
+  while [ ! -e "$tmp/produced" ]; do
+    j=$((j + 1))
+    "$MT_CLI_BIN" gen --examples "$CHUNK" --seed $((10 + j)) --users 2000 --items 500 \
+      --kafka "$bs" --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen-$j.err" || exit 1
+    grep -q " $CHUNK examples delivered" "$tmp/gen-$j.err" || exit 1
+  done
+}
+say "== producing chunks of $CHUNK examples at $RATE/s until the windows are done; the trainer starts"
+produce &
 gen_pid=$!
 pids+=($!)
 "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \
@@ -115,41 +133,42 @@ no_recovery=()
 summary=()
 ckpt_mark=0
 for k in $(seq "$WINDOWS"); do
-  wait_applied $((N * k / (WINDOWS + 2))) 60
+  wait_applied $((SPACING * k)) "$GUARD_S"
   # a checkpoint since the last recovery (or the start): the recovery has one to go back to
-  end=$(( $(date +%s) + 30 ))
+  end=$(( $(date +%s) + GUARD_S ))
   until [ "$(checkpoints)" -gt "$ckpt_mark" ]; do
-    [ "$(date +%s)" -lt "$end" ] || fail "window $k: no checkpoint in 30 s"
+    [ "$(date +%s)" -lt "$end" ] || fail "window $k: no checkpoint in $GUARD_S s"
     check_alive
     sleep 0.1
   done
-  # an armed proxy waits for the trainer's next apply: examples must still be coming
-  a=$(applied 0)
-  kill -0 "$gen_pid" 2> /dev/null || [ "${a:-$N}" -lt $((N * 3 / 4)) ] ||
-    fail "window $k: the stream ended (shard 0 at ${a:-?} of $N): raise MT_LR_EXAMPLES"
+  # an armed proxy waits for the trainer's next apply: the producer runs until the windows
+  # are done, so examples are still coming
+  kill -0 "$gen_pid" 2> /dev/null || fail "window $k: the producer stopped: $(tail -2 "$tmp"/gen-*.err)"
   before=$(recoveries)
   say "== window $k: trigger at $(applied 0) examples"
   kill -USR1 "$px_pid"
-  end=$(( $(date +%s) + 20 ))
+  end=$(( $(date +%s) + GUARD_S + 30 ))
   until grep -qE "window $k closed|trigger $k lapsed" "$tmp/proxy.log"; do
-    [ "$(date +%s)" -lt "$end" ] || fail "window $k: no word from the proxy in 20 s"
+    [ "$(date +%s)" -lt "$end" ] || fail "window $k: no word from the proxy in $((GUARD_S + 30)) s"
     check_alive
     sleep 0.05
   done
   line=$(grep "window $k closed" "$tmp/proxy.log") ||
-    fail "trigger $k lapsed: the trainer sent no apply with examples in 10 s"
+    fail "trigger $k lapsed: the trainer sent no apply with examples in $GUARD_S s"
   fwd=$(field forwarded_c2s "$line") drop=$(field dropped_s2c "$line")
   lost=$(field lost_responses "$line") matched=$(field matched "$line")
+  answer=$(field answer_lost "$line")
   say "window $k: $fwd bytes forwarded to shard 1, $drop bytes of answers dropped" \
-      "($lost complete responses), matched=$matched"
+      "($lost complete responses, the apply's among them: $answer), matched=$matched"
   [ "$matched" = 1 ] || fail "window $k did not open at an apply: $line"
   [ "$fwd" -gt 0 ] || fail "window $k forwarded nothing to the shard: $line"
-  [ "$drop" -gt 0 ] && [ "$lost" -ge 1 ] ||
-    fail "window $k dropped no response: the shard did not answer the apply: $line"
-  summary+=("window $k: forwarded_c2s=$fwd dropped_s2c=$drop lost_responses=$lost")
+  [ "$drop" -gt 0 ] && [ "$lost" -ge 1 ] && [ "$answer" = 1 ] ||
+    fail "window $k did not drop the answer to the apply: the shard did not answer it: $line"
+  summary+=("window $k: forwarded_c2s=$fwd dropped_s2c=$drop lost_responses=$lost answer_lost=$answer")
   # the step failed: the trainer recovers (judged at the end, after the counts, so that a
-  # trainer that retried fails on what it did to the counters)
-  end=$(( $(date +%s) + 15 ))
+  # trainer that retried fails on what it did to the counters); a recovery may retry for
+  # trainer.recovery_timeout_s (60 s)
+  end=$(( $(date +%s) + GUARD_S ))
   while [ "$(recoveries)" -le "$before" ] && [ "$(date +%s)" -lt "$end" ]; do
     check_alive
     sleep 0.1
@@ -163,11 +182,16 @@ for k in $(seq "$WINDOWS"); do
   ckpt_mark=$(checkpoints)
 done
 
-wait "$gen_pid" || fail "the producer failed"
-grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
+touch "$tmp/produced" # the producer ends with its current chunk
+wait "$gen_pid" || fail "the producer failed: $(tail -2 "$tmp"/gen-*.err)"
+chunks=$(grep -l " $CHUNK examples delivered" "$tmp"/gen-*.err | wc -l)
+N=$((CHUNK * chunks))
+say "the producer delivered $chunks chunks: N=$N"
 expect_in_topic "$N"
-e2e_check() { check_alive; } # (expect_exact's hook) the proxy and the trainer still run
-expect_exact "$N" 60
+e2e_check() { check_alive; } # (expect_exact's hooks) the proxy and the trainer still run;
+# the trainer checkpointed all N on both shards: it is idle, nothing more can be applied
+e2e_settled() { grep -q "trainer: checkpoint [0-9]*: 2 shards, $N examples" "$tmp/tr.err"; }
+expect_exact "$N" "$GUARD_S"
 [ "${#no_recovery[@]}" -eq 0 ] ||
   fail "no recovery after window(s) ${no_recovery[*]}: the trainer went on (a retry?)"
 rec=$(recoveries) steps=$(step_failures)

@@ -41,8 +41,8 @@ echo "== 2. the same run against a PS shard"
 "$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps.port" "${small[@]}" \
   2> "$tmp/ps.err" &
 pids+=($!)
-for _ in $(seq 100); do [ -s "$tmp/ps.port" ] && break; sleep 0.1; done
-[ -s "$tmp/ps.port" ] || { cat "$tmp/ps.err" >&2; fail "monolith-ps did not start"; }
+wait_until "$E2E_GUARD_S" test -s "$tmp/ps.port" ||
+  { cat "$tmp/ps.err" >&2; fail "monolith-ps did not start"; }
 port=$(cat "$tmp/ps.port")
 "$MT_TRAINER_BIN" --config "$conf" "${small[@]}" --set "cluster.ps=127.0.0.1:$port" \
   --train "$tmp/train.tsv" --eval "$tmp/eval.tsv" --epochs 2 --report "$tmp/ps.json" \

@@ -52,7 +52,7 @@ echo "== 3. group g2 reads everything"
   --set trainer.metrics_listen=127.0.0.1:0 --report "$tmp/r4.json" > /dev/null 2> "$tmp/r4.err" &
 t4=$!
 # its Prometheus endpoint while it runs
-for _ in $(seq 100); do grep -q "metrics on port" "$tmp/r4.err" && break; sleep 0.1; done
+wait_until "$E2E_GUARD_S" grep -q "metrics on port" "$tmp/r4.err" || true # judged below
 mport=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/r4.err" | head -1)
 [ -n "$mport" ] || { cat "$tmp/r4.err" >&2; fail "no metrics port"; }
 exec 3<>"/dev/tcp/127.0.0.1/$mport"
@@ -71,8 +71,8 @@ echo "== 4. against a PS shard"
 "$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps.port" \
   --set trainer.hidden=32,16 --set ps.metrics_listen=127.0.0.1:0 2> "$tmp/ps.err" &
 pids+=($!)
-for _ in $(seq 100); do [ -s "$tmp/ps.port" ] && break; sleep 0.1; done
-[ -s "$tmp/ps.port" ] || { cat "$tmp/ps.err" >&2; fail "monolith-ps did not start"; }
+wait_until "$E2E_GUARD_S" test -s "$tmp/ps.port" ||
+  { cat "$tmp/ps.err" >&2; fail "monolith-ps did not start"; }
 port=$(cat "$tmp/ps.port")
 "$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g3 --set "cluster.ps=127.0.0.1:$port" \
   --online --max-examples 40000 --report "$tmp/r5.json" > /dev/null 2> "$tmp/r5.err" \

@@ -201,24 +201,41 @@ typedef struct mt_replay_totals {
 typedef mt_err_t (*mt_replay_sink_fn)(void *opaque, const mt_replay_event_t *ev,
                                       const uint8_t *value, size_t len);
 
+/**
+ * The clock a paced run reads and waits on. Both NULL (the default): CLOCK_MONOTONIC and
+ * nanosleep. A test injects its own to check the pacing exactly, without depending on how
+ * busy the machine is; both must then be set (a clock whose sleep does not advance it would
+ * wait for ever).
+ */
+typedef struct mt_replay_clock {
+    double (*now_s)(void *opaque);           /* seconds, monotonic, any origin */
+    void (*sleep_s)(void *opaque, double s); /* waits about s (> 0) seconds of that clock */
+    void *opaque;                            /* borrowed: passed to both */
+} mt_replay_clock_t;
+
 typedef struct mt_replay_run_config {
-    double speed;                  /* 0: as fast as possible; > 0: event time runs this many
-                                      times faster than wall time (1 = real time) */
+    double speed;                  /* 0: as fast as possible (never waits); > 0: event time
+                                      runs this many times faster than wall time (1 = real
+                                      time) */
     uint32_t progress_interval_ms; /* 0: no progress callback */
     void (*progress)(void *opaque, const mt_replay_totals_t *t);
     void *progress_opaque;
     volatile const int *stop; /* may be NULL; when it reads non-zero the run ends with
-                                 MT_CANCELLED (checked between events and while waiting) */
+                                 MT_CANCELLED (checked between events and while waiting,
+                                 at least every 0.2 s) */
+    mt_replay_clock_t clock;  /* default (zeroed): the monotonic clock and nanosleep */
 } mt_replay_run_config_t;
 
-/** Defaults: as fast as possible, no progress, no stop flag. */
+/** Defaults: as fast as possible, no progress, no stop flag, the system's clock. */
 void mt_replay_run_config_init(mt_replay_run_config_t *rc);
 
 /**
  * Reads every event of @p r, encodes it and hands it to @p sink, waiting before each one
  * until its due time when rc->speed > 0: due = start + (event time - first event time) / speed.
+ * Times (due times, progress, totals->wall_s) are read from rc->clock.
  * @param[out] totals  what was handed to the sink (may be NULL)
- * @returns MT_OK at the end of the replay; the sink's code; MT_CANCELLED; an error of
+ * @returns MT_OK at the end of the replay; the sink's code; MT_CANCELLED; MT_INVALID (NULL
+ *          @p r or @p sink, or a clock with only one of now_s and sleep_s); an error of
  *          mt_replay_next().
  */
 mt_err_t mt_replay_run(mt_replay_t *r, const mt_replay_run_config_t *rc, mt_replay_sink_fn sink,

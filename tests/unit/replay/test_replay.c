@@ -7,10 +7,15 @@
  *     independent parse of the file; order over the whole stream;
  *   - MovieLens inline and real: positives = ratings >= 4, order;
  *   - the generator: request ids, positives, a bounded heap;
- *   - the paced run: speed, the stop flag, a failing sink.
+ *   - the paced run, on an injected clock (mt_replay_clock_t) whose sleeps advance it by what
+ *     was asked: each event at its due time exactly, an as-fast-as-possible run never
+ *     waits, the stop flag between events and while waiting, a failing sink; on the system
+ *     clock only lower bounds (a busy machine makes a run slower, never faster).
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -429,7 +434,9 @@ static void count_trivago_file(const char *path, uint64_t *clickouts, uint64_t *
     gzclose(f);
 }
 
-Test(replay_trivago, real_sample_counts_and_order, .timeout = 120) {
+/* The timeout is a hang guard: about 40 s of CPU under ASan, which a busy machine stretches
+ * past 120 s. */
+Test(replay_trivago, real_sample_counts_and_order, .timeout = 900) {
     char sample[1024];
     mt_test_data_path(sample, sizeof(sample), TRIVAGO_SAMPLE_REL);
     mt_test_need_data(sample);
@@ -653,32 +660,64 @@ Test(replay_gen, stream) {
 /* The paced run                                                                            */
 /* ---------------------------------------------------------------------------------------- */
 
+/* A clock the run reads and waits on (mt_replay_clock_t): sleeping advances it by exactly
+ * what was asked, so the pacing is checked exactly, however busy the machine is. */
+typedef struct fake_clock {
+    double now_s;                /* starts at 1000 */
+    double slept_s;              /* total of the sleeps asked for */
+    unsigned sleeps;             /* how many */
+    volatile int *stop_on_sleep; /* set at the first sleep: a stop arriving while waiting */
+} fake_clock_t;
+
+static double fake_now(void *opaque) {
+    return ((fake_clock_t *)opaque)->now_s;
+}
+
+static void fake_sleep(void *opaque, double s) {
+    fake_clock_t *fc = opaque;
+    fc->now_s += s;
+    fc->slept_s += s;
+    fc->sleeps++;
+    if (fc->stop_on_sleep) *fc->stop_on_sleep = 1;
+}
+
+static void use_fake_clock(mt_replay_run_config_t *rc, fake_clock_t *fc) {
+    memset(fc, 0, sizeof(*fc));
+    fc->now_s = 1000;
+    rc->clock = (mt_replay_clock_t){fake_now, fake_sleep, fc};
+}
+
+#define SINK_KEPT 16
+
 typedef struct sink_ctx {
-    uint64_t events, bytes;
+    atomic_ulong events;
+    uint64_t bytes;
     uint64_t fail_at; /* 0: never */
     volatile int *stop;
     uint64_t stop_at;
+    const fake_clock_t *clock; /* if set: the clock's time at each event ... */
+    double at_s[SINK_KEPT];    /* ... kept here, with the event's time */
+    int64_t event_ms[SINK_KEPT];
 } sink_ctx_t;
 
 static mt_err_t test_sink(void *opaque, const mt_replay_event_t *ev, const uint8_t *v, size_t len) {
     sink_ctx_t *c = opaque;
     cr_assert(ev && v && len > 0);
-    c->events++;
+    uint64_t i = atomic_load(&c->events);
+    if (c->clock && i < SINK_KEPT) {
+        c->at_s[i] = c->clock->now_s;
+        c->event_ms[i] = ev->timestamp_ms;
+    }
+    atomic_store(&c->events, i + 1);
     c->bytes += len;
-    if (c->stop && c->events == c->stop_at) *c->stop = 1;
-    return c->fail_at && c->events == c->fail_at ? MT_IO : MT_OK;
+    if (c->stop && i + 1 == c->stop_at) *c->stop = 1;
+    return c->fail_at && i + 1 == c->fail_at ? MT_IO : MT_OK;
 }
 
 static double mono_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void *stop_later(void *arg) {
-    usleep(300000);
-    *(volatile int *)arg = 1;
-    return NULL;
 }
 
 static int progress_calls;
@@ -688,41 +727,97 @@ static void on_progress(void *opaque, const mt_replay_totals_t *t) {
     progress_calls++;
 }
 
-Test(replay_run, speed_stop_and_sink_errors) {
+static void tv_sample(char *path, size_t len) {
     make_tmpdir();
-    char path[128];
-    snprintf(path, sizeof(path), "%s/tv.csv", tmpdir);
+    snprintf(path, len, "%s/tv.csv", tmpdir);
     write_file(path, TV_SAMPLE, false);
-    /* event time spans 500 s .. 1100 s: at 2,000x real time about 0.3 s */
+}
+
+Test(replay_run, pacing_follows_event_time_at_the_speed) {
+    char path[128];
+    tv_sample(path, sizeof(path));
+    /* event time spans 500 s .. 1100 s: at 2,000x, 0.3 s of the run's clock */
     mt_replay_t *r = open_tv(path, 5000, 0, NULL);
     mt_replay_run_config_t rc;
     mt_replay_run_config_init(&rc);
     rc.speed = 2000;
     rc.progress_interval_ms = 50;
     rc.progress = on_progress;
-    sink_ctx_t c = {0};
+    fake_clock_t fc;
+    use_fake_clock(&rc, &fc);
+    sink_ctx_t c = {.clock = &fc};
     mt_replay_totals_t t;
-    double t0 = mono_s();
     cr_assert_eq(mt_replay_run(r, &rc, test_sink, &c, &t), MT_OK);
-    double took = mono_s() - t0;
-    cr_assert_geq(took, 0.29, "took %.3f s", took);
-    cr_assert_lt(took, 5.0);
-    cr_assert_geq(progress_calls, 2);
     cr_assert_eq(c.events, 8);
     cr_assert_eq(t.impressions, 6);
     cr_assert_eq(t.actions, 2);
     cr_assert_eq(t.impression_bytes + t.action_bytes, c.bytes);
     cr_assert_eq(t.first_event_ms, 500000);
     cr_assert_eq(t.last_event_ms, 1100000);
+    /* each event is handed over at its due time, start + (its time - the first's) / speed:
+     * not before (paced), and not later (no wait beyond it) */
+    for (int i = 0; i < 8; i++) {
+        double due = 1000 + (double)(c.event_ms[i] - c.event_ms[0]) / 1000.0 / rc.speed;
+        cr_assert(fabs(c.at_s[i] - due) < 1e-9, "event %d at %.9f, due %.9f", i, c.at_s[i], due);
+    }
+    cr_assert(fabs(fc.slept_s - 0.3) < 1e-9, "slept %.9f s", fc.slept_s);
+    cr_assert(fabs(t.wall_s - 0.3) < 1e-9, "wall_s %.9f", t.wall_s);
+    /* progress every 50 ms of the 0.3 s (the waits are cut at each progress time) */
+    cr_assert_geq(progress_calls, 5);
     mt_replay_destroy(r);
 
-    /* as fast as possible: no waiting */
+    /* The system clock: a paced run cannot be faster than event time / speed (only a lower
+     * bound: a busy machine makes it slower, never faster). */
     r = open_tv(path, 5000, 0, NULL);
-    rc.speed = 0;
-    memset(&c, 0, sizeof(c));
-    t0 = mono_s();
+    mt_replay_run_config_init(&rc);
+    rc.speed = 2000;
+    sink_ctx_t c2 = {0};
+    double t0 = mono_s();
+    cr_assert_eq(mt_replay_run(r, &rc, test_sink, &c2, &t), MT_OK);
+    double took = mono_s() - t0;
+    cr_assert_eq(c2.events, 8);
+    cr_assert_geq(took, 0.3 - 0.001, "took %.3f s", took);
+    cr_assert_geq(t.wall_s, 0.3 - 0.001, "wall_s %.3f", t.wall_s);
+    mt_replay_destroy(r);
+
+    /* A clock needs both functions. */
+    r = open_tv(path, 5000, 0, NULL);
+    rc.clock = (mt_replay_clock_t){fake_now, NULL, &fc};
+    cr_assert_eq(mt_replay_run(r, &rc, test_sink, &c2, &t), MT_INVALID);
+    mt_replay_destroy(r);
+    remove_tmpdir();
+}
+
+/* Sets the stop flag once the sink has seen the first event (polling: another thread). */
+typedef struct stopper {
+    sink_ctx_t *c;
+    volatile int *stop;
+} stopper_t;
+
+static void *stop_after_first_event(void *arg) {
+    stopper_t *s = arg;
+    while (atomic_load(&s->c->events) < 1)
+        usleep(1000);
+    *s->stop = 1;
+    return NULL;
+}
+
+Test(replay_run, as_fast_as_possible_stop_and_sink_errors, .timeout = 120) {
+    char path[128];
+    tv_sample(path, sizeof(path));
+    mt_replay_run_config_t rc;
+    mt_replay_run_config_init(&rc);
+    fake_clock_t fc;
+    use_fake_clock(&rc, &fc);
+    mt_replay_totals_t t;
+
+    /* as fast as possible: the run never asks to wait */
+    mt_replay_t *r = open_tv(path, 5000, 0, NULL);
+    sink_ctx_t c = {0};
     cr_assert_eq(mt_replay_run(r, &rc, test_sink, &c, &t), MT_OK);
-    cr_assert_lt(mono_s() - t0, 0.2);
+    cr_assert_eq(c.events, 8);
+    cr_assert_eq(fc.sleeps, 0, "%u sleeps", fc.sleeps);
+    cr_assert_eq(fc.now_s, 1000);
     mt_replay_destroy(r);
 
     /* a failing sink stops the run with its code */
@@ -743,18 +838,34 @@ Test(replay_run, speed_stop_and_sink_errors) {
     cr_assert_eq(mt_replay_run(r, &rc, test_sink, &c, &t), MT_CANCELLED);
     cr_assert_eq(c.events, 3);
     mt_replay_destroy(r);
-    /* ... and while waiting for a far event (speed 1: the second is 5 s ahead) */
+
+    /* ... and while waiting for a far event (speed 1: the second is 5 s ahead): a stop
+     * arriving during the first wait ends it, which is at most 0.2 s of the clock */
     r = open_tv(path, 5000, 0, NULL);
     stop = 0;
     rc.speed = 1;
+    use_fake_clock(&rc, &fc);
+    fc.stop_on_sleep = &stop;
     memset(&c, 0, sizeof(c));
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, stop_later, (void *)&stop), 0);
-    t0 = mono_s();
     cr_assert_eq(mt_replay_run(r, &rc, test_sink, &c, &t), MT_CANCELLED);
-    double waited = mono_s() - t0;
+    cr_assert_eq(c.events, 1);
+    cr_assert_eq(fc.sleeps, 1);
+    cr_assert_leq(fc.slept_s, 0.2);
+    mt_replay_destroy(r);
+
+    /* ... also set by another thread, on the system clock: at speed 0.001 the second event
+     * is 5,000 s ahead, so only the stop flag, read while waiting, ends this run */
+    r = open_tv(path, 5000, 0, NULL);
+    stop = 0;
+    mt_replay_run_config_init(&rc);
+    rc.speed = 0.001;
+    rc.stop = &stop;
+    memset(&c, 0, sizeof(c));
+    stopper_t sp = {&c, &stop};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, stop_after_first_event, &sp), 0);
+    cr_assert_eq(mt_replay_run(r, &rc, test_sink, &c, &t), MT_CANCELLED);
     pthread_join(th, NULL);
-    cr_assert_lt(waited, 2.0, "waited %.3f s", waited);
     cr_assert_eq(c.events, 1);
     mt_replay_destroy(r);
     remove_tmpdir();

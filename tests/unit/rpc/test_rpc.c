@@ -671,14 +671,14 @@ Test(rpc, deadline_passes_while_handler_sleeps) {
     cr_assert(rc == MT_TIMEOUT || (rc == MT_OK && st.code == MT_RPC_DEADLINE_EXCEEDED),
               "rc %s, status %d '%s'", mt_err_name(rc), st.code, st.message);
     cr_assert_null(resp);
-    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000));
+    cr_assert(tu_wait_for(&g.sleep_started, 1, 60000));
     /* At most the client's 300 ms, give or take the wire's rounding: gRPC sends the timeout
      * rounded up to whole units, and the handler's clock conversion (realtime to monotonic)
      * is exact to about a millisecond; 301 was seen under ASan. */
     long long rem = atomic_load(&g.remaining_ms);
     cr_assert(rem > 0 && rem <= 300 + 20, "remaining_ms in the handler: %lld", rem);
     /* The late reply of the handler is harmless; the server still serves. */
-    cr_assert(tu_wait_for(&g.sleep_done, 1, 5000));
+    cr_assert(tu_wait_for(&g.sleep_done, 1, 60000));
     expect_reverse(ch, (const uint8_t *)"after", 5);
     /* A generous deadline: the handler sees it, the call succeeds. */
     put_u32(req, 0);
@@ -785,7 +785,7 @@ Test(rpc, stream_closed_early_by_client_cancels_handler_sends) {
     mt_rpc_stream_close(st, &status);
     cr_assert_eq(status.code, MT_RPC_CANCELLED, "status %d '%s'", status.code, status.message);
     /* The handler's next send (at the latest once flow control blocks it) must say so. */
-    cr_assert(tu_wait_for(&g.forever_cancelled, 1, 10000),
+    cr_assert(tu_wait_for(&g.forever_cancelled, 1, 60000),
               "mt_rpc_send never returned MT_CANCELLED (sent %ld, other %d, gave up %d)",
               atomic_load(&g.forever_sent), atomic_load(&g.forever_other),
               atomic_load(&g.forever_gave_up));
@@ -796,10 +796,10 @@ Test(rpc, stream_closed_early_by_client_cancels_handler_sends) {
     expect_count_stream(ch, 10);
     /* Once more with a stream that was never read from. */
     cr_assert_eq(mt_rpc_stream_open(ch, P_FOREVER, NULL, 0, 30000, &st), MT_OK);
-    cr_assert(tu_wait_for(&g.forever_started, 2, 5000));
+    cr_assert(tu_wait_for(&g.forever_started, 2, 60000));
     mt_rpc_stream_close(st, &status);
     cr_assert_neq(status.code, MT_RPC_OK);
-    cr_assert(tu_wait_for(&g.forever_cancelled, 2, 10000), "second handler was not cancelled");
+    cr_assert(tu_wait_for(&g.forever_cancelled, 2, 60000), "second handler was not cancelled");
     expect_reverse(ch, (const uint8_t *)"healthy", 7);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);
@@ -829,7 +829,7 @@ Test(rpc, stream_deadline_cancels_handler) {
     mt_rpc_stream_close(st, &status);
     cr_assert_eq(status.code, MT_RPC_DEADLINE_EXCEEDED, "status %d '%s'", status.code,
                  status.message);
-    cr_assert(tu_wait_for(&g.forever_cancelled, 1, 10000), "handler not told of the deadline");
+    cr_assert(tu_wait_for(&g.forever_cancelled, 1, 60000), "handler not told of the deadline");
     expect_reverse(ch, (const uint8_t *)"ok", 2);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);
@@ -1316,7 +1316,7 @@ Test(rpc, graceful_shutdown_finishes_in_flight_calls) {
     b.st.code = -1;
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, bg_call_thread, &b), 0);
-    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000), "the handler never started");
+    cr_assert(tu_wait_for(&g.sleep_started, 1, 60000), "the handler never started");
     mt_rpc_server_shutdown(s);
     /* Shutdown waits for the handler (grace 5 s > 300 ms). */
     cr_assert_eq(atomic_load(&g.sleep_done), 1, "shutdown returned before the handler ended");
@@ -1357,8 +1357,8 @@ Test(rpc, shutdown_cancels_calls_past_the_grace_period) {
     cr_assert_eq(pthread_create(&th, NULL, bg_call_thread, &b), 0);
     mt_rpc_stream_t *stream = NULL;
     cr_assert_eq(mt_rpc_stream_open(ch, P_FOREVER, NULL, 0, 30000, &stream), MT_OK);
-    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000));
-    cr_assert(tu_wait_for(&g.forever_started, 1, 5000));
+    cr_assert(tu_wait_for(&g.sleep_started, 1, 60000));
+    cr_assert(tu_wait_for(&g.forever_started, 1, 60000));
     mt_rpc_server_shutdown(s);
     /* Workers are joined: every handler has returned; the stream's sends were refused. */
     cr_assert_eq(atomic_load(&g.sleep_done), 1);
@@ -1437,7 +1437,7 @@ Test(rpc, shutdown_under_load) {
             cr_assert_eq(pthread_create(&th[t], NULL, load_thread, &args[t]), 0);
         }
         /* some calls succeed first (the first connection can take a while under ASan) */
-        cr_assert(tu_wait_for(&g.calls, before + 1, 10000), "round %d: no call reached the server",
+        cr_assert(tu_wait_for(&g.calls, before + 1, 60000), "round %d: no call reached the server",
                   round);
         tu_sleep_ms(100 + 50 * round);
         mt_rpc_server_shutdown(s);

@@ -9,15 +9,22 @@
  *   - bad files: missing, unreadable, not PEM, a key of another certificate, a server
  *     without a certificate, client_auth without a CA: MT_IO / MT_CONFIG at create, with
  *     the key and the path in mt_rpc_tls_check()'s message.
- * Admission:
- *   - 1 thread, max_queued 2, 20 concurrent slow calls: 3 succeed, the others get
- *     RESOURCE_EXHAUSTED at once ("server overloaded"), Health is answered meanwhile, and
- *     the server's rejected counter equals what the clients saw;
- *   - max_queued 0 refuses as soon as the thread is busy;
- *   - streams run beside the unary threads (long streams do not starve unary calls), are
- *     bounded by max_streams, and Health still answers;
- *   - shutdown with a full queue: queued calls are answered within the grace period, not
- *     run after it; everything is freed (ASan).
+ * Admission, proved by construction rather than by a clock (the tests must pass on a busy
+ * machine): the Gate handler blocks until the test opens g.gate_open, so the test decides
+ * when a call ends, and "at once" means "while the only thread is still held in the gate":
+ *   - 1 thread, max_queued 2, 20 concurrent Gate calls: with the gate closed, 1 runs, 2 wait
+ *     in the queue and the other 17 are answered RESOURCE_EXHAUSTED ("server overloaded"),
+ *     Health is answered, and the server's rejected counter equals what the clients saw;
+ *     once the gate opens, exactly 3 succeed;
+ *   - max_queued 0 refuses while the thread is held;
+ *   - streams run beside the unary threads (unary calls succeed while 3 streams are held
+ *     open), are bounded by max_streams (a fourth is refused while the three are held), and
+ *     Health still answers;
+ *   - shutdown with a full queue: begun with 1 call held and 4 queued, the queued calls run
+ *     and are answered within the grace period; past the grace, the queued calls are
+ *     answered (cancelled) while the running handler is still held, and never run;
+ *     everything is freed (ASan).
+ * Deadlines of 60 s (GUARD_MS) are hang guards only, never what a test asserts.
  *
  * Handlers run on server threads: they only count in atomics; the test thread asserts.
  */
@@ -37,15 +44,20 @@
 #include "tls_certs.h"
 
 #define P_REVERSE "/mt.test.Echo/Reverse"
-#define P_SLEEP   "/mt.test.Echo/Sleep"
+#define P_GATE    "/mt.test.Echo/Gate"
 #define P_COUNT   "/mt.test.Stream/Count"
 #define P_HOLD    "/mt.test.Stream/Hold"
 #define P_HEALTH  "/grpc.health.v1.Health/Check"
 
 static char dir[64];
 
+/* Deadline of every call and stream of these tests: a hang guard, never an assertion. */
+#define GUARD_MS 60000
+
 static struct {
-    atomic_int sleep_started;
+    atomic_int gate_started; /* Gate handlers that began */
+    atomic_int gate_open;    /* set by the test: Gate handlers reply */
+    atomic_int calls_done;   /* Gate calls that returned to their client (gate_thread) */
     atomic_int hold_started;
     atomic_int release; /* Hold streams end when this is set */
 } g;
@@ -63,14 +75,13 @@ static void h_reverse(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len
     mt_rpc_reply(c, out, len);
 }
 
-/* Request: u32 milliseconds (little-endian). */
-static void h_sleep(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    atomic_fetch_add(&g.sleep_started, 1);
-    uint32_t ms = len >= 4 ? (uint32_t)req[0] | (uint32_t)req[1] << 8 | (uint32_t)req[2] << 16 |
-                                 (uint32_t)req[3] << 24
-                           : 0;
-    tu_sleep_ms(ms);
-    mt_rpc_reply(c, (const uint8_t *)"slept", 5);
+/* Holds its thread until the test sets g.gate_open (or the call's deadline passes: a hang
+ * guard), then replies "opened". */
+static void h_gate(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    atomic_fetch_add(&g.gate_started, 1);
+    while (!atomic_load(&g.gate_open) && mt_rpc_call_remaining_ms(c) > 0)
+        tu_sleep_ms(2);
+    mt_rpc_reply(c, (const uint8_t *)"opened", 6);
 }
 
 /* Stream of req[0] one-byte messages 0, 1, 2, ... */
@@ -86,7 +97,8 @@ static void h_count(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
     mt_rpc_reply(c, NULL, 0);
 }
 
-/* A long-lived stream: one message, then waits for g.release (at most 10 s). */
+/* A long-lived stream: one message, then waits for g.release (or the deadline: a hang
+ * guard). */
 static void h_hold(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     uint8_t b = 1;
     atomic_fetch_add(&g.hold_started, 1);
@@ -94,8 +106,7 @@ static void h_hold(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
         mt_rpc_fail(c, MT_RPC_CANCELLED, "gone");
         return;
     }
-    int64_t end = tu_now_ms() + 10000;
-    while (!atomic_load(&g.release) && tu_now_ms() < end && mt_rpc_call_remaining_ms(c) > 0)
+    while (!atomic_load(&g.release) && mt_rpc_call_remaining_ms(c) > 0)
         tu_sleep_ms(5);
     mt_rpc_reply(c, NULL, 0);
 }
@@ -128,7 +139,7 @@ static mt_rpc_tls_config_t client_tls(const char *ca) {
 static mt_rpc_server_t *start(const mt_rpc_server_config_t *cfg, int *port) {
     const tu_rpc_method_t m[] = {
         {P_REVERSE, 0, h_reverse, NULL},
-        {P_SLEEP, 0, h_sleep, NULL},
+        {P_GATE, 0, h_gate, NULL},
         {P_COUNT, 1, h_count, NULL},
         {P_HOLD, 1, h_hold, NULL},
     };
@@ -156,7 +167,7 @@ static int reverse(mt_rpc_channel_t *ch, char *msg, size_t msglen) {
     uint8_t *resp = NULL;
     size_t rl = 0;
     mt_rpc_status_t st;
-    mt_rpc_call(ch, P_REVERSE, req, 8, 5000, &resp, &rl, &st);
+    mt_rpc_call(ch, P_REVERSE, req, 8, GUARD_MS, &resp, &rl, &st);
     if (st.code == MT_RPC_OK) {
         cr_assert_eq(rl, 8);
         cr_assert_eq(memcmp(resp, "htilonom", 8), 0);
@@ -180,7 +191,7 @@ static int health(mt_rpc_channel_t *ch, int64_t deadline_ms) {
 /* Reads a Count stream of @p n messages; returns the final status code. */
 static int count_stream(mt_rpc_channel_t *ch, uint8_t n) {
     mt_rpc_stream_t *s = NULL;
-    cr_assert_eq(mt_rpc_stream_open(ch, P_COUNT, &n, 1, 5000, &s), MT_OK);
+    cr_assert_eq(mt_rpc_stream_open(ch, P_COUNT, &n, 1, GUARD_MS, &s), MT_OK);
     uint8_t *buf;
     size_t len;
     unsigned got = 0;
@@ -216,7 +227,7 @@ Test(rpc_tls, unary_and_stream_round_trip) {
         cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_OK, "%s: %s", hosts[h], msg);
         cr_assert_eq(count_stream(ch, 0), MT_RPC_OK);
         cr_assert_eq(count_stream(ch, 200), MT_RPC_OK);
-        cr_assert_eq(health(ch, 5000), 1);
+        cr_assert_eq(health(ch, GUARD_MS), 1);
         mt_rpc_channel_destroy(ch);
     }
     mt_rpc_server_destroy(s);
@@ -378,32 +389,44 @@ Test(rpc_tls, bad_files_are_clear_errors_at_create) {
 
 /* ============================== admission ============================== */
 
-typedef struct slow_call {
+/* One Gate call made by a thread of its own. */
+typedef struct gate_call {
     mt_rpc_channel_t *ch;
-    uint32_t ms;
     int code;
-    int64_t took_ms;
+    int gate_was_open; /* g.gate_open when the call returned */
     char msg[256];
-} slow_call_t;
+} gate_call_t;
 
-static void *slow_thread(void *p) {
-    slow_call_t *c = p;
-    uint8_t req[4] = {(uint8_t)c->ms, (uint8_t)(c->ms >> 8), 0, 0};
+static void *gate_thread(void *p) {
+    gate_call_t *c = p;
     uint8_t *resp = NULL;
     size_t rl = 0;
     mt_rpc_status_t st;
-    int64_t t0 = tu_now_ms();
-    mt_rpc_call(c->ch, P_SLEEP, req, 4, 20000, &resp, &rl, &st);
-    c->took_ms = tu_now_ms() - t0;
+    mt_rpc_call(c->ch, P_GATE, (const uint8_t *)"g", 1, GUARD_MS, &resp, &rl, &st);
+    c->gate_was_open = atomic_load(&g.gate_open);
     c->code = st.code;
     snprintf(c->msg, sizeof(c->msg), "%s", st.message);
     free(resp);
+    atomic_fetch_add(&g.calls_done, 1);
     return NULL;
 }
 
-enum { NCALLS = 20, SLOW_MS = 1000 };
+/* Polls the stats of @p s until no unary call runs or waits (a thread leaves `running` a
+ * moment after its reply left). @returns 1, or 0 after GUARD_MS. */
+static int wait_idle(mt_rpc_server_t *s) {
+    int64_t end = tu_now_ms() + GUARD_MS;
+    mt_rpc_server_stats_t st;
+    for (;;) {
+        mt_rpc_server_stats(s, &st);
+        if (!st.running && !st.queued && !st.streams) return 1;
+        if (tu_now_ms() > end) return 0;
+        tu_sleep_ms(2);
+    }
+}
 
-Test(rpc_admission, overload_is_refused_at_once_and_health_answers, .timeout = 60) {
+enum { NCALLS = 20 };
+
+Test(rpc_admission, overload_is_refused_at_once_and_health_answers, .timeout = 180) {
     mt_rpc_server_config_t cfg;
     mt_rpc_server_config_init(&cfg);
     cfg.threads = 1;
@@ -411,55 +434,60 @@ Test(rpc_admission, overload_is_refused_at_once_and_health_answers, .timeout = 6
     int port;
     mt_rpc_server_t *s = start(&cfg, &port);
     mt_rpc_channel_t *ch = channel("127.0.0.1", port, NULL);
-    cr_assert_eq(health(ch, 5000), 1); /* connected before the burst */
-    slow_call_t calls[NCALLS];
+    cr_assert_eq(health(ch, GUARD_MS), 1); /* connected before the burst */
+    gate_call_t calls[NCALLS];
     pthread_t th[NCALLS];
     for (int i = 0; i < NCALLS; i++) {
-        calls[i] = (slow_call_t){.ch = ch, .ms = SLOW_MS};
-        cr_assert_eq(pthread_create(&th[i], NULL, slow_thread, &calls[i]), 0);
+        calls[i] = (gate_call_t){.ch = ch};
+        cr_assert_eq(pthread_create(&th[i], NULL, gate_thread, &calls[i]), 0);
     }
-    /* While the thread sleeps and the queue is full, Health is answered at once. */
-    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000));
-    int64_t t0 = tu_now_ms();
-    cr_assert_eq(health(ch, 2000), 1);
-    int64_t health_ms = tu_now_ms() - t0;
+    /* The gate is closed: one call holds the only thread and two wait in the queue, so the
+     * 17 others can only be answered by being refused while the thread is busy, i.e. at
+     * once, not after waiting for it. */
+    cr_assert(tu_wait_for(&g.calls_done, NCALLS - 3, GUARD_MS), "%d calls answered",
+              atomic_load(&g.calls_done));
     mt_rpc_server_stats_t st;
     mt_rpc_server_stats(s, &st);
     cr_assert_eq(st.running, 1);
-    cr_assert_leq(st.queued, 2);
+    cr_assert_eq(st.queued, 2);
+    cr_assert_eq(st.rejected, NCALLS - 3);
+    cr_assert_eq(st.rejected_streams, 0);
+    cr_assert_eq(atomic_load(&g.gate_started), 1);
+    /* Health is answered while the only unary thread is held and the queue is full. */
+    cr_assert_eq(health(ch, GUARD_MS), 1);
+    char text[2048];
+    mt_rpc_server_render_metrics(s, "monolith_test", "shard=\"0\"", text, sizeof(text));
+    char want[96];
+    snprintf(want, sizeof(want), "monolith_test_rejected_total{shard=\"0\"} %d\n", NCALLS - 3);
+    cr_assert(strstr(text, want), "%s", text);
+    cr_assert(strstr(text, "monolith_test_queued_calls{shard=\"0\"} 2\n"), "%s", text);
+    cr_assert_eq(atomic_load(&g.calls_done), NCALLS - 3, "a held call returned");
+    /* Open: the running call and the two queued ones succeed, and nothing else. */
+    atomic_store(&g.gate_open, 1);
     for (int i = 0; i < NCALLS; i++)
         pthread_join(th[i], NULL);
     int ok = 0, refused = 0;
     for (int i = 0; i < NCALLS; i++) {
         if (calls[i].code == MT_RPC_OK) {
             ok++;
-            cr_assert_geq(calls[i].took_ms, SLOW_MS - 50);
+            cr_assert(calls[i].gate_was_open, "call %d succeeded before the gate opened", i);
         } else {
             cr_assert_eq(calls[i].code, MT_RPC_RESOURCE_EXHAUSTED, "call %d: %d %s", i,
                          calls[i].code, calls[i].msg);
             cr_assert(strstr(calls[i].msg, "server overloaded: 2 calls queued"), "%s",
                       calls[i].msg);
-            /* refused at once, not after waiting for the thread */
-            cr_assert_lt(calls[i].took_ms, SLOW_MS / 2, "refused after %lld ms",
-                         (long long)calls[i].took_ms);
+            cr_assert(!calls[i].gate_was_open, "call %d refused after the gate opened", i);
             refused++;
         }
     }
-    /* One running and two queued get through (more only if a call came late, after the
-     * first finished: the 20 threads start within far less than a second). */
-    cr_assert_geq(ok, 3);
-    cr_assert_leq(ok, 6);
-    cr_assert_eq(ok + refused, NCALLS);
+    cr_assert_eq(ok, 3);
+    cr_assert_eq(refused, NCALLS - 3);
+    cr_assert_eq(atomic_load(&g.gate_started), 3);
+    cr_assert(wait_idle(s));
     mt_rpc_server_stats(s, &st);
     cr_assert_eq(st.rejected, (uint64_t)refused);
     cr_assert_eq(st.rejected_streams, 0);
-    cr_assert_eq(st.queued, 0);
-    cr_assert_eq(st.running, 0);
-    cr_assert_lt(health_ms, 1000, "Health took %lld ms under overload", (long long)health_ms);
-    char text[2048];
     mt_rpc_server_render_metrics(s, "monolith_test", "shard=\"0\"", text, sizeof(text));
-    char want[96];
-    snprintf(want, sizeof(want), "monolith_test_rejected_total{shard=\"0\"} %d\n", refused);
     cr_assert(strstr(text, want), "%s", text);
     cr_assert(strstr(text, "monolith_test_queued_calls{shard=\"0\"} 0\n"), "%s", text);
     /* After the burst the server serves normally. */
@@ -468,7 +496,7 @@ Test(rpc_admission, overload_is_refused_at_once_and_health_answers, .timeout = 6
     mt_rpc_server_destroy(s);
 }
 
-Test(rpc_admission, no_queue_refuses_when_the_threads_are_busy, .timeout = 30) {
+Test(rpc_admission, no_queue_refuses_when_the_threads_are_busy, .timeout = 180) {
     mt_rpc_server_config_t cfg;
     mt_rpc_server_config_init(&cfg);
     cfg.threads = 1;
@@ -476,35 +504,26 @@ Test(rpc_admission, no_queue_refuses_when_the_threads_are_busy, .timeout = 30) {
     int port;
     mt_rpc_server_t *s = start(&cfg, &port);
     mt_rpc_channel_t *ch = channel("127.0.0.1", port, NULL);
-    slow_call_t slow = {.ch = ch, .ms = 800};
+    gate_call_t held = {.ch = ch};
     pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, slow_thread, &slow), 0);
-    cr_assert(tu_wait_for(&g.sleep_started, 1, 5000));
+    cr_assert_eq(pthread_create(&th, NULL, gate_thread, &held), 0);
+    cr_assert(tu_wait_for(&g.gate_started, 1, GUARD_MS));
+    /* Refused while the thread is held: it did not wait for the thread. */
     char msg[256];
-    int64_t t0 = tu_now_ms();
     cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_RESOURCE_EXHAUSTED, "%s", msg);
-    cr_assert_lt(tu_now_ms() - t0, 400);
     cr_assert(strstr(msg, "server overloaded: 0 calls queued"), "%s", msg);
+    cr_assert_eq(atomic_load(&g.calls_done), 0, "the held call returned");
+    atomic_store(&g.gate_open, 1);
     pthread_join(th, NULL);
-    cr_assert_eq(slow.code, MT_RPC_OK, "%s", slow.msg);
+    cr_assert_eq(held.code, MT_RPC_OK, "%s", held.msg);
     /* The thread is free again a moment after its reply left: then a call is admitted. */
-    mt_rpc_server_stats_t st;
-    int64_t end = tu_now_ms() + 2000;
-    do
-        mt_rpc_server_stats(s, &st);
-    while (st.running && tu_now_ms() < end);
+    cr_assert(wait_idle(s));
     cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_OK, "%s", msg);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);
 }
 
-typedef struct hold {
-    mt_rpc_channel_t *ch;
-    mt_rpc_stream_t *s;
-    int code;
-} hold_t;
-
-Test(rpc_admission, streams_do_not_starve_unary_calls_and_are_bounded, .timeout = 30) {
+Test(rpc_admission, streams_do_not_starve_unary_calls_and_are_bounded, .timeout = 180) {
     mt_rpc_server_config_t cfg;
     mt_rpc_server_config_init(&cfg);
     cfg.threads = 1;
@@ -513,11 +532,11 @@ Test(rpc_admission, streams_do_not_starve_unary_calls_and_are_bounded, .timeout 
     int port;
     mt_rpc_server_t *s = start(&cfg, &port);
     mt_rpc_channel_t *ch = channel("127.0.0.1", port, NULL);
-    /* Three long streams: each runs on a thread of its own. */
+    /* Three long streams, held until g.release: each runs on a thread of its own. */
     mt_rpc_stream_t *st[3];
     for (int i = 0; i < 3; i++) {
         uint8_t b = 0;
-        cr_assert_eq(mt_rpc_stream_open(ch, P_HOLD, &b, 1, 20000, &st[i]), MT_OK);
+        cr_assert_eq(mt_rpc_stream_open(ch, P_HOLD, &b, 1, GUARD_MS, &st[i]), MT_OK);
         uint8_t *buf;
         size_t len;
         cr_assert_eq(mt_rpc_stream_next(st[i], &buf, &len), MT_OK, "stream %d", i);
@@ -527,17 +546,17 @@ Test(rpc_admission, streams_do_not_starve_unary_calls_and_are_bounded, .timeout 
     mt_rpc_server_stats_t ss;
     mt_rpc_server_stats(s, &ss);
     cr_assert_eq(ss.streams, 3);
-    /* Unary calls and Health still go through: if the streams held the one unary thread,
-     * these would wait in the queue until their deadline. */
+    /* Unary calls and Health still go through: the streams stay held until the test
+     * releases them, so if they held the one unary thread these could not succeed. */
     char msg[256];
     for (int i = 0; i < 5; i++)
         cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_OK, "%s", msg);
-    cr_assert_eq(health(ch, 2000), 1);
-    /* A fourth stream is refused at once. */
-    int64_t t0 = tu_now_ms();
+    cr_assert_eq(health(ch, GUARD_MS), 1);
+    /* A fourth stream is refused while the three are still held: at once, not after one
+     * of them ended. */
     cr_assert_eq(count_stream(ch, 5), MT_RPC_RESOURCE_EXHAUSTED);
-    cr_assert_lt(tu_now_ms() - t0, 1000);
     mt_rpc_server_stats(s, &ss);
+    cr_assert_eq(ss.streams, 3);
     cr_assert_eq(ss.rejected, 1);
     cr_assert_eq(ss.rejected_streams, 1);
     /* Released, the streams end OK and new ones are admitted. */
@@ -550,27 +569,25 @@ Test(rpc_admission, streams_do_not_starve_unary_calls_and_are_bounded, .timeout 
         mt_rpc_stream_close(st[i], &cs);
         cr_assert_eq(cs.code, MT_RPC_OK, "%s", cs.message);
     }
-    int64_t end = tu_now_ms() + 2000;
-    do
-        mt_rpc_server_stats(s, &ss);
-    while (ss.streams && tu_now_ms() < end);
+    cr_assert(wait_idle(s));
     cr_assert_eq(count_stream(ch, 5), MT_RPC_OK);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);
 }
 
-/* A server of one thread and a queue of four, and k threads calling Sleep on it. */
+/* A server of one thread and a queue of four, and k threads calling Gate on it. */
 typedef struct full_queue {
     mt_rpc_server_t *s;
     mt_rpc_channel_t *ch;
     int k;
-    slow_call_t calls[8];
+    gate_call_t calls[8];
     pthread_t th[8];
+    pthread_t shutdown_th;
 } full_queue_t;
 
-/* Starts @p q: the server (@p grace_ms to shut down) and @p k threads calling Sleep(@p ms);
- * returns once one call runs and four wait in the queue. */
-static void full_queue_start(full_queue_t *q, uint32_t grace_ms, uint32_t ms, int k) {
+/* Starts @p q: the server (@p grace_ms to shut down) and @p k threads calling Gate; returns
+ * once one call is held in the gate and four wait in the queue. */
+static void full_queue_start(full_queue_t *q, uint32_t grace_ms, int k) {
     cr_assert_leq(k, 8);
     mt_rpc_server_config_t cfg;
     mt_rpc_server_config_init(&cfg);
@@ -581,36 +598,57 @@ static void full_queue_start(full_queue_t *q, uint32_t grace_ms, uint32_t ms, in
     q->s = start(&cfg, &port);
     q->ch = channel("127.0.0.1", port, NULL);
     q->k = k;
-    cr_assert_eq(health(q->ch, 5000), 1);
+    cr_assert_eq(health(q->ch, GUARD_MS), 1);
     for (int i = 0; i < k; i++) {
-        q->calls[i] = (slow_call_t){.ch = q->ch, .ms = ms};
-        cr_assert_eq(pthread_create(&q->th[i], NULL, slow_thread, &q->calls[i]), 0);
+        q->calls[i] = (gate_call_t){.ch = q->ch};
+        cr_assert_eq(pthread_create(&q->th[i], NULL, gate_thread, &q->calls[i]), 0);
     }
     mt_rpc_server_stats_t st;
-    int64_t end = tu_now_ms() + 5000;
+    int64_t end = tu_now_ms() + GUARD_MS;
     do {
         tu_sleep_ms(2);
         mt_rpc_server_stats(q->s, &st);
     } while (st.queued < 4 && tu_now_ms() < end);
     cr_assert_eq(st.queued, 4);
+    cr_assert_eq(st.running, 1);
 }
 
-/* Waits for the callers of @p q (after the shutdown), then frees the channel and server. */
+static void *shutdown_thread(void *p) {
+    mt_rpc_server_shutdown(p);
+    return NULL;
+}
+
+/* Shuts @p q's server down on a thread of its own (it waits for the held handler). */
+static void full_queue_shutdown(full_queue_t *q) {
+    cr_assert_eq(pthread_create(&q->shutdown_th, NULL, shutdown_thread, q->s), 0);
+}
+
+/* Opens the gate, waits for the shutdown and the callers of @p q, then frees the channel
+ * and the server. */
 static void full_queue_end(full_queue_t *q) {
+    atomic_store(&g.gate_open, 1);
+    pthread_join(q->shutdown_th, NULL);
     for (int i = 0; i < q->k; i++)
         pthread_join(q->th[i], NULL);
     mt_rpc_channel_destroy(q->ch);
     mt_rpc_server_destroy(q->s);
 }
 
-Test(rpc_admission, shutdown_with_a_full_queue_answers_and_frees_everything, .timeout = 30) {
+Test(rpc_admission, shutdown_with_a_full_queue_answers_and_frees_everything, .timeout = 180) {
     full_queue_t q;
-    full_queue_start(&q, 5000, 300, 8); /* shut down with one call running and four queued */
-    mt_rpc_server_shutdown(q.s); /* the running call and the queued ones finish in the grace */
-    full_queue_end(&q);
+    /* The grace is only a hang guard here: the handlers end when the gate opens. */
+    full_queue_start(&q, GUARD_MS, 8); /* one call held, four queued, the rest refused */
+    full_queue_shutdown(&q);
+    /* The shutdown has begun once Health stops answering SERVING (NOT_SERVING, then
+     * UNAVAILABLE): only then is the gate opened, so the queued calls run during it. */
+    int64_t end = tu_now_ms() + GUARD_MS;
+    while (health(q.ch, GUARD_MS) == 1 && tu_now_ms() < end)
+        tu_sleep_ms(2);
+    cr_assert_neq(health(q.ch, GUARD_MS), 1, "the shutdown did not begin");
+    full_queue_end(&q); /* the running call and the queued ones finish in the grace */
     int ok = 0;
     for (int i = 0; i < q.k; i++) {
-        const slow_call_t *c = &q.calls[i];
+        const gate_call_t *c = &q.calls[i];
         /* refused, or (a thread late under load) arrived as the shutdown began: refused by
          * gRPC, or caught between gRPC and a slot and cancelled once the server is idle */
         cr_assert(c->code == MT_RPC_OK || c->code == MT_RPC_RESOURCE_EXHAUSTED ||
@@ -619,20 +657,26 @@ Test(rpc_admission, shutdown_with_a_full_queue_answers_and_frees_everything, .ti
         ok += c->code == MT_RPC_OK;
     }
     cr_assert_geq(ok, 5, "the running call and the 4 queued ones are answered");
+    cr_assert_geq(atomic_load(&g.gate_started), 5, "the queued calls ran");
 }
 
-Test(rpc_admission, shutdown_past_the_grace_does_not_run_queued_calls, .timeout = 30) {
+Test(rpc_admission, shutdown_past_the_grace_does_not_run_queued_calls, .timeout = 180) {
     full_queue_t q;
-    full_queue_start(&q, 100, 1000, 5);
-    int64_t t0 = tu_now_ms();
-    mt_rpc_server_shutdown(q.s);
-    int64_t took = tu_now_ms() - t0;
+    full_queue_start(&q, 100, 5);
+    full_queue_shutdown(&q);
+    /* Past the 100 ms grace every call is cancelled: the four queued ones (and the held
+     * one) are answered while the running handler is still held in the gate, so the
+     * shutdown did not wait for it (nor for the callers' deadlines) to answer them. */
+    cr_assert(tu_wait_for(&g.calls_done, q.k, GUARD_MS), "%d calls answered",
+              atomic_load(&g.calls_done));
+    cr_assert_eq(atomic_load(&g.gate_started), 1);
     full_queue_end(&q);
-    /* The running handler finished its second; the queued calls were cancelled unrun. */
-    cr_assert_eq(atomic_load(&g.sleep_started), 1);
-    cr_assert_lt(took, 2500, "shutdown took %lld ms", (long long)took);
-    for (int i = 0; i < q.k; i++)
+    /* The queued calls were cancelled unrun, also after the held handler returned. */
+    cr_assert_eq(atomic_load(&g.gate_started), 1);
+    for (int i = 0; i < q.k; i++) {
         cr_assert_neq(q.calls[i].code, MT_RPC_OK, "call %d answered OK after cancel_all", i);
+        cr_assert_neq(q.calls[i].code, MT_RPC_DEADLINE_EXCEEDED, "call %d: %s", i, q.calls[i].msg);
+    }
 }
 
 Test(rpc_admission, config_bounds) {
