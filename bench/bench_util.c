@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -262,4 +264,199 @@ void mt_bench_log_tail(const char *path) {
     snprintf(cmd, sizeof(cmd), "tail -n 20 '%s' >&2", path);
     int rc = system(cmd);
     (void)rc;
+}
+
+/* ============================== conditions ============================== */
+
+/* Jiffies of all CPUs from the first line of /proc/stat: busy (user, nice, system, irq,
+ * softirq), stolen, and the total with idle and iowait. */
+static void read_proc_stat(unsigned long long *busy, unsigned long long *steal,
+                           unsigned long long *total) {
+    unsigned long long v[8] = {0};
+    *busy = *steal = *total = 0;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return;
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n < 8) return;
+    *busy = v[0] + v[1] + v[2] + v[5] + v[6];
+    *steal = v[7];
+    *total = *busy + v[3] + v[4] + v[7];
+}
+
+/* utime + stime (s) and faults of a live process, from /proc/PID/stat. @returns 0 or -1. */
+static int read_pid_stat(pid_t pid, double *user, double *sys, double *minflt, double *majflt) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long mn, mj, ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu %*u %lu %*u %lu %lu", &mn, &mj, &ut,
+                     &st) != 4)
+        return -1;
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    *user += (double)ut / hz;
+    *sys += (double)st / hz;
+    *minflt += (double)mn;
+    *majflt += (double)mj;
+    return 0;
+}
+
+/* Bytes this process made storage read and write (/proc/self/io; 0 where unreadable). */
+static void read_io(double *rd, double *wr) {
+    char line[128];
+    unsigned long long v;
+    *rd = *wr = 0;
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f) return;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "read_bytes: %llu", &v) == 1) *rd = (double)v;
+        if (sscanf(line, "write_bytes: %llu", &v) == 1) *wr = (double)v;
+    }
+    fclose(f);
+}
+
+/* CPU and faults of this process, its reaped children and the live ones of the registry. */
+static void read_usage(mt_bench_cond_t *c) {
+    struct rusage self, kids;
+    getrusage(RUSAGE_SELF, &self);
+    getrusage(RUSAGE_CHILDREN, &kids);
+    c->user_s = (double)self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 +
+                (double)kids.ru_utime.tv_sec + kids.ru_utime.tv_usec / 1e6;
+    c->sys_s = (double)self.ru_stime.tv_sec + self.ru_stime.tv_usec / 1e6 +
+               (double)kids.ru_stime.tv_sec + kids.ru_stime.tv_usec / 1e6;
+    c->minflt = (double)self.ru_minflt + (double)kids.ru_minflt;
+    c->majflt = (double)self.ru_majflt + (double)kids.ru_majflt;
+    read_io(&c->io_read, &c->io_write);
+    for (int i = 0; i < MT_BENCH_MAX_CHILDREN; i++)
+        if (g_children[i] > 0)
+            (void)read_pid_stat(g_children[i], &c->user_s, &c->sys_s, &c->minflt, &c->majflt);
+}
+
+void mt_bench_cond_start(mt_bench_cond_t *c) {
+    memset(c, 0, sizeof(*c));
+    c->wall_s = mt_mono_s();
+    read_usage(c);
+    read_proc_stat(&c->cpu_busy, &c->cpu_steal, &c->cpu_total);
+}
+
+int mt_bench_thp(pid_t pid, uint64_t *hinted_rss, uint64_t *hinted_huge, uint64_t *anon,
+                 uint64_t *anon_huge) {
+    *hinted_rss = *hinted_huge = *anon = *anon_huge = 0;
+    char path[64], line[512];
+    if (pid)
+        snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+    else
+        snprintf(path, sizeof(path), "/proc/self/smaps");
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    /* One mapping is a header line, "Key: N kB" lines, and VmFlags last. */
+    uint64_t rss = 0, huge = 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long kb;
+        if (sscanf(line, "Rss: %llu kB", &kb) == 1) {
+            rss = kb << 10;
+        } else if (sscanf(line, "Anonymous: %llu kB", &kb) == 1) {
+            *anon += kb << 10;
+        } else if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) {
+            huge = kb << 10;
+            *anon_huge += huge;
+        } else if (!strncmp(line, "VmFlags:", 8)) {
+            if (strstr(line, " hg")) {
+                *hinted_rss += rss;
+                *hinted_huge += huge;
+            }
+            rss = huge = 0;
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+void mt_bench_cond_append(const mt_bench_cond_t *c, char *extra, size_t len) {
+    mt_bench_cond_t now;
+    memset(&now, 0, sizeof(now));
+    now.wall_s = mt_mono_s();
+    read_usage(&now);
+    read_proc_stat(&now.cpu_busy, &now.cpu_steal, &now.cpu_total);
+    double wall = now.wall_s - c->wall_s, user = now.user_s - c->user_s, sys = now.sys_s - c->sys_s;
+    double total = (double)(now.cpu_total - c->cpu_total);
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    double busy = (double)(now.cpu_busy - c->cpu_busy) / hz, ours = user + sys;
+    double others = busy > ours ? busy - ours : 0;
+    double cap = total > 0 ? total / hz : 0;
+    mt_bench_appendf(extra, len,
+                     "%s\"wall_s\":%.3f,\"cpu_s\":%.3f,\"cpu_user_s\":%.3f,\"cpu_sys_s\":%.3f,"
+                     "\"minflt\":%.0f,\"majflt\":%.0f,\"io_read_mb\":%.1f,\"io_write_mb\":%.1f,"
+                     "\"others_busy_share\":%.3f,\"steal_share\":%.3f",
+                     extra[0] ? "," : "", wall, ours, user, sys, now.minflt - c->minflt,
+                     now.majflt - c->majflt, (now.io_read - c->io_read) / 1048576.0,
+                     (now.io_write - c->io_write) / 1048576.0, cap > 0 ? others / cap : 0,
+                     total > 0 ? (double)(now.cpu_steal - c->cpu_steal) / total : 0);
+    uint64_t hr = 0, hh = 0, an = 0, ah = 0;
+    if (mt_bench_thp(0, &hr, &hh, &an, &ah) == 0) {
+        for (int i = 0; i < MT_BENCH_MAX_CHILDREN; i++) {
+            uint64_t a, b, d, e;
+            if (g_children[i] > 0 && mt_bench_thp(g_children[i], &a, &b, &d, &e) == 0) {
+                hr += a;
+                hh += b;
+                an += d;
+                ah += e;
+            }
+        }
+        mt_bench_appendf(
+            extra, len, ",\"thp_hinted_mb\":%.1f,\"thp_hinted_share\":%.3f,\"thp_anon_share\":%.3f",
+            (double)hr / 1048576.0, hr ? (double)hh / (double)hr : 0,
+            an ? (double)ah / (double)an : 0);
+    }
+}
+
+void mt_bench_cond_emit(const char *bench, const char *stage, const mt_bench_cond_t *c) {
+    char extra[640];
+    snprintf(extra, sizeof(extra), "\"stage\":\"%s\"", stage);
+    mt_bench_cond_append(c, extra, sizeof(extra));
+    mt_bench_emit(bench, "conditions", mt_mono_s() - c->wall_s, "s", extra);
+}
+
+/* 2 MiB, the size of a transparent huge page on x86-64. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The run's stretch, emitted at exit (process-wide, like the registry above). */
+static mt_bench_cond_t g_run_cond;
+static const char *g_run_bench;
+
+static void emit_run_conditions(void) {
+    if (g_run_bench) mt_bench_cond_emit(g_run_bench, "run", &g_run_cond);
+}
+
+void mt_bench_run_conditions(const char *bench) {
+    if (g_run_bench) return;
+    g_run_bench = bench;
+    mt_bench_cond_start(&g_run_cond);
+    atexit(emit_run_conditions);
+}
+
+void *mt_bench_alloc_huge(size_t bytes) {
+    size_t len = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    /* Straight from the kernel (not the allocator: its heap is the table's, and freed memory
+     * it kept would be reused by the next table), one huge page more to align the start. */
+    char *m =
+        mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (p > m) munmap(m, (size_t)(p - m));
+    if (p + len < m + len + HUGE_PAGE) munmap(p + len, (size_t)(m + len + HUGE_PAGE - (p + len)));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, len, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+void mt_bench_free_huge(void *p, size_t bytes) {
+    if (p) munmap(p, (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
 }

@@ -93,6 +93,67 @@ void mt_bench_appendf(char *buf, size_t len, const char *fmt, ...)
 /** Sleeps @p s seconds, resuming after signals. */
 void mt_bench_sleep_s(double s);
 
+/* ============================== conditions ============================== */
+
+/**
+ * What a stretch of a run ran under, so that a reader can tell a slow machine from a slow
+ * change: wall and CPU time (this process, the children it reaped, and the live children of
+ * the registry below), page faults, the machine's CPU taken by others and stolen by the
+ * hypervisor (/proc/stat), and the share of memory on transparent huge pages.
+ */
+typedef struct mt_bench_cond {
+    double wall_s, user_s, sys_s;
+    double minflt, majflt;
+    double io_read, io_write; /* bytes this process read and wrote to storage */
+    unsigned long long cpu_busy, cpu_steal, cpu_total; /* /proc/stat jiffies, all CPUs */
+} mt_bench_cond_t;
+
+/** Starts a stretch: records the counters now. */
+void mt_bench_cond_start(mt_bench_cond_t *c);
+
+/**
+ * Appends the stretch since mt_bench_cond_start() to @p extra:
+ *   "wall_s", "cpu_s" (user + system of ours), "cpu_user_s", "cpu_sys_s", "minflt",
+ *   "majflt", "io_read_mb", "io_write_mb" (this process, /proc/self/io), "others_busy_share" (CPU time of the machine's other processes over its
+ *   capacity), "steal_share" (stolen by the hypervisor), and, over this process and its live
+ *   children now: "thp_hinted_mb" and "thp_hinted_share" (resident memory of the mappings
+ *   that asked for huge pages, MADV_HUGEPAGE: the table's arenas and bucket arrays, and the
+ *   share of it on huge pages), "thp_anon_share" (of all anonymous memory).
+ */
+void mt_bench_cond_append(const mt_bench_cond_t *c, char *extra, size_t len);
+
+/**
+ * Emits {"bench":B,"metric":"conditions","value":wall_s,"unit":"s","stage":S,...} with the
+ * figures of mt_bench_cond_append(): every bench prints one for its whole run (stage
+ * "run"), some also per stage.
+ */
+void mt_bench_cond_emit(const char *bench, const char *stage, const mt_bench_cond_t *c);
+
+/**
+ * Starts the stretch of the whole run: at exit (after main returns or exit(), before the
+ * children of the registry are stopped when called after mt_bench_cleanup_install()) the
+ * program emits its "conditions" line of stage "run". Main thread only, once.
+ */
+void mt_bench_run_conditions(const char *bench);
+
+/**
+ * Memory of process @p pid (0: this one) from /proc/PID/smaps: resident bytes and bytes on
+ * huge pages of the mappings that asked for huge pages (VmFlags hg), and of all anonymous
+ * memory. @returns 0, or -1 (smaps unreadable: all four are 0).
+ */
+int mt_bench_thp(pid_t pid, uint64_t *hinted_rss, uint64_t *hinted_huge, uint64_t *anon,
+                 uint64_t *anon_huge);
+
+/**
+ * Maps @p bytes (rounded up to 2 MiB, aligned to 2 MiB) straight from the kernel and asks
+ * for transparent huge pages on them, as the table does for its arenas: the floor of a
+ * comparison runs on the same kind of pages. @returns NULL out of memory.
+ */
+void *mt_bench_alloc_huge(size_t bytes);
+
+/** Unmaps what mt_bench_alloc_huge(@p bytes) returned (NULL: nothing). */
+void mt_bench_free_huge(void *p, size_t bytes);
+
 /* ============================== processes (main thread only) ============================== */
 
 /** Children the registry holds at once. */

@@ -316,6 +316,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
+    mt_bench_run_conditions("movielens");
     opts_t o = {.seeds = 5,
                 .epochs = 1,
                 .shuffle = 1,

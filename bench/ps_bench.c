@@ -905,6 +905,8 @@ static int snapshot_bench(const opts_t *o) {
     emit("snapshot_table_fill_rows_per_s", (double)rows / fill_s, "rows/s", extra);
 
     /* Save. */
+    mt_bench_cond_t cond;
+    mt_bench_cond_start(&cond);
     mt_store_config_t stc;
     mt_store_config_init(&stc);
     stc.keep = 1;
@@ -926,10 +928,12 @@ static int snapshot_bench(const opts_t *o) {
              (unsigned long long)res.chunks, res.stream_s, res.durable_s, res.prune_s,
              peak_rss_mb());
     emit("snapshot_save_s", res.seconds, "s", extra);
+    mt_bench_cond_emit("ps", "snapshot_save", &cond);
     mt_table_destroy(t); /* free the memory: the restore builds a table of its own */
     t = NULL;
 
     /* Restore (cold page cache, best effort: du_cb dropped the files' pages). */
+    mt_bench_cond_start(&cond);
     t0 = mt_mono_s();
     stc.create_if_missing = 0;
     if ((e = mt_store_open(dir, &stc, &s, err, sizeof(err))) != MT_OK) goto out;
@@ -965,6 +969,7 @@ static int snapshot_bench(const opts_t *o) {
              (unsigned long long)rows, o->dim, (double)rows / load_s, open_s, NSAMPLE,
              peak_rss_mb());
     emit("restore_load_s", load_s, "s", extra);
+    mt_bench_cond_emit("ps", "restore", &cond);
     ret = 0;
 out:
     if (ret) fprintf(stderr, "ps_bench: snapshot: %s\n", err[0] ? err : mt_strerror(e));
@@ -1064,6 +1069,7 @@ int main(int argc, char **argv) {
     /* Stops what is left and removes the directory at exit and on a signal; SIGPIPE
      * ignored: a dead redis is an error from hiredis, not a signal. */
     mt_bench_cleanup_install();
+    mt_bench_run_conditions("ps");
 
     double t0 = mt_mono_s();
     int rc = lookup_bench(&b);

@@ -173,6 +173,7 @@ static void run_threads(mt_rpc_channel_t *ch, const char *path, int n, double se
 }
 
 int main(int argc, char **argv) {
+    mt_bench_run_conditions("rpc");
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     int ncalls = quick ? 2000 : 20000, nconnect = quick ? 10 : 50;
     double secs = quick ? 1.0 : 5.0;

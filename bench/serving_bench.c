@@ -346,6 +346,7 @@ int main(int argc, char **argv) {
     openblas_set_num_threads(1);
     /* stops the daemons and removes the directory at exit and on a signal */
     mt_bench_cleanup_install();
+    mt_bench_run_conditions("serving");
 
     const char *root = mt_bench_root_create("mt-serving-bench");
     if (!root) return 1;

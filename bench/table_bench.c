@@ -202,8 +202,18 @@ int main(int argc, char **argv) {
     job_t jobs[2];
     memset(jobs, 0, sizeof(jobs));
 
-    /* Floor: random 64-byte gathers from a big array (kept until the end, see below). */
-    char *arr = malloc(o.gather_bytes);
+    mt_bench_cond_t cond;
+    mt_bench_run_conditions("table");
+
+    /* Floor: random 64-byte gathers from a big array on the same kind of pages as the
+     * table's (huge pages asked for), mapped from the kernel and given back to it after: the
+     * table below grows in a fresh heap. */
+    mt_bench_cond_start(&cond);
+    char *arr = mt_bench_alloc_huge(o.gather_bytes);
+    if (!arr) {
+        fprintf(stderr, "table_bench: out of memory\n");
+        return 1;
+    }
     {
         memset(arr, 1, o.gather_bytes);
         for (int nt = 1; nt <= 2; nt++) {
@@ -225,6 +235,8 @@ int main(int argc, char **argv) {
             emit("gather_floor_rows_per_s", floor_rate[nt - 1], "rows/s", extra);
         }
     }
+    mt_bench_cond_emit("table", "floor", &cond);
+    mt_bench_free_huge(arr, o.gather_bytes);
 
     /* Keys and query streams. */
     uint64_t *keys = malloc(o.rows * sizeof(uint64_t));
@@ -247,6 +259,7 @@ int main(int argc, char **argv) {
     /* The table read by the lookup and mix figures, grown from empty like in production,
      * in a fresh heap: a table built from memory that earlier tables gave back to the
      * allocator sits partly on 4 KiB pages and reads slower (its TLB misses). */
+    mt_bench_cond_start(&cond);
     double rss0 = rss_bytes();
     mt_table_t *t = new_table(&o, 0);
     jobs[0] = (job_t){.o = &o, .t = t, .kind = JOB_INSERT, .queries = keys, .nqueries = o.rows};
@@ -268,8 +281,10 @@ int main(int argc, char **argv) {
     emit("bytes_per_row", per_row, "bytes", extra);
     emit("bytes_per_row_over_payload", per_row / payload, "ratio", extra);
     emit("rss_bytes_per_row_over_payload", rss_rows / payload, "ratio", extra);
+    mt_bench_cond_emit("table", "grow", &cond);
 
     /* Lookups (read-only, batched). */
+    mt_bench_cond_start(&cond);
     const char *names[2] = {"uniform", "zipf1.05"};
     for (int d = 0; d < 2; d++) {
         for (int nt = 1; nt <= 2; nt++) {
@@ -294,7 +309,10 @@ int main(int argc, char **argv) {
         }
     }
 
+    mt_bench_cond_emit("table", "lookup", &cond);
+
     /* The training step's calls on rows that exist: training lookups, then applies. */
+    mt_bench_cond_start(&cond);
     const char *wnames[2] = {"train_lookup_rate", "apply_rate"};
     for (int kind = 0; kind < 2; kind++) {
         for (int d = 0; d < 2; d++) {
@@ -320,7 +338,10 @@ int main(int argc, char **argv) {
         }
     }
 
+    mt_bench_cond_emit("table", "train_apply", &cond);
+
     /* 90% lookup / 10% update. */
+    mt_bench_cond_start(&cond);
     for (int d = 0; d < 2; d++) {
         for (int nt = 1; nt <= 2; nt++) {
             mt_bench_rates_t r = {.n = 0};
@@ -344,10 +365,13 @@ int main(int argc, char **argv) {
         }
     }
 
+    mt_bench_cond_emit("table", "mix", &cond);
+
     /* Inserts while growing from empty, 1 and 2 threads; then pre-sized. */
     mt_table_destroy(t);
     t = NULL;
     for (int mode = 0; mode < 3; mode++) {
+        mt_bench_cond_start(&cond);
         int nt = mode == 1 ? 2 : 1;
         int presized = mode == 2;
         mt_bench_rates_t r = {.n = 0};
@@ -368,10 +392,11 @@ int main(int argc, char **argv) {
                  nt, (unsigned long long)o.rows, o.dim, presized ? "true" : "false");
         mt_bench_rates_append(&r, extra, sizeof(extra));
         emit("insert_rate", med, "ids/s", extra);
+        mt_bench_cond_emit(
+            "table", (const char *[]){"insert_1t", "insert_2t", "insert_presized"}[mode], &cond);
     }
 
     mt_table_destroy(t);
-    free(arr);
     free(keys);
     for (int i = 0; i < 2; i++) {
         free(uq[i]);

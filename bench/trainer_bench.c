@@ -279,6 +279,7 @@ static double sgemm_gflops(size_t batch, double *cpu) {
 }
 
 int main(int argc, char **argv) {
+    mt_bench_run_conditions("trainer");
     size_t total = 300000, batch = 512;
     uint64_t initial_rows = 0;
     int reps = 1, with_ps = 1, max_threads = 2, phase_lo = PHASE_COLD, phase_hi = PHASE_WARM;

@@ -663,7 +663,9 @@ static void *sync_main(void *arg) {
      * late one starts at once, and ticks missed meanwhile are skipped), so that the
      * replica's age stays under interval + one sync's duration. Following: a stream that
      * followed (more than its catch-up round) ended normally (the shard's age limit, its
-     * shutdown): open the next one at once. A failure waits one interval. */
+     * shutdown): open the next one at once. A failure waits one interval when polling, and
+     * at most 1 s when following (a stream that broke is reopened soon, whatever the
+     * interval). */
     double period = sv->cfg.sync_interval_ms / 1000.0, next = mt_mono_s();
     while (!sleep_until(sv, next)) {
         unsigned rounds = 0;

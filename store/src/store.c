@@ -1,6 +1,6 @@
 /*
- * store.c - durable checkpoints of embedding tables on RocksDB (the only file of Monolith-C
- * that includes <rocksdb/c.h>).
+ * store.c - durable checkpoints of embedding tables on RocksDB (the joiner keeps its pending
+ * impressions in a RocksDB of its own, joiner/src/join.c: the two share no code).
  *
  * Two column families; RocksDB orders keys as bytes:
  *
