@@ -320,6 +320,7 @@ int main(int argc, char **argv) {
     tc.dim = DIM;
     tc.hidden[0] = 256;
     tc.hidden[1] = 128;
+    tc.sparse_opt = MT_OPT_ADAGRAD; /* the figures of docs/trainer.md (the default is FTRL) */
     tc.table_initial_rows = initial_rows;
     char extra[640];
     size_t nbatches = total / batch;

@@ -9,7 +9,8 @@
  *    [--tls-server-name NAME]] to talk to daemons with [tls] enabled; docs/security.md)
  *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P]
  *                     [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]
- *   monolith replay   --dataset trivago|movielens-100k|movielens-latest|gen [--path P]
+ *   monolith replay   --dataset trivago|movielens-100k|movielens-latest|gen|csv [--path P]
+ *                     [--config FILE [--set input.KEY=VALUE]...]  (csv: your own log)
  *                     [--kafka BOOTSTRAP] [--speed N | --as-fast-as-possible] ...
  *
  * gen writes the synthetic click stream (data/gen: a hidden ground-truth model, Zipf
@@ -22,7 +23,9 @@
  *
  * replay turns a dataset into the loop's streams in event-time order (replay/, docs/replay.md):
  * impressions (monolith.v1.Impression) to `features`, clicks (monolith.v1.Action) to
- * `actions`, keyed by request id; `monolith replay --help` lists its options.
+ * `actions`, keyed by request id; `monolith replay --help` lists its options. --dataset csv
+ * reads any CSV / TSV log with the columns the [input] section of --config maps, the keys
+ * monolith-trainer reads (mt/config_input.h): a bad or missing column setting is exit 2.
  *
  * A FID is "SLOT:VALUE" (decimal, VALUE < 2^48) or a raw 64-bit number (decimal or 0x hex).
  * lookup routes each id to its shard like every client (the --ps list is shard 0, 1, ...).
@@ -40,6 +43,8 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/ps.pb-c.h"
+#include "mt/config.h"
+#include "mt/config_input.h"
 #include "mt/example_pb.h"
 #include "mt/gen.h"
 #include "mt/kafka.h"
@@ -426,9 +431,13 @@ static void replay_on_signal(int sig) {
 
 static int replay_usage(FILE *to) {
     fprintf(to,
-            "usage: monolith replay --dataset trivago|movielens-100k|movielens-latest|gen\n"
+            "usage: monolith replay --dataset trivago|movielens-100k|movielens-latest|gen|csv\n"
             "         [--path P]                the dataset: trivago CSV (.gz or plain); the\n"
-            "                                   MovieLens folder (or u.data / ratings.csv)\n"
+            "                                   MovieLens folder (or u.data / ratings.csv);\n"
+            "                                   csv: your log, CSV or TSV (.gz or plain)\n"
+            "         [--config FILE]           csv: its [input] section maps the columns (the\n"
+            "                                   keys monolith-trainer reads, docs/replay.md)\n"
+            "         [--set input.KEY=VALUE]...  csv: overrides of that file\n"
             "         [--kafka BOOTSTRAP]       produce to Kafka (without: a dry run)\n"
             "         [--speed N | --as-fast-as-possible]  N x real time (default: as fast\n"
             "                                   as possible)\n"
@@ -443,7 +452,7 @@ static int replay_usage(FILE *to) {
             "         [--print-events]          each event as a JSON line on stdout\n"
             "Prints one JSON summary line on stdout at the end. Exit status: 0 all events\n"
             "delivered; 1 a failure (dataset unreadable, delivery failed, interrupted); 2 bad\n"
-            "usage.\n");
+            "usage or configuration (csv: a column setting missing or not in the file).\n");
     return to == stdout ? 0 : 2;
 }
 
@@ -504,12 +513,54 @@ static int replay_number(const char *opt, const char *v, double lo, double hi, d
     return 0;
 }
 
+/* --dataset csv: [input] of --config (with the --set overrides) as the replay's csv
+ * settings, the key of anything missing or wrong named. @returns 0 or 2 (printed). */
+static int replay_csv_config(const char *path, const char *const *sets, int nsets, mt_config_t *cfg,
+                             mt_config_csv_t *icsv, mt_replay_csv_config_t *out) {
+    char err[512];
+    if (!path) {
+        fprintf(stderr, "monolith: replay: --dataset csv needs --config FILE: its [input] section "
+                        "says which columns are the timestamp, the label (action) and the "
+                        "features (docs/replay.md)\n");
+        return 2;
+    }
+    mt_err_t e = mt_config_load_file(cfg, path, err, sizeof(err));
+    for (int i = 0; !e && i < nsets; i++)
+        e = mt_config_set_arg(cfg, sets[i], err, sizeof(err));
+    if (e) {
+        fprintf(stderr, "monolith: replay: %s\n", err);
+        return 2;
+    }
+    const mt_config_input_t *in = &cfg->input;
+    const char *missing = NULL;
+    if (!*in->timestamp)
+        missing = "input.timestamp: the csv dataset needs the timestamp column (the event time)";
+    else if (!*in->label)
+        missing = "input.label: the csv dataset needs the action column (label = 1: a click)";
+    else if (*in->request_id && !*in->item_id)
+        missing = "input.item_id: needed with input.request_id (the rows of one request differ "
+                  "by their item)";
+    if (missing) {
+        fprintf(stderr, "monolith: replay: %s: %s\n", path, missing);
+        return 2;
+    }
+    if (mt_config_input_csv(cfg, icsv, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith: replay: %s: %s\n", path, err);
+        return 2;
+    }
+    out->reader = &icsv->csv;
+    out->request_id = icsv->request_id;
+    out->item_id = icsv->item_id;
+    return 0;
+}
+
 static int cmd_replay(int argc, char **argv) {
     mt_replay_config_t rc;
     mt_replay_config_init(&rc);
     mt_replay_run_config_t run;
     mt_replay_run_config_init(&run);
-    const char *dataset = NULL, *kafka = NULL;
+    const char *dataset = NULL, *kafka = NULL, *config = NULL, *sets[64];
+    int nsets = 0;
     replay_sink_t sink = {NULL, "features", "actions", 0, 0};
     /* lz4: the 25 impressions of a request share their user-side fids and their key, hence
      * their partition and batch; compressed, all of trivago fits the mock's per-partition
@@ -537,7 +588,18 @@ static int cmd_replay(int argc, char **argv) {
             dataset = v;
         else if (!strcmp(a, "--path"))
             rc.path = v;
-        else if (!strcmp(a, "--kafka"))
+        else if (!strcmp(a, "--config"))
+            config = v;
+        else if (!strcmp(a, "--set")) {
+            if (nsets == 64 || !strchr(v, '=')) {
+                fprintf(stderr,
+                        "monolith: replay: --set %s: expected section.key=value (at most "
+                        "64)\n",
+                        v);
+                return 2;
+            }
+            sets[nsets++] = v;
+        } else if (!strcmp(a, "--kafka"))
             kafka = v;
         else if (!strcmp(a, "--features-topic"))
             sink.features = v;
@@ -591,6 +653,8 @@ static int cmd_replay(int argc, char **argv) {
         rc.dataset = MT_REPLAY_MOVIELENS_LATEST;
     else if (!strcmp(dataset, "gen"))
         rc.dataset = MT_REPLAY_GEN;
+    else if (!strcmp(dataset, "csv"))
+        rc.dataset = MT_REPLAY_CSV;
     else {
         fprintf(stderr, "monolith: replay: unknown dataset '%s'\n", dataset);
         return replay_usage(stderr);
@@ -599,11 +663,29 @@ static int cmd_replay(int argc, char **argv) {
         fprintf(stderr, "monolith: replay: --speed and --as-fast-as-possible exclude each other\n");
         return 2;
     }
+    if (rc.dataset != MT_REPLAY_CSV && (config || nsets)) {
+        fprintf(stderr, "monolith: replay: --config and --set are for --dataset csv\n");
+        return 2;
+    }
     if (rc.dataset == MT_REPLAY_GEN && !have_limit) rc.limit = 100000;
+    /* from here on: one exit, which frees the configuration */
+    int rc_exit = 0;
+    mt_config_t cfg;
+    mt_config_csv_t icsv;
+    memset(&icsv, 0, sizeof(icsv));
+    mt_replay_t *r = NULL;
     char err[512];
+    if (mt_config_init(&cfg) != MT_OK) {
+        rc_exit = 1;
+        goto out;
+    }
+    if (rc.dataset == MT_REPLAY_CSV &&
+        (rc_exit = replay_csv_config(config, sets, nsets, &cfg, &icsv, &rc.csv)))
+        goto out;
     if (mt_replay_config_validate(&rc, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith: replay: %s\n", err);
-        return 2;
+        rc_exit = 2;
+        goto out;
     }
     rc.bad_row_cb = replay_bad_row;
     rc.bad_row_opaque = &sink;
@@ -611,17 +693,19 @@ static int cmd_replay(int argc, char **argv) {
     run.progress = replay_progress;
     run.stop = &replay_stop;
 
-    mt_replay_t *r = NULL;
     mt_err_t e = mt_replay_open(&rc, &r, err, sizeof(err));
     if (e) {
-        fprintf(stderr, "monolith: replay: %s (%s)\n", err[0] ? err : "cannot open",
-                mt_strerror(e));
-        return 1;
+        /* csv: a column that is not in the file is the configuration's fault: exit 2 */
+        fprintf(stderr, "monolith: replay: %s (%s)%s%s\n", err[0] ? err : "cannot open",
+                mt_strerror(e), e == MT_CONFIG && config ? ": check [input] in " : "",
+                e == MT_CONFIG && config ? config : "");
+        rc_exit = e == MT_CONFIG ? 2 : 1;
+        goto out;
     }
     if (kafka && mt_kafka_producer_create(kafka, kconf, &sink.p, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith: replay: Kafka producer on %s: %s\n", kafka, err);
-        mt_replay_destroy(r);
-        return 1;
+        rc_exit = 1;
+        goto out;
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -631,7 +715,6 @@ static int cmd_replay(int argc, char **argv) {
 
     mt_replay_totals_t t;
     e = mt_replay_run(r, &run, replay_sink, &sink, &t);
-    int rc_exit = 0;
     if (e) {
         fprintf(stderr, "monolith: replay: stopped: %s\n", mt_strerror(e));
         rc_exit = 1;
@@ -667,8 +750,11 @@ static int cmd_replay(int argc, char **argv) {
             dataset, t.impressions, t.impression_bytes, sink.p ? sink.features : "(dry run)",
             t.actions, t.action_bytes, sink.p ? sink.actions : "(dry run)", st->bad_rows, t.wall_s);
     if (fflush(stdout) != 0) rc_exit = 1;
+out:
     mt_kafka_producer_destroy(sink.p);
     mt_replay_destroy(r);
+    mt_config_csv_free(&icsv);
+    mt_config_free(&cfg);
     return rc_exit;
 }
 

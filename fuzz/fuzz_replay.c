@@ -1,5 +1,5 @@
 /*
- * fuzz_replay.c - replay's dataset parsers (replay/src/trivago.c, movielens.c) through
+ * fuzz_replay.c - replay's dataset parsers (replay/src/trivago.c, movielens.c, csv.c) through
  * mt_replay_open() and mt_replay_next(), which read files: each input is written to files in
  * a temporary folder (one per process) first.
  *
@@ -9,6 +9,10 @@
  *   1 MovieLens 100k:    u.data, u.user, u.item
  *   2 MovieLens latest:  ratings.csv, movies.csv
  *   3 as 0, with a limit of 3 impressions
+ * With bit 4 of the first byte the rest is one csv log instead (a user's own, through the
+ * generic reader): bit 5 TSV with a header, columns by name, else CSV without one, by
+ * index (ts, rid, user, ad, cat, click); bit 6 request and item id columns (rid, ad), else
+ * one request per row; bit 3 timestamps in seconds.
  * Every event is encoded as the Kafka message replay would produce.
  */
 #include <ftw.h>
@@ -82,7 +86,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cfg.action_delay_ms = (mode & 4) ? 0 : 5000;
     cfg.positive_rating = (mode & 8) ? 0.5f : 4.0f;
     char path[256];
-    switch (mode & 3) {
+    static const mt_csv_slot_t by_name[] = {{{-1, "user"}, 1, MT_CSV_INT, false},
+                                            {{-1, "ad"}, 2, MT_CSV_STRING, false},
+                                            {{-1, "cat"}, 3, MT_CSV_STRING, true}};
+    static const mt_csv_slot_t by_index[] = {{{2, NULL}, 1, MT_CSV_INT, false},
+                                             {{3, NULL}, 2, MT_CSV_STRING, false},
+                                             {{4, NULL}, 3, MT_CSV_STRING, true}};
+    bool named = (mode & 32) != 0;
+    mt_csv_config_t csv; /* read by mt_replay_open() only */
+    mt_csv_config_init(&csv);
+    csv.delimiter = named ? '\t' : ',';
+    csv.header = named;
+    csv.label_kind = MT_CSV_LABEL_THRESHOLD;
+    csv.label = named ? (mt_csv_column_t){-1, "click"} : (mt_csv_column_t){5, NULL};
+    csv.label_threshold = 0.5;
+    csv.time_unit = (mode & 8) ? MT_CSV_TIME_S : MT_CSV_TIME_MS;
+    csv.timestamp = named ? (mt_csv_column_t){-1, "ts"} : (mt_csv_column_t){0, NULL};
+    csv.slots = named ? by_name : by_index;
+    csv.nslots_cfg = 3;
+    switch ((mode & 16) ? 4 : (mode & 3)) {
+    case 4:
+        put("log.csv", data, size); /* the whole rest, 0x00 bytes included */
+        snprintf(path, sizeof(path), "%s/log.csv", dir);
+        cfg.dataset = MT_REPLAY_CSV;
+        cfg.csv.reader = &csv;
+        if (mode & 64) {
+            cfg.csv.request_id = named ? (mt_csv_column_t){-1, "rid"} : (mt_csv_column_t){1, NULL};
+            cfg.csv.item_id = named ? (mt_csv_column_t){-1, "ad"} : (mt_csv_column_t){3, NULL};
+        }
+        break;
     case 0:
     case 3:
         put("t.csv", part[0], plen[0]);

@@ -22,6 +22,7 @@ build/release/bench/ps_bench --quick
 build/release/bench/trainer_bench --quick
 build/release/bench/movielens_bench --quick
 build/release/bench/serving_bench --quick
+build/release/bench/sweep_bench --quick
 
 # libFuzzer smoke (clang build in build/fuzz, 5 s per target: docs/fuzzing.md). It counts as
 # one test in the tally below, through a ctest-like line of its own.
@@ -60,7 +61,8 @@ asan_log=$(mktemp)
 trap 'rm -rf "$log" "$asan_log" "$san_dir" "$MT_SKIP_LOG"' EXIT
 if ! (cd build/asan && ctest --output-on-failure --timeout 1800 -V) > "$asan_log" 2>&1; then
   status=1
-  echo "ASan run failed; the end of its output:"
+  echo "ASan run failed; the failed cases, then the end of its output:"
+  grep -E "\[FAIL\]|\[----\].*(ssert|FAIL)|^[0-9]+: FAIL" "$asan_log" | head -40 || true
   tail -150 "$asan_log"
 fi
 grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed|Total Test time" "$asan_log" | tee -a "$log"
@@ -90,7 +92,8 @@ export TSAN_OPTIONS="halt_on_error=0:history_size=7:second_deadlock_stack=1:supp
 echo "== tests (ThreadSanitizer) =="
 if ! (cd build/tsan && ctest -L tsan --output-on-failure --timeout 1800) > "$tsan_log" 2>&1; then
   status=1
-  echo "TSan run failed; the end of its output:"
+  echo "TSan run failed; the failed cases, then the end of its output:"
+  grep -E "\[FAIL\]|\[----\]" build/tsan/Testing/Temporary/LastTest.log | head -40 || true
   tail -100 "$tsan_log"
 fi
 grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed|Total Test time" "$tsan_log" | tee -a "$log"

@@ -4,7 +4,7 @@
  *   monolith-trainer --config FILE --train FILE [--eval FILE] [--epochs N]
  *                    [--report FILE] [--set section.key=value]... [--log-level LEVEL]
  *   monolith-trainer --config FILE --online [--max-examples N] [--duration-s S]
- *                    [--report FILE] [--set ...]
+ *                    [--until-caught-up] [--report FILE] [--set ...]
  *   monolith-trainer --config FILE --check
  *
  * Parameters: with cluster.ps addresses the sparse parameters live on those PS shards
@@ -25,8 +25,9 @@
  * examples, or fewer when the topic is idle for a moment) is scored, trained and applied;
  * only then are its messages marked, and marked offsets are committed every
  * trainer.commit_interval_ms, at exit and when partitions are revoked: a crash replays at
- * most the uncommitted batches (at-least-once). Runs until SIGTERM/SIGINT, --max-examples
- * or --duration-s.
+ * most the uncommitted batches (at-least-once). Runs until SIGTERM/SIGINT, --max-examples,
+ * --duration-s, or with --until-caught-up once every assigned partition is consumed up to its
+ * high watermark and a poll finds nothing more (a catch-up job over what the topic holds).
  *
  * Exactly-once online mode (trainer.checkpoint_interval_s > 0, docs/checkpoint.md): the
  * trainer coordinates cluster checkpoints (mt/coord.h). At start, and after any failure of a
@@ -59,6 +60,7 @@
 #include "mt/clock.h"
 #include "mt/config.h"
 #include "mt/config_cli.h"
+#include "mt/config_input.h"
 #include "mt/coord.h"
 #include "mt/config_rpc.h"
 #include "mt/eval.h"
@@ -107,7 +109,7 @@ static void usage(FILE *f) {
             "                        [--report FILE] [--set section.key=value]...\n"
             "                        [--log-level debug|info|warn|error]\n"
             "       monolith-trainer --config FILE --online [--max-examples N] [--duration-s S]\n"
-            "                        [--report FILE] [--set ...]\n"
+            "                        [--until-caught-up] [--report FILE] [--set ...]\n"
             "       monolith-trainer --config FILE --check\n"
             "       monolith-trainer --config-reference\n");
 }
@@ -332,95 +334,6 @@ static void on_bad_line(void *opaque, uint64_t line, const char *reason) {
         mt_log(MT_LOG_WARN, WHO, "more bad lines: counting them only (see the report)");
 }
 
-/* Parses [input] columns: "col:slot[:int|string][:multi], ..." */
-static int parse_columns(const char *spec, mt_csv_slot_t *out, size_t cap, size_t *n, char *names,
-                         size_t names_len) {
-    *n = 0;
-    size_t used = 0;
-    const char *p = spec;
-    while (*p) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        if (!*p) break;
-        const char *end = strchr(p, ',');
-        if (!end) end = p + strlen(p);
-        char item[256];
-        size_t len = (size_t)(end - p);
-        if (len >= sizeof(item) || *n == cap) {
-            fprintf(stderr, "monolith-trainer: input.columns: entry too long or too many\n");
-            return -1;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        while (len && item[len - 1] == ' ')
-            item[--len] = '\0';
-        mt_csv_slot_t *s = &out[*n];
-        memset(s, 0, sizeof(*s));
-        s->column.index = -1;
-        s->kind = MT_CSV_INT;
-        char *save = NULL, *tok = strtok_r(item, ":", &save);
-        char *slot = strtok_r(NULL, ":", &save);
-        if (!tok || !slot) {
-            fprintf(stderr, "monolith-trainer: input.columns: '%s': expected column:slot\n", item);
-            return -1;
-        }
-        char *e;
-        errno = 0;
-        unsigned long id = strtoul(slot, &e, 10);
-        if (*e || errno || id >= 0x8000) {
-            fprintf(stderr, "monolith-trainer: input.columns: '%s': bad slot (0..32767)\n", slot);
-            return -1;
-        }
-        s->slot_id = (uint16_t)id;
-        long idx = strtol(tok, &e, 10);
-        if (!*e && idx >= 0) {
-            s->column.index = (int)idx;
-        } else {
-            size_t tl = strlen(tok) + 1;
-            if (used + tl > names_len) return -1;
-            memcpy(names + used, tok, tl);
-            s->column.name = names + used;
-            used += tl;
-        }
-        for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
-            if (!strcmp(opt, "int"))
-                s->kind = MT_CSV_INT;
-            else if (!strcmp(opt, "string"))
-                s->kind = MT_CSV_STRING;
-            else if (!strcmp(opt, "multi"))
-                s->multi = true;
-            else {
-                fprintf(stderr,
-                        "monolith-trainer: input.columns: unknown option '%s' (int, string, "
-                        "multi)\n",
-                        opt);
-                return -1;
-            }
-        }
-        (*n)++;
-        p = end;
-    }
-    return 0;
-}
-
-static mt_csv_column_t column_of(const char *s, char *names, size_t *used, size_t cap) {
-    mt_csv_column_t c = {-1, NULL};
-    if (!*s) return c;
-    char *e;
-    long idx = strtol(s, &e, 10);
-    if (!*e && idx >= 0) {
-        c.index = (int)idx;
-        return c;
-    }
-    size_t len = strlen(s) + 1;
-    if (*used + len <= cap) {
-        memcpy(names + *used, s, len);
-        c.name = names + *used;
-        *used += len;
-    }
-    return c;
-}
-
 /* Opens a reader of @p path on @p in as [input] says. @returns 0, 1 (I/O), 2 (config). */
 static int open_reader(daemon_t *d, const char *path, FILE *in, mt_reader_t **r) {
     const mt_config_input_t *ic = &d->cfg.input;
@@ -439,40 +352,10 @@ static int open_reader(daemon_t *d, const char *path, FILE *in, mt_reader_t **r)
         break;
     }
     default: {
-        static const size_t cap = 4096;
-        char *names = malloc(2 * cap);
-        mt_csv_slot_t *slots = calloc(256, sizeof(*slots));
-        size_t n = 0, used = cap;
-        if (!names || !slots) {
-            free(names);
-            free(slots);
-            return 1;
-        }
-        if (parse_columns(ic->columns, slots, 256, &n, names, cap) != 0 || n == 0) {
-            if (n == 0) fprintf(stderr, "monolith-trainer: input.columns: no columns given\n");
-            free(names);
-            free(slots);
-            return 2;
-        }
-        mt_csv_config_t cc;
-        mt_csv_config_init(&cc);
-        cc.delimiter = ic->format == MT_INPUT_TSV ? '\t' : ',';
-        cc.header = ic->header != 0;
-        cc.multi_sep = (char)ic->multi_sep;
-        cc.label = column_of(ic->label, names, &used, 2 * cap);
-        cc.label_kind =
-            cc.label.index >= 0 || cc.label.name ? MT_CSV_LABEL_THRESHOLD : MT_CSV_LABEL_NONE;
-        cc.label_threshold = ic->label_threshold;
-        cc.timestamp = column_of(ic->timestamp, names, &used, 2 * cap);
-        cc.time_unit = cc.timestamp.index >= 0 || cc.timestamp.name
-                           ? (ic->time_unit == 1 ? MT_CSV_TIME_S : MT_CSV_TIME_MS)
-                           : MT_CSV_TIME_NONE;
-        cc.slots = slots;
-        cc.nslots_cfg = n;
-        e = mt_csv_config_validate(&cc, err, sizeof(err));
-        if (!e) e = mt_reader_csv_open(&cc, path, in, r, err, sizeof(err));
-        free(names);
-        free(slots);
+        mt_config_csv_t cc;
+        e = mt_config_input_csv(&d->cfg, &cc, err, sizeof(err));
+        if (!e) e = mt_reader_csv_open(&cc.csv, path, in, r, err, sizeof(err));
+        mt_config_csv_free(&cc);
         break;
     }
     }
@@ -496,7 +379,7 @@ static int check_reader_slots(daemon_t *d, const mt_reader_t *r, const char *pat
         o += (size_t)snprintf(want + o, sizeof(want) - o, "%s%u", i ? "," : "", d->slots[i]);
     fprintf(stderr,
             "monolith-trainer: %s: the input has slots %s but trainer.slots is %s (list them in "
-            "the input's order, or leave trainer.slots empty for criteo / movielens)\n",
+            "the input's order, or leave trainer.slots empty: the format's or input.columns')\n",
             path, have, want);
     return 2;
 }
@@ -810,7 +693,7 @@ static int checkpoint(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
     return 1;
 }
 
-static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
+static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int until_caught_up) {
     char bootstrap[8192], berr[512] = "";
     if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), berr, sizeof(berr))) {
         mt_log(MT_LOG_ERROR, WHO, "%s", berr);
@@ -859,9 +742,14 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
     double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0;
     uint64_t last_examples = 0;
     double last_t = t0, next_lag = t0, next_ckpt = t0 + ckpt_period;
+    size_t last_n = 1; /* messages of the last poll (none yet: not caught up) */
     while (!stop_requested(d)) {
         if (max_examples && res.examples >= max_examples) break;
         if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
+        /* caught up: an empty poll, partitions assigned, every one at its high watermark */
+        if (until_caught_up && !last_n && mt_kafka_consumer_assigned(kc) &&
+            mt_kafka_consumer_lag(kc) == 0)
+            break;
         if (mt_mono_s() >= next_lag) { /* a few librdkafka calls: once a second */
             atomic_store(&d->ctr.kafka_lag, mt_kafka_consumer_lag(kc));
             next_lag = mt_mono_s() + 1.0;
@@ -870,6 +758,7 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s) {
         if (max_examples && max_examples - res.examples < want)
             want = (size_t)(max_examples - res.examples);
         size_t n = mt_kafka_consumer_poll(kc, msgs, want, 200);
+        last_n = n;
         /* decode; garbage is marked (skipped for good) */
         for (size_t i = 0; i < n; i++) {
             uint32_t ignored = 0;
@@ -978,7 +867,7 @@ int main(int argc, char **argv) {
     atomic_store(&d.ctr.kafka_lag, -1);
     int rc = 2;
     const char *train = NULL, *eval = NULL;
-    int online = 0;
+    int online = 0, until_caught_up = 0;
     uint32_t epochs = 0;
     uint64_t max_examples = 0;
     double duration_s = 0;
@@ -994,6 +883,7 @@ int main(int argc, char **argv) {
         {"--epochs", NULL, &epochs_s, NULL},
         {"--max-examples", NULL, &max_examples_s, NULL},
         {"--duration-s", NULL, &duration_s_s, NULL},
+        {"--until-caught-up", &until_caught_up, NULL, NULL},
     };
     mt_config_cli_t cli = {
         "monolith-trainer", usage, opts, sizeof(opts) / sizeof(opts[0]), NULL, 0};
@@ -1033,8 +923,9 @@ int main(int argc, char **argv) {
     }
     if (d.nslots == 0) {
         fprintf(stderr,
-                "monolith-trainer: %s: trainer.slots: no feature slots (list them for format "
-                "tsv / csv)\n",
+                "monolith-trainer: %s: trainer.slots: no feature slots: list them, or map "
+                "columns to slots in input.columns (format tsv / csv; a [slot.N] section of a "
+                "slot the columns do not name keeps theirs from being used)\n",
                 config);
         goto out;
     }
@@ -1057,8 +948,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "monolith-trainer: --eval and --epochs are for --train\n");
         goto out;
     }
-    if (train && (max_examples || duration_s > 0)) {
-        fprintf(stderr, "monolith-trainer: --max-examples and --duration-s are for --online\n");
+    if (train && (max_examples || duration_s > 0 || until_caught_up)) {
+        fprintf(stderr, "monolith-trainer: --max-examples, --duration-s and --until-caught-up "
+                        "are for --online\n");
         goto out;
     }
     if (!epochs) epochs = d.cfg.trainer.epochs;
@@ -1096,7 +988,8 @@ int main(int argc, char **argv) {
     mt_log(MT_LOG_INFO, WHO, "%zu feature slots, dim %u, MLP %s, parameters %s", d.nslots,
            d.cfg.trainer.dim, *d.cfg.trainer.hidden ? d.cfg.trainer.hidden : "(none)",
            d.psc ? "on the PS" : "local");
-    rc = online ? run_online(&d, max_examples, duration_s) : run_batch(&d, train, eval, epochs);
+    rc = online ? run_online(&d, max_examples, duration_s, until_caught_up)
+                : run_batch(&d, train, eval, epochs);
 out:
     mt_http_stop(http);
     mt_trainer_dense_sync_destroy(d.dense);

@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_int.h"
+
 /* ============================== types ============================== */
 
 typedef enum prop_type {
@@ -209,16 +211,18 @@ static const prop_t props[] = {
     /* [trainer] */
     {KEY("trainer", "slots"), CFG(trainer.slots), STR(0, 65536), .def = "",
      .doc = "feature slots of the model, comma-separated, each below 32768; empty: the input "
-            "format's (criteo: 1..39; movielens: 1, 2 and the side-file slots); "
+            "format's (criteo: 1..39; movielens: 1, 2 and the side-file slots; tsv / csv: the "
+            "slots of `input.columns` in their order, unless a `[slot.N]` section configures "
+            "a slot they do not name: a PS-only table); "
             "`mt_config_derive_trainer_slots()` adds the table slots they need"},
-    {KEY("trainer", "dim"), CFG(trainer.dim), UINT(1, MT_TABLE_MAX_DIM), .def = "16",
+    {KEY("trainer", "dim"), CFG(trainer.dim), UINT(1, MT_TABLE_MAX_DIM), .def = "8",
      .doc = "embedding dim of every feature slot"},
     {KEY("trainer", "hidden"), CFG(trainer.hidden), STR(0, 256), .def = "256,128",
      .doc = "MLP hidden layer widths, comma-separated (at most 8); empty: no hidden layer"},
-    {KEY("trainer", "batch_size"), CFG(trainer.batch_size), UINT(1, 1u << 20), .def = "1024",
+    {KEY("trainer", "batch_size"), CFG(trainer.batch_size), UINT(1, 1u << 20), .def = "256",
      .doc = "examples per training step"},
     {KEY("trainer", "sparse_optimizer"), CFG(trainer.sparse_opt), ENUM(slot_opt_enum),
-     .def = "adagrad", .doc = "optimizer of the embeddings and first-order weights"},
+     .def = "ftrl", .doc = "optimizer of the embeddings and first-order weights"},
     {KEY("trainer", "sparse_lr"), CFG(trainer.sparse_lr), REAL(0, FINITE, OPEN), .def = "0.05",
      .doc = "its learning rate"},
     {KEY("trainer", "init_scale"), CFG(trainer.init_scale), REAL(0, FINITE, PF_MAX_OPEN),
@@ -273,17 +277,33 @@ static const prop_t props[] = {
     {KEY("input", "columns"), CFG(input.columns), STR(0, 65536), .def = "",
      .doc = "tsv / csv: `column:slot[:int|string][:multi]`, comma-separated; column = header "
             "name or 0-based index; int (default): the value is the id; string: its hash; "
-            "multi: split on `multi_sep`"},
+            "multi: split on `multi_sep`; several columns may feed one slot; with "
+            "`trainer.slots` empty these are the model's slots"},
     {KEY("input", "label"), CFG(input.label), STR(0, 256), .def = "label",
-     .doc = "tsv / csv: label column (name or index); empty: no label"},
+     .doc = "tsv / csv: label column (name or index; for `monolith replay --dataset csv` the "
+            "action column: a positive value is a click); empty: no label"},
     {KEY("input", "label_threshold"), CFG(input.label_threshold), REAL(-FINITE, FINITE, 0),
      .def = "0.5", .doc = "tsv / csv: label = value >= this"},
+    {KEY("input", "positive_labels"), CFG(input.positive_labels), STR(0, 4096), .def = "",
+     .doc = "tsv / csv: the values of the label column that mean positive, comma-separated "
+            "(`click, buy`: exact text); empty: the label is a number, 1 when >= "
+            "`label_threshold`"},
     {KEY("input", "timestamp"), CFG(input.timestamp), STR(0, 256), .def = "",
-     .doc = "tsv / csv: timestamp column (name or index); empty: none"},
+     .doc = "tsv / csv: timestamp column (name or index; `monolith replay --dataset csv` needs "
+            "it: the event time); empty: none"},
     {KEY("input", "time_unit"), CFG(input.time_unit), ENUM(time_unit_enum), .def = "ms",
      .doc = "tsv / csv: unit of the timestamp column"},
     {KEY("input", "multi_sep"), CFG(input.multi_sep), ENUM(sep_enum), .def = "pipe",
      .doc = "tsv / csv: separator of multi-hot values"},
+    {KEY("input", "request_id"), CFG(input.request_id), STR(0, 256), .def = "",
+     .doc = "`monolith replay --dataset csv`: request id column (name or index), the id the "
+            "joiner joins on (rows of one request show different items); empty: each row is a "
+            "request of its own, `csv-<line>`"},
+    {KEY("input", "item_id"), CFG(input.item_id), STR(0, 256), .def = "",
+     .doc = "`monolith replay --dataset csv`: the shown item's column (name or index): an "
+            "integer below 2^48 is the item id, other text is hashed; the slots `columns` feeds "
+            "from it go on the impression's item side; empty: item 0 (needs one request per "
+            "row)"},
     {KEY("input", "users_file"), CFG(input.users_file), STR(0, 4095), .def = "",
      .doc = "movielens-100k: u.user (side slots 3, 4, 5); empty: none"},
     {KEY("input", "items_file"), CFG(input.items_file), STR(0, 4095), .def = "",
@@ -1481,7 +1501,9 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
         return MT_CONFIG;
     }
     if (c->nslots == 0) {
-        mt_msgf(errbuf, errlen, "no [slot.N] section: at least one slot is required");
+        mt_msgf(errbuf, errlen,
+                "no slots: list the model's feature slots in trainer.slots, map columns to "
+                "slots in input.columns (format tsv / csv), or configure [slot.N] sections");
         return MT_CONFIG;
     }
     mt_table_config_t tc;
@@ -1538,7 +1560,9 @@ mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint
     }
 }
 
-/* The feature slots of [trainer]: the list, or the input format's. */
+/* The feature slots of [trainer]: the list, or the input format's. For tsv / csv, the
+ * slots of input.columns, unless a [slot.N] section configures a slot (or first-order slot)
+ * that they do not name: such a file describes a PS table of its own, not this model. */
 static mt_err_t trainer_slots(const mt_config_t *c, uint64_t *v, size_t cap, size_t *n,
                               char *errbuf, size_t errlen) {
     char msg[256];
@@ -1563,7 +1587,18 @@ static mt_err_t trainer_slots(const mt_config_t *c, uint64_t *v, size_t cap, siz
         }
         if (c->input.items_file[0]) v[(*n)++] = 6;
         break;
-    default: break; /* tsv / csv: no trainer slots unless listed (a PS-only config) */
+    default: { /* tsv / csv */
+        mt_err_t err = mt__config_column_slots(c->input.columns, v, cap, n, errbuf, errlen);
+        if (err) return err;
+        for (size_t k = 0; k < c->nslots && *n; k++) {
+            uint64_t s = c->slots[k].slot & 0x7fffu;
+            size_t i = 0;
+            while (i < *n && v[i] != s)
+                i++;
+            if (i == *n) *n = 0; /* a PS-only config: no trainer slots unless listed */
+        }
+        break;
+    }
     }
     return MT_OK;
 }
@@ -1676,10 +1711,11 @@ mt_err_t mt_config_write_reference(FILE *f) {
           "Sections: `[cluster]`, `[ps]`, `[table]`, `[dense]`, `[trainer]`, `[input]`,\n"
           "`[kafka]`, `[joiner]`, `[serving]`, `[tls]` (docs/security.md), and one `[slot.N]` per\n"
           "configured slot id N (0..65535; the top 16 bits of a feature id). At least one slot\n"
-          "is required and every slot needs a `dim`; `cluster.num_shards` and the number of\n"
-          "`cluster.ps` addresses must agree when both are given. Cross-field rules of the\n"
-          "table (e.g. `changelog_entries` >= 64 per part, Adam needs `eps` > 0) are those of\n"
-          "`mt_table_config_validate()`.\n"
+          "is required (a `[slot.N]` section, or derived from `trainer.slots` or, for tsv / csv\n"
+          "input, `input.columns`) and every slot needs a `dim`; `cluster.num_shards` and the\n"
+          "number of `cluster.ps` addresses must agree when both are given. Cross-field rules\n"
+          "of the table (e.g. `changelog_entries` >= 64 per part, Adam needs `eps` > 0) are\n"
+          "those of `mt_table_config_validate()`.\n"
           "\n"
           "| section | key | type | default | bounds | description |\n"
           "|---|---|---|---|---|---|\n",

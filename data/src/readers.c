@@ -98,6 +98,11 @@ struct mt_reader {
     size_t time_col;
     csv_slot_rt_t *cs;
     size_t ncs;
+    size_t text_col[MT_CSV_MAX_TEXT_COLUMNS];
+    size_t ntext;
+    char *text_buf; /* the text columns of the last parsed line, each NUL-terminated */
+    size_t text_cap, text_off[MT_CSV_MAX_TEXT_COLUMNS], text_len[MT_CSV_MAX_TEXT_COLUMNS];
+    bool have_text;
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -579,6 +584,14 @@ static mt_err_t check_column(const mt_csv_config_t *cfg, mt_csv_column_t c, cons
     return MT_OK;
 }
 
+/* The name of text column @p i in messages. */
+static void text_what(const mt_csv_config_t *cfg, size_t i, char *out, size_t len) {
+    if (cfg->text_names && cfg->text_names[i])
+        snprintf(out, len, "%s", cfg->text_names[i]);
+    else
+        snprintf(out, len, "text_columns[%zu]", i);
+}
+
 mt_err_t mt_csv_config_validate(const mt_csv_config_t *cfg, char *errbuf, size_t errlen) {
     if (!cfg) CFG_ERR("no config");
     if (!cfg->delimiter || cfg->delimiter == '\n' || cfg->delimiter == '\r')
@@ -621,12 +634,22 @@ mt_err_t mt_csv_config_validate(const mt_csv_config_t *cfg, char *errbuf, size_t
         if (s->multi && (!cfg->multi_sep || cfg->multi_sep == cfg->delimiter))
             CFG_ERR("slots[%zu]: multi needs a multi_sep other than the delimiter", i);
     }
+    if (cfg->ntext_columns > MT_CSV_MAX_TEXT_COLUMNS)
+        CFG_ERR("too many text columns (%zu, at most %d)", cfg->ntext_columns,
+                MT_CSV_MAX_TEXT_COLUMNS);
+    if (cfg->ntext_columns && !cfg->text_columns) CFG_ERR("text_columns is NULL");
+    for (size_t i = 0; i < cfg->ntext_columns; i++) {
+        char what[64];
+        text_what(cfg, i, what, sizeof(what));
+        if ((err = check_column(cfg, cfg->text_columns[i], what, errbuf, errlen))) return err;
+    }
     return MT_OK;
 }
 
-/* Resolves a column against the header fields in r->fields (when it has a name). */
-static mt_err_t resolve(mt_reader_t *r, mt_csv_column_t c, size_t *col, char *errbuf,
-                        size_t errlen) {
+/* Resolves a column against the header fields in r->fields (when it has a name); the
+ * message of an unknown name says @p what it was for and lists (the start of) the header. */
+static mt_err_t resolve(mt_reader_t *r, mt_csv_column_t c, const char *what, size_t *col,
+                        char *errbuf, size_t errlen) {
     if (!c.name) {
         *col = (size_t)c.index;
         return MT_OK;
@@ -638,7 +661,16 @@ static mt_err_t resolve(mt_reader_t *r, mt_csv_column_t c, size_t *col, char *er
             return MT_OK;
         }
     }
-    CFG_ERR("column '%s' is not in the header", c.name);
+    if (r->nfields == 0) CFG_ERR("%s: column '%s': the input has no header line", what, c.name);
+    char have[160];
+    size_t o = 0;
+    have[0] = '\0';
+    for (size_t i = 0; i < r->nfields && o + 1 < sizeof(have); i++) {
+        int w = snprintf(have + o, sizeof(have) - o, "%s%.*s", i ? ", " : "", SHOW(r->fields[i]));
+        if (w < 0) break;
+        o += (size_t)w; /* past the end when truncated: the loop stops */
+    }
+    CFG_ERR("%s: column '%s' is not in the header (%s)", what, c.name, have);
 }
 
 static mt_err_t csv_read_header(mt_reader_t *r, char *errbuf, size_t errlen) {
@@ -719,14 +751,23 @@ mt_err_t mt_reader_csv_open(const mt_csv_config_t *cfg, const char *path, FILE *
     }
     if (cfg->header && (err = csv_read_header(r, errbuf, errlen))) goto out;
     if (cfg->label_kind != MT_CSV_LABEL_NONE &&
-        (err = resolve(r, cfg->label, &r->label_col, errbuf, errlen)))
+        (err = resolve(r, cfg->label, "label", &r->label_col, errbuf, errlen)))
         goto out;
     if (cfg->time_unit != MT_CSV_TIME_NONE &&
-        (err = resolve(r, cfg->timestamp, &r->time_col, errbuf, errlen)))
+        (err = resolve(r, cfg->timestamp, "timestamp", &r->time_col, errbuf, errlen)))
         goto out;
+    for (size_t i = 0; i < cfg->ntext_columns; i++) {
+        char what[64];
+        text_what(cfg, i, what, sizeof(what));
+        if ((err = resolve(r, cfg->text_columns[i], what, &r->text_col[i], errbuf, errlen)))
+            goto out;
+    }
+    r->ntext = cfg->ntext_columns;
     for (size_t i = 0; i < cfg->nslots_cfg; i++) {
         csv_slot_rt_t *c = &r->cs[i];
-        if ((err = resolve(r, cfg->slots[i].column, &c->col, errbuf, errlen))) goto out;
+        char what[32];
+        snprintf(what, sizeof(what), "slots[%zu]", i);
+        if ((err = resolve(r, cfg->slots[i].column, what, &c->col, errbuf, errlen))) goto out;
         c->slot_id = cfg->slots[i].slot_id;
         c->kind = cfg->slots[i].kind;
         c->multi = cfg->slots[i].multi;
@@ -755,6 +796,41 @@ static mt_err_t csv_value(mt_reader_t *r, const csv_slot_rt_t *c, const char *p,
         fid = mt_fid_of_bytes(c->slot_id, p, len);
     }
     return push_fid(r, c->slot_idx, fid);
+}
+
+/* Copies the text columns of the current line into r->text_buf. */
+static mt_err_t csv_keep_text(mt_reader_t *r) {
+    size_t need = 0;
+    for (size_t i = 0; i < r->ntext; i++) {
+        if (r->text_col[i] >= r->nfields) return bad(r, "no column %zu", r->text_col[i] + 1);
+        need += r->fields[r->text_col[i]].len + 1;
+    }
+    if (!r->ntext) return MT_OK;
+    if (need > r->text_cap) {
+        size_t cap = need < 256 ? 256 : need;
+        char *b = realloc(r->text_buf, cap);
+        if (!b) return MT_NOMEM;
+        r->text_buf = b;
+        r->text_cap = cap;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < r->ntext; i++) {
+        field_t f = r->fields[r->text_col[i]];
+        memcpy(r->text_buf + o, f.p, f.len);
+        r->text_buf[o + f.len] = '\0';
+        r->text_off[i] = o;
+        r->text_len[i] = f.len;
+        o += f.len + 1;
+    }
+    return MT_OK;
+}
+
+mt_err_t mt_reader_csv_text(const mt_reader_t *r, size_t i, const char **text, size_t *len) {
+    if (!r || r->kind != K_CSV || i >= r->ntext || !text || !len) return MT_INVALID;
+    if (!r->have_text) return MT_NOT_FOUND;
+    *text = r->text_buf + r->text_off[i];
+    *len = r->text_len[i];
+    return MT_OK;
 }
 
 static mt_err_t csv_parse(mt_reader_t *r, float *label, int64_t *ts) {
@@ -812,7 +888,7 @@ static mt_err_t csv_parse(mt_reader_t *r, float *label, int64_t *ts) {
             a = e + 1;
         }
     }
-    return MT_OK;
+    return csv_keep_text(r);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -839,6 +915,7 @@ void mt_reader_destroy(mt_reader_t *r) {
             free(r->pos_labels[i]);
     free(r->pos_labels);
     free(r->cs);
+    free(r->text_buf);
     free(r);
 }
 
@@ -897,6 +974,7 @@ mt_err_t mt_reader_next(mt_reader_t *r, mt_batch_t *b, size_t max_examples) {
         if (err) return err;
         err = mt_batch_add(b, label, ts, 1.0f, (const uint64_t *const *)r->sfids, r->scnt);
         if (err) return err == MT_INVALID ? MT_INTERNAL : err;
+        r->have_text = r->ntext > 0;
         added++;
         r->stats.examples++;
     }

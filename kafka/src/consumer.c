@@ -506,11 +506,42 @@ size_t mt_kafka_consumer_assigned(const mt_kafka_consumer_t *c) {
     return atomic_load(&((mt_kafka_consumer_t *)c)->assigned);
 }
 
+/* Where partitions that returned no message since their assignment (position unknown to
+ * librdkafka) start: the caller's position (caller-owned mode), else the group's committed
+ * offset (one broker round trip for all of them), else -1 (the beginning). */
+static void start_positions(mt_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *parts) {
+    rd_kafka_topic_partition_list_t *ask = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < parts->cnt; i++) {
+        rd_kafka_topic_partition_t *tp = &parts->elems[i];
+        if (tp->offset >= 0) continue;
+        part_t *pt = find_locked(c, tp->topic, tp->partition);
+        if (atomic_load(&c->owned)) {
+            tp->offset = pt && pt->next >= 0 ? pt->next : -1;
+        } else {
+            if (!ask) ask = rd_kafka_topic_partition_list_new(parts->cnt);
+            if (ask) rd_kafka_topic_partition_list_add(ask, tp->topic, tp->partition);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!ask) return;
+    if (rd_kafka_committed(c->rk, ask, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        for (int i = 0; i < ask->cnt; i++) {
+            rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_find(
+                parts, ask->elems[i].topic, ask->elems[i].partition);
+            if (tp && ask->elems[i].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                tp->offset = ask->elems[i].offset;
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(ask);
+}
+
 int64_t mt_kafka_consumer_lag(const mt_kafka_consumer_t *c) {
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(c->rk, &parts) != RD_KAFKA_RESP_ERR_NO_ERROR || !parts) return -1;
     int64_t lag = parts->cnt ? 0 : -1;
     if (parts->cnt && rd_kafka_position(c->rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR) lag = -1;
+    if (lag >= 0) start_positions((mt_kafka_consumer_t *)c, parts);
     for (int i = 0; i < parts->cnt && lag >= 0; i++) {
         const rd_kafka_topic_partition_t *tp = &parts->elems[i];
         int64_t lo = 0, hi = 0;

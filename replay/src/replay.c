@@ -31,6 +31,11 @@ void mt_replay_config_init(mt_replay_config_t *cfg) {
     cfg->action_delay_ms = MT_REPLAY_ACTION_DELAY_MS_DEFAULT;
     cfg->positive_rating = 4.0f;
     mt_gen_config_init(&cfg->gen);
+    cfg->csv.request_id = cfg->csv.item_id = (mt_csv_column_t){-1, NULL};
+}
+
+static bool csv_has(mt_csv_column_t c) {
+    return c.name || c.index >= 0;
 }
 
 static mt_err_t config_error(char *errbuf, size_t errlen, const char *msg) {
@@ -48,6 +53,31 @@ mt_err_t mt_replay_config_validate(const mt_replay_config_t *cfg, char *errbuf, 
             return config_error(errbuf, errlen, "this dataset needs a path");
         break;
     case MT_REPLAY_GEN: return mt_gen_config_validate(&cfg->gen, errbuf, errlen);
+    case MT_REPLAY_CSV: {
+        const mt_replay_csv_config_t *c = &cfg->csv;
+        if (!cfg->path || !*cfg->path)
+            return config_error(errbuf, errlen, "this dataset needs a path");
+        if (!c->reader) return config_error(errbuf, errlen, "csv: no reader configuration");
+        if (c->reader->time_unit == MT_CSV_TIME_NONE)
+            return config_error(errbuf, errlen, "csv: no timestamp column (the event time)");
+        if (c->reader->label_kind == MT_CSV_LABEL_NONE)
+            return config_error(errbuf, errlen,
+                                "csv: no label column (the action: a positive value is a click)");
+        if (c->reader->ntext_columns)
+            return config_error(errbuf, errlen,
+                                "csv: the reader's text columns are the replay's (request_id, "
+                                "item_id)");
+        if (csv_has(c->request_id) && !csv_has(c->item_id))
+            return config_error(errbuf, errlen,
+                                "csv: a request id column needs an item id column (the rows of a "
+                                "request differ by their item)");
+        char msg[200];
+        if (mt_csv_config_validate(c->reader, msg, sizeof(msg)) != MT_OK) {
+            if (errbuf && errlen) snprintf(errbuf, errlen, "csv: %s", msg);
+            return MT_CONFIG;
+        }
+        break;
+    }
     default: return config_error(errbuf, errlen, "unknown dataset");
     }
     if (cfg->action_delay_ms < 0 || cfg->action_delay_ms > 86400000ll * 365)
@@ -178,8 +208,12 @@ mt_err_t mt_replay_open(const mt_replay_config_t *cfg, mt_replay_t **out, char *
         err = mt__replay_movielens_open(r, &r->state, &r->src, errbuf, errlen);
         break;
     case MT_REPLAY_GEN: err = mt__replay_gen_open(r, &r->state, &r->src, errbuf, errlen); break;
+    case MT_REPLAY_CSV: err = mt__replay_csv_open(r, &r->state, &r->src, errbuf, errlen); break;
     default: err = MT_CONFIG;
     }
+    /* what the csv source read during the open: the caller's, gone after this call */
+    r->cfg.csv.reader = NULL;
+    r->cfg.csv.request_id = r->cfg.csv.item_id = (mt_csv_column_t){-1, NULL};
     if (err) {
         free(r->path);
         free(r);

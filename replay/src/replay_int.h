@@ -1,6 +1,6 @@
 /*
  * replay_int.h - what the replay core (replay.c) and its sources (trivago.c, movielens.c,
- * gen_source.c) share.
+ * gen_source.c, csv.c) share.
  *
  * A source yields impressions in non-decreasing event time into the core's staged
  * impression (mt__replay_imp_t); the core merges them with the delayed actions of a
@@ -11,7 +11,7 @@
 
 #include "mt/replay.h"
 
-#define MT__REPLAY_MAX_SLOTS 16   /* per side */
+#define MT__REPLAY_MAX_SLOTS 64   /* per side (Criteo-like logs have 39 feature columns) */
 #define MT__REPLAY_MAX_FIDS  1024 /* per impression, both sides */
 
 /* The impression a source fills (the core clears it with mt__replay_imp_reset first). */
@@ -75,6 +75,9 @@ mt_err_t mt__replay_trivago_open(mt_replay_t *r, void **state, const mt__replay_
 mt_err_t mt__replay_movielens_open(mt_replay_t *r, void **state, const mt__replay_source_t **src,
                                    char *errbuf, size_t errlen);
 mt_err_t mt__replay_gen_open(mt_replay_t *r, void **state, const mt__replay_source_t **src,
+                             char *errbuf, size_t errlen);
+/* r->cfg.csv's pointers are valid during this call only (mt_replay_open() clears them). */
+mt_err_t mt__replay_csv_open(mt_replay_t *r, void **state, const mt__replay_source_t **src,
                              char *errbuf, size_t errlen);
 
 #endif /* MT_REPLAY_INT_H */

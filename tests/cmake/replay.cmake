@@ -7,6 +7,10 @@ find_package(ZLIB REQUIRED)
 mt_add_test(test_replay unit/replay/test_replay.c)
 target_link_libraries(test_replay PRIVATE mt_replay mt_data mt_proto ZLIB::ZLIB)
 target_link_libraries(test_replay PRIVATE Threads::Threads)
+# A user's own CSV / TSV log (--dataset csv), configured through [input] as the CLI does it,
+# on files the test writes.
+mt_add_test(test_replay_csv unit/replay/test_replay_csv.c)
+target_link_libraries(test_replay_csv PRIVATE mt_replay mt_config mt_data ZLIB::ZLIB)
 
 # monolith replay -> monolith-kafka-dev, read back with our consumer and kcat.
 find_program(MT_REPLAY_KCAT kcat)
@@ -28,4 +32,13 @@ if(TARGET monolith-joiner)
   # Exit 77: the trivago sample is absent (a clone without ../shared/data): ctest skips it.
   set_tests_properties(test_e2e_replay_trivago_join PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 ENVIRONMENT
     "MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_JOINER_BIN=$<TARGET_FILE:monolith-joiner>;MT_SHARED_DATA_BUILD=${CMAKE_SOURCE_DIR}/../shared/data")
+endif()
+
+# A log the test writes itself, through the whole loop: `monolith replay --dataset csv` (its
+# columns from [input]) -> monolith-kafka-dev -> monolith-joiner -> monolith-trainer --online
+# -> monolith-ps; exact counts at every step (tests/e2e/replay_csv_loop.sh). No shared data.
+if(TARGET monolith-joiner AND TARGET monolith-trainer AND TARGET monolith-ps)
+  add_test(NAME test_e2e_replay_csv_loop COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/replay_csv_loop.sh)
+  set_tests_properties(test_e2e_replay_csv_loop PROPERTIES TIMEOUT 900 ENVIRONMENT
+    "MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_JOINER_BIN=$<TARGET_FILE:monolith-joiner>;MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>")
 endif()

@@ -74,34 +74,32 @@ EOF
 # every message, then once more with --drain to close the last windows. Reports are per run.
 total=$((shown + positives))
 seen=0 pos=0 neg=0 late=0
-for round in 1 2 3 4 5 6 drain; do
-  extra=()
-  dur=30
-  if [ "$round" = drain ]; then extra=(--drain); dur=8; fi
+# One joiner run: 30 s of consuming (or, with --drain, a short one that closes every window
+# at its end), its report added to the totals.
+join_round() { # NAME DURATION [--drain]
+  local name=$1 dur=$2
+  shift 2
   "$MT_JOINER_BIN" --config "$tmp/joiner.conf" --set "kafka.bootstrap=$bs" \
     --set joiner.allowed_lateness_s=86400 --set joiner.idle_advance_ms=0 \
-    --duration-s "$dur" "${extra[@]}" --report "$tmp/join.json" > "$tmp/join.out" \
-    2> "$tmp/join.err" || { tail -30 "$tmp/join.err" >&2; fail "monolith-joiner (round $round)"; }
-  echo "round $round: $(cat "$tmp/join.json")"
+    --duration-s "$dur" "$@" --report "$tmp/join.json" > "$tmp/join.out" \
+    2> "$tmp/join.err" || { tail -30 "$tmp/join.err" >&2; fail "monolith-joiner (round $name)"; }
+  echo "round $name: $(cat "$tmp/join.json")"
   seen=$((seen + $(json "$tmp/join.json" impressions) + $(json "$tmp/join.json" actions)))
   pos=$((pos + $(json "$tmp/join.json" positives)))
   neg=$((neg + $(json "$tmp/join.json" negatives)))
   late=$((late + $(json "$tmp/join.json" late_impressions) + $(json "$tmp/join.json" late_actions)))
-  [ "$round" = drain ] && break
-  [ "$round" -lt 6 ] || fail "the joiner saw $seen of $total messages in 6 rounds"
-  if [ "$seen" -ge "$total" ]; then
-    # skip to the drain round
-    "$MT_JOINER_BIN" --config "$tmp/joiner.conf" --set "kafka.bootstrap=$bs" \
-      --set joiner.allowed_lateness_s=86400 --set joiner.idle_advance_ms=0 \
-      --duration-s 8 --drain --report "$tmp/join.json" > "$tmp/join.out" 2> "$tmp/join.err" \
-      || { tail -30 "$tmp/join.err" >&2; fail "monolith-joiner (drain)"; }
-    echo "drain: $(cat "$tmp/join.json")"
-    seen=$((seen + $(json "$tmp/join.json" impressions) + $(json "$tmp/join.json" actions)))
-    pos=$((pos + $(json "$tmp/join.json" positives)))
-    neg=$((neg + $(json "$tmp/join.json" negatives)))
-    break
-  fi
+}
+# Rounds until every message was seen (a loaded machine needs more of them); a joiner that
+# stops making progress for two rounds in a row is stuck.
+round=0 stalled=0
+while [ "$seen" -lt "$total" ]; do
+  round=$((round + 1))
+  before=$seen
+  join_round "$round" 30
+  if [ "$seen" -gt "$before" ]; then stalled=0; else stalled=$((stalled + 1)); fi
+  [ "$stalled" -lt 2 ] || fail "the joiner stopped at $seen of $total messages (round $round)"
 done
+join_round drain 8 --drain
 [ "$seen" -eq "$total" ] || fail "the joiner read $seen messages, $total were replayed"
 [ "$late" -eq 0 ] || echo "note: $late messages counted late by the joiner"
 [ "$pos" = "$positives" ] || fail "joiner positives $pos, the file says $positives"

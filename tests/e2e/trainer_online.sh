@@ -6,8 +6,11 @@
 #  2. committed means committed: a second trainer of g1 finds nothing left; after 10,000
 #     more examples it trains on exactly those (nothing replayed, nothing lost);
 #  3. a trainer of another group g2 reads everything again (40,000 + 3 garbage) and learns
-#     (progressive AUC above 0.6);
+#     (AUC of the last 2,000 examples, progressive, above 0.6); another one, scraped while it
+#     trains, serves its Prometheus metrics;
 #  4. against a PS shard (sparse and dense parameters there), with the shard's rows > 0.
+# Every run ends on a condition, never on a clock: --max-examples, or --until-caught-up (every
+# partition consumed up to its high watermark), so a loaded machine only makes it slower.
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
 set -euo pipefail
 : "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
@@ -31,41 +34,52 @@ cat "$tmp/r1.out"
 [ "$(json "$tmp/r1.json" examples)" = 30000 ] || fail "run 1: $(cat "$tmp/r1.json")"
 # the garbage sits before or among the examples of partition 0: wait until it is seen
 grep -q "examples/0@[0-9]*: bad message skipped" "$tmp/r1.err" || {
-  # --max-examples may stop before the trainer reaches it; a short run picks it up
-  "$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g1 --online --duration-s 8 \
+  # --max-examples may stop before the trainer reaches it; a catch-up run picks it up
+  "$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g1 --online --until-caught-up \
     --report "$tmp/r1b.json" > /dev/null 2>> "$tmp/r1.err" || fail "run 1b"
   [ "$(json "$tmp/r1b.json" examples)" = 0 ] || fail "run 1b trained: $(cat "$tmp/r1b.json")"
 }
 [ "$(grep -c "bad message skipped" "$tmp/r1.err")" = 3 ] || { cat "$tmp/r1.err" >&2; fail "3 bad messages expected"; }
 
 echo "== 2. nothing left for g1; then exactly the 10,000 new ones"
-"$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g1 --online --duration-s 8 \
+"$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g1 --online --until-caught-up \
   --report "$tmp/r2.json" > /dev/null 2> "$tmp/r2.err" || { cat "$tmp/r2.err" >&2; fail "run 2"; }
 [ "$(json "$tmp/r2.json" examples)" = 0 ] || fail "run 2 replayed: $(cat "$tmp/r2.json")"
 "$MT_CLI_BIN" gen --examples 10000 --seed 3 --users 1000 --items 300 --kafka "$bs" --topic examples
-"$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g1 --online --duration-s 10 \
+"$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g1 --online --until-caught-up \
   --report "$tmp/r3.json" > /dev/null 2> "$tmp/r3.err" || { cat "$tmp/r3.err" >&2; fail "run 3"; }
 [ "$(json "$tmp/r3.json" examples)" = 10000 ] || fail "run 3: $(cat "$tmp/r3.json")"
 
 echo "== 3. group g2 reads everything"
-"$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g2 --online --duration-s 10 \
-  --set trainer.metrics_listen=127.0.0.1:0 --report "$tmp/r4.json" > /dev/null 2> "$tmp/r4.err" &
-t4=$!
-# its Prometheus endpoint while it runs
-wait_until "$E2E_GUARD_S" grep -q "metrics on port" "$tmp/r4.err" || true # judged below
-mport=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/r4.err" | head -1)
-[ -n "$mport" ] || { cat "$tmp/r4.err" >&2; fail "no metrics port"; }
-exec 3<>"/dev/tcp/127.0.0.1/$mport"
-printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
-metrics=$(cat <&3); exec 3<&-
-grep -q "^monolith_trainer_examples_total " <<< "$metrics" || fail "metrics: $metrics"
-grep -q "^monolith_trainer_window_auc " <<< "$metrics" || fail "metrics: $metrics"
-grep -q "^monolith_trainer_consumer_lag_messages " <<< "$metrics" || fail "metrics: $metrics"
-wait "$t4" || { cat "$tmp/r4.err" >&2; fail "run 4"; }
+"$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g2 --online --until-caught-up \
+  --report "$tmp/r4.json" > /dev/null 2> "$tmp/r4.err" || { cat "$tmp/r4.err" >&2; fail "run 4"; }
 [ "$(json "$tmp/r4.json" examples)" = 40000 ] || fail "run 4: $(cat "$tmp/r4.json")"
 [ "$(json "$tmp/r4.json" bad_messages)" = 3 ] || fail "run 4: $(cat "$tmp/r4.json")"
-auc=$(json "$tmp/r4.json" progressive_auc)
-awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "progressive AUC $auc"
+# learned: the AUC of the last auc_window (2,000) examples, scored before training on each; the
+# progressive AUC over all 40,000 also counts the cold start, whose length depends on the
+# optimizer settings of the configuration, not on the online path under test
+auc=$(json "$tmp/r4.json" window_auc)
+awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "window AUC $auc (progressive $(json "$tmp/r4.json" progressive_auc))"
+# the Prometheus endpoint of a trainer (group g2m) scraped while it trains: it runs until
+# SIGTERM, and the scrape is repeated until it has trained something
+"$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g2m --online \
+  --set trainer.metrics_listen=127.0.0.1:0 --report "$tmp/r4m.json" > /dev/null 2> "$tmp/r4m.err" &
+t4=$!
+wait_until "$E2E_GUARD_S" grep -q "metrics on port" "$tmp/r4m.err" || true # judged below
+mport=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/r4m.err" | head -1)
+[ -n "$mport" ] || { cat "$tmp/r4m.err" >&2; fail "no metrics port"; }
+scrape() {
+  exec 3<>"/dev/tcp/127.0.0.1/$mport" || return 1
+  printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
+  cat <&3 > "$tmp/metrics.txt"
+  exec 3<&-
+  grep -q "^monolith_trainer_examples_total [1-9]" "$tmp/metrics.txt"
+}
+wait_until "$E2E_GUARD_S" scrape || { cat "$tmp/r4m.err" "$tmp/metrics.txt" >&2; fail "metrics: nothing trained"; }
+grep -q "^monolith_trainer_window_auc " "$tmp/metrics.txt" || fail "metrics: $(cat "$tmp/metrics.txt")"
+grep -q "^monolith_trainer_consumer_lag_messages " "$tmp/metrics.txt" || fail "metrics: $(cat "$tmp/metrics.txt")"
+kill -TERM "$t4"
+wait "$t4" || { cat "$tmp/r4m.err" >&2; fail "run 4m: exit status $? after SIGTERM"; }
 
 echo "== 4. against a PS shard"
 "$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps.port" \

@@ -39,12 +39,12 @@ struct mt_trainer {
 
 void mt_trainer_config_init(mt_trainer_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->dim = 16;
+    cfg->dim = 8; /* dim, optimizer and lr: [trainer]'s defaults (docs/trainer.md's sweep) */
     cfg->nhidden = 2;
     cfg->hidden[0] = 256;
     cfg->hidden[1] = 128;
     cfg->seed = 1;
-    cfg->sparse_opt = MT_OPT_ADAGRAD;
+    cfg->sparse_opt = MT_OPT_FTRL;
     cfg->sparse_lr = 0.05f;
     cfg->init_scale = 0.01f;
     cfg->dense_lr = 0.001f;

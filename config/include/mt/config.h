@@ -119,16 +119,20 @@ typedef struct mt_config_trainer {
     char *metrics_listen;           /* Prometheus /metrics "host:port"; "" = disabled */
 } mt_config_trainer_t;
 
-/** [input]: how the batch trainer reads files (generic reader keys apply to tsv / csv). */
+/** [input]: how the batch trainer and `monolith replay --dataset csv` read files (generic
+ *  reader keys apply to tsv / csv; mt/config_input.h turns them into the reader's config). */
 typedef struct mt_config_input {
     mt_config_input_format_t format;
     int header;             /* 1: the first line names the columns */
     char *columns;          /* "col:slot[:int|string][:multi], ..." col = header name or index */
     char *label;            /* label column (name or index); "" = no label (all 0) */
     double label_threshold; /* label = value >= this */
+    char *positive_labels;  /* "click, buy": label = value is one of these; "" = threshold */
     char *timestamp;        /* timestamp column; "" = none */
     int time_unit;          /* 1 = seconds, 2 = milliseconds */
     int multi_sep;          /* the character separating multi-hot values */
+    char *request_id;       /* replay: request id column; "" = one request per row */
+    char *item_id;          /* replay: shown item column; "" = none (item 0) */
     char *users_file;       /* MovieLens 100k u.user; "" = none */
     char *items_file;       /* MovieLens u.item / movies.csv; "" = none */
 } mt_config_input_t;
@@ -265,14 +269,20 @@ mt_err_t mt_config_kafka_bootstrap(const mt_config_t *c, char *out, size_t len, 
  * Cross-field checks after loading and overrides: every field within its bounds, every slot
  * has a dim, num_shards equals the number of ps addresses when both are given, ps.shard is
  * below the number of shards (num_shards, else the number of addresses, else 1), at least
- * one slot, then mt_table_config_validate() on the table config with the slots attached.
+ * one slot (the message names trainer.slots, input.columns and [slot.N]: call
+ * mt_config_derive_trainer_slots() first), then mt_table_config_validate() on the table
+ * config with the slots attached.
  * @returns MT_OK, MT_CONFIG (message in @p errbuf) or MT_NOMEM.
  */
 mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen);
 
 /**
- * Adds the table slots the trainer's model needs ([trainer] slots) that no [slot.N] section
- * configures: for each feature slot s, slot s (dim = trainer.dim, uniform init of half-width
+ * Adds the table slots the trainer's model needs that no [slot.N] section configures. The
+ * model's feature slots are [trainer] slots, or when it is empty the input format's: criteo
+ * 1..39; movielens 1, 2 and the side-file slots; tsv / csv the slots input.columns maps
+ * columns to, in the order of their first entry (the reader's order), unless a [slot.N]
+ * section configures a slot (or first-order slot) they do not name (a PS-only table: then
+ * none). For each feature slot s: slot s (dim = trainer.dim, uniform init of half-width
  * init_scale seeded with trainer.seed, the sparse optimizer, lr, min_count and ttl_s) and
  * its first-order slot s | 0x8000 (dim 1, zeros, the same optimizer). These are the slots
  * mt_trainer_slot_configs() makes, so PS shards and a local trainer agree. A configured
@@ -280,7 +290,8 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen);
  * loading and overrides, before mt_config_validate(); calling it twice changes nothing.
  * @param[out] slots_out  optional: the feature slots parsed from trainer.slots
  * @param[in,out] nslots_out  in: capacity of slots_out; out: their number
- * @returns MT_OK, MT_CONFIG (bad trainer.slots, a dim mismatch; message in @p errbuf) or MT_NOMEM.
+ * @returns MT_OK, MT_CONFIG (bad trainer.slots or input.columns, a dim mismatch; message in
+ *          @p errbuf) or MT_NOMEM.
  */
 mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, size_t *nslots_out,
                                         char *errbuf, size_t errlen);

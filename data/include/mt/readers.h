@@ -206,9 +206,20 @@ typedef struct mt_csv_config {
     mt_csv_column_t timestamp;
     const mt_csv_slot_t *slots; /* nslots_cfg column -> slot mappings, at least one */
     size_t nslots_cfg;
+    /* Text columns: ntext_columns (at most MT_CSV_MAX_TEXT_COLUMNS) columns whose raw text
+     * mt_reader_csv_text() returns for the last example read (a request id, an item id: what
+     * is no feature). A line without one of them is bad; an empty value is not. */
+    const mt_csv_column_t *text_columns;
+    const char *const *text_names; /* NULL, or ntext_columns names for messages (else
+                                      "text_columns[i]") */
+    size_t ntext_columns;
 } mt_csv_config_t;
 
-/** Defaults: ',', '"', header, '|', strict, no label, no timestamp, no slots (set them). */
+/** Most text columns of one reader. */
+#define MT_CSV_MAX_TEXT_COLUMNS 8
+
+/** Defaults: ',', '"', header, '|', strict, no label, no timestamp, no slots (set them),
+ *  no text columns. */
 void mt_csv_config_init(mt_csv_config_t *cfg);
 
 /**
@@ -225,6 +236,15 @@ mt_err_t mt_csv_config_validate(const mt_csv_config_t *cfg, char *errbuf, size_t
  */
 mt_err_t mt_reader_csv_open(const mt_csv_config_t *cfg, const char *path, FILE *in,
                             mt_reader_t **out, char *errbuf, size_t errlen);
+
+/**
+ * The text of text column @p i (see mt_csv_config_t) in the line of the last example
+ * mt_reader_next() appended: @p *text is NUL-terminated (quotes removed), @p *len its length.
+ * Valid until the next mt_reader_next() or mt_reader_destroy() on @p r.
+ * @returns MT_OK, MT_INVALID (not a generic reader, @p i out of range), MT_NOT_FOUND (no
+ *          example read yet).
+ */
+mt_err_t mt_reader_csv_text(const mt_reader_t *r, size_t i, const char **text, size_t *len);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Common                                                                                   */

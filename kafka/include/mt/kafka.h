@@ -258,7 +258,10 @@ size_t mt_kafka_consumer_assigned(const mt_kafka_consumer_t *c);
 
 /**
  * Consumer lag: messages between this member's positions and the high watermarks of its
- * assigned partitions, from the watermarks the fetcher cached (no broker round trip).
+ * assigned partitions, from the watermarks the fetcher cached. A partition that returned no
+ * message since it was assigned counts from where it starts: the caller's position
+ * (caller-owned mode), else the group's committed offset (one broker round trip, at most 2 s,
+ * for all such partitions), else its beginning.
  * @returns the sum, or -1 while unknown (nothing assigned or fetched yet).
  * Thread safety: any thread.
  */

@@ -16,13 +16,19 @@
  *     ("ml-<user>-<movie>"); a rating >= positive_rating (default 4) gets an ACTION.
  *   - MT_REPLAY_GEN: the synthetic generator (data/gen.h); each example is an IMPRESSION
  *     ("gen-<seed>-<n>", as `monolith gen --kafka` names them), a positive label an ACTION.
+ *   - MT_REPLAY_CSV: a user's own log, any CSV / TSV (plain or gzip) read by the generic
+ *     reader (data/readers.h) as cfg.csv says: each row an IMPRESSION (its slot columns the
+ *     features; its request id and item from their columns, or "csv-<line>" and item 0), a
+ *     positive label (the action column) an ACTION. `monolith replay --dataset csv` builds
+ *     cfg.csv from the [input] keys the batch trainer reads (mt/config_input.h).
  *
  * Order. Events come out sorted by (timestamp_ms, kind, sequence): an ACTION never precedes
- * its IMPRESSION, and at equal timestamps impressions come before actions. The trivago and
- * MovieLens files are not in time order: they are read whole at open and sorted in memory
- * (trivago keeps only its click-out rows, about 1 KiB each). The generator's stream is in
- * time order already; pending actions wait in a heap whose size is bounded by the actions
- * of one action_delay_ms of event time.
+ * its IMPRESSION, and at equal timestamps impressions come before actions. The trivago,
+ * MovieLens and csv files are not (or not surely) in time order: they are read whole at open
+ * and sorted in memory, ties in file order (trivago keeps only its click-out rows, about
+ * 1 KiB each; csv its rows' fids and ids). The generator's stream is in time order already;
+ * pending actions wait in a heap whose size is bounded by the actions of one
+ * action_delay_ms of event time.
  *
  * Bad input rows are skipped, counted and reported with their line number (header = line 1)
  * through mt_replay_stats() and an optional callback; they never stop a replay.
@@ -42,6 +48,7 @@
 
 #include "mt/err.h"
 #include "mt/gen.h"
+#include "mt/readers.h"
 
 /** Longest request id (bytes, without the terminating NUL). */
 #define MT_REPLAY_MAX_REQUEST_ID          63
@@ -57,6 +64,7 @@ typedef enum mt_replay_dataset {
     MT_REPLAY_MOVIELENS_LATEST, /* path: the folder with ratings.csv (movies.csv used if there)
                                    or ratings.csv itself */
     MT_REPLAY_GEN,              /* no path: the synthetic generator with cfg.gen */
+    MT_REPLAY_CSV,              /* path: a CSV / TSV file, plain or gzip, read as cfg.csv says */
 } mt_replay_dataset_t;
 
 /* Slots of the trivago events (top 16 bits of each fid; see docs/replay.md). */
@@ -110,6 +118,18 @@ typedef struct mt_replay_event {
  *  mt_replay_next() otherwise); @p reason is valid for the call only. */
 typedef void (*mt_replay_bad_row_cb)(void *opaque, uint64_t line, const char *reason);
 
+/** MT_REPLAY_CSV: the generic reader's configuration and the columns that are no feature. */
+typedef struct mt_replay_csv_config {
+    const mt_csv_config_t *reader; /* borrowed, read during mt_replay_open() only: columns ->
+                                      slots, the label (the action column: 1 = a click, which
+                                      is required), the timestamp (required; the event time);
+                                      no text columns (the two below are the replay's) */
+    mt_csv_column_t request_id;    /* none (index -1, no name): every row is a request of its
+                                      own, "csv-<line>"; read during open only */
+    mt_csv_column_t item_id;       /* none: item 0 (then request_id must be none too); its
+                                      slots in reader->slots are item-side, others user-side */
+} mt_replay_csv_config_t;
+
 typedef struct mt_replay_config {
     mt_replay_dataset_t dataset;
     const char *path;                /* see mt_replay_dataset_t; copied */
@@ -118,6 +138,7 @@ typedef struct mt_replay_config {
                                     which still come); 0 = all (the generator: endless) */
     float positive_rating;           /* MovieLens: rating >= this is a click; default 4 */
     mt_gen_config_t gen;             /* MT_REPLAY_GEN; mt_gen_config_init() defaults */
+    mt_replay_csv_config_t csv;      /* MT_REPLAY_CSV; no reader, no columns by default */
     mt_replay_bad_row_cb bad_row_cb; /* may be NULL */
     void *bad_row_opaque;
 } mt_replay_config_t;
@@ -129,12 +150,13 @@ typedef struct mt_replay_bad_row {
 
 typedef struct mt_replay_stats {
     uint64_t rows;             /* dataset rows read (header and side files not included) */
-    uint64_t requests;         /* trivago: click-out rows used; others: impressions */
+    uint64_t requests;         /* trivago: click-out rows used; others: impressions (csv: the
+                                  good rows) */
     uint64_t impressions;      /* impressions returned so far by mt_replay_next() */
     uint64_t actions;          /* actions returned so far */
     uint64_t clicks_not_shown; /* trivago: click-outs whose clicked hotel was not in the list
                                   (no action: nothing to join it with) */
-    uint64_t bad_rows;         /* rows skipped as bad */
+    uint64_t bad_rows;         /* rows skipped as bad (csv: also a repeated request and item) */
     uint64_t last_bad_line;    /* line of the last bad row, 0 if none */
     uint64_t side_bad_rows;    /* MovieLens: lines skipped in u.user, u.item or movies.csv */
     uint32_t nbad_kept;
@@ -145,7 +167,8 @@ typedef struct mt_replay_stats {
 
 typedef struct mt_replay mt_replay_t;
 
-/** Defaults: trivago, no path, delay 5000 ms, no limit, positive rating 4, gen defaults. */
+/** Defaults: trivago, no path, delay 5000 ms, no limit, positive rating 4, gen defaults, no
+ *  csv reader and no csv id columns. */
 void mt_replay_config_init(mt_replay_config_t *cfg);
 
 /** Checks @p cfg; on error a one-line reason in @p errbuf (may be NULL).
@@ -153,12 +176,14 @@ void mt_replay_config_init(mt_replay_config_t *cfg);
 mt_err_t mt_replay_config_validate(const mt_replay_config_t *cfg, char *errbuf, size_t errlen);
 
 /**
- * Opens a replay: validates @p cfg, opens the dataset and, for trivago and MovieLens, reads
- * and sorts it whole (bad rows are reported during this call).
+ * Opens a replay: validates @p cfg, opens the dataset and, for trivago, MovieLens and csv,
+ * reads and sorts it whole (bad rows are reported during this call).
  * @param[out] out     freed with mt_replay_destroy(); untouched on error
  * @param[out] errbuf  on error, why (may be NULL)
- * @returns MT_OK, MT_INVALID (NULL argument), MT_CONFIG, MT_IO (cannot open or read a file),
- *          MT_CORRUPT (trivago: a header without the needed columns), MT_NOMEM.
+ * @returns MT_OK, MT_INVALID (NULL argument), MT_CONFIG (csv: also a column name that is not
+ *          in the header, too many slots), MT_IO (cannot open or read a file), MT_CORRUPT
+ *          (trivago: a header without the needed columns; trivago, csv: an empty file),
+ *          MT_NOMEM.
  */
 mt_err_t mt_replay_open(const mt_replay_config_t *cfg, mt_replay_t **out, char *errbuf,
                         size_t errlen);

@@ -25,6 +25,7 @@
 
 #include "mt/config.h"
 #include "mt/config_cli.h"
+#include "mt/config_input.h"
 
 /* The example of the design brief, comments and all. */
 static const char *const example =
@@ -135,9 +136,12 @@ static const char *const all_keys[] = {
     "[input] columns",
     "[input] label",
     "[input] label_threshold",
+    "[input] positive_labels",
     "[input] timestamp",
     "[input] time_unit",
     "[input] multi_sep",
+    "[input] request_id",
+    "[input] item_id",
     "[input] users_file",
     "[input] items_file",
     "[kafka] bootstrap",
@@ -264,7 +268,9 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         strcmp(i1->label, i2->label) || i1->label_threshold != i2->label_threshold ||
         strcmp(i1->timestamp, i2->timestamp) || i1->time_unit != i2->time_unit ||
         i1->multi_sep != i2->multi_sep || strcmp(i1->users_file, i2->users_file) ||
-        strcmp(i1->items_file, i2->items_file))
+        strcmp(i1->items_file, i2->items_file) ||
+        strcmp(i1->positive_labels, i2->positive_labels) ||
+        strcmp(i1->request_id, i2->request_id) || strcmp(i1->item_id, i2->item_id))
         return false;
     const mt_config_kafka_t *k1 = &a->kafka, *k2 = &b->kafka;
     if (strcmp(k1->bootstrap, k2->bootstrap) || strcmp(k1->bootstrap_file, k2->bootstrap_file) ||
@@ -992,7 +998,7 @@ Test(config, validate_cross_field_rules) {
     /* No slots; shard without any shard count; neither count given. */
     init(&c);
     cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
-    cr_assert_str_eq(err, "no [slot.N] section: at least one slot is required");
+    cr_assert(strstr(err, "no slots: ") == err, "%s", err);
     cr_assert_eq(mt_config_set(&c, "slot.0.dim", "4", err, sizeof(err)), MT_OK);
     cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
     cr_assert_eq(mt_config_set(&c, "ps.shard", "1", err, sizeof(err)), MT_OK);
@@ -1309,6 +1315,200 @@ Test(config, trainer_slots_are_derived_as_the_trainer_makes_them) {
     cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK);
     cr_assert_eq(c.nslots, 0);
     mt_config_free(&c);
+}
+
+/* A user who maps columns to slots in [input] need not list them again: with trainer.slots
+ * empty and no [slot.N] of another slot, the model's slots are the columns', in the reader's
+ * order (first entry first), with the default slot settings; twice changes nothing. */
+Test(config, trainer_slots_derived_from_input_columns) {
+    mt_config_t c;
+    char err[256] = "";
+    init(&c);
+    cr_assert_eq(
+        mt_config_load_string(&c,
+                              "[trainer]\ndim = 8\nsparse_lr = 0.2\n[input]\nformat = tsv\n"
+                              "columns = b:5, a:2, c:5:string, d:7:int:multi\n",
+                              NULL, err, sizeof(err)),
+        MT_OK, "%s", err);
+    uint16_t slots[8];
+    size_t n = 8;
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(n, 3);
+    cr_assert(slots[0] == 5 && slots[1] == 2 && slots[2] == 7, "%u %u %u", slots[0], slots[1],
+              slots[2]);
+    cr_assert_eq(c.nslots, 6); /* 2, 5, 7 and their first-order slots */
+    const mt_table_slot_config_t *s5 = mt_config_slot(&c, 5, NULL),
+                                 *w7 = mt_config_slot(&c, 0x8007, NULL);
+    cr_assert(s5 && w7);
+    cr_assert_eq(s5->dim, 8);
+    cr_assert_eq(s5->init, MT_INIT_UNIFORM);
+    cr_assert_float_eq(s5->lr, 0.2f, 1e-9);
+    cr_assert_eq(w7->dim, 1);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    n = 8; /* twice: the same slots out, nothing added */
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(n, 3);
+    cr_assert(slots[0] == 5 && slots[1] == 2 && slots[2] == 7);
+    cr_assert_eq(c.nslots, 6);
+    mt_config_free(&c);
+    /* csv too; a [slot.N] of one of the columns' slots overrides its settings */
+    init(&c);
+    cr_assert_eq(mt_config_load_string(&c,
+                                       "[input]\nformat = csv\ncolumns = user:1, item:2\n"
+                                       "[trainer]\ndim = 16\n[slot.2]\ndim = 16\nlr = 0.5\n",
+                                       NULL, err, sizeof(err)),
+                 MT_OK, "%s", err);
+    n = 8;
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(c.nslots, 4);
+    cr_assert_float_eq(mt_config_slot(&c, 2, NULL)->lr, 0.5f, 1e-9);
+    mt_config_free(&c);
+    /* bad columns are an error of input.columns (not a silent "no slots") */
+    init(&c);
+    cr_assert_eq(mt_config_set(&c, "input.columns", "user:1, item:40000", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "input.columns: 'item:40000': bad slot '40000'"), "%s", err);
+    mt_config_free(&c);
+}
+
+Test(config, explicit_trainer_slots_and_slot_sections_win_over_columns) {
+    mt_config_t c;
+    char err[256] = "";
+    uint16_t slots[8];
+    size_t n = 8;
+    /* trainer.slots listed: exactly those, whatever the columns say */
+    init(&c);
+    cr_assert_eq(mt_config_load_string(&c,
+                                       "[trainer]\nslots = 2\n[input]\ncolumns = a:1, b:2, c:3\n",
+                                       NULL, err, sizeof(err)),
+                 MT_OK, "%s", err);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(slots[0], 2);
+    cr_assert_eq(c.nslots, 2);
+    cr_assert_null(mt_config_slot(&c, 1, NULL));
+    mt_config_free(&c);
+    /* a [slot.N] the columns do not name: a PS-only table, no trainer slots derived */
+    init(&c);
+    cr_assert_eq(mt_config_load_string(&c, "[input]\ncolumns = a:1, b:2\n[slot.9]\ndim = 4\n", NULL,
+                                       err, sizeof(err)),
+                 MT_OK, "%s", err);
+    n = 8;
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(c.nslots, 1);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    mt_config_free(&c);
+    /* criteo and movielens keep their own slots (columns are the generic reader's) */
+    init(&c);
+    cr_assert_eq(mt_config_load_string(&c, "[input]\nformat = criteo\ncolumns = a:1\n", NULL, err,
+                                       sizeof(err)),
+                 MT_OK, "%s", err);
+    n = 8;
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK, "%s",
+                 err);
+    cr_assert_eq(c.nslots, 78);
+    mt_config_free(&c);
+}
+
+/* No slots anywhere: the error names every key that would give some. */
+Test(config, no_slots_error_names_the_keys_that_give_them) {
+    mt_config_t c;
+    char err[256] = "";
+    init(&c);
+    cr_assert_eq(
+        mt_config_load_string(&c, "[input]\nformat = tsv\nlabel = click\n", NULL, err, sizeof(err)),
+        MT_OK, "%s", err);
+    size_t n = 8;
+    uint16_t slots[8];
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "no slots: list the model's feature slots in trainer.slots, map "
+                          "columns to slots in input.columns (format tsv / csv), or configure "
+                          "[slot.N] sections");
+    cr_assert_null(strstr(err, "no [slot.N] section"));
+    mt_config_free(&c);
+}
+
+/* [input] as the generic reader's configuration: the syntax, the label kinds, the errors. */
+Test(config, input_section_as_the_csv_reader_config) {
+    mt_config_t c;
+    mt_config_csv_t cc;
+    char err[256] = "";
+    init(&c);
+    cr_assert_eq(mt_config_load_string(&c,
+                                       "[input]\nformat = tsv\n"
+                                       "columns =  user : 1 , 3:2:string, tags:4:string:multi,,\n"
+                                       "label = event\npositive_labels = click , buy\n"
+                                       "timestamp = 0\ntime_unit = s\nmulti_sep = semicolon\n"
+                                       "request_id = rid\nitem_id = 3\n",
+                                       NULL, err, sizeof(err)),
+                 MT_OK, "%s", err);
+    cr_assert_eq(mt_config_input_csv(&c, &cc, err, sizeof(err)), MT_OK, "%s", err);
+    const mt_csv_config_t *r = &cc.csv;
+    cr_assert_eq(r->delimiter, '\t');
+    cr_assert(r->header);
+    cr_assert_eq(r->multi_sep, ';');
+    cr_assert_eq(r->nslots_cfg, 3);
+    cr_assert_str_eq(r->slots[0].column.name, "user");
+    cr_assert_eq(r->slots[0].slot_id, 1);
+    cr_assert_eq(r->slots[0].kind, MT_CSV_INT);
+    cr_assert_null(r->slots[1].column.name);
+    cr_assert_eq(r->slots[1].column.index, 3);
+    cr_assert_eq(r->slots[1].kind, MT_CSV_STRING);
+    cr_assert(r->slots[2].multi && !r->slots[1].multi);
+    cr_assert_eq(r->label_kind, MT_CSV_LABEL_STRINGS);
+    cr_assert_str_eq(r->label.name, "event");
+    cr_assert_eq(r->npositive_labels, 2);
+    cr_assert_str_eq(r->positive_labels[0], "click");
+    cr_assert_str_eq(r->positive_labels[1], "buy");
+    cr_assert_eq(r->time_unit, MT_CSV_TIME_S);
+    cr_assert_eq(r->timestamp.index, 0);
+    cr_assert_str_eq(cc.request_id.name, "rid");
+    cr_assert_eq(cc.item_id.index, 3);
+    mt_config_csv_free(&cc);
+    mt_config_csv_free(&cc); /* freed: a no-op */
+    mt_config_free(&c);
+    /* the default label is numeric; no timestamp, no ids */
+    init(&c);
+    cr_assert_eq(mt_config_set(&c, "input.columns", "a:1", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "input.format", "csv", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_input_csv(&c, &cc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(cc.csv.delimiter, ',');
+    cr_assert_eq(cc.csv.label_kind, MT_CSV_LABEL_THRESHOLD);
+    cr_assert_float_eq(cc.csv.label_threshold, 0.5, 1e-12);
+    cr_assert_eq(cc.csv.time_unit, MT_CSV_TIME_NONE);
+    cr_assert(cc.request_id.index < 0 && !cc.request_id.name);
+    mt_config_csv_free(&cc);
+    mt_config_free(&c);
+    static const struct {
+        const char *key, *value, *msg;
+    } bad[] = {
+        {"input.columns", "", "input.columns: no columns"},
+        {"input.columns", "a", "input.columns: 'a': expected column:slot"},
+        {"input.columns", ":1", "input.columns: ':1': no column before ':'"},
+        {"input.columns", "a:x", "input.columns: 'a:x': bad slot 'x' (0..32767)"},
+        {"input.columns", "a:32768", "input.columns: 'a:32768': bad slot '32768'"},
+        {"input.columns", "a:1:float", "input.columns: 'a:1:float': unknown option 'float'"},
+        {"input.columns", "9999999:1", "input.columns: '9999999:1': column index 9999999"},
+        {"input.positive_labels", " , ", "input.positive_labels: ',': no value"},
+        {"input.format", "criteo", "input.format: the generic reader reads format tsv or csv"},
+        {"input.header", "false", "input.columns: 'a:1': column 'a' by name needs input.header"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        init(&c);
+        cr_assert_eq(mt_config_set(&c, "input.columns", "a:1", err, sizeof(err)), MT_OK);
+        cr_assert_eq(mt_config_set(&c, "input.label", "1", err, sizeof(err)), MT_OK);
+        cr_assert_eq(mt_config_set(&c, bad[i].key, bad[i].value, err, sizeof(err)), MT_OK, "%s",
+                     err);
+        cr_assert_eq(mt_config_input_csv(&c, &cc, err, sizeof(err)), MT_CONFIG, "%s=%s", bad[i].key,
+                     bad[i].value);
+        cr_assert(strstr(err, bad[i].msg), "%s=%s: '%s'", bad[i].key, bad[i].value, err);
+        mt_config_csv_free(&cc);
+        mt_config_free(&c);
+    }
 }
 
 /* ============================== the daemons' command line ============================== */

@@ -475,6 +475,65 @@ Test(csv, tsv_by_index_threshold_ms_lenient) {
     fclose(f);
 }
 
+/* Text columns: the raw text of the last example's line, by name and index; a line without
+ * one is bad; an unknown name is a config error naming its role. */
+Test(csv, text_columns_of_the_last_example) {
+    static const char text[] = "rid,ts,user,item\n"
+                               "r-1,10,5,\"it,em\"\n"
+                               "r-2,11,6\n" /* no item column: bad */
+                               "r-3,12,7,\n";
+    static const mt_csv_slot_t slots[] = {{{-1, "user"}, 1, MT_CSV_INT, false}};
+    static const mt_csv_column_t texts[] = {{-1, "rid"}, {3, NULL}};
+    static const char *const names[] = {"request_id", "item_id"};
+    mt_csv_config_t cfg;
+    mt_csv_config_init(&cfg);
+    cfg.strict_columns = false;
+    cfg.slots = slots;
+    cfg.nslots_cfg = 1;
+    cfg.text_columns = texts;
+    cfg.text_names = names;
+    cfg.ntext_columns = 2;
+    FILE *f = mem(text);
+    mt_reader_t *r;
+    char err[160];
+    cr_assert_eq(mt_reader_csv_open(&cfg, NULL, f, &r, err, sizeof(err)), MT_OK, "%s", err);
+    const char *t;
+    size_t len;
+    cr_assert_eq(mt_reader_csv_text(r, 0, &t, &len), MT_NOT_FOUND);
+    cr_assert_eq(mt_reader_csv_text(r, 2, &t, &len), MT_INVALID);
+    mt_batch_t b;
+    cr_assert_eq(mt_reader_batch_init(r, &b), MT_OK);
+    cr_assert_eq(mt_reader_next(r, &b, 1), MT_OK);
+    cr_assert_eq(mt_reader_csv_text(r, 0, &t, &len), MT_OK);
+    cr_assert_str_eq(t, "r-1");
+    cr_assert_eq(len, 3);
+    cr_assert_eq(mt_reader_csv_text(r, 1, &t, &len), MT_OK);
+    cr_assert_str_eq(t, "it,em");
+    cr_assert_eq(mt_reader_next(r, &b, 1), MT_OK); /* skips the bad line 3 */
+    cr_assert_eq(mt_reader_csv_text(r, 0, &t, &len), MT_OK);
+    cr_assert_str_eq(t, "r-3");
+    cr_assert_eq(mt_reader_csv_text(r, 1, &t, &len), MT_OK);
+    cr_assert_eq(len, 0);
+    cr_assert_str_eq(t, "");
+    cr_assert_eq(mt_reader_next(r, &b, 1), MT_NOT_FOUND);
+    const mt_reader_stats_t *st = mt_reader_stats(r);
+    cr_assert_eq(st->bad_lines, 1);
+    cr_assert_eq(st->bad[0].line, 3);
+    cr_assert_str_eq(st->bad[0].reason, "no column 4");
+    mt_batch_free(&b);
+    mt_reader_destroy(r);
+    fclose(f);
+    /* an unknown name says which role it had and what the header holds */
+    static const mt_csv_column_t bad_texts[] = {{-1, "rid"}, {-1, "ad"}};
+    cfg.text_columns = bad_texts;
+    f = mem(text);
+    cr_assert_eq(mt_reader_csv_open(&cfg, NULL, f, &r, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "item_id: column 'ad' is not in the header (rid, ts, user, item)");
+    fclose(f);
+    cfg.ntext_columns = MT_CSV_MAX_TEXT_COLUMNS + 1;
+    cr_assert_eq(mt_csv_config_validate(&cfg, err, sizeof(err)), MT_CONFIG);
+}
+
 Test(csv, config_errors) {
     static const mt_csv_slot_t by_name[] = {{{-1, "nope"}, 1, MT_CSV_STRING, false}};
     mt_csv_config_t cfg;
@@ -487,7 +546,7 @@ Test(csv, config_errors) {
     cfg.nslots_cfg = 1;
     FILE *f = mem("a,b\n1,2\n");
     cr_assert_eq(mt_reader_csv_open(&cfg, NULL, f, &r, err, sizeof(err)), MT_CONFIG);
-    cr_assert_str_eq(err, "column 'nope' is not in the header");
+    cr_assert_str_eq(err, "slots[0]: column 'nope' is not in the header (a, b)");
     cr_assert_null(r);
     fclose(f);
     cfg.header = false;

@@ -805,31 +805,54 @@ Test(rpc, stream_closed_early_by_client_cancels_handler_sends) {
     mt_rpc_server_destroy(s);
 }
 
+/* The stream's deadline ends it on both sides: the client sees DEADLINE_EXCEEDED, and a
+ * handler that runs is told (its next send returns MT_CANCELLED). On a loaded machine the
+ * deadline can pass before the server hands the call to a handler at all: then no handler
+ * ran, and the test tries again with a deadline four times as long (4 attempts at most,
+ * from 300 ms; the attempt that proved it is in the log). */
 Test(rpc, stream_deadline_cancels_handler) {
     int port;
     mt_rpc_server_t *s = start_server(&port);
     mt_rpc_channel_t *ch = open_channel(port, -1, 0);
-    mt_rpc_stream_t *st = NULL;
-    cr_assert_eq(mt_rpc_stream_open(ch, P_FOREVER, NULL, 0, 300, &st), MT_OK);
-    /* Read until the stream breaks; a slow reader, so flow control holds the handler. */
-    int got = 0;
-    mt_err_t rc;
-    for (;;) {
-        uint8_t *buf = NULL;
-        size_t len = 0;
-        rc = mt_rpc_stream_next(st, &buf, &len);
-        if (rc != MT_OK) break;
-        free(buf);
-        got++;
-        cr_assert_lt(got, 1000000, "the stream outlived its deadline");
-        if (got % 64 == 0) tu_sleep_ms(20);
+    uint32_t deadline_ms = 300;
+    int attempt = 1;
+    for (;; attempt++, deadline_ms *= 4) {
+        int started0 = atomic_load(&g.forever_started);
+        int cancelled0 = atomic_load(&g.forever_cancelled);
+        mt_rpc_stream_t *st = NULL;
+        cr_assert_eq(mt_rpc_stream_open(ch, P_FOREVER, NULL, 0, deadline_ms, &st), MT_OK);
+        /* Read until the stream breaks; a slow reader, so flow control holds the handler. */
+        int got = 0;
+        mt_err_t rc;
+        for (;;) {
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            rc = mt_rpc_stream_next(st, &buf, &len);
+            if (rc != MT_OK) break;
+            free(buf);
+            got++;
+            cr_assert_lt(got, 1000000, "the stream outlived its deadline");
+            if (got % 64 == 0) tu_sleep_ms(20);
+        }
+        cr_assert(rc == MT_CANCELLED || rc == MT_NOT_FOUND, "rc %s", mt_err_name(rc));
+        mt_rpc_status_t status;
+        mt_rpc_stream_close(st, &status);
+        cr_assert_eq(status.code, MT_RPC_DEADLINE_EXCEEDED, "status %d '%s'", status.code,
+                     status.message);
+        if (got > 0 || atomic_load(&g.forever_started) > started0) {
+            /* a handler ran (it sent what was read): it must hear of the deadline */
+            cr_assert(tu_wait_for(&g.forever_cancelled, cancelled0 + 1, 60000),
+                      "handler not told of the deadline (attempt %d, %u ms: sent %ld, other %d, "
+                      "gave up %d)",
+                      attempt, deadline_ms, atomic_load(&g.forever_sent),
+                      atomic_load(&g.forever_other), atomic_load(&g.forever_gave_up));
+            cr_assert_eq(atomic_load(&g.forever_other), 0);
+            cr_assert_eq(atomic_load(&g.forever_gave_up), 0);
+            break;
+        }
+        cr_assert_lt(attempt, 4, "no handler started before a deadline of %u ms", deadline_ms);
     }
-    cr_assert(rc == MT_CANCELLED || rc == MT_NOT_FOUND, "rc %s", mt_err_name(rc));
-    mt_rpc_status_t status;
-    mt_rpc_stream_close(st, &status);
-    cr_assert_eq(status.code, MT_RPC_DEADLINE_EXCEEDED, "status %d '%s'", status.code,
-                 status.message);
-    cr_assert(tu_wait_for(&g.forever_cancelled, 1, 60000), "handler not told of the deadline");
+    cr_log_info("deadline seen by the handler at attempt %d (%u ms)", attempt, deadline_ms);
     expect_reverse(ch, (const uint8_t *)"ok", 2);
     mt_rpc_channel_destroy(ch);
     mt_rpc_server_destroy(s);

@@ -54,12 +54,12 @@ typedef struct mt_trainer_backend {
 typedef struct mt_trainer_config {
     uint32_t nslots;                 /* feature slots of the batches, 1..256 */
     uint16_t slot_ids[256];          /* each < 0x8000 */
-    uint32_t dim;                    /* embedding dim of every slot (default 16) */
+    uint32_t dim;                    /* embedding dim of every slot (default 8) */
     uint32_t nhidden;                /* MLP hidden layers (default 2) */
     uint32_t hidden[8];              /* widths (default 256, 128) */
     uint64_t seed;                   /* model and embedding initialization (default 1) */
-    mt_table_opt_t sparse_opt;       /* optimizer of embeddings and first-order weights (Adagrad) */
-    float sparse_lr;                 /* default 0.05 */
+    mt_table_opt_t sparse_opt;       /* optimizer of embeddings and first-order weights (FTRL) */
+    float sparse_lr;                 /* default 0.05 (FTRL: alpha) */
     float init_scale;                /* uniform embedding init half-width (default 0.01) */
     uint32_t min_count;              /* frequency filter of every slot (default 0) */
     float dense_lr;                  /* Adam on the dense parameters (default 0.001) */
