@@ -1,9 +1,9 @@
 /*
- * fuzz_ps.c - the parameter server's RPC requests, through the real handlers of ps.c
- * (unpack, validation, table / dense work, reply packing) on an in-process mt_ps_t with a
- * small table; gRPC is replaced by fuzz_rpc_stub.c. One source, one target per method:
- * MT_FUZZ_METHOD is the method name ("Lookup", "ApplyGradients", "PullDense", "PushDense",
- * "Sync", "Snapshot", "Stats", "Restore", "Checkpoints"). The PS lives for the whole process
+ * fuzz_ps.c - the parameter server's RPC requests, through the real handlers of ps/src/handlers.c
+ * (unpack, validation, table / dense work, reply packing) on an in-process mt_ps_t with a small
+ * table; gRPC is replaced by fuzz_rpc_stub.c. One source, one target per method: MT_FUZZ_METHOD is
+ * the method name ("Lookup", "ApplyGradients", "PullDense", "PushDense", "Sync", "Snapshot",
+ * "Stats", "Restore", "Checkpoints"). The PS lives for the whole process
  * (as a shard does); every 4096 inputs it is rebuilt so that the table stays small. The
  * checkpoint methods get a real store (RocksDB in a temporary directory, removed at exit)
  * holding one checkpoint when the PS is built, so that Restore reaches the load and the swap.

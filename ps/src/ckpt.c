@@ -14,13 +14,17 @@
  * asks every shard for a Snapshot with one id, consistent = 1 and its Kafka offsets, and
  * later rolls every shard back to the newest id they all have with Restore. Restore loads
  * the checkpoint into a new table first (the shard keeps serving meanwhile), installs it
- * while the shard is quiesced (mt__ps_install), then deletes the checkpoints above it from
+ * while the shard is quiesced (mt__ps_install, shard.c), then deletes the checkpoints above it from
  * the store (mt_store_rollback), so that a restart of the shard comes back to the same
  * state and ids above it can be written again.
  *
- * Every entry point takes the shard's snap_lock for its whole run: snapshots, restores and
- * listings are serialized, and a snapshot never sees a table being swapped. The counters
- * read by the metrics are atomics (a long snapshot must not block /metrics).
+ * Layer (ckpt_int.h): uses the shard state and the dense store (shard.c, dense.c) only;
+ * the rpc handlers (handlers.c) and the daemon use it, never the other way round.
+ *
+ * Every entry point takes the shard's snap_lock (held here, in mt__ps_ckpt_t) for its whole
+ * run: snapshots, restores and listings are serialized, and a snapshot never sees a table
+ * being swapped. The counters read by the metrics are atomics (a long snapshot must not
+ * block /metrics).
  *
  * Coordinated mode (mt_ps_coordinated(), docs/checkpoint.md "Local snapshots of the PS"):
  * once a coordinator owns the shard's checkpoints, local snapshots are skipped. Only a
@@ -32,6 +36,7 @@
  * daemon's shutdown can log what it does not save.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -43,13 +48,14 @@
 #include "mt/clock.h"
 #include "mt/log.h"
 #include "mt/store.h"
-#include "ps_int.h"
+#include "ckpt_int.h"
 
 #define WHO    "ps"
 #define SPARSE "sparse" /* the table's name in a checkpoint */
 
 struct mt__ps_ckpt {
-    mt_store_t *store; /* borrowed; set and used under snap_lock */
+    pthread_mutex_t snap_lock; /* one snapshot, restore or listing at a time */
+    mt_store_t *store;         /* borrowed; set and used under snap_lock */
     _Atomic int coordinated;
     char coord_why[192]; /* why coordinated turned on; written once, under snap_lock */
     /* The state at the last checkpoint written or restored (under snap_lock): a skipped
@@ -65,40 +71,43 @@ struct mt__ps_ckpt {
 mt_err_t mt__ps_ckpt_create(mt__ps_ckpt_t **out) {
     mt__ps_ckpt_t *ck = calloc(1, sizeof(*ck));
     if (!ck) return MT_NOMEM;
+    pthread_mutex_init(&ck->snap_lock, NULL);
     *out = ck;
     return MT_OK;
 }
 
 void mt__ps_ckpt_destroy(mt__ps_ckpt_t *ck) {
+    if (!ck) return;
+    pthread_mutex_destroy(&ck->snap_lock);
     free(ck);
 }
 
 void mt_ps_set_store(mt_ps_t *ps, mt_store_t *store) {
-    pthread_mutex_lock(mt__ps_snap_lock(ps));
-    mt__ps_ckpt(ps)->store = store;
-    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    pthread_mutex_lock(&ps->ck->snap_lock);
+    ps->ck->store = store;
+    pthread_mutex_unlock(&ps->ck->snap_lock);
 }
 
 int mt__ps_ckpt_has_store(mt_ps_t *ps) {
-    pthread_mutex_lock(mt__ps_snap_lock(ps));
-    int has = mt__ps_ckpt(ps)->store != NULL;
-    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    pthread_mutex_lock(&ps->ck->snap_lock);
+    int has = ps->ck->store != NULL;
+    pthread_mutex_unlock(&ps->ck->snap_lock);
     return has;
 }
 
 uint64_t mt__ps_ckpt_last_id(mt_ps_t *ps) {
-    return atomic_load(&mt__ps_ckpt(ps)->last_id);
+    return atomic_load(&ps->ck->last_id);
 }
 
 int mt_ps_coordinated(mt_ps_t *ps) {
-    return atomic_load(&mt__ps_ckpt(ps)->coordinated);
+    return atomic_load(&ps->ck->coordinated);
 }
 
 /* Turns the coordinated mode on (once), keeping and logging why. Caller holds snap_lock. */
 static void coordinate_locked(mt_ps_t *ps, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void coordinate_locked(mt_ps_t *ps, const char *fmt, ...) {
-    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    mt__ps_ckpt_t *ck = ps->ck;
     if (atomic_load(&ck->coordinated)) return;
     va_list ap;
     va_start(ap, fmt);
@@ -134,11 +143,11 @@ static void mark_saved_locked(mt__ps_ckpt_t *ck, uint64_t table_version, uint64_
 /* 1 if the table, the dense parameters or the counter changed since the last checkpoint
  * written or restored (expiry counts: it deletes rows). Caller holds snap_lock. */
 static int state_changed_locked(mt_ps_t *ps) {
-    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    mt__ps_ckpt_t *ck = ps->ck;
     mt_table_stats_t ts;
     mt_table_stats(mt_ps_table(ps), &ts); /* stable: a restore needs snap_lock */
     return ts.version != ck->saved_table_version ||
-           mt__ps_dense_version(ps) != ck->saved_dense_version ||
+           mt__ps_dense_version(&ps->dense) != ck->saved_dense_version ||
            mt_ps_examples_applied(ps) != ck->saved_examples;
 }
 
@@ -215,7 +224,7 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
         mt_msgf(errbuf, errlen, "bad arguments");
         return MT_INVALID;
     }
-    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    mt__ps_ckpt_t *ck = ps->ck;
     const mt_ps_config_t *cfg = mt__ps_config(ps);
     mt_err_t err = MT_OK;
     uint8_t *dense = NULL, *meta = NULL;
@@ -224,7 +233,7 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     Monolith__V1__KafkaOffset **kop = NULL;
     char why[512] = "";
     double t0 = mt_mono_s();
-    pthread_mutex_lock(mt__ps_snap_lock(ps));
+    pthread_mutex_lock(&ps->ck->snap_lock);
     if (!ck->store) {
         err = MT_INVALID;
         snprintf(why, sizeof(why), "no checkpoint store (ps.snapshot_dir)");
@@ -235,7 +244,7 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
         r->unsaved = state_changed_locked(ps);
         r->last_id = atomic_load(&ck->last_id);
         mt_msgf(errbuf, errlen, "the shard's checkpoints are coordinated (%s)", ck->coord_why);
-        pthread_mutex_unlock(mt__ps_snap_lock(ps));
+        pthread_mutex_unlock(&ps->ck->snap_lock);
         r->seconds = mt_mono_s() - t0;
         return MT_OK;
     }
@@ -326,7 +335,7 @@ out:
                cfg->shard, r->consistent ? "consistent" : "local", r->checkpoint_id, r->rows,
                r->bytes, r->examples_applied, req->noffsets, r->seconds);
     }
-    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    pthread_mutex_unlock(&ps->ck->snap_lock);
     free(dense);
     free(meta);
     free(ko);
@@ -347,7 +356,7 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
     mt_ps_ckpt_result_t *r = res ? res : &r0;
     memset(r, 0, sizeof(*r));
     if (!ps) return MT_INVALID;
-    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    mt__ps_ckpt_t *ck = ps->ck;
     const mt_ps_config_t *cfg = mt__ps_config(ps);
     mt_err_t err = MT_OK;
     void *blob = NULL;
@@ -360,7 +369,7 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
     int newest = checkpoint_id == MT_PS_NEWEST, installed = 0;
     char why[512] = "";
     double t0 = mt_mono_s();
-    pthread_mutex_lock(mt__ps_snap_lock(ps));
+    pthread_mutex_lock(&ps->ck->snap_lock);
     if (!ck->store) {
         err = MT_INVALID;
         snprintf(why, sizeof(why), "no checkpoint store (ps.snapshot_dir)");
@@ -465,7 +474,7 @@ out:
                cfg->shard, what, r->rows, r->examples_applied, r->incarnation, r->dropped,
                r->seconds);
     }
-    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    pthread_mutex_unlock(&ps->ck->snap_lock);
     mt_table_destroy(table);
     mt__ps_dense_free(dd);
     if (cm) monolith__v1__checkpoint_meta__free_unpacked(cm, NULL);
@@ -483,14 +492,14 @@ void mt__ps_ckpt_list_free(Monolith__V1__CheckpointMeta **metas, size_t n) {
 
 mt_err_t mt__ps_ckpt_list(mt_ps_t *ps, Monolith__V1__CheckpointMeta ***metas, size_t *n,
                           uint64_t *incarnation, uint64_t *examples, char *errbuf, size_t errlen) {
-    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    mt__ps_ckpt_t *ck = ps->ck;
     mt_err_t err = MT_OK;
     mt_store_info_t *infos = NULL;
     Monolith__V1__CheckpointMeta **out = NULL;
     size_t cnt = 0, got = 0;
     *metas = NULL;
     *n = 0;
-    pthread_mutex_lock(mt__ps_snap_lock(ps));
+    pthread_mutex_lock(&ps->ck->snap_lock);
     if (!ck->store) {
         err = MT_INVALID;
         mt_msgf(errbuf, errlen, "no checkpoint store (ps.snapshot_dir)");
@@ -519,7 +528,7 @@ mt_err_t mt__ps_ckpt_list(mt_ps_t *ps, Monolith__V1__CheckpointMeta ***metas, si
     *n = cnt;
     out = NULL;
 out:
-    pthread_mutex_unlock(mt__ps_snap_lock(ps));
+    pthread_mutex_unlock(&ps->ck->snap_lock);
     mt__ps_ckpt_list_free(out, got);
     free(infos);
     return err;
@@ -528,7 +537,7 @@ out:
 /* ============================== metrics ============================== */
 
 void mt__ps_ckpt_render(mt_ps_t *ps, mt_strbuf_t *b) {
-    mt__ps_ckpt_t *ck = mt__ps_ckpt(ps);
+    mt__ps_ckpt_t *ck = ps->ck;
     unsigned sh = mt__ps_config(ps)->shard;
     struct {
         const char *name, *type, *help;

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "monolith/v1/ps.pb-c.h"
-#include "mt/ps.h"
+#include "mt/route.h"
 #include "mt/table.h"
 
 #define PATH(m) "/monolith.v1.ParameterServer/" m
@@ -234,7 +234,7 @@ static mt_err_t plan_build(mt_psc_t *c, const uint64_t *fids, size_t n, plan_t *
         return MT_NOMEM;
     }
     for (size_t j = 0; j < p->nu; j++) {
-        shard[j] = mt_ps_shard_of(p->ufid[j], c->n);
+        shard[j] = mt_route_shard_of(p->ufid[j], c->n);
         p->start[shard[j] + 1]++;
     }
     for (uint32_t s = 0; s < c->n; s++)

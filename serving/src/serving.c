@@ -43,8 +43,8 @@
 #include "mt/kafka.h"
 #include "mt/log.h"
 #include "mt/model.h"
-#include "mt/ps.h"
 #include "mt/psclient.h"
+#include "mt/route.h"
 
 #define WHO         "serving"
 #define FIRST_ORDER 0x8000u
@@ -424,7 +424,7 @@ static mt_err_t sweep(shard_t *sh, uint64_t v0, uint64_t *removed_out) {
         if (err || n == 0) break;
         for (size_t i = 0; i < n; i++)
             if (!ents[i].deleted && ents[i].version <= v0 &&
-                mt_ps_shard_of(ents[i].fid, sv->cfg.num_shards) == sh->idx)
+                mt_route_shard_of(ents[i].fid, sv->cfg.num_shards) == sh->idx)
                 gone[ng++] = ents[i].fid;
         uint64_t r = 0;
         if (ng) mt_table_remove(sv->table, gone, ng, &r);

@@ -4,7 +4,7 @@
 # whole loop with kill -9 of a PS shard and of the trainer, counted
 # (tests/e2e/checkpoint_e2e.sh).
 mt_add_test(test_ps_ckpt unit/ps/test_ckpt.c)
-target_link_libraries(test_ps_ckpt PRIVATE mt_trainer mt_ps mt_psclient mt_store mt_rpc mt_proto
+target_link_libraries(test_ps_ckpt PRIVATE mt_trainer mt_ps mt_route mt_psclient mt_store mt_rpc mt_proto
                                            mt_embedding Threads::Threads)
 
 if(TARGET monolith-serving AND TARGET monolith-loadgen AND TARGET monolith-kafka-dev)

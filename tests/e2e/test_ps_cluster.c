@@ -19,6 +19,7 @@
 
 #include "monolith/v1/ps.pb-c.h"
 #include "mt/ps.h"
+#include "mt/route.h"
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/table.h"
@@ -201,7 +202,7 @@ static int raw(cluster_t *c, int shard, const char *path, const uint8_t *req, si
 
 static uint64_t fid_of_shard(int shard, uint64_t start) {
     for (uint64_t v = start;; v++)
-        if ((int)mt_ps_shard_of(MT_FID_MAKE(1, v), NSHARDS) == shard) return MT_FID_MAKE(1, v);
+        if ((int)mt_route_shard_of(MT_FID_MAKE(1, v), NSHARDS) == shard) return MT_FID_MAKE(1, v);
 }
 
 Test(ps_cluster, bad_input_gets_the_right_status_and_changes_nothing) {

@@ -28,6 +28,7 @@
 
 #include "monolith/v1/ps.pb-c.h"
 #include "mt/ps.h"
+#include "mt/route.h"
 #include "mt/psclient.h"
 #include "mt/rpc.h"
 #include "mt/table.h"
@@ -308,7 +309,7 @@ static mt_psc_t *client_of(const shard_t *s) {
 static void shard0_ids(uint64_t *fids, size_t n, uint64_t v0) {
     size_t k = 0;
     for (uint64_t v = v0; k < n; v++)
-        if (mt_ps_shard_of(MT_FID_MAKE(1, v), N) == 0) fids[k++] = MT_FID_MAKE(1, v);
+        if (mt_route_shard_of(MT_FID_MAKE(1, v), N) == 0) fids[k++] = MT_FID_MAKE(1, v);
 }
 
 /* A training lookup (creates the rows) and one gradient step on @p n ids of slot 1. */

@@ -8,8 +8,8 @@
  * gradient lengths, non-finite values, batch limits) and answers with the gRPC status the
  * contract names, never touching the table for a bad request.
  *
- * Routing (contract): fid -> shard mt_ps_shard_of(fid, num_shards) = XXH3_64bits of the
- * fid's 8 little-endian bytes, modulo num_shards.
+ * Routing (contract): a shard owns the fids with mt_route_shard_of(fid, num_shards) == shard
+ * (mt/route.h, the one definition the clients and the serving replicas use too).
  *
  * Thread safety: every function may be called from any thread; handlers run concurrently
  * on the rpc workers (the table is thread-safe; dense parameters take a lock). A restore
@@ -78,9 +78,6 @@ typedef struct mt_ps_counters {
 
 void mt_ps_dense_config_init(mt_ps_dense_config_t *d);
 void mt_ps_config_init(mt_ps_config_t *c);
-
-/** The shard that owns @p fid among @p num_shards (the routing contract). */
-uint32_t mt_ps_shard_of(uint64_t fid, uint32_t num_shards);
 
 /**
  * Creates the service with an empty table (or, if @p table is not NULL, takes ownership of

@@ -1,7 +1,7 @@
 /*
  * psclient.h - the client library of the sharded parameter server.
  *
- * Routes each fid to its shard (mt_ps_shard_of: xxh3 of the fid modulo the shard count),
+ * Routes each fid to its shard (mt_route_shard_of, mt/route.h: xxh3 of the fid modulo the shard count),
  * deduplicates ids within a batch, sends one request per shard in parallel, and merges the
  * answers back in request order. Embedding widths come from the shards' Stats (slot dims),
  * fetched on first use.

@@ -13,7 +13,7 @@
  *    on its shard and applies the chunks in order. A full stream (first sync, another
  *    incarnation of the shard, a version the shard's change log no longer covers) replaces
  *    only that shard's rows: it assigns every row it carries, then removes the rows of that
- *    shard (mt_ps_shard_of) that the stream did not touch (their replica version is older
+ *    shard (mt_route_shard_of) that the stream did not touch (their replica version is older
  *    than the stream's start). A failed sync is logged, counted and retried at the next tick;
  *    the other shards go on;
  *  - a dense thread: every dense_sync_interval_ms it pulls the dense parameters from shard 0

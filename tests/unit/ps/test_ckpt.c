@@ -40,6 +40,7 @@
 #include "mt/coord.h"
 #include "mt/ps.h"
 #include "mt/psclient.h"
+#include "mt/route.h"
 #include "mt/rpc.h"
 #include "mt/store.h"
 #include "mt/table.h"
@@ -269,7 +270,7 @@ Test(ps_ckpt, counter_offsets_list_and_restore) {
         step(&c, fids, B, 10, 0.1f);
     uint64_t one = 0;
     for (uint64_t v = 1; !one; v++)
-        if (mt_ps_shard_of(MT_FID_MAKE(1, v), NSHARDS) == 1) one = MT_FID_MAKE(1, v);
+        if (mt_route_shard_of(MT_FID_MAKE(1, v), NSHARDS) == 1) one = MT_FID_MAKE(1, v);
     step(&c, &one, 1, 7, 0.1f);
     for (uint32_t i = 0; i < NSHARDS; i++)
         cr_assert_eq(examples_of(&c, i), 37, "shard %u", i);
@@ -622,7 +623,7 @@ Test(ps_ckpt, local_snapshots_until_coordinated) {
     cr_assert(strstr(eb, "epoch 7"), "the skip does not say why: '%s'", eb);
     uint64_t one[1] = {0};
     for (uint64_t v = 1; !one[0]; v++)
-        if (mt_ps_shard_of(MT_FID_MAKE(2, v), NSHARDS) == 0) one[0] = MT_FID_MAKE(2, v);
+        if (mt_route_shard_of(MT_FID_MAKE(2, v), NSHARDS) == 0) one[0] = MT_FID_MAKE(2, v);
     float v4[4];
     mt_rpc_status_t st;
     cr_assert_eq(mt_psc_lookup(c.client, one, 1, 1, 0, v4, 4, NULL, &st), MT_OK, "%s", st.message);

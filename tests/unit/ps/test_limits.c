@@ -1,5 +1,5 @@
 /*
- * test_limits.c - a PS shard's answers stay within the rpc message limit (ps/src/ps.c), in
+ * test_limits.c - a PS shard's answers stay within the rpc message limit (ps/src/handlers.c), in
  * process through tests/unit/ps/testutil_ps.h: one shard served with a 1 MiB limit
  * (mt_ps_config_t.max_message_bytes and the server's, as monolith-ps sets both from
  * ps.max_message_bytes).
