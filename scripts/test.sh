@@ -30,6 +30,9 @@ echo "== fuzzing (5 s per target) =="
 fuzz_status=0
 bash scripts/fuzz.sh --seconds 5 || fuzz_status=1
 
+# ctest runs as many tests at a time as there are cores: each test waits for conditions,
+# never for a fixed time, and every daemon it starts listens on a port the kernel chooses
+jobs=$(nproc 2>/dev/null || echo 2)
 log=$(mktemp)
 # Cases that need ../shared/data skip when it is absent (a user's clone) and record a line
 # here (tests/testutil_data.h, tests/e2e/lib.sh skip_case); the end of the run counts them.
@@ -45,7 +48,7 @@ else
   status=1
 fi
 echo "== tests (release) =="
-(cd build/release && ctest --output-on-failure --timeout 900) 2>&1 | tee -a "$log" || status=1
+(cd build/release && ctest -j"$jobs" --output-on-failure --timeout 900) 2>&1 | tee -a "$log" || status=1
 
 bash scripts/build.sh asan
 # Every sanitizer report of every process (tests, the daemons they start, Criterion's
@@ -59,7 +62,7 @@ export LSAN_OPTIONS="print_suppressions=0:exitcode=0"
 echo "== tests (ASan + UBSan) =="
 asan_log=$(mktemp)
 trap 'rm -rf "$log" "$asan_log" "$san_dir" "$MT_SKIP_LOG"' EXIT
-if ! (cd build/asan && ctest --output-on-failure --timeout 1800 -V) > "$asan_log" 2>&1; then
+if ! (cd build/asan && ctest -j"$jobs" --output-on-failure --timeout 1800 -V) > "$asan_log" 2>&1; then
   status=1
   echo "ASan run failed; the failed cases, then the end of its output:"
   grep -E "\[FAIL\]|\[----\].*(ssert|FAIL)|^[0-9]+: FAIL" "$asan_log" | head -40 || true
@@ -90,7 +93,7 @@ tsan_log=$(mktemp)
 trap 'rm -rf "$log" "$asan_log" "$san_dir" "$MT_SKIP_LOG" "$tsan_dir" "$tsan_log"' EXIT
 export TSAN_OPTIONS="halt_on_error=0:history_size=7:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp:log_path=$tsan_dir/tsan"
 echo "== tests (ThreadSanitizer) =="
-if ! (cd build/tsan && ctest -L tsan --output-on-failure --timeout 1800) > "$tsan_log" 2>&1; then
+if ! (cd build/tsan && ctest -j"$jobs" -L tsan --output-on-failure --timeout 1800) > "$tsan_log" 2>&1; then
   status=1
   echo "TSan run failed; the failed cases, then the end of its output:"
   grep -E "\[FAIL\]|\[----\]" build/tsan/Testing/Temporary/LastTest.log | head -40 || true
