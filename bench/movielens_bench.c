@@ -188,24 +188,6 @@ static int find_buckets(slot_ids_t *s, double target) {
     return 0;
 }
 
-/* Appends examples idx[0..n) of @p all to @p b (cleared first). */
-static mt_err_t gather_batch(const mt_batch_t *all, const size_t *idx, size_t n, mt_batch_t *b) {
-    const uint64_t *fp[256];
-    uint32_t counts[256];
-    mt_batch_clear(b);
-    for (size_t i = 0; i < n; i++) {
-        for (uint32_t s = 0; s < all->nslots; s++) {
-            size_t c;
-            fp[s] = mt_batch_fids(all, idx[i], s, &c);
-            counts[s] = (uint32_t)c;
-        }
-        mt_err_t err =
-            mt_batch_add(b, all->labels[idx[i]], all->timestamps_ms[idx[i]], 1.0f, fp, counts);
-        if (err) return err;
-    }
-    return MT_OK;
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* One run                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
@@ -248,7 +230,7 @@ static mt_err_t run(const opts_t *o, const mt_batch_t *all, const size_t *train,
             }
         for (size_t i = 0; i < ntrain; i += o->batch) {
             size_t m = ntrain - i < o->batch ? ntrain - i : o->batch;
-            if ((err = gather_batch(all, order + i, m, &b)) != MT_OK) goto out;
+            if ((err = mt_batch_gather(all, order + i, m, &b)) != MT_OK) goto out;
             uint32_t t_s = (uint32_t)(b.timestamps_ms[m - 1] / 1000);
             double t0 = mt_mono_s();
             err = mt_trainer_train(tr, &b, t_s, NULL, NULL);
@@ -259,7 +241,7 @@ static mt_err_t run(const opts_t *o, const mt_batch_t *all, const size_t *train,
     double ll = 0;
     for (size_t i = 0; i < ntest; i += o->batch) {
         size_t m = ntest - i < o->batch ? ntest - i : o->batch;
-        if ((err = gather_batch(all, test + i, m, &b)) != MT_OK) goto out;
+        if ((err = mt_batch_gather(all, test + i, m, &b)) != MT_OK) goto out;
         if ((err = mt_trainer_predict(tr, &b, probs + i)) != MT_OK) goto out;
         for (size_t j = 0; j < m; j++) {
             float y = b.labels[j];

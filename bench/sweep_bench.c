@@ -137,24 +137,6 @@ static void skip(const char *dataset, const char *missing) {
     mt_bench_emit(BENCH, "skipped", 1, "dataset", extra);
 }
 
-/* Replaces the examples of @p b (initialized with all's slots) by idx[0..n) of @p all. */
-static mt_err_t gather(const mt_batch_t *all, const size_t *idx, size_t n, mt_batch_t *b) {
-    const uint64_t *fp[256];
-    uint32_t counts[256];
-    mt_batch_clear(b);
-    for (size_t i = 0; i < n; i++) {
-        for (uint32_t s = 0; s < all->nslots; s++) {
-            size_t c;
-            fp[s] = mt_batch_fids(all, idx[i], s, &c);
-            counts[s] = (uint32_t)c;
-        }
-        mt_err_t err =
-            mt_batch_add(b, all->labels[idx[i]], all->timestamps_ms[idx[i]], 1.0f, fp, counts);
-        if (err) return err;
-    }
-    return MT_OK;
-}
-
 /* Fills @p ds, taking over @p all and @p idx (even on error: dataset_free() frees them):
  * train = idx[0..ntrain), eval = the next neval. */
 static mt_err_t dataset_make(dataset_t *ds, const char *name, mt_batch_t *all, size_t *idx,
@@ -514,14 +496,14 @@ static mt_err_t train_eval(const mt_config_t *c, const dataset_t *ds, const para
     if (!err) err = mt_batch_init(&b, ds->all.slot_ids, ds->all.nslots);
     for (size_t i = 0; !err && i < ds->ntrain; i += p->batch) {
         size_t m = ds->ntrain - i < p->batch ? ds->ntrain - i : p->batch;
-        err = gather(&ds->all, ds->train + i, m, &b);
+        err = mt_batch_gather(&ds->all, ds->train + i, m, &b);
         double t1 = mt_mono_s();
         if (!err) err = mt_trainer_train(tr, &b, (uint32_t)(i / p->batch + 1), probs, NULL);
         sc->train_s += mt_mono_s() - t1;
     }
     for (size_t i = 0; !err && i < ds->neval; i += p->batch) {
         size_t m = ds->neval - i < p->batch ? ds->neval - i : p->batch;
-        err = gather(&ds->all, ds->eval + i, m, &b);
+        err = mt_batch_gather(&ds->all, ds->eval + i, m, &b);
         if (!err) err = mt_trainer_predict(tr, &b, probs + i);
     }
     double ll = 0;

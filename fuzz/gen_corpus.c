@@ -85,6 +85,16 @@ int main(int argc, char **argv) {
     put_msg("ps_apply_gradients", "apply_examples", &ag.base);
     ag.n_fids = 0, ag.n_grads = 0; /* a shard without ids in the step still counts it */
     put_msg("ps_apply_gradients", "examples_only", &ag.base);
+    /* covered steps (docs/checkpoint.md): two partitions, the first from its log start */
+    Monolith__V1__Range rg[2] = {MONOLITH__V1__RANGE__INIT, MONOLITH__V1__RANGE__INIT};
+    rg[0].topic = "examples", rg[0].partition = 0, rg[0].lo = 0, rg[0].hi = 300;
+    rg[1].topic = "examples", rg[1].partition = 3, rg[1].lo = 1200, rg[1].hi = 1400;
+    rg[1].first = 1;
+    Monolith__V1__Range *rgp[2] = {&rg[0], &rg[1]};
+    ag.n_fids = 3, ag.n_grads = 14;
+    ag.n_cover = 2, ag.cover = rgp;
+    put_msg("ps_apply_gradients", "covered", &ag.base);
+    ag.n_cover = 0, ag.cover = NULL;
     char *names[1] = {"w"};
     Monolith__V1__PullDenseRequest pd = MONOLITH__V1__PULL_DENSE_REQUEST__INIT;
     put_msg("ps_pull_dense", "all", &pd.base);
@@ -98,6 +108,9 @@ int main(int argc, char **argv) {
     Monolith__V1__PushDenseRequest pu = MONOLITH__V1__PUSH_DENSE_REQUEST__INIT;
     pu.n_grads = 1, pu.grads = tp, pu.step = 3;
     put_msg("ps_push_dense", "grads", &pu.base);
+    pu.n_cover = 1, pu.cover = rgp;
+    put_msg("ps_push_dense", "covered", &pu.base);
+    pu.n_cover = 0, pu.cover = NULL;
     pu.n_init = 1, pu.init = tp;
     put_msg("ps_push_dense", "grads_init", &pu.base);
     Monolith__V1__SyncRequest sr = MONOLITH__V1__SYNC_REQUEST__INIT;

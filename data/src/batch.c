@@ -1,10 +1,13 @@
 /* batch.c - see mt/batch.h. */
 #include "mt/batch.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
+
+#include "mt/grow.h"
 
 mt_err_t mt_batch_init(mt_batch_t *b, const uint16_t *slot_ids, uint32_t nslots) {
     memset(b, 0, sizeof(*b));
@@ -38,18 +41,6 @@ void mt_batch_free(mt_batch_t *b) {
     memset(b, 0, sizeof(*b));
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *np = realloc(*p, c * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = c;
-    return 0;
-}
-
 mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sample_rate,
                       const uint64_t *const *fids_per_slot, const uint32_t *counts) {
     size_t add = 0;
@@ -73,7 +64,7 @@ mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sa
         b->cap_n = c;
     }
     void *f = b->fids;
-    if (grow(&f, &b->cap_fids, b->nfids + add, sizeof(uint64_t))) return MT_NOMEM;
+    if (mt_grow(&f, &b->cap_fids, b->nfids + add, sizeof(uint64_t), 64)) return MT_NOMEM;
     b->fids = f;
     size_t base = b->n * b->nslots;
     for (uint32_t s = 0; s < b->nslots; s++) {
@@ -86,6 +77,30 @@ mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sa
     b->sample_rates[b->n] = sample_rate;
     b->n++;
     return MT_OK;
+}
+
+mt_err_t mt_batch_gather(const mt_batch_t *src, const size_t *idx, size_t n, mt_batch_t *dst) {
+    if (dst->nslots != src->nslots ||
+        memcmp(dst->slot_ids, src->slot_ids, src->nslots * sizeof(uint16_t)) != 0)
+        return MT_INVALID;
+    mt_batch_clear(dst);
+    const uint64_t **fp = malloc(src->nslots * sizeof(*fp));
+    uint32_t *counts = malloc(src->nslots * sizeof(*counts));
+    mt_err_t err = fp && counts ? MT_OK : MT_NOMEM;
+    for (size_t i = 0; i < n && err == MT_OK; i++) {
+        size_t e = idx[i];
+        assert(e < src->n);
+        for (uint32_t s = 0; s < src->nslots; s++) {
+            size_t c;
+            fp[s] = mt_batch_fids(src, e, s, &c);
+            counts[s] = (uint32_t)c;
+        }
+        err = mt_batch_add(dst, src->labels[e], src->timestamps_ms[e], src->sample_rates[e], fp,
+                           counts);
+    }
+    free(fp);
+    free(counts);
+    return err;
 }
 
 uint64_t mt_fid_of_bytes(uint16_t slot, const void *data, size_t len) {

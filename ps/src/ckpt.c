@@ -61,6 +61,10 @@ struct mt__ps_ckpt {
     /* The state at the last checkpoint written or restored (under snap_lock): a skipped
      * local snapshot compares them with the state now (state_changed_locked). */
     uint64_t saved_table_version, saved_dense_version, saved_examples;
+    /* The marks of the last checkpoint written or restored (sparse, dense): what a crash
+     * keeps. Under durable_lock (Stats reads them while a snapshot holds snap_lock). */
+    pthread_mutex_t durable_lock;
+    mt__ps_mark_list_t durable[2];
     _Atomic uint64_t last_id;
     _Atomic uint64_t snapshots, snapshot_failures, restores, restore_failures;
     _Atomic uint64_t last_snap_us, last_restore_us;
@@ -72,6 +76,7 @@ mt_err_t mt__ps_ckpt_create(mt__ps_ckpt_t **out) {
     mt__ps_ckpt_t *ck = calloc(1, sizeof(*ck));
     if (!ck) return MT_NOMEM;
     pthread_mutex_init(&ck->snap_lock, NULL);
+    pthread_mutex_init(&ck->durable_lock, NULL);
     *out = ck;
     return MT_OK;
 }
@@ -79,6 +84,9 @@ mt_err_t mt__ps_ckpt_create(mt__ps_ckpt_t **out) {
 void mt__ps_ckpt_destroy(mt__ps_ckpt_t *ck) {
     if (!ck) return;
     pthread_mutex_destroy(&ck->snap_lock);
+    pthread_mutex_destroy(&ck->durable_lock);
+    mt__ps_mark_list_free(&ck->durable[0]);
+    mt__ps_mark_list_free(&ck->durable[1]);
     free(ck);
 }
 
@@ -118,6 +126,99 @@ static void coordinate_locked(mt_ps_t *ps, const char *fmt, ...) {
            "shard %u: checkpoints are coordinated from now on (%s): no periodic or shutdown "
            "snapshot of its own (docs/checkpoint.md)",
            mt__ps_config(ps)->shard, ck->coord_why);
+}
+
+/* Copies a list of marks (for the durable ones). @returns MT_OK or MT_NOMEM. */
+static mt_err_t list_dup(const mt__ps_mark_list_t *l, mt__ps_mark_list_t *out) {
+    const char **t = malloc((l->n ? l->n : 1) * sizeof(*t));
+    int32_t *p = malloc((l->n ? l->n : 1) * sizeof(*p));
+    int64_t *nx = malloc((l->n ? l->n : 1) * sizeof(*nx));
+    mt_err_t err = t && p && nx ? MT_OK : MT_NOMEM;
+    for (size_t i = 0; i < l->n && !err; i++)
+        t[i] = l->v[i].topic, p[i] = l->v[i].partition, nx[i] = l->v[i].next;
+    if (!err) err = mt__ps_mark_list_build(t, p, nx, l->n, out);
+    free(t);
+    free(p);
+    free(nx);
+    return err;
+}
+
+/* Records @p marks (sparse, dense; copied) as the durable ones. Out of memory: the old ones
+ * are dropped (Stats then under-reports what is durable, never over-reports). */
+static void set_durable(mt__ps_ckpt_t *ck, const mt__ps_mark_list_t marks[2]) {
+    mt__ps_mark_list_t c[2] = {{0}};
+    for (int k = 0; k < 2; k++)
+        if (list_dup(&marks[k], &c[k]) != MT_OK) mt__ps_mark_list_free(&c[k]);
+    pthread_mutex_lock(&ck->durable_lock);
+    for (int k = 0; k < 2; k++) {
+        mt__ps_mark_list_t old = ck->durable[k];
+        ck->durable[k] = c[k];
+        c[k] = old;
+    }
+    pthread_mutex_unlock(&ck->durable_lock);
+    mt__ps_mark_list_free(&c[0]);
+    mt__ps_mark_list_free(&c[1]);
+}
+
+mt_err_t mt__ps_ckpt_durable_marks(mt_ps_t *ps, mt__ps_mark_list_t *sparse,
+                                   mt__ps_mark_list_t *dense) {
+    mt__ps_ckpt_t *ck = ps->ck;
+    pthread_mutex_lock(&ck->durable_lock);
+    mt_err_t err = list_dup(&ck->durable[0], sparse);
+    if (!err) err = list_dup(&ck->durable[1], dense);
+    pthread_mutex_unlock(&ck->durable_lock);
+    if (err) {
+        mt__ps_mark_list_free(sparse);
+        mt__ps_mark_list_free(dense);
+    }
+    return err;
+}
+
+/* KafkaOffset messages of a list of marks (strings borrowed). @returns MT_OK or MT_NOMEM. */
+static mt_err_t marks_pb(const mt__ps_mark_list_t *l, Monolith__V1__KafkaOffset **ko,
+                         Monolith__V1__KafkaOffset ***kop) {
+    *ko = calloc(l->n ? l->n : 1, sizeof(**ko));
+    *kop = calloc(l->n ? l->n : 1, sizeof(**kop));
+    if (!*ko || !*kop) return MT_NOMEM;
+    for (size_t i = 0; i < l->n; i++) {
+        monolith__v1__kafka_offset__init(&(*ko)[i]);
+        (*ko)[i].topic = l->v[i].topic;
+        (*ko)[i].partition = l->v[i].partition;
+        (*ko)[i].offset = l->v[i].next;
+        (*kop)[i] = &(*ko)[i];
+    }
+    return MT_OK;
+}
+
+/* The marks a checkpoint's meta holds, as lists. @returns MT_OK, MT_NOMEM or MT_CORRUPT
+ * (the reason in @p why). */
+static mt_err_t marks_of_meta(const Monolith__V1__CheckpointMeta *cm, mt__ps_mark_list_t out[2],
+                              char *why, size_t wlen) {
+    Monolith__V1__KafkaOffset *const *src[2] = {cm->marks, cm->dense_marks};
+    size_t n[2] = {cm->n_marks, cm->n_dense_marks};
+    mt_err_t err = MT_OK;
+    for (int k = 0; k < 2 && !err; k++) {
+        const char **t = malloc((n[k] ? n[k] : 1) * sizeof(*t));
+        int32_t *p = malloc((n[k] ? n[k] : 1) * sizeof(*p));
+        int64_t *nx = malloc((n[k] ? n[k] : 1) * sizeof(*nx));
+        err = t && p && nx ? MT_OK : MT_NOMEM;
+        for (size_t i = 0; i < n[k] && !err; i++)
+            t[i] = src[k][i]->topic, p[i] = src[k][i]->partition, nx[i] = src[k][i]->offset;
+        if (!err) err = mt__ps_mark_list_build(t, p, nx, n[k], &out[k]);
+        if (err == MT_CORRUPT)
+            mt_msgf(why, wlen,
+                    "checkpoint %" PRIu64 ": its %s marks are bad (a topic that is not a Kafka "
+                    "name, a negative partition or offset, or a partition twice)",
+                    cm->checkpoint_id, k ? "dense" : "sparse");
+        free(t);
+        free(p);
+        free(nx);
+    }
+    if (err) {
+        mt__ps_mark_list_free(&out[0]);
+        mt__ps_mark_list_free(&out[1]);
+    }
+    return err;
 }
 
 /* The dense parameters' version (the DenseState's first field). */
@@ -231,6 +332,10 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     size_t dense_len = 0, mlen = 0;
     Monolith__V1__KafkaOffset *ko = NULL;
     Monolith__V1__KafkaOffset **kop = NULL;
+    mt__ps_mark_list_t marks[2] = {{0}};
+    Monolith__V1__KafkaOffset *mko[2] = {NULL, NULL};
+    Monolith__V1__KafkaOffset **mkop[2] = {NULL, NULL};
+    int gated = 0;
     char why[512] = "";
     double t0 = mt_mono_s();
     pthread_mutex_lock(&ps->ck->snap_lock);
@@ -269,6 +374,17 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
                  req->checkpoint_id, cur);
         goto out;
     }
+    /* Everything below is captured with covered applies held at the gate (marks_int.h):
+     * the marks saved are exactly those of the rows, dense tensors and counter saved. */
+    mt__ps_marks_gate_exclusive(ps->marks);
+    gated = 1;
+    if ((err = mt__ps_marks_copy(ps->marks, MT__PS_SPARSE, &marks[0])) != MT_OK ||
+        (err = mt__ps_marks_copy(ps->marks, MT__PS_DENSE, &marks[1])) != MT_OK ||
+        (err = marks_pb(&marks[0], &mko[0], &mkop[0])) != MT_OK ||
+        (err = marks_pb(&marks[1], &mko[1], &mkop[1])) != MT_OK) {
+        snprintf(why, sizeof(why), "marks: %s", mt_strerror(err));
+        goto out;
+    }
     if ((err = mt_ps_dense_save(ps, &dense, &dense_len)) != MT_OK) {
         snprintf(why, sizeof(why), "dense parameters: %s", mt_strerror(err));
         goto out;
@@ -303,11 +419,18 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     cm.examples_applied = examples;
     cm.epoch = mt__ps_epoch(ps);
     cm.dense_version = dense_version_of(dense, dense_len);
+    cm.n_marks = marks[0].n;
+    cm.marks = mkop[0];
+    cm.n_dense_marks = marks[1].n;
+    cm.dense_marks = mkop[1];
     if ((err = meta_pack(&cm, dense, dense_len, &meta, &mlen)) != MT_OK) goto out;
     mt_store_table_t t = {SPARSE, table};
     mt_store_result_t sres;
     err = mt_store_save(ck->store, id, &t, 1, meta, mlen, &sres, why, sizeof(why));
+    mt__ps_marks_gate_release(ps->marks);
+    gated = 0;
     if (err) goto out;
+    set_durable(ck, marks);
     r->checkpoint_id = id;
     r->rows = sres.rows;
     r->bytes = sres.bytes;
@@ -320,6 +443,7 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     if (req->consistent)
         coordinate_locked(ps, "consistent snapshot %" PRIu64 ": a cluster checkpoint", id);
 out:
+    if (gated) mt__ps_marks_gate_release(ps->marks);
     r->seconds = mt_mono_s() - t0;
     if (err) {
         if (err == MT_NOMEM && !*why) snprintf(why, sizeof(why), "out of memory");
@@ -340,6 +464,11 @@ out:
     free(meta);
     free(ko);
     free(kop);
+    for (int k = 0; k < 2; k++) {
+        free(mko[k]);
+        free(mkop[k]);
+        mt__ps_mark_list_free(&marks[k]);
+    }
     return err;
 }
 
@@ -365,6 +494,7 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
     size_t dense_len = 0;
     mt_table_t *table = NULL;
     mt__ps_dense_t *dd = NULL;
+    mt__ps_mark_list_t marks[2] = {{0}}; /* the checkpoint's, until the install takes them */
     uint64_t id = checkpoint_id == MT_PS_NEWEST ? 0 : checkpoint_id, table_version = 0;
     int newest = checkpoint_id == MT_PS_NEWEST, installed = 0;
     char why[512] = "";
@@ -418,12 +548,26 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
                  mt_strerror(err));
         goto out;
     }
+    if (cm && (err = marks_of_meta(cm, marks, why, sizeof(why))) != MT_OK) {
+        if (err == MT_NOMEM) snprintf(why, sizeof(why), "out of memory");
+        goto out;
+    }
     uint64_t examples = cm ? cm->examples_applied : 0, step = cm ? cm->step : 0;
     if (cm) mt__ps_epoch_raise(ps, cm->epoch); /* a restarted shard keeps fencing */
     mt_table_stats_t ts;
     mt_table_stats(table, &ts); /* before the shard's calls may change it */
     table_version = ts.version;
-    err = mt__ps_install(ps, table, dd, examples, step, MT_PS_QUIESCE_S);
+    mt__ps_mark_list_t keep[2] = {{0}}; /* the durable marks: the install takes marks */
+    if (list_dup(&marks[0], &keep[0]) != MT_OK || list_dup(&marks[1], &keep[1]) != MT_OK) {
+        mt__ps_mark_list_free(&keep[0]);
+        err = MT_NOMEM;
+        snprintf(why, sizeof(why), "out of memory");
+        goto out;
+    }
+    err = mt__ps_install(ps, table, dd, examples, step, marks, MT_PS_QUIESCE_S);
+    if (!err) set_durable(ck, keep);
+    mt__ps_mark_list_free(&keep[0]);
+    mt__ps_mark_list_free(&keep[1]);
     if (err) {
         snprintf(why, sizeof(why), "calls still in flight after %d s", MT_PS_QUIESCE_S);
         goto out;
@@ -477,6 +621,8 @@ out:
     pthread_mutex_unlock(&ps->ck->snap_lock);
     mt_table_destroy(table);
     mt__ps_dense_free(dd);
+    mt__ps_mark_list_free(&marks[0]);
+    mt__ps_mark_list_free(&marks[1]);
     if (cm) monolith__v1__checkpoint_meta__free_unpacked(cm, NULL);
     free(blob);
     return err;

@@ -6,7 +6,8 @@
  * Layer: above the shard state and the dense store (shard_int.h), below the handlers.
  * Every entry point takes the checkpoints' snap_lock for its whole run (held across a
  * restore's mt__ps_install()). Lock order: snap_lock -> (mt_store's locks) ;
- * snap_lock -> dense_lock.
+ * snap_lock -> the marks' gate (exclusive, for a snapshot's capture) -> dense_lock ;
+ * durable_lock (the marks of the last checkpoint) is a leaf.
  */
 #ifndef MT_PS_CKPT_INT_H
 #define MT_PS_CKPT_INT_H
@@ -33,6 +34,11 @@ uint64_t mt__ps_ckpt_last_id(mt_ps_t *ps);
 mt_err_t mt__ps_ckpt_list(mt_ps_t *ps, Monolith__V1__CheckpointMeta ***metas, size_t *n,
                           uint64_t *incarnation, uint64_t *examples, char *errbuf, size_t errlen);
 void mt__ps_ckpt_list_free(Monolith__V1__CheckpointMeta **metas, size_t n);
+
+/** Copies the marks of the last checkpoint written or restored (what survives a crash).
+ *  @returns MT_OK or MT_NOMEM (then both lists are empty). */
+mt_err_t mt__ps_ckpt_durable_marks(mt_ps_t *ps, mt__ps_mark_list_t *sparse,
+                                   mt__ps_mark_list_t *dense);
 
 /** Appends the checkpoint metrics (Prometheus text) of the shard. */
 void mt__ps_ckpt_render(mt_ps_t *ps, mt_strbuf_t *b);

@@ -203,6 +203,123 @@ static int admin_ok(mt_ps_t *ps, int m, mt_rpc_call_t *c, const char *token) {
     return 0;
 }
 
+/* ============================== covers and marks ============================== */
+
+/* A request's cover as ranges (strings borrowed from the request), checked. @returns 0 (with
+ * *out NULL when the request has none), or -1 when the call was failed (INVALID_ARGUMENT). */
+static int cover_of(mt_ps_t *ps, int m, mt_rpc_call_t *c, Monolith__V1__Range *const *pb, size_t n,
+                    mt__ps_range_t **out) {
+    *out = NULL;
+    if (!n) return 0;
+    char why[320];
+    if (n > MT__PS_MAX_RANGES) {
+        FAIL(ps, m, c, MT_RPC_INVALID_ARGUMENT, "a cover of %zu ranges (at most %d)", n,
+             MT__PS_MAX_RANGES);
+        return -1;
+    }
+    mt__ps_range_t *r = malloc(n * sizeof(*r));
+    if (!r) {
+        FAIL(ps, m, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        r[i] = (mt__ps_range_t){pb[i]->topic, pb[i]->partition, pb[i]->lo, pb[i]->hi, pb[i]->first};
+    if (mt__ps_marks_check(r, n, why, sizeof(why)) != MT_OK) {
+        free(r);
+        FAIL(ps, m, c, MT_RPC_INVALID_ARGUMENT, "%s", why);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+/* Starts a covered call: takes the gate shared and judges the cover (marks_int.h).
+ * @returns 1 to apply (reserved: finish with cover_end), 0 to skip (gate released), or -1
+ * when the call was failed (out of order: FAILED_PRECONDITION; gate released). */
+static int cover_begin(mt_ps_t *ps, int m, mt__ps_marks_kind_t kind, mt_rpc_call_t *c,
+                       const mt__ps_range_t *r, size_t n) {
+    char why[400];
+    int skip = 0;
+    mt__ps_marks_gate_shared(ps->marks);
+    mt_err_t err = mt__ps_marks_begin(ps->marks, kind, r, n, &skip, why, sizeof(why));
+    if (err) {
+        mt__ps_marks_gate_release(ps->marks);
+        if (err == MT_OUT_OF_ORDER) atomic_fetch_add(&ps->out_of_order[kind], 1);
+        FAIL(ps, m, c,
+             err == MT_OUT_OF_ORDER ? MT_RPC_FAILED_PRECONDITION : MT_RPC_RESOURCE_EXHAUSTED,
+             "shard %u: %s", ps->cfg.shard, why);
+        return -1;
+    }
+    if (skip) {
+        mt__ps_marks_gate_release(ps->marks);
+        atomic_fetch_add(&ps->skipped[kind], 1);
+        return 0;
+    }
+    return 1;
+}
+
+/* Ends what cover_begin reserved: the marks move to the ranges' ends if @p done. */
+static void cover_end(mt_ps_t *ps, mt__ps_marks_kind_t kind, const mt__ps_range_t *r, size_t n,
+                      int done) {
+    mt__ps_marks_end(ps->marks, kind, r, n, done);
+    mt__ps_marks_gate_release(ps->marks);
+}
+
+/* KafkaOffset messages of marks (strings borrowed). */
+typedef struct offsets_pb {
+    Monolith__V1__KafkaOffset *ko;
+    Monolith__V1__KafkaOffset **kop;
+    size_t n;
+} offsets_pb_t;
+
+static int offsets_alloc(offsets_pb_t *o, size_t n) {
+    o->n = 0;
+    o->ko = calloc(n ? n : 1, sizeof(*o->ko));
+    o->kop = calloc(n ? n : 1, sizeof(*o->kop));
+    return o->ko && o->kop ? 0 : -1;
+}
+
+static void offsets_add(offsets_pb_t *o, const char *topic, int32_t partition, int64_t next) {
+    Monolith__V1__KafkaOffset *k = &o->ko[o->n];
+    monolith__v1__kafka_offset__init(k);
+    k->topic = (char *)topic;
+    k->partition = partition;
+    k->offset = next;
+    o->kop[o->n++] = k;
+}
+
+static void offsets_free(offsets_pb_t *o) {
+    free(o->ko);
+    free(o->kop);
+    memset(o, 0, sizeof(*o));
+}
+
+/* The marks of the cover's partitions after a call, for its answer. @returns 0 or -1. */
+static int cover_marks(mt_ps_t *ps, mt__ps_marks_kind_t kind, const mt__ps_range_t *r, size_t n,
+                       offsets_pb_t *o) {
+    int64_t *next = malloc((n ? n : 1) * sizeof(int64_t));
+    if (!next || offsets_alloc(o, n)) {
+        free(next);
+        offsets_free(o);
+        return -1;
+    }
+    mt__ps_marks_of(ps->marks, kind, r, n, next);
+    for (size_t i = 0; i < n; i++)
+        if (next[i] >= 0) offsets_add(o, r[i].topic, r[i].partition, next[i]);
+    free(next);
+    return 0;
+}
+
+static int list_offsets(const mt__ps_mark_list_t *l, offsets_pb_t *o) {
+    if (offsets_alloc(o, l->n)) {
+        offsets_free(o);
+        return -1;
+    }
+    for (size_t i = 0; i < l->n; i++)
+        offsets_add(o, l->v[i].topic, l->v[i].partition, l->v[i].next);
+    return 0;
+}
+
 /* ============================== sparse methods ============================== */
 
 static void h_lookup(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
@@ -263,20 +380,42 @@ static void h_apply(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
             return;
         }
     }
+    mt__ps_range_t *cov = NULL;
+    size_t ncov = r->n_cover;
+    if (cover_of(ps, MT_PS_APPLY, c, r->cover, ncov, &cov) != 0) return;
+    /* with a cover: applied exactly once (marks_int.h); every check above came first, so
+     * that a reserved step fails only inside the table, which does not happen */
+    int go = ncov ? cover_begin(ps, MT_PS_APPLY, MT__PS_SPARSE, c, cov, ncov) : 1;
     mt_table_op_stats_t st = {0};
-    mt_err_t err =
-        mt_table_apply(ps->table, r->fids, r->n_fids, r->grads, r->n_grads, now_or(r->now_s), &st);
-    if (err) {
-        FAIL(ps, MT_PS_APPLY, c, MT_RPC_INTERNAL, "apply: %s", mt_strerror(err));
-        return;
+    mt_err_t err = MT_OK;
+    if (go == 1) {
+        err = mt_table_apply(ps->table, r->fids, r->n_fids, r->grads, r->n_grads, now_or(r->now_s),
+                             &st);
+        if (!err) {
+            atomic_fetch_add(&ps->apply_fids, r->n_fids);
+            if (r->examples) atomic_fetch_add(&ps->examples_applied, r->examples);
+            mt__atomic_max(&ps->step, r->step);
+        }
+        if (ncov) cover_end(ps, MT__PS_SPARSE, cov, ncov, err == MT_OK);
     }
-    atomic_fetch_add(&ps->apply_fids, r->n_fids);
-    if (r->examples) atomic_fetch_add(&ps->examples_applied, r->examples);
-    mt__atomic_max(&ps->step, r->step);
-    Monolith__V1__ApplyGradientsResponse resp = MONOLITH__V1__APPLY_GRADIENTS_RESPONSE__INIT;
-    resp.applied = st.found;
-    resp.missing = st.missing;
-    reply_msg(ps, MT_PS_APPLY, c, &resp.base);
+    offsets_pb_t marks = {0};
+    if (go < 0) {
+        /* failed by cover_begin */
+    } else if (err) {
+        FAIL(ps, MT_PS_APPLY, c, MT_RPC_INTERNAL, "apply: %s", mt_strerror(err));
+    } else if (ncov && cover_marks(ps, MT__PS_SPARSE, cov, ncov, &marks)) {
+        FAIL(ps, MT_PS_APPLY, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        Monolith__V1__ApplyGradientsResponse resp = MONOLITH__V1__APPLY_GRADIENTS_RESPONSE__INIT;
+        resp.applied = st.found;
+        resp.missing = st.missing;
+        resp.skipped = go == 0;
+        resp.n_marks = marks.n;
+        resp.marks = marks.kop;
+        reply_msg(ps, MT_PS_APPLY, c, &resp.base);
+    }
+    offsets_free(&marks);
+    free(cov);
 }
 
 /* Buffers of one Sync stream. */
@@ -521,7 +660,31 @@ static void h_stats(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     }
     resp.n_slots = ns;
     resp.slots = ptrs;
-    reply_msg(ps, MT_PS_STATS, c, &resp.base);
+    /* the marks, live and of the last checkpoint */
+    mt__ps_mark_list_t l[4] = {{0}};
+    offsets_pb_t o[4] = {{0}};
+    int bad = mt__ps_marks_copy(ps->marks, MT__PS_SPARSE, &l[0]) ||
+              mt__ps_marks_copy(ps->marks, MT__PS_DENSE, &l[1]) ||
+              mt__ps_ckpt_durable_marks(ps, &l[2], &l[3]);
+    for (int i = 0; i < 4 && !bad; i++)
+        bad = list_offsets(&l[i], &o[i]);
+    if (bad) {
+        FAIL(ps, MT_PS_STATS, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        resp.n_marks = o[0].n;
+        resp.marks = o[0].kop;
+        resp.n_dense_marks = o[1].n;
+        resp.dense_marks = o[1].kop;
+        resp.n_durable_marks = o[2].n;
+        resp.durable_marks = o[2].kop;
+        resp.n_durable_dense_marks = o[3].n;
+        resp.durable_dense_marks = o[3].kop;
+        reply_msg(ps, MT_PS_STATS, c, &resp.base);
+    }
+    for (int i = 0; i < 4; i++) {
+        offsets_free(&o[i]);
+        mt__ps_mark_list_free(&l[i]);
+    }
     free(infos);
     free(ptrs);
 }
@@ -662,15 +825,37 @@ static void h_push_dense(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     char why[256] = "";
     uint64_t version = 0;
     if (!fence_ok(ps, MT_PS_PUSH_DENSE, c, r->epoch)) return;
-    mt_err_t err = mt__ps_dense_push(&ps->dense, r, &version, why, sizeof(why));
-    if (err) {
+    mt__ps_range_t *cov = NULL;
+    size_t ncov = r->n_cover;
+    if (cover_of(ps, MT_PS_PUSH_DENSE, c, r->cover, ncov, &cov) != 0) return;
+    /* with a cover: pushed exactly once, against the dense marks. A push the dense store
+     * refuses (shapes, values) changes nothing: the marks stay */
+    int go = ncov ? cover_begin(ps, MT_PS_PUSH_DENSE, MT__PS_DENSE, c, cov, ncov) : 1;
+    mt_err_t err = MT_OK;
+    if (go == 1) {
+        err = mt__ps_dense_push(&ps->dense, r, &version, why, sizeof(why));
+        if (ncov) cover_end(ps, MT__PS_DENSE, cov, ncov, err == MT_OK);
+    } else if (go == 0) {
+        version = mt__ps_dense_version(&ps->dense);
+    }
+    offsets_pb_t marks = {0};
+    if (go < 0) {
+        /* failed by cover_begin */
+    } else if (err) {
         FAIL(ps, MT_PS_PUSH_DENSE, c,
              err == MT_NOMEM ? MT_RPC_RESOURCE_EXHAUSTED : MT_RPC_INVALID_ARGUMENT, "%s", why);
-        return;
+    } else if (ncov && cover_marks(ps, MT__PS_DENSE, cov, ncov, &marks)) {
+        FAIL(ps, MT_PS_PUSH_DENSE, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+        Monolith__V1__PushDenseResponse resp = MONOLITH__V1__PUSH_DENSE_RESPONSE__INIT;
+        resp.version = version;
+        resp.skipped = go == 0;
+        resp.n_marks = marks.n;
+        resp.marks = marks.kop;
+        reply_msg(ps, MT_PS_PUSH_DENSE, c, &resp.base);
     }
-    Monolith__V1__PushDenseResponse resp = MONOLITH__V1__PUSH_DENSE_RESPONSE__INIT;
-    resp.version = version;
-    reply_msg(ps, MT_PS_PUSH_DENSE, c, &resp.base);
+    offsets_free(&marks);
+    free(cov);
 }
 
 /* The PullDense call being answered (the ud of pull_reply). */
@@ -823,6 +1008,36 @@ mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_
     for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
         mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{%s=\"%u\"} %.17g\n", g[i].name,
                          g[i].help, g[i].name, g[i].type, g[i].name, L, sh, g[i].v);
+    static const char *kinds[2] = {"sparse", "dense"};
+    mt_strbuf_printf(&b, "# HELP monolith_ps_skipped_total Covered calls skipped: their examples "
+                         "were applied before (a retry or a replay).\n"
+                         "# TYPE monolith_ps_skipped_total counter\n");
+    for (int k = 0; k < 2; k++)
+        mt_strbuf_printf(&b, "monolith_ps_skipped_total{%s=\"%u\",kind=\"%s\"} %llu\n", L, sh,
+                         kinds[k], (unsigned long long)atomic_load(&ps->skipped[k]));
+    mt_strbuf_printf(&b, "# HELP monolith_ps_out_of_order_total Covered calls refused: a gap or "
+                         "an overlap with the shard's marks.\n"
+                         "# TYPE monolith_ps_out_of_order_total counter\n");
+    for (int k = 0; k < 2; k++)
+        mt_strbuf_printf(&b, "monolith_ps_out_of_order_total{%s=\"%u\",kind=\"%s\"} %llu\n", L, sh,
+                         kinds[k], (unsigned long long)atomic_load(&ps->out_of_order[k]));
+    mt_strbuf_printf(&b, "# HELP monolith_ps_mark The next offset the shard expects of a "
+                         "partition (covered calls).\n"
+                         "# TYPE monolith_ps_mark gauge\n");
+    for (int k = 0; k < 2; k++) {
+        mt__ps_mark_list_t l;
+        if (mt__ps_marks_copy(ps->marks, (mt__ps_marks_kind_t)k, &l) != MT_OK) {
+            b.oom = 1;
+            break;
+        }
+        for (size_t i = 0; i < l.n; i++)
+            mt_strbuf_printf(&b,
+                             "monolith_ps_mark{%s=\"%u\",kind=\"%s\",topic=\"%s\",partition="
+                             "\"%d\"} %lld\n",
+                             L, sh, kinds[k], l.v[i].topic, (int)l.v[i].partition,
+                             (long long)l.v[i].next);
+        mt__ps_mark_list_free(&l);
+    }
     mt__ps_ckpt_render(ps, &b);
     if (extra) mt_strbuf_printf(&b, "%s", extra);
     if (b.oom) {

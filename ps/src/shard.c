@@ -51,7 +51,8 @@ mt_err_t mt__ps_shard_init(mt_ps_t *ps, const mt_ps_config_t *cfg, mt_table_t *t
         ps->cfg.table.slots = ps->slots;
     }
     ps->incarnation = new_incarnation(0);
-    mt_err_t err = MT_OK;
+    mt_err_t err = mt__ps_marks_create(&ps->marks);
+    if (err) return err;
     if (table) {
         ps->table = table;
     } else {
@@ -69,6 +70,8 @@ mt_err_t mt__ps_shard_init(mt_ps_t *ps, const mt_ps_config_t *cfg, mt_table_t *t
 void mt__ps_shard_fini(mt_ps_t *ps) {
     mt_table_destroy(ps->table);
     ps->table = NULL;
+    mt__ps_marks_destroy(ps->marks);
+    ps->marks = NULL;
     free(ps->admin_token);
     free(ps->slots);
 }
@@ -178,7 +181,7 @@ uint64_t mt__ps_step(mt_ps_t *ps) {
 }
 
 mt_err_t mt__ps_install(mt_ps_t *ps, mt_table_t *table, mt__ps_dense_t *dense, uint64_t examples,
-                        uint64_t step, double wait_s) {
+                        uint64_t step, mt__ps_mark_list_t marks[2], double wait_s) {
     int was = atomic_exchange(&ps->restoring, 1);
     /* Follow Sync streams end at their next round when stop_streams is not 0; +2 / -2 keeps
      * a daemon's mt_ps_stop_streams() (a store of 1) meanwhile in force (1 + 2 - 2, or
@@ -197,6 +200,8 @@ mt_err_t mt__ps_install(mt_ps_t *ps, mt_table_t *table, mt__ps_dense_t *dense, u
         mt__ps_dense_swap(&ps->dense, dense);
         atomic_store(&ps->examples_applied, examples);
         atomic_store(&ps->step, step);
+        mt__ps_marks_replace(ps->marks, MT__PS_SPARSE, &marks[0]);
+        mt__ps_marks_replace(ps->marks, MT__PS_DENSE, &marks[1]);
         atomic_store(&ps->incarnation, new_incarnation(atomic_load(&ps->incarnation)));
     }
     atomic_fetch_sub(&ps->stop_streams, 2);

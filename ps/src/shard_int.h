@@ -9,6 +9,7 @@
  *   handlers.c  the rpc methods: decode, checks, encode, metrics (handlers_int.h)
  *   ckpt.c      checkpoints on the store: snapshot, restore, list (ckpt_int.h)
  *   shard.c     this file's state            dense.c  the dense store (dense_int.h)
+ *                                            marks.c  the marks (marks_int.h)
  *
  * struct mt_ps is defined here because the handlers read the table, the limits and the
  * counters on the hot path without a call; the parts of the upper layers (ck, rpc) are
@@ -27,6 +28,7 @@
 #include <stdint.h>
 
 #include "dense_int.h"
+#include "marks_int.h"
 #include "mt/ps.h"
 
 typedef struct mt__ps_ckpt mt__ps_ckpt_t; /* ckpt.c: the store, snap_lock and its counters */
@@ -50,10 +52,13 @@ struct mt_ps {
     /* Counters (atomics). */
     _Atomic uint64_t calls[MT_PS_NMETHODS], errors[MT_PS_NMETHODS];
     _Atomic uint64_t lookup_fids, apply_fids, sync_entries;
+    _Atomic uint64_t skipped[2], out_of_order[2]; /* covered calls, per mt__ps_marks_kind_t */
     _Atomic int stop_streams;   /* not 0: follow Sync streams end at their next round */
     _Atomic uint32_t followers; /* follow Sync streams open now */
     /* The dense parameters, guarded by dense.lock (dense_lock). */
     mt__ps_dense_store_t dense;
+    /* The marks of covered applies and pushes, and their gate (marks_int.h). */
+    mt__ps_marks_t *marks;
     /* The upper layers' parts (owned by ps.c; never used by this layer). */
     mt__ps_ckpt_t *ck;
     mt__ps_rpc_t *rpc;
@@ -90,13 +95,14 @@ static inline void mt__atomic_max(_Atomic uint64_t *a, uint64_t v) {
 
 /**
  * Quiesces the shard (new calls: UNAVAILABLE; follow Sync streams asked to end), waits at
- * most @p wait_s for the calls in flight, then installs @p table, @p dense, the counters and
- * a new incarnation, and resumes. On success the service owns @p table and @p dense holds the
- * previous dense parameters (the caller still frees it). Caller holds snap_lock.
+ * most @p wait_s for the calls in flight, then installs @p table, @p dense, the counters,
+ * the marks (@p marks: sparse and dense, taken over and emptied) and a new incarnation, and
+ * resumes. On success the service owns @p table and @p dense holds the previous dense
+ * parameters (the caller still frees it). Caller holds snap_lock.
  * @returns MT_OK or MT_UNAVAILABLE (calls still in flight: nothing changed, the caller keeps
  *          @p table).
  */
 mt_err_t mt__ps_install(mt_ps_t *ps, mt_table_t *table, mt__ps_dense_t *dense, uint64_t examples,
-                        uint64_t step, double wait_s);
+                        uint64_t step, mt__ps_mark_list_t marks[2], double wait_s);
 
 #endif /* MT_PS_SHARD_INT_H */

@@ -369,9 +369,42 @@ out:
     return err;
 }
 
+/* Range messages of a cover (strings borrowed). @returns 0 or -1 (out of memory). */
+static int cover_pb(const mt_psc_range_t *cover, size_t n, Monolith__V1__Range **r,
+                    Monolith__V1__Range ***rp) {
+    *r = calloc(n ? n : 1, sizeof(**r));
+    *rp = calloc(n ? n : 1, sizeof(**rp));
+    if (!*r || !*rp) return -1;
+    for (size_t i = 0; i < n; i++) {
+        monolith__v1__range__init(&(*r)[i]);
+        (*r)[i].topic = (char *)cover[i].topic;
+        (*r)[i].partition = cover[i].partition;
+        (*r)[i].lo = cover[i].lo;
+        (*r)[i].hi = cover[i].hi;
+        (*r)[i].first = cover[i].first != 0;
+        (*rp)[i] = &(*r)[i];
+    }
+    return 0;
+}
+
+/* A covered call's error: a shard's FAILED_PRECONDITION is the rule's "out of order". */
+static mt_err_t cover_err(mt_err_t err, size_t ncover, const mt_rpc_status_t *st) {
+    if (err && ncover && st && st->code == MT_RPC_FAILED_PRECONDITION) return MT_OUT_OF_ORDER;
+    return err;
+}
+
 mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *grads,
                       size_t grads_len, int64_t now_s, uint64_t step, uint64_t examples,
                       uint64_t *applied, uint64_t *missing, mt_rpc_status_t *st) {
+    return mt_psc_apply_cover(c, fids, n, grads, grads_len, now_s, step, examples, NULL, 0, NULL,
+                              applied, missing, st);
+}
+
+mt_err_t mt_psc_apply_cover(mt_psc_t *c, const uint64_t *fids, size_t n, const float *grads,
+                            size_t grads_len, int64_t now_s, uint64_t step, uint64_t examples,
+                            const mt_psc_range_t *cover, size_t ncover, uint32_t *skipped,
+                            uint64_t *applied, uint64_t *missing, mt_rpc_status_t *st) {
+    if (skipped) *skipped = 0;
     plan_t p;
     size_t need;
     mt_err_t err = plan_build(c, fids, n, &p, &need, st);
@@ -387,8 +420,10 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
     float *ug = calloc(p.ufloats ? p.ufloats : 1, sizeof(float));
     float *sg = malloc((p.ufloats ? p.ufloats : 1) * sizeof(float));
     mt_rpc_batch_call_t *calls = calloc(c->n, sizeof(*calls));
+    Monolith__V1__Range *rr = NULL, **rrp = NULL;
     uint64_t tot_applied = 0, tot_missing = 0;
-    if (!reqs || !lens || !sf || !ug || !sg || !calls) {
+    uint32_t nskipped = 0;
+    if (!reqs || !lens || !sf || !ug || !sg || !calls || cover_pb(cover, ncover, &rr, &rrp)) {
         err = MT_NOMEM;
         goto out;
     }
@@ -402,7 +437,8 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
     size_t goff = 0;
     for (uint32_t s = 0; s < c->n; s++) {
         size_t cnt = p.start[s + 1] - p.start[s];
-        if (!cnt && !examples) continue; /* with examples every shard hears of the step */
+        /* with examples or a cover every shard hears of the step */
+        if (!cnt && !examples && !ncover) continue;
         size_t g0 = goff;
         for (size_t k = 0; k < cnt; k++) {
             uint32_t j = p.order[p.start[s] + k];
@@ -419,6 +455,8 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
         r.step = step;
         r.examples = examples;
         r.epoch = atomic_load(&c->epoch);
+        r.n_cover = ncover;
+        r.cover = rrp;
         lens[s] = monolith__v1__apply_gradients_request__get_packed_size(&r);
         reqs[s] = malloc(lens[s] ? lens[s] : 1);
         if (!reqs[s]) {
@@ -427,7 +465,7 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
         }
         monolith__v1__apply_gradients_request__pack(&r, reqs[s]);
     }
-    err = fan_out(c, PATH("ApplyGradients"), reqs, lens, calls, st);
+    err = cover_err(fan_out(c, PATH("ApplyGradients"), reqs, lens, calls, st), ncover, st);
     if (err) goto out;
     for (uint32_t s = 0, k = 0; s < c->n; s++) {
         if (!reqs[s]) continue;
@@ -441,15 +479,19 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
         }
         tot_applied += r->applied;
         tot_missing += r->missing;
+        nskipped += r->skipped;
         monolith__v1__apply_gradients_response__free_unpacked(r, NULL);
     }
     if (applied) *applied = tot_applied;
     if (missing) *missing = tot_missing;
+    if (skipped) *skipped = nskipped;
 out:
     if (calls && reqs) free_calls(calls, c->n, reqs, c->n);
     free(reqs);
     free(lens);
     free(sf);
+    free(rr);
+    free(rrp);
     free(ug);
     free(sg);
     free(calls);
@@ -470,11 +512,20 @@ static void tensor_to_pb(const mt_psc_tensor_t *t, Monolith__V1__DenseTensor *pb
 
 mt_err_t mt_psc_push_dense(mt_psc_t *c, const mt_psc_tensor_t *grads, const mt_psc_tensor_t *init,
                            size_t n, uint64_t step, uint64_t *version, mt_rpc_status_t *st) {
+    return mt_psc_push_dense_cover(c, grads, init, n, step, NULL, 0, NULL, version, st);
+}
+
+mt_err_t mt_psc_push_dense_cover(mt_psc_t *c, const mt_psc_tensor_t *grads,
+                                 const mt_psc_tensor_t *init, size_t n, uint64_t step,
+                                 const mt_psc_range_t *cover, size_t ncover, int *skipped,
+                                 uint64_t *version, mt_rpc_status_t *st) {
+    Monolith__V1__Range *rr = NULL, **rrp = NULL;
+    if (skipped) *skipped = 0;
     Monolith__V1__DenseTensor *g = calloc(n ? n : 1, sizeof(*g)), *in = NULL;
     Monolith__V1__DenseTensor **gp = calloc(n ? n : 1, sizeof(*gp)), **ip = NULL;
     uint8_t *buf = NULL, *resp = NULL;
     mt_err_t err = MT_NOMEM;
-    if (!g || !gp) goto out;
+    if (!g || !gp || cover_pb(cover, ncover, &rr, &rrp)) goto out;
     if (init && (!(in = calloc(n ? n : 1, sizeof(*in))) || !(ip = calloc(n ? n : 1, sizeof(*ip)))))
         goto out;
     for (size_t i = 0; i < n; i++) {
@@ -492,6 +543,8 @@ mt_err_t mt_psc_push_dense(mt_psc_t *c, const mt_psc_tensor_t *grads, const mt_p
     req.init = ip;
     req.step = step;
     req.epoch = atomic_load(&c->epoch);
+    req.n_cover = ncover;
+    req.cover = rrp;
     size_t len = monolith__v1__push_dense_request__get_packed_size(&req);
     if (!(buf = malloc(len ? len : 1))) goto out;
     monolith__v1__push_dense_request__pack(&req, buf);
@@ -500,7 +553,7 @@ mt_err_t mt_psc_push_dense(mt_psc_t *c, const mt_psc_tensor_t *grads, const mt_p
     err = mt_rpc_call(c->ch[0], PATH("PushDense"), buf, len, c->deadline_ms, &resp, &rlen, &s);
     if (st) *st = s;
     if (err) goto out;
-    if ((err = status_to_err(&s))) goto out;
+    if ((err = cover_err(status_to_err(&s), ncover, &s))) goto out;
     Monolith__V1__PushDenseResponse *r =
         monolith__v1__push_dense_response__unpack(NULL, rlen, resp);
     if (!r) {
@@ -509,6 +562,7 @@ mt_err_t mt_psc_push_dense(mt_psc_t *c, const mt_psc_tensor_t *grads, const mt_p
         goto out;
     }
     if (version) *version = r->version;
+    if (skipped) *skipped = r->skipped;
     monolith__v1__push_dense_response__free_unpacked(r, NULL);
 out:
     free(g);
@@ -517,6 +571,8 @@ out:
     free(ip);
     free(buf);
     free(resp);
+    free(rr);
+    free(rrp);
     return err;
 }
 
@@ -578,6 +634,13 @@ mt_err_t mt_psc_pull_dense(mt_psc_t *c, mt_psc_tensor_t *ts, size_t n, uint64_t 
 
 void mt_psc_shard_ckpt_free(mt_psc_shard_ckpt_t *out, uint32_t n) {
     for (uint32_t i = 0; out && i < n; i++) {
+        for (int k = 0; k < 4; k++) {
+            for (size_t j = 0; j < out[i].nmarks[k]; j++)
+                free(out[i].marks[k][j].topic);
+            free(out[i].marks[k]);
+            out[i].marks[k] = NULL;
+            out[i].nmarks[k] = 0;
+        }
         for (size_t k = 0; k < out[i].n; k++) {
             for (size_t j = 0; j < out[i].list[k].noffsets; j++)
                 free(out[i].list[k].offsets[j].topic);
@@ -682,19 +745,62 @@ static mt_err_t take_restore(const uint8_t *resp, size_t len, mt_psc_shard_ckpt_
     return MT_OK;
 }
 
-mt_err_t mt_psc_checkpoints(mt_psc_t *c, int64_t deadline_ms, mt_psc_shard_ckpt_t *out) {
+/* admin_all() of a request without fields (0 bytes) to every shard. */
+static mt_err_t
+empty_all(mt_psc_t *c, const char *path, int64_t deadline_ms, mt_psc_shard_ckpt_t *out,
+          mt_err_t (*take)(const uint8_t *resp, size_t len, mt_psc_shard_ckpt_t *o)) {
     uint8_t **reqs = calloc(c->n, sizeof(*reqs));
     size_t *lens = calloc(c->n, sizeof(*lens));
     static uint8_t empty[1];
     mt_err_t err = MT_NOMEM;
     if (reqs && lens) {
         for (uint32_t s = 0; s < c->n; s++)
-            reqs[s] = empty; /* CheckpointsRequest has no fields: 0 bytes */
-        err = admin_all(c, PATH("Checkpoints"), reqs, lens, deadline_ms, out, take_list);
+            reqs[s] = empty;
+        err = admin_all(c, path, reqs, lens, deadline_ms, out, take);
     }
     free(reqs);
     free(lens);
     return err;
+}
+
+mt_err_t mt_psc_checkpoints(mt_psc_t *c, int64_t deadline_ms, mt_psc_shard_ckpt_t *out) {
+    return empty_all(c, PATH("Checkpoints"), deadline_ms, out, take_list);
+}
+
+/* Copies KafkaOffset messages into a list. @returns MT_OK or MT_NOMEM. */
+static mt_err_t offsets_from_pb(Monolith__V1__KafkaOffset *const *ko, size_t n,
+                                mt_psc_offset_t **out, size_t *nout) {
+    *nout = 0;
+    *out = calloc(n ? n : 1, sizeof(**out));
+    if (!*out) return MT_NOMEM;
+    for (size_t j = 0; j < n; j++) {
+        (*out)[j].topic = strdup(ko[j]->topic ? ko[j]->topic : "");
+        if (!(*out)[j].topic) return MT_NOMEM;
+        (*out)[j].partition = ko[j]->partition;
+        (*out)[j].offset = ko[j]->offset;
+        *nout = j + 1;
+    }
+    return MT_OK;
+}
+
+static mt_err_t take_marks(const uint8_t *resp, size_t len, mt_psc_shard_ckpt_t *o) {
+    Monolith__V1__StatsResponse *r = monolith__v1__stats_response__unpack(NULL, len, resp);
+    if (!r) return MT_CORRUPT;
+    o->incarnation = r->incarnation;
+    o->examples_applied = r->examples_applied;
+    o->epoch = r->epoch;
+    Monolith__V1__KafkaOffset **lists[4] = {r->marks, r->dense_marks, r->durable_marks,
+                                            r->durable_dense_marks};
+    size_t ns[4] = {r->n_marks, r->n_dense_marks, r->n_durable_marks, r->n_durable_dense_marks};
+    mt_err_t err = MT_OK;
+    for (int k = 0; k < 4 && !err; k++)
+        err = offsets_from_pb(lists[k], ns[k], &o->marks[k], &o->nmarks[k]);
+    monolith__v1__stats_response__free_unpacked(r, NULL);
+    return err;
+}
+
+mt_err_t mt_psc_marks(mt_psc_t *c, int64_t deadline_ms, mt_psc_shard_ckpt_t *out) {
+    return empty_all(c, PATH("Stats"), deadline_ms, out, take_marks);
 }
 
 mt_err_t mt_psc_snapshot_all(mt_psc_t *c, const char *token, uint64_t checkpoint_id,

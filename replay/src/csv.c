@@ -31,6 +31,7 @@
 #include <zlib.h>
 
 #include "mt/readers.h"
+#include "mt/grow.h"
 #include "replay_int.h"
 
 typedef struct csv_key {
@@ -159,18 +160,6 @@ static bool same_column(mt_csv_column_t a, mt_csv_column_t b) {
     return a.index == b.index;
 }
 
-static mt_err_t grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return MT_OK;
-    size_t c = *cap ? *cap : 1024;
-    while (c < need)
-        c *= 2;
-    void *np = realloc(*p, c * elem);
-    if (!np) return MT_NOMEM;
-    *p = np;
-    *cap = c;
-    return MT_OK;
-}
-
 /* Room for row b.n in the per-row arrays. */
 static mt_err_t grow_rows(csv_state_t *st, bool rids) {
     if (st->b.n < st->cap_rows) return MT_OK;
@@ -283,7 +272,8 @@ static mt_err_t keep_row(mt_replay_t *r, csv_state_t *st, const mt_reader_t *rd,
         counts[s] = (uint32_t)cnt;
     }
     mt_err_t err = grow_rows(st, rid != NULL);
-    if (!err && rid) err = grow((void **)&st->rids, &st->cap_rids, st->nrids + rid_len + 1, 1);
+    if (!err && rid)
+        err = mt_grow((void **)&st->rids, &st->cap_rids, st->nrids + rid_len + 1, 1, 1024);
     if (err) return err;
     if ((err = mt_batch_add(&st->b, sb->labels[0], sb->timestamps_ms[0], 1.0f, fids, counts)))
         return err == MT_INVALID ? MT_INTERNAL : err;

@@ -30,6 +30,7 @@
 #include <zlib.h>
 
 #include "mt/batch.h"
+#include "mt/grow.h"
 #include "replay_int.h"
 
 #define TV_MAX_COLS    64
@@ -170,18 +171,6 @@ static int split_bar(char *s, char **out, int max) {
     }
 }
 
-static mt_err_t grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return MT_OK;
-    size_t c = *cap ? *cap : 1024;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return MT_NOMEM;
-    *p = q;
-    *cap = c;
-    return MT_OK;
-}
-
 /* ---------------------------------------------------------------------------------------- */
 /* Reading the file                                                                         */
 /* ---------------------------------------------------------------------------------------- */
@@ -267,8 +256,8 @@ static mt_err_t read_row(mt_replay_t *r, tv_state_t *st, tv_session_t *sess, con
             return MT_OK;
         }
     }
-    mt_err_t err =
-        grow((void **)&st->hotels, &st->cap_items, st->nitems + (size_t)nshown, sizeof(uint64_t));
+    mt_err_t err = mt_grow((void **)&st->hotels, &st->cap_items, st->nitems + (size_t)nshown,
+                           sizeof(uint64_t), 1024);
     if (!err && st->has_prices) {
         size_t cap = st->cap_items; /* prices follow hotels' capacity */
         double *p = realloc(st->prices, cap * sizeof(double));
@@ -326,9 +315,11 @@ static mt_err_t read_row(mt_replay_t *r, tv_state_t *st, tv_session_t *sess, con
         mt__replay_bad_row(r, lineno, "request id too long");
         return MT_OK;
     }
-    if ((err = grow((void **)&st->pool, &st->cap_pool, st->npool + nu, sizeof(uint64_t))) ||
-        (err = grow((void **)&st->names, &st->cap_names, st->nnames + (size_t)rlen + 1, 1)) ||
-        (err = grow((void **)&st->reqs, &st->cap_reqs, st->nreqs + 1, sizeof(tv_req_t))))
+    if ((err =
+             mt_grow((void **)&st->pool, &st->cap_pool, st->npool + nu, sizeof(uint64_t), 1024)) ||
+        (err = mt_grow((void **)&st->names, &st->cap_names, st->nnames + (size_t)rlen + 1, 1,
+                       1024)) ||
+        (err = mt_grow((void **)&st->reqs, &st->cap_reqs, st->nreqs + 1, sizeof(tv_req_t), 1024)))
         return err;
     q.timestamp_ms = (int64_t)ts_s * 1000;
     q.line = lineno;

@@ -34,7 +34,8 @@
     X(CANCELLED, -16, 1, "cancelled")                                                \
     X(TIMEOUT, -17, 4, "deadline exceeded")                                          \
     X(CONFIG, -18, 3, "bad configuration")                                           \
-    X(FENCED, -19, 10, "fenced: another coordinator took over")
+    X(FENCED, -19, 10, "fenced: another coordinator took over")                      \
+    X(OUT_OF_ORDER, -20, 9, "out of order: the shard's marks moved (docs/checkpoint.md)")
 
 typedef enum mt_err {
 #define MT__ERR_ENUM(name, value, grpc, msg) MT_##name = (value),

@@ -53,6 +53,12 @@ void mt_batch_free(mt_batch_t *b);
 mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sample_rate,
                       const uint64_t *const *fids_per_slot, const uint32_t *counts);
 
+/** Replaces the examples of @p dst by examples idx[0..n) of @p src, in that order, labels,
+ *  timestamps and sampling rates included (a shuffled or split view of one data set).
+ *  @p dst must have been initialized with the slots of @p src. On error @p dst holds a
+ *  prefix of them. @returns MT_OK, MT_INVALID (other slots), MT_NOMEM. */
+mt_err_t mt_batch_gather(const mt_batch_t *src, const size_t *idx, size_t n, mt_batch_t *dst);
+
 /** The fids of example @p i, slot @p s, and their count (NULL when there are none: a batch
  *  without any fid has no fids array, and NULL + 0 is undefined). */
 static inline const uint64_t *mt_batch_fids(const mt_batch_t *b, size_t i, uint32_t s,

@@ -62,6 +62,29 @@ mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *
                       size_t grads_len, int64_t now_s, uint64_t step, uint64_t examples,
                       uint64_t *applied, uint64_t *missing, mt_rpc_status_t *st);
 
+/** The Kafka messages [lo, hi) of one partition that a step holds (docs/checkpoint.md,
+ *  "Many trainers"); @p first: lo is the partition's log start (a shard with no mark of it
+ *  takes the range; otherwise such a shard takes lo = 0 only). */
+typedef struct mt_psc_range {
+    const char *topic;
+    int32_t partition;
+    int64_t lo, hi;
+    int first;
+} mt_psc_range_t;
+
+/**
+ * mt_psc_apply() of one step with its cover (@p ncover ranges, at most one per partition):
+ * every shard gets a request, and applies it exactly once: a shard that applied the cover
+ * before skips it (counted in @p skipped, optional), one whose marks are elsewhere refuses
+ * it (MT_OUT_OF_ORDER, the shard's message in @p st; the other shards may have applied
+ * or skipped it: read the marks again, mt_psc_marks()). A retry after a transport error is
+ * safe. @returns as mt_psc_apply(), or MT_OUT_OF_ORDER.
+ */
+mt_err_t mt_psc_apply_cover(mt_psc_t *c, const uint64_t *fids, size_t n, const float *grads,
+                            size_t grads_len, int64_t now_s, uint64_t step, uint64_t examples,
+                            const mt_psc_range_t *cover, size_t ncover, uint32_t *skipped,
+                            uint64_t *applied, uint64_t *missing, mt_rpc_status_t *st);
+
 /** A dense tensor as sent to / received from the PS (row-major; ndim 1 or 2). */
 typedef struct mt_psc_tensor {
     const char *name;
@@ -81,6 +104,14 @@ typedef struct mt_psc_tensor {
  */
 mt_err_t mt_psc_push_dense(mt_psc_t *c, const mt_psc_tensor_t *grads, const mt_psc_tensor_t *init,
                            size_t n, uint64_t step, uint64_t *version, mt_rpc_status_t *st);
+
+/** mt_psc_push_dense() with a cover, judged against shard 0's dense marks as
+ *  mt_psc_apply_cover() is against the sparse ones; *skipped (optional) is 1 when it was
+ *  pushed before. @returns as mt_psc_push_dense(), or MT_OUT_OF_ORDER. */
+mt_err_t mt_psc_push_dense_cover(mt_psc_t *c, const mt_psc_tensor_t *grads,
+                                 const mt_psc_tensor_t *init, size_t n, uint64_t step,
+                                 const mt_psc_range_t *cover, size_t ncover, int *skipped,
+                                 uint64_t *version, mt_rpc_status_t *st);
 
 /**
  * Pulls the dense tensors named in @p ts (each's values receive size floats) from shard 0
@@ -138,7 +169,21 @@ typedef struct mt_psc_shard_ckpt {
     uint64_t epoch;            /* Checkpoints: the highest coordinator epoch the shard saw */
     size_t n;                  /* Checkpoints: its complete checkpoints, oldest first */
     mt_psc_checkpoint_t *list;
+    /* mt_psc_marks: the shard's marks (offset: the next one it expects of the partition),
+     * indexed by MT_PSC_MARKS_* */
+    size_t nmarks[4];
+    mt_psc_offset_t *marks[4];
 } mt_psc_shard_ckpt_t;
+
+/** The four lists of marks a shard reports (docs/checkpoint.md, "Many trainers"): live and
+ *  of its last checkpoint (durable: what survives its crash), of its table's applies and of
+ *  its dense pushes. */
+enum {
+    MT_PSC_MARKS = 0,
+    MT_PSC_DENSE_MARKS = 1,
+    MT_PSC_DURABLE_MARKS = 2,
+    MT_PSC_DURABLE_DENSE_MARKS = 3
+};
 
 /** Frees what the functions below put in @p out[0..n) (NULL is a no-op). */
 void mt_psc_shard_ckpt_free(mt_psc_shard_ckpt_t *out, uint32_t n);
@@ -152,6 +197,9 @@ mt_err_t mt_psc_checkpoints(mt_psc_t *c, int64_t deadline_ms, mt_psc_shard_ckpt_
 mt_err_t mt_psc_snapshot_all(mt_psc_t *c, const char *token, uint64_t checkpoint_id,
                              const uint64_t *expect_incarnation, const mt_psc_offset_t *offsets,
                              size_t noffsets, int64_t deadline_ms, mt_psc_shard_ckpt_t *out);
+
+/** The marks of every shard (Stats), with its incarnation and examples_applied. */
+mt_err_t mt_psc_marks(mt_psc_t *c, int64_t deadline_ms, mt_psc_shard_ckpt_t *out);
 
 /** Restore(@p checkpoint_id) on every shard (0: the empty state). */
 mt_err_t mt_psc_restore_all(mt_psc_t *c, const char *token, uint64_t checkpoint_id,

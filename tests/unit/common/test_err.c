@@ -14,6 +14,7 @@ Test(err, names_messages_and_grpc_codes) {
     cr_assert_eq(mt_err_grpc_status(MT_UNAVAILABLE), 14); /* UNAVAILABLE */
     cr_assert_eq(mt_err_grpc_status(MT_FENCED), 10);      /* ABORTED */
     cr_assert_str_eq(mt_err_name(MT_FENCED), "FENCED");
+    cr_assert_eq(mt_err_grpc_status(MT_OUT_OF_ORDER), 9); /* FAILED_PRECONDITION */
     cr_assert_str_eq(mt_strerror((mt_err_t)-999), "unknown error");
     cr_assert_eq(mt_err_grpc_status((mt_err_t)-999), 13);
 }

@@ -63,3 +63,43 @@ Test(batch, fid_contract) {
     cr_assert_neq(f, mt_fid_of_bytes(14, "68fd1e65", 8));
     cr_assert_eq(f, mt_fid_of_bytes(14, "68fd1e64", 8));
 }
+
+Test(batch, gather_copies_chosen_examples_in_order) {
+    uint16_t slots[2] = {1, 2};
+    mt_batch_t all, b, other;
+    cr_assert_eq(mt_batch_init(&all, slots, 2), MT_OK);
+    cr_assert_eq(mt_batch_init(&b, slots, 2), MT_OK);
+    for (int i = 0; i < 10; i++) {
+        uint64_t u = mt_fid_of_int(1, (uint64_t)i), it[3];
+        for (int k = 0; k < 3; k++)
+            it[k] = mt_fid_of_int(2, (uint64_t)(10 * i + k));
+        const uint64_t *f[2] = {&u, it};
+        uint32_t c[2] = {1, (uint32_t)(i % 4 == 3 ? 0 : i % 4)};
+        cr_assert_eq(mt_batch_add(&all, (float)(i & 1), 100 * i, 0.1f * (float)(i + 1), f, c),
+                     MT_OK);
+    }
+    size_t idx[4] = {7, 2, 9, 2};
+    cr_assert_eq(
+        mt_batch_add(&b, 1, 1, 1, (const uint64_t *const[]){NULL, NULL}, (const uint32_t[]){0, 0}),
+        MT_OK);
+    cr_assert_eq(mt_batch_gather(&all, idx, 4, &b), MT_OK);
+    cr_assert_eq(b.n, 4, "what b held before is replaced");
+    for (size_t j = 0; j < 4; j++) {
+        cr_assert_eq(b.labels[j], all.labels[idx[j]]);
+        cr_assert_eq(b.timestamps_ms[j], all.timestamps_ms[idx[j]]);
+        cr_assert_eq(b.sample_rates[j], all.sample_rates[idx[j]]);
+        for (uint32_t s = 0; s < 2; s++) {
+            size_t n1, n2;
+            const uint64_t *p1 = mt_batch_fids(&b, j, s, &n1),
+                           *p2 = mt_batch_fids(&all, idx[j], s, &n2);
+            cr_assert_eq(n1, n2);
+            if (n1) cr_assert_eq(memcmp(p1, p2, n1 * sizeof(uint64_t)), 0);
+        }
+    }
+    uint16_t others[2] = {1, 3};
+    cr_assert_eq(mt_batch_init(&other, others, 2), MT_OK);
+    cr_assert_eq(mt_batch_gather(&all, idx, 4, &other), MT_INVALID, "a batch of other slots");
+    mt_batch_free(&other);
+    mt_batch_free(&b);
+    mt_batch_free(&all);
+}

@@ -875,3 +875,297 @@ Test(ps_ckpt, a_second_coordinator_fences_the_first) {
     mt_psc_destroy(b_client);
     cluster_stop(&c);
 }
+
+/* ============================== marks: applies exactly once ============================== */
+
+TestSuite(ps_marks, .fini = remove_dir, .timeout = 120);
+
+/* One covered step: a training lookup, then gradients g with the cover [lo, hi) of
+ * "examples"/partition p (examples = hi - lo). @returns the apply's error; *skipped the
+ * shards that skipped it. */
+static mt_err_t covered(mt_psc_t *psc, const uint64_t *fids, size_t n, float g, int32_t p,
+                        int64_t lo, int64_t hi, int first, uint32_t *skipped, mt_rpc_status_t *st) {
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++)
+        nf += dim_of(fids[i]);
+    float *out = calloc(nf, sizeof(float)), *grads = malloc(nf * sizeof(float));
+    for (size_t k = 0; k < nf; k++)
+        grads[k] = g;
+    mt_psc_range_t r = {"examples", p, lo, hi, first};
+    mt_err_t err = mt_psc_lookup(psc, fids, n, 1, 100, out, nf, NULL, st);
+    if (!err)
+        err = mt_psc_apply_cover(psc, fids, n, grads, nf, 100, 1, (uint64_t)(hi - lo), &r, 1,
+                                 skipped, NULL, NULL, st);
+    free(out);
+    free(grads);
+    return err;
+}
+
+/* The mark of "examples"/p in shard i's list k (-1: none). */
+static int64_t mark_of(cluster_t *c, uint32_t i, int k, int32_t p) {
+    mt_psc_shard_ckpt_t out[NSHARDS];
+    cr_assert_eq(mt_psc_marks(c->client, 5000, out), MT_OK);
+    int64_t m = -1;
+    for (size_t j = 0; j < out[i].nmarks[k]; j++)
+        if (out[i].marks[k][j].partition == p && !strcmp(out[i].marks[k][j].topic, "examples"))
+            m = out[i].marks[k][j].offset;
+    mt_psc_shard_ckpt_free(out, NSHARDS);
+    return m;
+}
+
+static double metric(cluster_t *c, uint32_t i, const char *line_prefix) {
+    char *body = NULL;
+    size_t len = 0;
+    cr_assert_eq(mt_ps_render_metrics(c->ps[i], NULL, &body, &len), MT_OK);
+    const char *at = strstr(body, line_prefix);
+    double v = at ? strtod(at + strlen(line_prefix), NULL) : -1;
+    free(body);
+    return v;
+}
+
+Test(ps_marks, the_rule_applied_next_and_out_of_order) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    enum { B = 16 };
+    uint64_t fids[B];
+    batch(fids, B, 500);
+    float before[B * 8], after[B * 8], now[B * 8];
+    mt_rpc_status_t st;
+    uint32_t sk = 0;
+    /* a partition without a mark takes offset 0, or a range marked first, nothing else */
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 0, 100, 110, 0, &sk, &st), MT_OUT_OF_ORDER);
+    cr_assert(strstr(st.message, "no mark of partition examples/0"), "%s", st.message);
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 0, 0, 10, 0, &sk, &st), MT_OK, "%s", st.message);
+    cr_assert_eq(sk, 0);
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 1, 500, 520, 1, &sk, &st), MT_OK, "%s",
+                 st.message);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_eq(mark_of(&c, i, MT_PSC_MARKS, 0), 10, "shard %u", i);
+        cr_assert_eq(mark_of(&c, i, MT_PSC_MARKS, 1), 520, "shard %u", i);
+        cr_assert_eq(mark_of(&c, i, MT_PSC_DURABLE_MARKS, 0), -1, "no checkpoint yet");
+        cr_assert_eq(examples_of(&c, i), 30);
+    }
+    lookup(&c, fids, B, before);
+    /* next: applied; the same again (a lost response retried): skipped on every shard */
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 0, 10, 20, 0, &sk, &st), MT_OK, "%s", st.message);
+    cr_assert_eq(sk, 0);
+    lookup(&c, fids, B, after);
+    cr_assert_neq(memcmp(before, after, sizeof(after)), 0, "the step changed the rows");
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 0, 10, 20, 0, &sk, &st), MT_OK, "%s", st.message);
+    cr_assert_eq(sk, NSHARDS, "a replayed step is skipped by every shard");
+    /* an older step inside the mark: skipped too */
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 0, 0, 10, 0, &sk, &st), MT_OK, "%s", st.message);
+    cr_assert_eq(sk, NSHARDS);
+    lookup(&c, fids, B, now);
+    cr_assert_eq(memcmp(after, now, sizeof(now)), 0, "skipped steps change nothing");
+    for (uint32_t i = 0; i < NSHARDS; i++)
+        cr_assert_eq(examples_of(&c, i), 40, "skipped steps count no examples");
+    /* a gap, an overlap: refused, nothing changes */
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 0, 25, 30, 0, &sk, &st), MT_OUT_OF_ORDER);
+    cr_assert(strstr(st.message, "is at 20, the step holds 25-30 (a gap)"), "%s", st.message);
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 0, 15, 30, 0, &sk, &st), MT_OUT_OF_ORDER);
+    cr_assert(strstr(st.message, "(an overlap)"), "%s", st.message);
+    lookup(&c, fids, B, now);
+    cr_assert_eq(memcmp(after, now, sizeof(now)), 0, "refused steps change nothing");
+    /* a step of two partitions: one applied and one next is out of order as a whole */
+    float g[B * 8];
+    for (size_t k = 0; k < B * 8; k++)
+        g[k] = 0.2f;
+    mt_psc_range_t two[2] = {{"examples", 0, 10, 20, 0}, {"examples", 1, 520, 530, 0}};
+    cr_assert_eq(
+        mt_psc_apply_cover(c.client, fids, B, g, B * 8, 100, 1, 20, two, 2, &sk, NULL, NULL, &st),
+        MT_OUT_OF_ORDER);
+    cr_assert(strstr(st.message, "applied on 1 of its 2 partitions"), "%s", st.message);
+    two[0] = (mt_psc_range_t){"examples", 0, 20, 30, 0};
+    cr_assert_eq(
+        mt_psc_apply_cover(c.client, fids, B, g, B * 8, 100, 1, 20, two, 2, &sk, NULL, NULL, &st),
+        MT_OK, "%s", st.message);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_eq(mark_of(&c, i, MT_PSC_MARKS, 0), 30);
+        cr_assert_eq(mark_of(&c, i, MT_PSC_MARKS, 1), 530);
+        cr_assert_eq(examples_of(&c, i), 60);
+    }
+    /* bad covers: INVALID_ARGUMENT before anything is judged */
+    mt_psc_range_t bad[][2] = {
+        {{"examples", 0, 30, 30, 0}, {NULL, 0, 0, 0, 0}},         /* lo == hi */
+        {{"exa mples", 0, 30, 40, 0}, {NULL, 0, 0, 0, 0}},        /* not a topic name */
+        {{"examples", -1, 30, 40, 0}, {NULL, 0, 0, 0, 0}},        /* negative partition */
+        {{"examples", 0, 30, 40, 0}, {"examples", 0, 40, 50, 0}}, /* a partition twice */
+    };
+    size_t nbad[] = {1, 1, 1, 2};
+    for (size_t k = 0; k < sizeof(nbad) / sizeof(nbad[0]); k++) {
+        cr_assert_eq(mt_psc_apply_cover(c.client, fids, B, g, B * 8, 100, 1, 1, bad[k], nbad[k],
+                                        &sk, NULL, NULL, &st),
+                     MT_INVALID, "bad cover %zu", k);
+        cr_assert_eq(st.code, MT_RPC_INVALID_ARGUMENT);
+    }
+    cr_assert_eq(mark_of(&c, 0, MT_PSC_MARKS, 0), 30);
+    /* counted */
+    cr_assert_eq(metric(&c, 0, "monolith_ps_skipped_total{shard=\"0\",kind=\"sparse\"} "), 2);
+    cr_assert_eq(metric(&c, 0, "monolith_ps_out_of_order_total{shard=\"0\",kind=\"sparse\"} "), 4);
+    cr_assert_eq(
+        metric(&c, 1,
+               "monolith_ps_mark{shard=\"1\",kind=\"sparse\",topic=\"examples\",partition=\"1\"} "),
+        530);
+    cluster_stop(&c);
+}
+
+Test(ps_marks, marks_survive_a_snapshot_and_a_restart_and_the_restarted_shard_refuses) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    enum { B = 16 };
+    uint64_t fids[B];
+    batch(fids, B, 900);
+    mt_rpc_status_t st;
+    uint32_t sk;
+    for (int64_t lo = 0; lo < 50; lo += 10)
+        cr_assert_eq(covered(c.client, fids, B, 0.1f, 2, lo, lo + 10, 0, &sk, &st), MT_OK, "%s",
+                     st.message);
+    /* shard 1 writes a local snapshot at 50, then takes 2 more steps, then crashes */
+    mt_ps_snapshot_req_t req = {.local = 1};
+    mt_ps_ckpt_result_t res;
+    char eb[512] = "";
+    cr_assert_eq(mt_ps_snapshot(c.ps[1], &req, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(mark_of(&c, 1, MT_PSC_DURABLE_MARKS, 2), 50);
+    for (int64_t lo = 50; lo < 70; lo += 10)
+        cr_assert_eq(covered(c.client, fids, B, 0.1f, 2, lo, lo + 10, 0, &sk, &st), MT_OK, "%s",
+                     st.message);
+    float at70[B * 8];
+    lookup(&c, fids, B, at70);
+    restart_shard(&c, 1);
+    cr_assert_eq(mark_of(&c, 1, MT_PSC_MARKS, 2), 50, "the restarted shard is at its snapshot");
+    cr_assert_eq(mark_of(&c, 1, MT_PSC_DURABLE_MARKS, 2), 50);
+    cr_assert_eq(mark_of(&c, 0, MT_PSC_MARKS, 2), 70);
+    cr_assert_eq(examples_of(&c, 1), 50, "its counter matches its marks");
+    /* the trainer goes on at 70: shard 1 refuses, shard 0 applies */
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 2, 70, 80, 0, &sk, &st), MT_OUT_OF_ORDER);
+    cr_assert(strstr(st.message, "shard 1: out of order"), "%s", st.message);
+    cr_assert_eq(mark_of(&c, 0, MT_PSC_MARKS, 2), 80);
+    /* re-fed from the lowest mark (50), cut at the others' marks (80): shard 0 skips what it
+     * holds, shard 1 applies it; then both go on together */
+    for (int64_t lo = 50; lo < 80; lo += 10) {
+        cr_assert_eq(covered(c.client, fids, B, 0.1f, 2, lo, lo + 10, 0, &sk, &st), MT_OK, "%s",
+                     st.message);
+        cr_assert_eq(sk, 1, "shard 0 skips %" PRId64, lo);
+    }
+    cr_assert_eq(covered(c.client, fids, B, 0.1f, 2, 80, 90, 0, &sk, &st), MT_OK, "%s", st.message);
+    cr_assert_eq(sk, 0);
+    for (uint32_t i = 0; i < NSHARDS; i++) {
+        cr_assert_eq(mark_of(&c, i, MT_PSC_MARKS, 2), 90);
+        cr_assert_eq(examples_of(&c, i), 90, "shard %u: every example exactly once", i);
+    }
+    cluster_stop(&c);
+}
+
+/* Threads sending covered steps while snapshots are taken: each snapshot's marks are those
+ * of its rows and counter (the gate), and two threads sending the same steps (a retry racing
+ * its original) apply each exactly once. */
+typedef struct racer {
+    cluster_t *c;
+    mt_psc_t *psc;
+    int64_t upto;
+    _Atomic int64_t *skips;
+} racer_t;
+
+static void *race(void *arg) {
+    racer_t *r = arg;
+    uint64_t fid = MT_FID_MAKE(2, 7);
+    float g[4] = {1, 1, 1, 1}; /* sgd: every applied step moves the row by the same amount */
+    for (int64_t lo = 0; lo < r->upto;) {
+        mt_psc_range_t rg = {"examples", 5, lo, lo + 1, 0};
+        mt_rpc_status_t st;
+        uint32_t sk = 0;
+        mt_err_t e =
+            mt_psc_apply_cover(r->psc, &fid, 1, g, 4, 100, 1, 1, &rg, 1, &sk, NULL, NULL, &st);
+        if (e == MT_OUT_OF_ORDER) { /* the other thread is ahead: this one catches up */
+            lo++;
+            continue;
+        }
+        cr_assert_eq(e, MT_OK, "%s", st.message);
+        atomic_fetch_add(r->skips, sk);
+        lo++;
+    }
+    return NULL;
+}
+
+Test(ps_marks, racing_retries_and_snapshots_apply_each_step_once) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    uint64_t fid = MT_FID_MAKE(2, 7);
+    float v0[4], v1[4];
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_lookup(c.client, &fid, 1, 1, 100, v0, 4, NULL, &st), MT_OK);
+    _Atomic int64_t skips = 0;
+    enum { N = 300 };
+    racer_t r[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        r[i] = (racer_t){&c, tu_psc_connect(c.addr, NSHARDS), N, &skips};
+        cr_assert_eq(pthread_create(&th[i], NULL, race, &r[i]), 0);
+    }
+    uint32_t owner = mt_route_shard_of(fid, NSHARDS);
+    mt_ps_snapshot_req_t req = {.local = 1};
+    char eb[512];
+    /* at least 5 snapshots, and on until half the steps are in: snapshots amid the race */
+    for (int k = 0; k < 5 || mt_ps_examples_applied(c.ps[owner]) < N / 2; k++) {
+        mt_ps_ckpt_result_t res;
+        cr_assert_eq(mt_ps_snapshot(c.ps[owner], &req, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+        /* the snapshot's counter is its mark: checked below through a restart */
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        mt_psc_destroy(r[i].psc);
+    }
+    cr_assert_eq(mt_psc_lookup(c.client, &fid, 1, 0, 0, v1, 4, NULL, &st), MT_OK);
+    cr_assert_eq(mark_of(&c, owner, MT_PSC_MARKS, 5), N);
+    cr_assert_eq(examples_of(&c, owner), N, "every step applied once");
+    for (int d = 0; d < 4; d++)
+        cr_assert_float_eq(v0[d] - v1[d], (float)N * c.slots[1].lr, 1e-3f,
+                           "the row moved by N steps exactly (dim %d)", d);
+    cr_log_info("racing retries: %lld steps skipped by the shards", (long long)atomic_load(&skips));
+    /* the newest snapshot: its counter equals its mark */
+    restart_shard(&c, owner);
+    int64_t m = mark_of(&c, owner, MT_PSC_MARKS, 5);
+    cr_assert_eq((int64_t)examples_of(&c, owner), m, "a snapshot's counter and marks agree");
+    cluster_stop(&c);
+}
+
+Test(ps_marks, dense_pushes_have_marks_of_their_own) {
+    cluster_t c;
+    cluster_start(&c, 1);
+    float vals[3] = {1, 2, 3}, gv[3] = {0.5f, 0.5f, 0.5f}, got[3];
+    mt_psc_tensor_t t = {"w", 1, {3, 0}, 3, vals}, g = {"w", 1, {3, 0}, 3, gv};
+    mt_psc_range_t r = {"examples", 0, 0, 8, 0};
+    mt_rpc_status_t st;
+    int sk = -1;
+    cr_assert_eq(mt_psc_push_dense_cover(c.client, &g, &t, 1, 1, &r, 1, &sk, NULL, &st), MT_OK,
+                 "%s", st.message);
+    cr_assert_eq(sk, 0);
+    cr_assert(dense_get(&c, got));
+    float first[3];
+    memcpy(first, got, sizeof(first));
+    r = (mt_psc_range_t){"examples", 0, 8, 16, 0};
+    cr_assert_eq(mt_psc_push_dense_cover(c.client, &g, NULL, 1, 1, &r, 1, &sk, NULL, &st), MT_OK);
+    cr_assert_eq(sk, 0);
+    cr_assert(dense_get(&c, got));
+    cr_assert_neq(memcmp(first, got, sizeof(got)), 0);
+    memcpy(first, got, sizeof(first));
+    cr_assert_eq(mt_psc_push_dense_cover(c.client, &g, NULL, 1, 1, &r, 1, &sk, NULL, &st), MT_OK);
+    cr_assert_eq(sk, 1, "pushed before: skipped");
+    cr_assert(dense_get(&c, got));
+    cr_assert_eq(memcmp(first, got, sizeof(got)), 0);
+    r = (mt_psc_range_t){"examples", 0, 20, 24, 0};
+    cr_assert_eq(mt_psc_push_dense_cover(c.client, &g, NULL, 1, 1, &r, 1, &sk, NULL, &st),
+                 MT_OUT_OF_ORDER);
+    cr_assert_eq(mark_of(&c, 0, MT_PSC_DENSE_MARKS, 0), 16);
+    cr_assert_eq(mark_of(&c, 0, MT_PSC_MARKS, 0), -1, "the sparse marks are apart");
+    /* and they are in the snapshot */
+    mt_ps_snapshot_req_t req = {.local = 1};
+    mt_ps_ckpt_result_t res;
+    char eb[512];
+    cr_assert_eq(mt_ps_snapshot(c.ps[0], &req, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+    restart_shard(&c, 0);
+    cr_assert_eq(mark_of(&c, 0, MT_PSC_DENSE_MARKS, 0), 16);
+    cr_assert_eq(mark_of(&c, 0, MT_PSC_DURABLE_DENSE_MARKS, 0), 16);
+    cluster_stop(&c);
+}

@@ -28,36 +28,22 @@
 #include "mt/replay.h"
 
 #include "testutil_data.h"
+#include "testutil_files.h"
 
 #define TRIVAGO_SAMPLE_REL "trivago-recsys2019-sample/trivago_val_100k.csv.gz"
 
 static char tmpdir[64];
 
 static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/mt-replay-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
+    tu_tmpdir_make(tmpdir, "mt-replay-test");
 }
 
 static void remove_tmpdir(void) {
-    if (!*tmpdir) return;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    int rc = system(cmd);
-    (void)rc;
+    tu_tmpdir_remove(tmpdir);
 }
 
 static void write_file(const char *path, const char *text, bool gz) {
-    if (gz) {
-        gzFile f = gzopen(path, "wb");
-        cr_assert_not_null(f);
-        cr_assert_eq(gzwrite(f, text, (unsigned)strlen(text)), (int)strlen(text));
-        cr_assert_eq(gzclose(f), Z_OK);
-    } else {
-        FILE *f = fopen(path, "w");
-        cr_assert_not_null(f);
-        fputs(text, f);
-        fclose(f);
-    }
+    tu_write_file(path, text, strlen(text), gz);
 }
 
 /* A copy of one event (pointers of an event die at the next call). */

@@ -23,20 +23,16 @@
 #include "mt/config.h"
 #include "mt/config_input.h"
 #include "mt/replay.h"
+#include "testutil_files.h"
 
 static char tmpdir[64];
 
 static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/mt-replay-csv-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
+    tu_tmpdir_make(tmpdir, "mt-replay-csv");
 }
 
 static void remove_tmpdir(void) {
-    if (!*tmpdir) return;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    int rc = system(cmd);
-    (void)rc;
+    tu_tmpdir_remove(tmpdir);
 }
 
 TestSuite(replay_csv, .init = make_tmpdir, .fini = remove_tmpdir);
@@ -45,17 +41,7 @@ static char *write_file(const char *name, const char *text, size_t len, bool gz)
     char *path = malloc(256);
     cr_assert_not_null(path);
     snprintf(path, 256, "%s/%s", tmpdir, name);
-    if (gz) {
-        gzFile f = gzopen(path, "wb");
-        cr_assert_not_null(f);
-        cr_assert_eq(gzwrite(f, text, (unsigned)len), (int)len);
-        cr_assert_eq(gzclose(f), Z_OK);
-    } else {
-        FILE *f = fopen(path, "w");
-        cr_assert_not_null(f);
-        cr_assert_eq(fwrite(text, 1, len, f), len);
-        fclose(f);
-    }
+    tu_write_file(path, text, len, gz);
     return path;
 }
 
