@@ -201,7 +201,7 @@ static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t n
     memset(w, 0, sizeof(w));
     if (nt > 1) {
         if (!(shared = shared_table(&tc))) goto out;
-        be = (mt_trainer_backend_t){shared, shared_lookup, shared_apply};
+        be = (mt_trainer_backend_t){.ud = shared, .lookup = shared_lookup, .apply = shared_apply};
         tc.backend = &be;
     }
     for (int i = 0; i < nt; i++)

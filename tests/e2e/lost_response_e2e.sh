@@ -96,7 +96,7 @@ done
 for i in 0 1; do wait_port_file "$tmp/ps$i.port"; port[$i]=$(cat "$tmp/ps$i.port"); done
 
 # shard 1 through the proxy; it opens a window at an ApplyGradientsRequest with gradients
-# (field 2, length-delimited) and examples (field 5, varint): the last apply of a step
+# (field 2, length-delimited) and examples (field 5, varint): the apply of a step
 "$MT_FAULTPROXY_BIN" --target "127.0.0.1:${port[1]}" --port-file "$tmp/proxy.port" \
   --drop-ms "$DROP_MS" --until-answer --arm-fields 2:2,5:0 --arm-timeout-ms $((GUARD_S * 1000)) \
   --log "$tmp/proxy.log" 2> "$tmp/proxy.err" &

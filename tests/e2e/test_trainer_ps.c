@@ -3,7 +3,9 @@
  * (127.0.0.1, in this process) computes exactly what it computes against a local table:
  * the same progressive scores, bit for bit, batch after batch, on the synthetic stream.
  * Routing, deduplication, the wire format and the shards' optimizers all have to be exact
- * for that.
+ * for that. With covers (the Kafka ranges of each step: docs/checkpoint.md, "Many trainers")
+ * every step replayed right after it (a retry, a trainer that took the partition over) is
+ * skipped by every shard, dense push included, and the scores stay bit-identical.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -26,8 +28,9 @@
 #endif
 
 /* dense_every 0: the remote trainer keeps its dense parameters; else they live on shard 0,
- * synced every dense_every steps (1: still bit-identical, the PS runs the same Adam). */
-static void run(uint32_t dense_every) {
+ * synced every dense_every steps (1: still bit-identical, the PS runs the same Adam).
+ * covered: each remote step carries its range of "examples"/0 and is then sent again. */
+static void run_mode(uint32_t dense_every, int covered) {
     mt_trainer_config_t tc;
     mt_trainer_config_init(&tc);
     tc.nslots = MT_GEN_NSLOTS;
@@ -83,12 +86,20 @@ static void run(uint32_t dense_every) {
         cr_assert_eq(mt_gen_next(g, &b, B, NULL), MT_OK);
         mt_trainer_step_t sl, sr;
         cr_assert_eq(mt_trainer_train(local, &b, 100, pl, &sl), MT_OK);
-        cr_assert_eq(mt_trainer_train(remote, &b, 100, pr, &sr), MT_OK);
-        if (ds) {
-            int synced = 0;
-            cr_assert_eq(mt_trainer_dense_sync_step(ds, &synced, err, sizeof(err)), MT_OK, "%s",
-                         err);
-            cr_assert_eq(synced, (i + 1) % (int)dense_every == 0);
+        mt_psc_range_t cover = {"examples", 0, (int64_t)i * B, (int64_t)(i + 1) * B, 0};
+        for (int again = 0; again <= covered; again++) {
+            float replay[B]; /* a replay's scores are not compared */
+            if (covered) mt_trainer_set_cover(remote, &cover, 1);
+            mt_trainer_step_t sx, *sp = again ? &sx : &sr;
+            cr_assert_eq(mt_trainer_train(remote, &b, 100, again ? replay : pr, sp), MT_OK);
+            cr_assert_eq(sp->skipped_shards, again ? NSHARDS : 0, "batch %d, again %d", i, again);
+            if (ds) {
+                int synced = 0;
+                if (covered) mt_trainer_dense_sync_set_cover(ds, &cover, 1);
+                cr_assert_eq(mt_trainer_dense_sync_step(ds, &synced, err, sizeof(err)), MT_OK, "%s",
+                             err);
+                cr_assert_eq(synced, (i + 1) % (int)dense_every == 0);
+            }
         }
         if (dense_every > 1) continue; /* stale dense parameters: other scores */
         cr_assert_eq(memcmp(pl, pr, sizeof(pl)), 0, "batch %d: scores differ", i);
@@ -98,7 +109,7 @@ static void run(uint32_t dense_every) {
         /* one version per push: the creating push, then one per sync */
         cr_assert_eq(mt_trainer_dense_sync_flush(ds, err, sizeof(err)), MT_OK, "%s", err);
         uint64_t pushes = (BATCHES + dense_every - 1) / dense_every;
-        cr_assert_eq(mt_trainer_dense_sync_version(ds), 1 + pushes);
+        cr_assert_eq(mt_trainer_dense_sync_version(ds), 1 + pushes, "replays do not push");
         /* a second trainer starts from the PS's values, not its own initialization */
         mt_trainer_t *other;
         tc.seed = 99;
@@ -136,8 +147,16 @@ static void run(uint32_t dense_every) {
     }
 }
 
+static void run(uint32_t dense_every) {
+    run_mode(dense_every, 0);
+}
+
 Test(trainer_ps, same_scores_as_a_local_table, .timeout = 300) {
     run(0);
+}
+
+Test(trainer_ps, covered_steps_sent_twice_are_applied_once, .timeout = 300) {
+    run_mode(1, 1);
 }
 
 Test(trainer_ps, dense_on_the_ps_every_step_is_exact, .timeout = 300) {

@@ -17,6 +17,8 @@ struct mt_trainer_dense_sync {
     mt_psc_tensor_t *vals, *grads; /* vals point into the model; grads into acc */
     float *acc;
     uint64_t version, pushes;
+    const mt_psc_range_t *cover; /* of the next push (borrowed) */
+    size_t ncover;
 };
 
 static mt_err_t fail(mt_err_t err, const mt_rpc_status_t *st, const char *what, char *errbuf,
@@ -92,8 +94,23 @@ nomem:
     return MT_NOMEM;
 }
 
+void mt_trainer_dense_sync_set_cover(mt_trainer_dense_sync_t *d, const mt_psc_range_t *cover,
+                                     size_t n) {
+    d->cover = n ? cover : NULL;
+    d->ncover = n;
+}
+
 mt_err_t mt_trainer_dense_sync_flush(mt_trainer_dense_sync_t *d, char *errbuf, size_t errlen) {
+    const mt_psc_range_t *cover = d->cover;
+    size_t ncover = d->ncover;
+    d->cover = NULL;
+    d->ncover = 0;
     if (!d->pending) return MT_OK;
+    if (ncover && d->every > 1) {
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "PushDense: a cover needs dense pushes every step (every 1)");
+        return MT_INVALID;
+    }
     if (d->pending > 1) {
         float inv = 1.0f / (float)d->pending;
         for (size_t i = 0; i < d->n; i++)
@@ -101,7 +118,9 @@ mt_err_t mt_trainer_dense_sync_flush(mt_trainer_dense_sync_t *d, char *errbuf, s
                 d->grads[i].values[k] *= inv;
     }
     mt_rpc_status_t st = {0};
-    mt_err_t err = mt_psc_push_dense(d->c, d->grads, NULL, d->n, ++d->pushes, NULL, &st);
+    mt_err_t err = ncover ? mt_psc_push_dense_cover(d->c, d->grads, NULL, d->n, ++d->pushes, cover,
+                                                    ncover, NULL, NULL, &st)
+                          : mt_psc_push_dense(d->c, d->grads, NULL, d->n, ++d->pushes, NULL, &st);
     if (err) {
         /* the sum is kept (rescaled back) so that a retry loses nothing */
         if (d->pending > 1)

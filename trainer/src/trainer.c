@@ -21,6 +21,8 @@ struct mt_trainer {
     mt_trainer_config_t cfg;
     mt_trainer_backend_t backend; /* lookup/apply: the local table's or the caller's */
     int dense_remote;             /* 1: the dense parameters are updated elsewhere (no Adam) */
+    const mt_psc_range_t *cover;  /* of the next step (mt_trainer_set_cover), borrowed */
+    size_t ncover;
     mt_table_t *table;
     mt_model_t *model;
     mt_model_ws_t *ws;
@@ -30,8 +32,11 @@ struct mt_trainer {
     /* Scratch, grown as needed. */
     size_t cap_occ, cap_n, cap_map; /* per occurrence (also unique ids), example, map slot */
     uint32_t *uidx;                 /* [occurrences] unique index */
-    uint64_t *ufid;                 /* [U] embedding fids */
-    uint64_t *ufid1;                /* [U] first-order fids */
+    /* [2U]: the U embedding fids, then their U first-order fids, so that a step makes one
+     * lookup and one apply (one request per shard: docs/checkpoint.md, "Many trainers") */
+    uint64_t *ufid;
+    /* [U * (dim + 1)]: the U embeddings then the U first-order weights, as one lookup packs
+     * them; uw1 points into it (after the embeddings). ug / ugw: their gradients, alike. */
     float *uemb, *uw1, *ug, *ugw;
     float *E, *W1, *dE, *dW1, *probs;
     uint32_t *map; /* unique index + 1 */
@@ -64,11 +69,8 @@ void mt_trainer_destroy(mt_trainer_t *tr) {
     free(tr->av);
     free(tr->uidx);
     free(tr->ufid);
-    free(tr->ufid1);
     free(tr->uemb);
-    free(tr->uw1);
     free(tr->ug);
-    free(tr->ugw);
     free(tr->E);
     free(tr->W1);
     free(tr->dE);
@@ -146,7 +148,8 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         err = mt_table_create(&tc, &tr->table);
         free(sc);
         if (err) goto fail;
-        tr->backend = (mt_trainer_backend_t){tr->table, local_lookup, local_apply};
+        tr->backend =
+            (mt_trainer_backend_t){.ud = tr->table, .lookup = local_lookup, .apply = local_apply};
     }
     mt_model_config_t mc;
     mt_model_config_init(&mc);
@@ -213,12 +216,9 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
         size_t c = grown(tr->cap_occ, occ, 1024);
         /* unique ids never outnumber occurrences: their buffers share the capacity */
         if (resize((void **)&tr->uidx, c * sizeof(uint32_t)) ||
-            resize((void **)&tr->ufid, c * sizeof(uint64_t)) ||
-            resize((void **)&tr->ufid1, c * sizeof(uint64_t)) ||
-            resize((void **)&tr->uemb, c * d * sizeof(float)) ||
-            resize((void **)&tr->uw1, c * sizeof(float)) ||
-            resize((void **)&tr->ug, c * d * sizeof(float)) ||
-            resize((void **)&tr->ugw, c * sizeof(float)))
+            resize((void **)&tr->ufid, 2 * c * sizeof(uint64_t)) ||
+            resize((void **)&tr->uemb, c * (d + 1) * sizeof(float)) ||
+            resize((void **)&tr->ug, c * (d + 1) * sizeof(float)))
             return MT_NOMEM;
         tr->cap_occ = c;
     }
@@ -244,7 +244,8 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
     return MT_OK;
 }
 
-/* Maps the batch's occurrences to unique ids; @returns U. */
+/* Maps the batch's occurrences to unique ids (ufid[0..U), their first-order fids after
+ * them, uw1 and ugw placed after the U embeddings); @returns U. */
 static size_t unique_ids(mt_trainer_t *tr, const mt_batch_t *b) {
     size_t sz = 16, nu = 0;
     while (sz < 2 * b->nfids)
@@ -274,11 +275,15 @@ static size_t unique_ids(mt_trainer_t *tr, const mt_batch_t *b) {
             h = (h + 1) & (sz - 1);
         if (!tr->map[h]) {
             tr->ufid[nu] = f;
-            tr->ufid1[nu] = f | ((uint64_t)FIRST_ORDER << 48);
             tr->map[h] = (uint32_t)++nu;
         }
         tr->uidx[k] = tr->map[h] - 1;
     }
+    for (size_t i = 0; i < nu; i++) /* the first-order fids after the embedding fids */
+        tr->ufid[nu + i] = tr->ufid[i] | ((uint64_t)FIRST_ORDER << 48);
+    size_t d = tr->cfg.dim;
+    tr->uw1 = tr->uemb + nu * d;
+    tr->ugw = tr->ug + nu * d;
     return nu;
 }
 
@@ -307,8 +312,9 @@ static mt_err_t gather(mt_trainer_t *tr, const mt_batch_t *b, size_t nu, unsigne
                        uint32_t now_s) {
     size_t d = tr->cfg.dim, S = tr->cfg.nslots;
     int train = (flags & MT_TABLE_TRAIN) != 0;
-    mt_err_t err = tr->backend.lookup(tr->backend.ud, tr->ufid, nu, train, now_s, tr->uemb, nu * d);
-    if (!err) err = tr->backend.lookup(tr->backend.ud, tr->ufid1, nu, train, now_s, tr->uw1, nu);
+    /* one lookup of the embeddings and the first-order weights: packed, nu * d then nu */
+    mt_err_t err =
+        tr->backend.lookup(tr->backend.ud, tr->ufid, 2 * nu, train, now_s, tr->uemb, nu * (d + 1));
     if (err) return err;
     /* A cell starts from its first id's row (no clearing pass over E), or zeros. */
     const uint32_t *uidx = tr->uidx;
@@ -380,8 +386,18 @@ static void adam_step(mt_trainer_t *tr) {
     }
 }
 
+void mt_trainer_set_cover(mt_trainer_t *tr, const mt_psc_range_t *cover, size_t n) {
+    tr->cover = n ? cover : NULL;
+    tr->ncover = n;
+}
+
 mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, float *probs,
                           mt_trainer_step_t *st) {
+    /* the cover is this step's only, whatever happens to it */
+    const mt_psc_range_t *cover = tr->cover;
+    size_t ncover = tr->ncover;
+    tr->cover = NULL;
+    tr->ncover = 0;
     mt_err_t err = check_slots(tr, b);
     if (err) return err;
     for (size_t i = 0; i < b->n; i++)
@@ -412,8 +428,16 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
             ugw[uidx[k]] += gw;
         }
     }
-    err = tr->backend.apply(tr->backend.ud, tr->ufid, nu, tr->ug, nu * d, now_s, 0);
-    if (!err) err = tr->backend.apply(tr->backend.ud, tr->ufid1, nu, tr->ugw, nu, now_s, b->n);
+    /* one apply of both (ug, then ugw right after it), with the step's examples */
+    uint32_t skipped = 0;
+    if (!ncover)
+        err =
+            tr->backend.apply(tr->backend.ud, tr->ufid, 2 * nu, tr->ug, nu * (d + 1), now_s, b->n);
+    else if (!tr->backend.apply_cover)
+        err = MT_INVALID;
+    else
+        err = tr->backend.apply_cover(tr->backend.ud, tr->ufid, 2 * nu, tr->ug, nu * (d + 1), now_s,
+                                      b->n, cover, ncover, &skipped);
     if (err) return err;
     if (!tr->dense_remote) adam_step(tr);
     if (st) {
@@ -421,6 +445,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
         st->examples = b->n;
         st->ids = b->nfids;
         st->unique_ids = nu;
+        st->skipped_shards = skipped;
     }
     return MT_OK;
 }

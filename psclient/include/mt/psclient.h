@@ -55,7 +55,7 @@ mt_err_t mt_psc_lookup(mt_psc_t *c, const uint64_t *fids, size_t n, int train, i
  * Pushes gradients (packed like lookup output) to the shards. Duplicated ids' gradients are
  * summed. With @p examples > 0 every shard gets a request, with an empty id list if it has
  * none of the ids, carrying @p examples (added to each shard's examples_applied: a trainer
- * passes its batch size with the last apply of a step).
+ * passes its batch size with the one apply of a step).
  * @param[out] applied, missing  optional totals over shards.
  */
 mt_err_t mt_psc_apply(mt_psc_t *c, const uint64_t *fids, size_t n, const float *grads,

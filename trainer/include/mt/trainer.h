@@ -37,18 +37,26 @@
 #include "mt/table.h"
 
 typedef struct mt_trainer mt_trainer_t;
+typedef struct mt_psc_range mt_psc_range_t; /* mt/psclient.h */
 
 /** Where the sparse parameters live when not in the trainer's own table. Both calls work on
  *  packed values like mt_table_lookup() / mt_table_apply() and must be exact (no dedup
- *  needed: the trainer sends unique ids). A step makes two applies (embeddings, then
- *  first-order weights); the second carries the batch's example count in @p examples (the
- *  first 0), which the PS backend sends to every shard (ApplyGradientsRequest.examples). */
+ *  needed: the trainer sends unique ids). A step makes one lookup and one apply, each of
+ *  its embeddings and first-order weights together (the ids of both table slots of every
+ *  feature slot); the apply carries the batch's example count in @p examples, which the PS
+ *  backend sends to every shard (ApplyGradientsRequest.examples). */
 typedef struct mt_trainer_backend {
     void *ud;
     mt_err_t (*lookup)(void *ud, const uint64_t *fids, size_t n, int train, uint32_t now_s,
                        float *out, size_t out_len);
     mt_err_t (*apply)(void *ud, const uint64_t *fids, size_t n, const float *grads, size_t len,
                       uint32_t now_s, uint64_t examples);
+    /* Optional: apply() carrying the step's cover (mt_trainer_set_cover), applied exactly
+     * once by each shard; *skipped: the shards that had applied it before. NULL: a cover is
+     * refused (MT_INVALID). */
+    mt_err_t (*apply_cover)(void *ud, const uint64_t *fids, size_t n, const float *grads,
+                            size_t len, uint32_t now_s, uint64_t examples,
+                            const mt_psc_range_t *cover, size_t ncover, uint32_t *skipped);
 } mt_trainer_backend_t;
 
 typedef struct mt_trainer_config {
@@ -78,6 +86,7 @@ typedef struct mt_trainer_config {
 typedef struct mt_trainer_step {
     float loss; /* mean log loss of the batch, before the update */
     size_t examples, ids, unique_ids;
+    uint32_t skipped_shards; /* with a cover: the shards that had applied the step before */
 } mt_trainer_step_t;
 
 void mt_trainer_config_init(mt_trainer_config_t *cfg);
@@ -102,6 +111,15 @@ mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *batch, float *pr
  */
 mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *batch, uint32_t now_s, float *probs,
                           mt_trainer_step_t *st);
+
+/**
+ * The Kafka ranges the next mt_trainer_train() holds (docs/checkpoint.md, "Many trainers"):
+ * its apply carries them as its cover (the backend's apply_cover), so that every shard
+ * applies the step exactly once. @p cover is borrowed until that step returns; it is used by
+ * that step only. @returns of that step, besides its own: MT_OUT_OF_ORDER (a shard's marks
+ * are elsewhere: read them again), MT_INVALID (a backend without apply_cover).
+ */
+void mt_trainer_set_cover(mt_trainer_t *tr, const mt_psc_range_t *cover, size_t n);
 
 typedef struct mt_psc mt_psc_t;
 
@@ -134,9 +152,16 @@ typedef struct mt_trainer_dense_sync mt_trainer_dense_sync_t;
 /** @returns MT_OK, MT_NOMEM, or a client error (message in @p errbuf). */
 mt_err_t mt_trainer_dense_sync_create(mt_trainer_t *tr, mt_psc_t *c, uint32_t every,
                                       mt_trainer_dense_sync_t **out, char *errbuf, size_t errlen);
-/** After each mt_trainer_train(). @param[out] synced  optional: 1 if it pushed and pulled. */
+/** After each mt_trainer_train(). @param[out] synced  optional: 1 if it pushed and pulled.
+ *  With mt_trainer_dense_sync_set_cover() the push carries that cover. */
 mt_err_t mt_trainer_dense_sync_step(mt_trainer_dense_sync_t *d, int *synced, char *errbuf,
                                     size_t errlen);
+/** The cover of the next push (borrowed until it; n 0: none): with every = 1 the step's
+ *  (docs/checkpoint.md, "Many trainers"); a cover with every > 1 is refused by the push
+ *  (MT_INVALID). A shard that had pushed it skips it (the pull still runs); MT_OUT_OF_ORDER
+ *  as for mt_trainer_set_cover(). */
+void mt_trainer_dense_sync_set_cover(mt_trainer_dense_sync_t *d, const mt_psc_range_t *cover,
+                                     size_t n);
 /** Pushes the gradients summed since the last push, if any, and pulls. */
 mt_err_t mt_trainer_dense_sync_flush(mt_trainer_dense_sync_t *d, char *errbuf, size_t errlen);
 /**
