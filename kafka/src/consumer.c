@@ -673,6 +673,42 @@ void mt_kafka_consumer_positions(mt_kafka_consumer_t *c, mt_kafka_position_t *ou
     *n = k;
 }
 
+uint64_t mt_kafka_consumer_generation(const mt_kafka_consumer_t *c) {
+    mt_kafka_consumer_t *m = (mt_kafka_consumer_t *)c;
+    return atomic_load(&m->assignments) + atomic_load(&m->revocations);
+}
+
+void mt_kafka_consumer_assignment(mt_kafka_consumer_t *c, mt_kafka_position_t *out, size_t cap,
+                                  size_t *n) {
+    size_t k = 0;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->nparts; i++) {
+        const part_t *pt = &c->parts[i];
+        if (pt->assigned != 1) continue;
+        if (k < cap) {
+            int64_t pos = atomic_load(&c->owned) && pt->next >= 0 ? pt->next : -1;
+            out[k] = (mt_kafka_position_t){pt->topic, pt->partition, pos};
+        }
+        k++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    *n = k;
+}
+
+mt_err_t mt_kafka_consumer_log_start(mt_kafka_consumer_t *c, const char *topic, int32_t partition,
+                                     int timeout_ms, int64_t *lo, char *errbuf, size_t errlen) {
+    int64_t low = -1, high = -1;
+    rd_kafka_resp_err_t e =
+        rd_kafka_query_watermark_offsets(c->rk, topic, partition, &low, &high, timeout_ms);
+    if (e) {
+        mt__kafka_errf(errbuf, errlen, "%s [%d]: the log start: %s", topic, (int)partition,
+                       rd_kafka_err2str(e));
+        return e == RD_KAFKA_RESP_ERR__TIMED_OUT ? MT_TIMEOUT : MT_IO;
+    }
+    *lo = low;
+    return MT_OK;
+}
+
 mt_err_t mt_kafka_consumer_commit_positions(mt_kafka_consumer_t *c, const mt_kafka_position_t *pos,
                                             size_t n) {
     if (!c || (n && !pos)) return MT_INVALID;

@@ -321,6 +321,28 @@ mt_err_t mt_kafka_consumer_set_positions(mt_kafka_consumer_t *c, const mt_kafka_
 void mt_kafka_consumer_positions(mt_kafka_consumer_t *c, mt_kafka_position_t *out, size_t cap,
                                  size_t *n);
 
+/** A number that changes with every assignment and revocation of this member: two equal
+ *  readings mean the partitions did not change in between. Thread safety: thread-safe. */
+uint64_t mt_kafka_consumer_generation(const mt_kafka_consumer_t *c);
+
+/**
+ * The partitions assigned to this member now, with their position in caller-owned mode
+ * (-1: none yet, or not caller-owned).
+ * @param[out] out  the first min(cap, *n) (topics interned: valid until destroy)
+ * @param[out] n    how many there are
+ * Thread safety: any thread.
+ */
+void mt_kafka_consumer_assignment(mt_kafka_consumer_t *c, mt_kafka_position_t *out, size_t cap,
+                                  size_t *n);
+
+/**
+ * The first offset the broker still holds of a partition (its log start, after retention),
+ * asked of the broker. @returns MT_OK, MT_TIMEOUT, MT_IO (the reason in @p errbuf).
+ * Thread safety: any thread.
+ */
+mt_err_t mt_kafka_consumer_log_start(mt_kafka_consumer_t *c, const char *topic, int32_t partition,
+                                     int timeout_ms, int64_t *lo, char *errbuf, size_t errlen);
+
 /**
  * Commits exactly @p pos (synchronously), whatever is marked: the positions of a durable
  * checkpoint. @returns as mt_kafka_consumer_commit() (MT_UNAVAILABLE during a rebalance).
