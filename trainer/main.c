@@ -62,6 +62,7 @@
 #include "mt/config_cli.h"
 #include "mt/config_input.h"
 #include "mt/coord.h"
+#include "mt/cover.h"
 #include "mt/config_rpc.h"
 #include "mt/eval.h"
 #include "mt/example_pb.h"
@@ -82,6 +83,8 @@ typedef struct counters {
         commit_failures, dense_syncs;
     /* exactly-once mode (trainer.checkpoint_interval_s) */
     _Atomic uint64_t checkpoints, checkpoint_failures, recoveries, last_checkpoint;
+    /* many trainers (trainer.idempotent) */
+    _Atomic uint64_t steps_skipped, out_of_order, resets, retention_errors;
 
     _Atomic uint64_t window_auc_bits, window_loss_bits; /* doubles */
     _Atomic int64_t kafka_lag;                          /* online: -1 unknown */
@@ -186,6 +189,17 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
       atomic_load(&c->recoveries));
     G("last_checkpoint_id", "The last complete cluster checkpoint written or restored.",
       atomic_load(&c->last_checkpoint));
+    C("steps_skipped_total",
+      "Covered steps (trainer.idempotent) every shard had applied before (replays).",
+      atomic_load(&c->steps_skipped));
+    C("out_of_order_total",
+      "Covered steps a shard refused: its marks moved (a restart, a rebalance).",
+      atomic_load(&c->out_of_order));
+    C("resets_total", "Starts from the shards' marks (assignments and refusals).",
+      atomic_load(&c->resets));
+    C("retention_errors_total",
+      "Partitions whose examples Kafka dropped before a shard applied them (the trainer stops).",
+      atomic_load(&c->retention_errors));
     G("window_auc", "Progressive-validation AUC over the last trainer.auc_window examples.",
       load_double(&c->window_auc_bits));
     G("window_logloss", "Progressive-validation log loss over the window.",
@@ -693,6 +707,305 @@ static int checkpoint(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
     return 1;
 }
 
+/* ---- many trainers: covered steps (trainer.idempotent; docs/checkpoint.md, mt/cover.h) ---- */
+
+/* Reads every shard's marks and the log starts of the partitions assigned now, and moves the
+ * consumer to where this trainer's steps start (mt_cover_reset). Waits (retrying) while a
+ * shard does not answer. @returns 0, or 1: stop (requested, or Kafka's retention dropped
+ * examples a shard never applied: said and counted). */
+static int marks_reset(daemon_t *d, mt_kafka_consumer_t *kc, mt_cover_t *cv, uint64_t *gen) {
+    uint32_t ns = mt_psc_num_shards(d->psc);
+    atomic_fetch_add(&d->ctr.resets, 1);
+    for (unsigned attempt = 0; !stop_requested(d); attempt++) {
+        if (attempt) usleep(200000u);
+        char err[512] = "";
+        uint64_t g = mt_kafka_consumer_generation(kc);
+        size_t n = 0;
+        mt_kafka_consumer_assignment(kc, NULL, 0, &n);
+        size_t cap = n + 16; /* room for an assignment growing meanwhile (then: again) */
+        mt_kafka_position_t *as = calloc(cap, sizeof(*as)), *pos = calloc(cap, sizeof(*pos));
+        mt_cover_pos_t *own = calloc(cap, sizeof(*own)), *st = calloc(cap, sizeof(*st));
+        mt_psc_shard_ckpt_t *sm = calloc(ns, sizeof(*sm));
+        mt_cover_marks_t *lists = calloc(ns + 1, sizeof(*lists));
+        mt_err_t e = as && pos && own && st && sm && lists ? MT_OK : MT_NOMEM;
+        if (!e) mt_kafka_consumer_assignment(kc, as, cap, &n);
+        if (!e && n > cap) e = MT_UNAVAILABLE; /* it grew: again */
+        for (size_t i = 0; i < n && !e; i++) {
+            own[i] = (mt_cover_pos_t){as[i].topic, as[i].partition, 0};
+            e = mt_kafka_consumer_log_start(kc, as[i].topic, as[i].partition, 5000, &own[i].offset,
+                                            err, sizeof(err));
+        }
+        if (!e && (e = mt_psc_marks(d->psc, 10000, sm)) != MT_OK) {
+            for (uint32_t s = 0; s < ns; s++)
+                if (sm[s].err) snprintf(err, sizeof(err), "shard %u: %s", s, sm[s].st.message);
+        }
+        size_t nl = 0;
+        if (!e) {
+            for (uint32_t s = 0; s < ns; s++)
+                lists[nl++] =
+                    (mt_cover_marks_t){sm[s].marks[MT_PSC_MARKS], sm[s].nmarks[MT_PSC_MARKS]};
+            if (d->dense)
+                lists[nl++] = (mt_cover_marks_t){sm[0].marks[MT_PSC_DENSE_MARKS],
+                                                 sm[0].nmarks[MT_PSC_DENSE_MARKS]};
+            e = mt_cover_reset(cv, own, n, lists, nl, st, err, sizeof(err));
+        }
+        if (!e) {
+            for (size_t i = 0; i < n; i++)
+                pos[i] = (mt_kafka_position_t){st[i].topic, st[i].partition, st[i].offset};
+            e = mt_kafka_consumer_set_positions(kc, pos, n, err, sizeof(err));
+        }
+        if (!e) {
+            char line[1024] = "";
+            size_t len = 0;
+            for (size_t i = 0; i < n && len + 64 < sizeof(line); i++)
+                len += (size_t)snprintf(line + len, sizeof(line) - len, " %s/%d@%" PRId64,
+                                        st[i].topic, (int)st[i].partition, st[i].offset);
+            if (mt_kafka_consumer_generation(kc) == g) {
+                mt_log(MT_LOG_INFO, WHO, "partitions (%zu):%s%s", n, n ? line : " none",
+                       mt_cover_catching_up(cv) ? "; catching up (a shard is behind)" : "");
+                *gen = g;
+            } else {
+                e = MT_UNAVAILABLE; /* the assignment changed meanwhile: again */
+            }
+        }
+        free(as);
+        free(pos);
+        free(own);
+        free(st);
+        if (sm) mt_psc_shard_ckpt_free(sm, ns);
+        free(sm);
+        free(lists);
+        if (e == MT_OK) return 0;
+        if (e == MT_LIMIT) {
+            atomic_fetch_add(&d->ctr.retention_errors, 1);
+            mt_log(MT_LOG_ERROR, WHO, "stopping: %s", err);
+            return 1;
+        }
+        if (e == MT_NOMEM) return 1;
+        if (attempt % 25 == 0 && *err)
+            mt_log(MT_LOG_WARN, WHO, "reading the shards' marks: %s (again)", err);
+    }
+    return 1;
+}
+
+/* Trains the step the cover holds (@p b its examples, possibly none: a range up to a cut
+ * with no message in it), retrying while a shard does not answer (a retry is skipped where
+ * it was applied). @returns 0 (applied or skipped by every shard), 2 (a shard refused it:
+ * the caller resets), or 1 (stop). */
+static int covered_step(daemon_t *d, mt_cover_t *cv, mt_batch_t *b, float *probs,
+                        double *loss_sum) {
+    const mt_psc_range_t *r;
+    size_t nr = mt_cover_ranges(cv, &r);
+    if (!nr) return 0;
+    for (unsigned attempt = 0;; attempt++) {
+        char err[512] = "";
+        mt_trainer_step_t st = {0};
+        uint32_t now_s = (uint32_t)time(NULL);
+        mt_err_t e;
+        if (b->n) {
+            mt_trainer_set_cover(d->tr, r, nr);
+            e = mt_trainer_train(d->tr, b, now_s, probs, &st);
+        } else {
+            mt_rpc_status_t rs = {0};
+            e = mt_psc_apply_cover(d->psc, NULL, 0, NULL, 0, now_s, 0, 0, r, nr, &st.skipped_shards,
+                                   NULL, NULL, &rs);
+            if (e) snprintf(err, sizeof(err), "%s", rs.message);
+        }
+        if (!e && d->dense) {
+            if (b->n) {
+                mt_trainer_dense_sync_set_cover(d->dense, r, nr);
+                int synced = 0;
+                e = mt_trainer_dense_sync_step(d->dense, &synced, err, sizeof(err));
+                if (!e && synced) atomic_fetch_add(&d->ctr.dense_syncs, 1);
+            } else {
+                mt_rpc_status_t rs = {0};
+                e = mt_psc_push_dense_cover(d->psc, NULL, NULL, 0, 0, r, nr, NULL, NULL, &rs);
+                if (e) snprintf(err, sizeof(err), "%s", rs.message);
+            }
+        }
+        if (!e) {
+            if (b->n) {
+                mt_eval_add(d->eval, probs, b->labels, b->n);
+                *loss_sum += (double)st.loss * (double)b->n;
+                atomic_fetch_add(&d->ctr.examples, b->n);
+                atomic_fetch_add(&d->ctr.batches, 1);
+            }
+            if (st.skipped_shards == mt_psc_num_shards(d->psc))
+                atomic_fetch_add(&d->ctr.steps_skipped, 1);
+            mt_cover_commit(cv);
+            return 0;
+        }
+        if (e == MT_OUT_OF_ORDER) {
+            atomic_fetch_add(&d->ctr.out_of_order, 1);
+            mt_log(MT_LOG_INFO, WHO, "a shard refused the step (%s): reading the marks again",
+                   *err ? err : "out of order");
+            mt_cover_abort(cv);
+            return 2;
+        }
+        atomic_fetch_add(&d->ctr.ps_errors, 1);
+        if (e == MT_MISMATCH || e == MT_INVALID || e == MT_NOMEM || stop_requested(d)) {
+            mt_log(MT_LOG_ERROR, WHO, "training step: %s%s%s", mt_strerror(e), *err ? ": " : "",
+                   err);
+            return 1;
+        }
+        if (attempt % 10 == 0)
+            mt_log(MT_LOG_WARN, WHO, "training step: %s%s%s (retrying: a retry is applied once)",
+                   mt_strerror(e), *err ? ": " : "", err);
+        usleep(100000u << (attempt < 3 ? attempt : 3));
+    }
+}
+
+/* The online loop of a trainer among many (trainer.idempotent): the partitions Kafka gives
+ * it, each from the lowest mark of the shards, in covered steps. It records nothing of its
+ * own; Kafka commits (for lag monitoring) are its applied positions. */
+static int run_online_marks(daemon_t *d, mt_kafka_consumer_t *kc, uint64_t max_examples,
+                            double duration_s, int until_caught_up) {
+    size_t bs = d->cfg.trainer.batch_size;
+    mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
+    mt_kafka_msg_t *held = calloc(bs, sizeof(*held)); /* the step's messages, to mark */
+    float *probs = malloc(bs * sizeof(float));
+    mt_batch_t b = {0};
+    mt_cover_t *cv = NULL;
+    int rc = 0;
+    uint64_t gen = 0;
+    if (!msgs || !held || !probs || mt_batch_init(&b, d->slots, (uint32_t)d->nslots) ||
+        mt_cover_create(&cv)) {
+        rc = 1;
+        goto out;
+    }
+    pass_result_t res = {0};
+    double t0 = mt_mono_s(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
+    double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0, next_lag = t0;
+    uint64_t last_examples = 0;
+    double last_t = t0;
+    size_t last_n = 1, nheld = 0;
+    int need_reset = 1;
+    while (!stop_requested(d)) {
+        if (max_examples && res.examples >= max_examples) break;
+        if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
+        if (until_caught_up && !last_n && !need_reset && mt_kafka_consumer_assigned(kc) &&
+            mt_kafka_consumer_lag(kc) == 0)
+            break;
+        if (mt_mono_s() >= next_lag) {
+            atomic_store(&d->ctr.kafka_lag, mt_kafka_consumer_lag(kc));
+            next_lag = mt_mono_s() + 1.0;
+        }
+        uint64_t g0 = mt_kafka_consumer_generation(kc);
+        if (need_reset || g0 != gen) {
+            mt_cover_abort(cv);
+            mt_batch_clear(&b);
+            nheld = 0;
+            if ((rc = marks_reset(d, kc, cv, &gen)) != 0) break;
+            need_reset = 0;
+            continue;
+        }
+        size_t n = mt_kafka_consumer_poll(kc, msgs, bs, 200);
+        last_n = n;
+        if (mt_kafka_consumer_generation(kc) != gen) { /* partitions moved during the poll */
+            need_reset = 1;
+            continue;
+        }
+        for (size_t i = 0; i < n && !need_reset && !rc; i++) {
+            /* (a step never outgrows the batch: a poll brings at most bs messages) */
+            int a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
+            if (a == MT_COVER_CLOSE) {
+                int t = covered_step(d, cv, &b, probs, &res.loss_sum);
+                if (t == 1) rc = 1;
+                if (t == 2) need_reset = 1;
+                if (t) break;
+                res.examples += b.n;
+                for (size_t k = 0; k < nheld; k++)
+                    mt_kafka_consumer_mark(kc, &held[k]);
+                mt_batch_clear(&b);
+                nheld = 0;
+                a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
+                if (a == MT_COVER_CLOSE) { /* a range with no message, then this one */
+                    if ((t = covered_step(d, cv, &b, probs, &res.loss_sum)) != 0) {
+                        if (t == 1) rc = 1;
+                        if (t == 2) need_reset = 1;
+                        break;
+                    }
+                    a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
+                }
+            }
+            if (a != MT_COVER_ADDED) continue; /* not ours, or delivered twice */
+            held[nheld++] = msgs[i];
+            uint32_t ignored = 0;
+            char why[256] = "";
+            mt_err_t e =
+                mt_example_decode(msgs[i].value, msgs[i].len, &b, &ignored, why, sizeof(why));
+            if (e == MT_NOMEM) {
+                rc = 1;
+                break;
+            }
+            if (e) { /* in the step's range all the same: consumed, no example */
+                atomic_fetch_add(&d->ctr.bad_messages, 1);
+                if (d->bad_logged++ < BAD_LOG_MAX)
+                    mt_log(MT_LOG_WARN, WHO, "%s/%d@%" PRId64 ": bad message skipped: %s",
+                           msgs[i].topic, (int)msgs[i].partition, msgs[i].offset, why);
+            }
+            if (ignored) atomic_fetch_add(&d->ctr.ignored_slots, ignored);
+        }
+        if (rc) break;
+        if (need_reset) continue;
+        int t = covered_step(d, cv, &b, probs, &res.loss_sum); /* the rest of the poll */
+        if (t == 1) {
+            rc = 1;
+            break;
+        }
+        if (t == 2) {
+            need_reset = 1;
+            continue;
+        }
+        res.examples += b.n;
+        for (size_t k = 0; k < nheld; k++)
+            mt_kafka_consumer_mark(kc, &held[k]);
+        mt_batch_clear(&b);
+        nheld = 0;
+        double now = mt_mono_s();
+        if (n && (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit)) {
+            next_commit = now + d->cfg.trainer.commit_interval_ms / 1000.0;
+            size_t np = 0;
+            mt_kafka_consumer_positions(kc, NULL, 0, &np);
+            mt_kafka_position_t *pos = calloc(np ? np : 1, sizeof(*pos));
+            if (pos) {
+                mt_kafka_consumer_positions(kc, pos, np, &np);
+                if (mt_kafka_consumer_commit_positions(kc, pos, np) == MT_OK)
+                    atomic_fetch_add(&d->ctr.commits, 1);
+                else
+                    atomic_fetch_add(&d->ctr.commit_failures, 1);
+                free(pos);
+            }
+        }
+        if (d->cfg.trainer.progress_interval_ms && now >= next_progress) {
+            next_progress = now + d->cfg.trainer.progress_interval_ms / 1000.0;
+            mt_eval_result_t er;
+            mt_eval_result(d->eval, &er);
+            store_double(&d->ctr.window_auc_bits, er.window_auc);
+            store_double(&d->ctr.window_loss_bits, er.window_logloss);
+            fprintf(stderr,
+                    "online  %" PRIu64 " ex  %.0f ex/s  window(%zu) loss %.4f  auc %.4f  "
+                    "partitions %zu  lag %" PRId64 "  skipped %" PRIu64 "  bad %" PRIu64 "\n",
+                    res.examples, (double)(res.examples - last_examples) / (now - last_t),
+                    er.window_n, er.window_logloss, er.window_auc, mt_kafka_consumer_assigned(kc),
+                    (int64_t)atomic_load(&d->ctr.kafka_lag), atomic_load(&d->ctr.steps_skipped),
+                    atomic_load(&d->ctr.bad_messages));
+            last_examples = res.examples;
+            last_t = now;
+        }
+    }
+    res.seconds = mt_mono_s() - t0;
+    mt_eval_result(d->eval, &res.ev);
+    if (write_report(d, "online", &res, 1, NULL, 0)) rc = 1;
+out:
+    mt_cover_destroy(cv);
+    mt_batch_free(&b);
+    free(msgs);
+    free(held);
+    free(probs);
+    return rc;
+}
+
 static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int until_caught_up) {
     char bootstrap[8192], berr[512] = "";
     if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), berr, sizeof(berr))) {
@@ -710,8 +1023,14 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
         mt_log(MT_LOG_ERROR, WHO, "Kafka consumer on %s: %s", bootstrap, err);
         return 1;
     }
-    mt_log(MT_LOG_INFO, WHO, "consuming %s from %s as group %s", d->cfg.kafka.examples_topic,
-           bootstrap, d->cfg.kafka.group);
+    mt_log(MT_LOG_INFO, WHO, "consuming %s from %s as group %s%s", d->cfg.kafka.examples_topic,
+           bootstrap, d->cfg.kafka.group,
+           d->cfg.trainer.idempotent ? " (one of many trainers: covered steps)" : "");
+    if (d->cfg.trainer.idempotent) {
+        int mrc = run_online_marks(d, kc, max_examples, duration_s, until_caught_up);
+        mt_kafka_consumer_destroy(kc);
+        return mrc;
+    }
     size_t bs = d->cfg.trainer.batch_size;
     mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
     float *probs = malloc(bs * sizeof(float));
@@ -932,6 +1251,15 @@ int main(int argc, char **argv) {
     /* the TLS files of its PS channels, as they will be read: exit 2, with --check or not */
     if (d.cfg.cluster.nps && mt_config_rpc_check_tls(&d.cfg, 0, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
+        goto out;
+    }
+    if (d.cfg.trainer.idempotent && (!d.cfg.cluster.nps || d.cfg.trainer.dense_sync_batches != 1 ||
+                                     d.cfg.trainer.checkpoint_interval_s)) {
+        fprintf(stderr,
+                "monolith-trainer: %s: trainer.idempotent needs the PS shards (cluster.ps), "
+                "trainer.dense_sync_batches = 1 and trainer.checkpoint_interval_s = 0\n",
+                config);
+        rc = 2;
         goto out;
     }
     if (check_only) {

@@ -263,6 +263,11 @@ static const prop_t props[] = {
             "example is lost or applied twice (docs/checkpoint.md; needs `ps.snapshot_dir` on "
             "the shards and `dense_sync_batches` > 0); 0: off, at-least-once commits every "
             "`commit_interval_ms`"},
+    {KEY("trainer", "idempotent"), CFG(trainer.idempotent), ENUM(bool_enum), .def = "false",
+     .doc = "online with PS shards: many trainers in one group, exactly once: every step "
+            "carries its Kafka ranges and every shard applies it exactly once against its "
+            "marks, saved in its own snapshots (docs/checkpoint.md, \"Many trainers\"); needs "
+            "`dense_sync_batches` = 1 and `checkpoint_interval_s` = 0"},
     {KEY("trainer", "recovery_timeout_s"), CFG(trainer.recovery_timeout_s), UINT(1, 86400),
      .def = "300",
      .doc = "with checkpoints: how long a recovery waits for every shard to answer and "

@@ -12,3 +12,12 @@ if(TARGET monolith-serving AND TARGET monolith-loadgen AND TARGET monolith-kafka
   set_tests_properties(test_e2e_checkpoint PROPERTIES TIMEOUT 300 ENVIRONMENT
     "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SERVING_BIN=$<TARGET_FILE:monolith-serving>;MT_LOADGEN_BIN=$<TARGET_FILE:monolith-loadgen>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endif()
+
+# Many trainers, exactly once (docs/checkpoint.md, "Many trainers"): three online trainers
+# with covered steps, two shards with their own snapshots, kill -9 of a trainer and of a
+# shard, a trainer joining; counted (tests/e2e/many_trainers_e2e.sh).
+if(TARGET monolith-kafka-dev)
+  add_test(NAME test_e2e_many_trainers COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/many_trainers_e2e.sh)
+  set_tests_properties(test_e2e_many_trainers PROPERTIES TIMEOUT 600 ENVIRONMENT
+    "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endif()

@@ -115,6 +115,7 @@ typedef struct mt_config_trainer {
     uint32_t auc_window;           /* examples in the sliding progressive-AUC window */
     uint32_t commit_interval_ms;   /* online: Kafka offset commit period */
     uint32_t checkpoint_interval_s; /* online: cluster checkpoint period; 0 = off */
+    int idempotent;                 /* online: many trainers, covered steps (docs/checkpoint.md) */
     uint32_t recovery_timeout_s;    /* online with checkpoints: longest recovery */
     char *metrics_listen;           /* Prometheus /metrics "host:port"; "" = disabled */
 } mt_config_trainer_t;

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Many trainers, exactly once (docs/checkpoint.md, "Many trainers: idempotent applies"),
+# counted: on monolith-kafka-dev (examples: 6 partitions), two monolith-ps shards taking
+# their own snapshots every second, and three monolith-trainer --online in one group with
+# trainer.idempotent (covered steps), while `monolith gen --kafka --rate` produces N examples
+# and kcat 3 garbage messages:
+#  1. kill -9 trainer 1 mid-stream: its partitions move to the others, which start each one
+#     at the lowest mark of the shards;
+#  2. kill -9 PS shard 1 and restart it on its address: it comes back from its last snapshot
+#     with older marks, refuses the next steps (out of order), the trainers read the marks
+#     again and re-feed it from its marks while shard 0 skips what it holds;
+#  3. a fourth trainer joins mid-stream (a rebalance);
+#  4. once everything is consumed, each shard's examples_applied is exactly N (garbage holds
+#     no example) and each shard's marks are the ends of the 6 partitions: nothing lost,
+#     nothing applied twice; the surviving trainers each trained a share.
+# Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
+set -euo pipefail
+: "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
+. "$(dirname "$0")/lib.sh"
+need_kcat
+N=${MT_MANY_EXAMPLES:-24000}
+RATE=${MT_MANY_RATE:-2000}
+GARBAGE=3
+e2e_init many-trainers
+stats() { # shard I: "examples_applied rows", or nothing while it does not answer
+  local s
+  s=$("$MT_CLI_BIN" stats --addr "127.0.0.1:${port[$1]}" 2> /dev/null) || return 0
+  echo "$(jnum "$s" examples_applied) $(jnum "$s" rows)"
+}
+applied() { local a; a=$(stats "$1"); echo "${a%% *}"; }
+wait_applied() { # waits until shard 0 reflects at least $1 examples
+  local end=$(( $(date +%s) + E2E_GUARD_S ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    local a; a=$(applied 0)
+    [ -n "$a" ] && [ "$a" -ge "$1" ] && return 0
+    sleep 0.2
+  done
+  fail "shard 0 did not reach $1 examples in $E2E_GUARD_S s (at: $(applied 0))"
+}
+# the sum of shard I's sparse marks over the examples partitions (its /metrics)
+marks_sum() {
+  local mp; mp=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/ps$1.err" | tail -1)
+  [ -n "$mp" ] || { echo 0; return; }
+  exec 3<>"/dev/tcp/127.0.0.1/$mp" || { echo 0; return; }
+  printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
+  awk '/^monolith_ps_mark\{.*kind="sparse",topic="examples"/ { s += $2 } END { print s + 0 }' <&3
+  exec 3<&-
+}
+
+start_kafka examples:6,features:4
+conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
+model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set kafka.session_timeout_ms=6000
+       --set "kafka.bootstrap=$bs")
+declare -a port ps_pid tr_pids
+start_ps() { # start_ps I [PORT [SNAPSHOT_INTERVAL_S]]
+  local i=$1 listen=127.0.0.1:${2:-0}
+  rm -f "$tmp/ps$i.port"
+  "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 --listen "$listen" \
+    --port-file "$tmp/ps$i.port" --set "ps.snapshot_dir=$tmp/ps$i" \
+    --set "ps.snapshot_interval_s=${3:-1}" \
+    --set ps.snapshot_keep=3 --set ps.metrics_listen=127.0.0.1:0 2>> "$tmp/ps$i.err" &
+  ps_pid[$i]=$!
+  pids+=($!)
+  wait_port_file "$tmp/ps$i.port"
+  port[$i]=$(cat "$tmp/ps$i.port")
+}
+start_ps 0
+start_ps 1 0 0 # shard 1 snapshots when told (step 2), so that it comes back behind
+cluster="127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
+say "PS shards on ${port[0]} and ${port[1]}"
+start_trainer() { # start_trainer K
+  "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \
+    --set kafka.group=many --set trainer.idempotent=true --set trainer.dense_sync_batches=1 \
+    --set trainer.batch_size=200 --set trainer.progress_interval_ms=0 \
+    --report "$tmp/tr$1.json" > "$tmp/tr$1.out" 2> "$tmp/tr$1.err" &
+  tr_pids[$1]=$!
+  pids+=($!)
+}
+
+say "== producing $N examples at $RATE/s and $GARBAGE garbage messages; 3 trainers start"
+"$MT_CLI_BIN" gen --examples "$N" --seed 21 --users 2000 --items 500 --kafka "$bs" \
+  --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen.err" &
+gen_pid=$!
+pids+=($!)
+for k in 1 2 3; do start_trainer "$k"; done
+printf 'not an example\n\xff\xfe garbage\n{"json": 1}\n' |
+  kcat -b "$bs" -P -t examples 2> "$tmp/kcat.err" || fail "kcat: $(cat "$tmp/kcat.err")"
+
+wait_applied $((N / 5))
+say "== 1. kill -9 trainer 1 at $(applied 0) examples"
+kill -9 "${tr_pids[1]}"
+wait "${tr_pids[1]}" 2> /dev/null || true
+
+wait_applied $((N * 2 / 5))
+say "== 2. PS shard 1 snapshots at $(applied 1) examples, goes on, is killed -9 and restarted"
+"$MT_CLI_BIN" snapshot --addr "127.0.0.1:${port[1]}" > "$tmp/snap.json" 2> "$tmp/snap.err" ||
+  fail "monolith snapshot: $(cat "$tmp/snap.err")"
+snap=$(applied 1) # at least what the snapshot holds
+ahead() { [ "$(applied 1)" -gt $((snap + 400)) ]; }
+wait_until "$E2E_GUARD_S" ahead || fail "shard 1 stayed at $(applied 1) after its snapshot"
+before=$(applied 1)
+kill -9 "${ps_pid[1]}"
+wait "${ps_pid[1]}" 2> /dev/null || true
+start_ps 1 "${port[1]}"
+after=$(applied 1)
+say "shard 1 had $before examples, is back with $after (its last snapshot)"
+
+wait_applied $((N * 3 / 5))
+say "== 3. trainer 4 joins at $(applied 0) examples"
+start_trainer 4
+
+wait "$gen_pid" || fail "the producer failed"
+grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
+total=$((N + GARBAGE))
+expect_in_topic "$total"
+say "== 4. every example exactly once, on both shards"
+# settled: both shards' marks reach the end of every partition (the topic's $total
+# messages): no step can be applied any more
+e2e_settled() { [ "$(marks_sum 0)" -eq "$total" ] && [ "$(marks_sum 1)" -eq "$total" ]; }
+expect_exact "$N" "$E2E_GUARD_S"
+say "shards: $a0 / $a1 examples, marks $(marks_sum 0) / $(marks_sum 1) of $total messages"
+[ "$a0" -eq "$N" ] && [ "$a1" -eq "$N" ] || fail "shards reflect $a0 / $a1 examples, not $N"
+
+say "== the trainers: shares, refusals after the shard's restart, skips"
+for k in 2 3 4; do kill -TERM "${tr_pids[$k]}"; done
+for k in 2 3 4; do wait "${tr_pids[$k]}" || fail "trainer $k exited with $?"; done
+trained=0
+for k in 2 3 4; do
+  e=$(json "$tmp/tr$k.json" examples)
+  say "trainer $k: ${e:-0} examples; $(grep -c "partitions (" "$tmp/tr$k.err") assignments"
+  trained=$((trained + ${e:-0}))
+done
+# trainer 4 joined last: it must have owned partitions once the group settled
+grep -qE "partitions \([1-9]" "$tmp/tr4.err" || fail "trainer 4 never owned a partition"
+refused=$(cat "$tmp"/tr*.err | grep -c "a shard refused the step" || true)
+say "steps refused (a shard's marks moved): $refused; examples trained by the survivors: $trained"
+# shard 1 came back behind where it was: it refused the steps that went on from there
+[ "$after" -lt "$before" ] || fail "shard 1 came back with $after examples, it had $before"
+[ "$refused" -gt 0 ] || fail "shard 1 came back behind ($after < $before) and refused nothing"
+# and shard 0 skipped the steps that re-fed shard 1 (it held them)
+mp0=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/ps0.err" | tail -1)
+skipped=$(metric "$mp0" 'monolith_ps_skipped_total{shard="0",kind="sparse"}')
+say "shard 0 skipped ${skipped:-0} steps it held while shard 1 was re-fed"
+[ "${skipped%.*}" -gt 0 ] || fail "shard 0 skipped no step while shard 1 was re-fed"
+if cat "$tmp"/*.err | grep -qE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:"; then
+  fail "sanitizer reports"
+fi
+say "many trainers: all good"
