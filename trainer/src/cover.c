@@ -164,7 +164,7 @@ void mt_cover_commit(mt_cover_t *c) {
         size_t drop = 0;
         while (drop < p->ncuts && p->cuts[drop] <= p->next)
             drop++;
-        memmove(p->cuts, p->cuts + drop, (p->ncuts - drop) * sizeof(int64_t));
+        if (drop) memmove(p->cuts, p->cuts + drop, (p->ncuts - drop) * sizeof(int64_t));
         p->ncuts -= drop;
         c->cuts_left -= drop;
         p->in_step = 0;
