@@ -788,6 +788,45 @@ static int marks_reset(daemon_t *d, mt_kafka_consumer_t *kc, mt_cover_t *cv, uin
     return 1;
 }
 
+/* Commits to Kafka, for lag monitoring and tools only (nothing reads them back), the lowest
+ * durable mark of each assigned partition: what every shard holds in its last snapshot
+ * (with the dense marks of shard 0). A partition a shard holds no durable mark of is left
+ * alone. @returns 0, or 1 when the marks could not be read or the commit failed (counted). */
+static int commit_durable(daemon_t *d, mt_kafka_consumer_t *kc) {
+    uint32_t ns = mt_psc_num_shards(d->psc);
+    size_t n = 0;
+    mt_kafka_consumer_assignment(kc, NULL, 0, &n);
+    mt_kafka_position_t *as = calloc(n + 1, sizeof(*as));
+    mt_psc_shard_ckpt_t *sm = calloc(ns, sizeof(*sm));
+    int rc = 1;
+    if (!as || !sm || mt_psc_marks(d->psc, 10000, sm) != MT_OK) goto out;
+    mt_kafka_consumer_assignment(kc, as, n, &n);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t lo = -1;
+        int all = 1;
+        for (uint32_t s = 0; s < ns + (d->dense ? 1u : 0u) && all; s++) {
+            int list = s < ns ? MT_PSC_DURABLE_MARKS : MT_PSC_DURABLE_DENSE_MARKS;
+            const mt_psc_shard_ckpt_t *o = &sm[s < ns ? s : 0];
+            int64_t m = -1;
+            for (size_t j = 0; j < o->nmarks[list]; j++)
+                if (o->marks[list][j].partition == as[i].partition &&
+                    !strcmp(o->marks[list][j].topic, as[i].topic))
+                    m = o->marks[list][j].offset;
+            if (m < 0) all = 0;
+            if (lo < 0 || m < lo) lo = m;
+        }
+        if (all && lo >= 0) as[k++] = (mt_kafka_position_t){as[i].topic, as[i].partition, lo};
+    }
+    rc = k && mt_kafka_consumer_commit_positions(kc, as, k) != MT_OK;
+out:
+    atomic_fetch_add(rc ? &d->ctr.commit_failures : &d->ctr.commits, 1);
+    if (sm) mt_psc_shard_ckpt_free(sm, ns);
+    free(sm);
+    free(as);
+    return rc;
+}
+
 /* Trains the step the cover holds (@p b its examples, possibly none: a range up to a cut
  * with no message in it), retrying while a shard does not answer (a retry is skipped where
  * it was applied). @returns 0 (applied or skipped by every shard), 2 (a shard refused it:
@@ -857,7 +896,7 @@ static int covered_step(daemon_t *d, mt_cover_t *cv, mt_batch_t *b, float *probs
 
 /* The online loop of a trainer among many (trainer.idempotent): the partitions Kafka gives
  * it, each from the lowest mark of the shards, in covered steps. It records nothing of its
- * own; Kafka commits (for lag monitoring) are its applied positions. */
+ * own; its Kafka commits (for lag monitoring) are the lowest durable marks. */
 static int run_online_marks(daemon_t *d, mt_kafka_consumer_t *kc, uint64_t max_examples,
                             double duration_s, int until_caught_up) {
     size_t bs = d->cfg.trainer.batch_size;
@@ -963,19 +1002,11 @@ static int run_online_marks(daemon_t *d, mt_kafka_consumer_t *kc, uint64_t max_e
         mt_batch_clear(&b);
         nheld = 0;
         double now = mt_mono_s();
-        if (n && (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit)) {
-            next_commit = now + d->cfg.trainer.commit_interval_ms / 1000.0;
-            size_t np = 0;
-            mt_kafka_consumer_positions(kc, NULL, 0, &np);
-            mt_kafka_position_t *pos = calloc(np ? np : 1, sizeof(*pos));
-            if (pos) {
-                mt_kafka_consumer_positions(kc, pos, np, &np);
-                if (mt_kafka_consumer_commit_positions(kc, pos, np) == MT_OK)
-                    atomic_fetch_add(&d->ctr.commits, 1);
-                else
-                    atomic_fetch_add(&d->ctr.commit_failures, 1);
-                free(pos);
-            }
+        if (n && now >= next_commit) { /* at least a second apart: a Stats round trip */
+            unsigned ms =
+                d->cfg.trainer.commit_interval_ms > 1000 ? d->cfg.trainer.commit_interval_ms : 1000;
+            next_commit = now + ms / 1000.0;
+            commit_durable(d, kc);
         }
         if (d->cfg.trainer.progress_interval_ms && now >= next_progress) {
             next_progress = now + d->cfg.trainer.progress_interval_ms / 1000.0;
