@@ -93,4 +93,11 @@ expect 2 "slots" --config "$conf" --set trainer.slots=1,2 --train "$tmp/train.ts
 expect 1 "No such file" --config "$conf" --train "$tmp/missing.tsv"
 printf '[trainer]\nslots = 1\nbogus = 3\n' > "$tmp/bad.conf"
 expect 2 "bogus" --config "$tmp/bad.conf" --check
+# many trainers (trainer.idempotent) need the PS, dense pushes every step, no checkpoints
+expect 2 "trainer.idempotent needs" --config "$conf" --set trainer.idempotent=true --check
+expect 2 "trainer.idempotent needs" --config "$conf" --set trainer.idempotent=true \
+  --set cluster.ps=127.0.0.1:1 --set trainer.dense_sync_batches=10 --check
+expect 2 "trainer.idempotent needs" --config "$conf" --set trainer.idempotent=true \
+  --set cluster.ps=127.0.0.1:1 --set trainer.dense_sync_batches=1 \
+  --set trainer.checkpoint_interval_s=5 --online
 echo "trainer daemon: all good"
