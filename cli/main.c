@@ -240,9 +240,9 @@ static int cmd_snapshot(const char *addr, const char *token, uint64_t id) {
         return 1;
     }
     printf("{\"checkpoint_id\":%" PRIu64 ",\"shard\":%u,\"rows\":%" PRIu64 ",\"bytes\":%" PRIu64
-           ",\"seconds\":%.3f}\n",
+           ",\"examples_applied\":%" PRIu64 ",\"seconds\":%.3f}\n",
            s->meta ? s->meta->checkpoint_id : 0, s->meta ? s->meta->shard : 0, s->rows, s->bytes,
-           s->seconds);
+           s->meta ? s->meta->examples_applied : 0, s->seconds);
     monolith__v1__snapshot_response__free_unpacked(s, NULL);
     return 0;
 }

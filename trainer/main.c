@@ -84,7 +84,8 @@ typedef struct counters {
     /* exactly-once mode (trainer.checkpoint_interval_s) */
     _Atomic uint64_t checkpoints, checkpoint_failures, recoveries, last_checkpoint;
     /* many trainers (trainer.idempotent) */
-    _Atomic uint64_t steps_skipped, out_of_order, resets, retention_errors;
+    _Atomic uint64_t steps_skipped, out_of_order, resets, retention_errors, consumer_gaps,
+        consumer_stalls;
 
     _Atomic uint64_t window_auc_bits, window_loss_bits; /* doubles */
     _Atomic int64_t kafka_lag;                          /* online: -1 unknown */
@@ -197,6 +198,11 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
       atomic_load(&c->out_of_order));
     C("resets_total", "Starts from the shards' marks (assignments and refusals).",
       atomic_load(&c->resets));
+    C("consumer_gaps_total",
+      "Messages past their partition's next offset (the consumer skipped some): seek again.",
+      atomic_load(&c->consumer_gaps));
+    C("consumer_stalls_total", "Seeks again after no message came for 5 s with some behind.",
+      atomic_load(&c->consumer_stalls));
     C("retention_errors_total",
       "Partitions whose examples Kafka dropped before a shard applied them (the trainer stops).",
       atomic_load(&c->retention_errors));
@@ -827,6 +833,31 @@ out:
     return rc;
 }
 
+#define STALL_S      5.0 /* a consumer with messages behind and none delivered that long: seek */
+#define IDLE_CHECK_S 2.0 /* an idle trainer looks at the shards' marks this often */
+
+/* 1 if a shard is behind this trainer on one of its partitions (it restarted from an older
+ * snapshot and no step told it yet: the trainer is idle), 0 if not or unknown. */
+static int shards_behind(daemon_t *d, const mt_cover_t *cv) {
+    uint32_t ns = mt_psc_num_shards(d->psc);
+    mt_psc_shard_ckpt_t *sm = calloc(ns, sizeof(*sm));
+    mt_cover_marks_t *lists = calloc(ns + 1, sizeof(*lists));
+    int behind = 0;
+    if (sm && lists && mt_psc_marks(d->psc, 10000, sm) == MT_OK) {
+        size_t nl = 0;
+        for (uint32_t s = 0; s < ns; s++)
+            lists[nl++] = (mt_cover_marks_t){sm[s].marks[MT_PSC_MARKS], sm[s].nmarks[MT_PSC_MARKS]};
+        if (d->dense)
+            lists[nl++] = (mt_cover_marks_t){sm[0].marks[MT_PSC_DENSE_MARKS],
+                                             sm[0].nmarks[MT_PSC_DENSE_MARKS]};
+        behind = mt_cover_behind(cv, lists, nl);
+    }
+    if (sm) mt_psc_shard_ckpt_free(sm, ns);
+    free(sm);
+    free(lists);
+    return behind;
+}
+
 /* Trains the step the cover holds (@p b its examples, possibly none: a range up to a cut
  * with no message in it), retrying while a shard does not answer (a retry is skipped where
  * it was applied). @returns 0 (applied or skipped by every shard), 2 (a shard refused it:
@@ -919,6 +950,7 @@ static int run_online_marks(daemon_t *d, mt_kafka_consumer_t *kc, uint64_t max_e
     double last_t = t0;
     size_t last_n = 1, nheld = 0;
     int need_reset = 1;
+    double last_msg = t0, next_idle_check = t0 + IDLE_CHECK_S;
     while (!stop_requested(d)) {
         if (max_examples && res.examples >= max_examples) break;
         if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
@@ -944,6 +976,32 @@ static int run_online_marks(daemon_t *d, mt_kafka_consumer_t *kc, uint64_t max_e
             need_reset = 1;
             continue;
         }
+        /* A seek right after an assignment can be lost inside librdkafka (its issue #2256):
+         * the partition then fetches nothing. Messages behind (lag) and none for
+         * STALL_S: seek again. */
+        double tnow = mt_mono_s();
+        if (n) {
+            last_msg = tnow;
+        } else if (tnow >= next_idle_check) {
+            next_idle_check = tnow + IDLE_CHECK_S;
+            if (shards_behind(d, cv)) {
+                mt_log(MT_LOG_INFO, WHO,
+                       "a shard is behind this trainer's partitions (it restarted): re-feeding it");
+                need_reset = 1;
+                continue;
+            }
+        }
+        if (n) {
+            /* messages: no stall */
+        } else if (tnow - last_msg > STALL_S && atomic_load(&d->ctr.kafka_lag) > 0) {
+            atomic_fetch_add(&d->ctr.consumer_stalls, 1);
+            mt_log(MT_LOG_WARN, WHO,
+                   "no message for %.0f s with %" PRId64 " behind: seeking to the marks again",
+                   tnow - last_msg, (int64_t)atomic_load(&d->ctr.kafka_lag));
+            last_msg = tnow;
+            need_reset = 1;
+            continue;
+        }
         for (size_t i = 0; i < n && !need_reset && !rc; i++) {
             /* (a step never outgrows the batch: a poll brings at most bs messages) */
             int a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
@@ -958,14 +1016,15 @@ static int run_online_marks(daemon_t *d, mt_kafka_consumer_t *kc, uint64_t max_e
                 mt_batch_clear(&b);
                 nheld = 0;
                 a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
-                if (a == MT_COVER_CLOSE) { /* a range with no message, then this one */
-                    if ((t = covered_step(d, cv, &b, probs, &res.loss_sum)) != 0) {
-                        if (t == 1) rc = 1;
-                        if (t == 2) need_reset = 1;
-                        break;
-                    }
-                    a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
-                }
+            }
+            if (a == MT_COVER_GAP) { /* the consumer skipped messages: drop the step, seek */
+                atomic_fetch_add(&d->ctr.consumer_gaps, 1);
+                mt_log(MT_LOG_WARN, WHO,
+                       "%s/%d@%" PRId64 ": past the next offset of the partition (the consumer "
+                       "skipped messages): seeking back to the shards' marks",
+                       msgs[i].topic, (int)msgs[i].partition, msgs[i].offset);
+                need_reset = 1;
+                break;
             }
             if (a != MT_COVER_ADDED) continue; /* not ours, or delivered twice */
             held[nheld++] = msgs[i];

@@ -12,7 +12,9 @@
 #  3. a fourth trainer joins mid-stream (a rebalance);
 #  4. once everything is consumed, each shard's examples_applied is exactly N (garbage holds
 #     no example) and each shard's marks are the ends of the 6 partitions: nothing lost,
-#     nothing applied twice; the surviving trainers each trained a share.
+#     nothing applied twice;
+#  5. both shards kill -9'd and restarted, EXTRA more examples: exactly N + EXTRA again;
+#     the surviving trainers each trained a share.
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
 set -euo pipefail
 : "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
@@ -21,6 +23,7 @@ need_kcat
 N=${MT_MANY_EXAMPLES:-24000}
 RATE=${MT_MANY_RATE:-2000}
 GARBAGE=3
+EXTRA=${MT_MANY_EXTRA:-4000} # produced after both shards restarted
 e2e_init many-trainers
 stats() { # shard I: "examples_applied rows", or nothing while it does not answer
   local s
@@ -65,7 +68,7 @@ start_ps() { # start_ps I [PORT [SNAPSHOT_INTERVAL_S]]
   port[$i]=$(cat "$tmp/ps$i.port")
 }
 start_ps 0
-start_ps 1 0 0 # shard 1 snapshots when told (step 2), so that it comes back behind
+start_ps 1 0 0 # shard 1 snapshots when told (below), so that it comes back behind
 cluster="127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
 say "PS shards on ${port[0]} and ${port[1]}"
 start_trainer() { # start_trainer K
@@ -86,24 +89,30 @@ for k in 1 2 3; do start_trainer "$k"; done
 printf 'not an example\n\xff\xfe garbage\n{"json": 1}\n' |
   kcat -b "$bs" -P -t examples 2> "$tmp/kcat.err" || fail "kcat: $(cat "$tmp/kcat.err")"
 
+wait_applied $((N / 10))
+# shard 1 snapshots when told: now, early, so that it has gone on well past it when it is
+# killed in step 2 and comes back behind
+"$MT_CLI_BIN" snapshot --addr "127.0.0.1:${port[1]}" > "$tmp/snap.json" 2> "$tmp/snap.err" ||
+  fail "monolith snapshot: $(cat "$tmp/snap.err")"
+snap=$(json "$tmp/snap.json" examples_applied)
+say "shard 1 snapshot at ${snap:-?} examples"
+
 wait_applied $((N / 5))
 say "== 1. kill -9 trainer 1 at $(applied 0) examples"
 kill -9 "${tr_pids[1]}"
 wait "${tr_pids[1]}" 2> /dev/null || true
 
 wait_applied $((N * 2 / 5))
-say "== 2. PS shard 1 snapshots at $(applied 1) examples, goes on, is killed -9 and restarted"
-"$MT_CLI_BIN" snapshot --addr "127.0.0.1:${port[1]}" > "$tmp/snap.json" 2> "$tmp/snap.err" ||
-  fail "monolith snapshot: $(cat "$tmp/snap.err")"
-snap=$(applied 1) # at least what the snapshot holds
-ahead() { [ "$(applied 1)" -gt $((snap + 400)) ]; }
-wait_until "$E2E_GUARD_S" ahead || fail "shard 1 stayed at $(applied 1) after its snapshot"
+say "== 2. kill -9 PS shard 1 at $(applied 1) examples (its snapshot: $snap); restart it"
 before=$(applied 1)
 kill -9 "${ps_pid[1]}"
 wait "${ps_pid[1]}" 2> /dev/null || true
 start_ps 1 "${port[1]}"
-after=$(applied 1)
-say "shard 1 had $before examples, is back with $after (its last snapshot)"
+# what it restored (its log: the trainers may have re-fed it some already)
+after=$(sed -n 's/.*shard 1: restored checkpoint [0-9]*: [0-9]* rows, \([0-9]*\) examples.*/\1/p' \
+  "$tmp/ps1.err" | tail -1)
+[ "$after" = "$snap" ] || fail "shard 1 came back with ${after:-?} examples, its snapshot holds $snap"
+say "shard 1 had $before examples, is back with $after (its snapshot)"
 
 wait_applied $((N * 3 / 5))
 say "== 3. trainer 4 joins at $(applied 0) examples"
@@ -117,6 +126,30 @@ say "== 4. every example exactly once, on both shards"
 # settled: both shards' marks reach the end of every partition (the topic's $total
 # messages): no step can be applied any more
 e2e_settled() { [ "$(marks_sum 0)" -eq "$total" ] && [ "$(marks_sum 1)" -eq "$total" ]; }
+expect_exact "$N" "$E2E_GUARD_S"
+say "shards: $a0 / $a1 examples, marks $(marks_sum 0) / $(marks_sum 1) of $total messages"
+[ "$a0" -eq "$N" ] && [ "$a1" -eq "$N" ] || fail "shards reflect $a0 / $a1 examples, not $N"
+
+# and shard 0 skipped the steps that re-fed shard 1 (it held them)
+mp0=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/ps0.err" | tail -1)
+skipped=$(metric "$mp0" 'monolith_ps_skipped_total{shard="0",kind="sparse"}')
+say "shard 0 skipped ${skipped:-0} steps it held while shard 1 was re-fed"
+[ "${skipped%.*}" -gt 0 ] || fail "shard 0 skipped no step while shard 1 was re-fed"
+
+say "== 5. $EXTRA more examples; mid-stream, kill -9 both shards and restart them"
+"$MT_CLI_BIN" gen --examples "$EXTRA" --seed 22 --users 2000 --items 500 --kafka "$bs" \
+  --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen2.err" &
+gen_pid=$!
+pids+=($!)
+wait_applied $((N + EXTRA / 3))
+for i in 0 1; do kill -9 "${ps_pid[$i]}"; done
+for i in 0 1; do wait "${ps_pid[$i]}" 2> /dev/null || true; done
+for i in 0 1; do start_ps "$i" "${port[$i]}"; done
+say "back with $(applied 0) / $(applied 1) examples (their last snapshots)"
+wait "$gen_pid" || fail "the second producer failed"
+grep -q " $EXTRA examples delivered" "$tmp/gen2.err" || fail "producer: $(cat "$tmp/gen2.err")"
+N=$((N + EXTRA)) total=$((total + EXTRA))
+expect_in_topic "$total"
 expect_exact "$N" "$E2E_GUARD_S"
 say "shards: $a0 / $a1 examples, marks $(marks_sum 0) / $(marks_sum 1) of $total messages"
 [ "$a0" -eq "$N" ] && [ "$a1" -eq "$N" ] || fail "shards reflect $a0 / $a1 examples, not $N"
@@ -138,11 +171,6 @@ say "steps refused (a shard's marks moved): $refused; examples trained by the su
 [ "$after" -lt "$before" ] || fail "shard 1 came back with $after examples, it had $before"
 # (it refuses the steps that go on from where it was, unless the trainers read the marks
 # first: a rebalance or a retry while it was away; either way it is re-fed from its marks)
-# and shard 0 skipped the steps that re-fed shard 1 (it held them)
-mp0=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/ps0.err" | tail -1)
-skipped=$(metric "$mp0" 'monolith_ps_skipped_total{shard="0",kind="sparse"}')
-say "shard 0 skipped ${skipped:-0} steps it held while shard 1 was re-fed"
-[ "${skipped%.*}" -gt 0 ] || fail "shard 0 skipped no step while shard 1 was re-fed"
 if cat "$tmp"/*.err | grep -qE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:"; then
   fail "sanitizer reports"
 fi

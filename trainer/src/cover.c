@@ -135,16 +135,13 @@ int mt_cover_add(mt_cover_t *c, const char *topic, int32_t partition, int64_t of
     if (!p || offset < p->next) return MT_COVER_NOT_OWNED;
     const mt_psc_range_t *cur = p->in_step ? &c->step[p->in_step - 1] : NULL;
     if (cur && offset < cur->hi) return MT_COVER_NOT_OWNED; /* delivered twice */
+    /* the next offset or nothing: a message past it means the consumer skipped some (a
+     * seek that librdkafka reverted, an offset reset), and a range over them would mark
+     * examples applied that were never trained */
+    if (offset != (cur ? cur->hi : p->next)) return MT_COVER_GAP;
     /* a catch-up step holds one partition */
     if (c->cuts_left && c->nstep && !p->in_step) return MT_COVER_CLOSE;
-    if (p->ncuts && offset >= p->cuts[0]) {
-        /* the range may not span the cut: it ends there (a range with no message, when the
-         * offsets up to the cut were never delivered, e.g. a compacted log) */
-        mt_psc_range_t *r = range_of(c, p);
-        if (!r) return MT_COVER_CLOSE; /* out of memory: the step as it is */
-        if (r->hi < p->cuts[0]) r->hi = p->cuts[0];
-        return MT_COVER_CLOSE;
-    }
+    if (p->ncuts && offset >= p->cuts[0]) return MT_COVER_CLOSE; /* ranges end at a cut */
     mt_psc_range_t *r = range_of(c, p);
     if (!r) return MT_COVER_CLOSE;
     r->hi = offset + 1;
@@ -176,6 +173,17 @@ void mt_cover_abort(mt_cover_t *c) {
     for (size_t i = 0; i < c->nparts; i++)
         c->parts[i].in_step = 0;
     c->nstep = 0;
+}
+
+int mt_cover_behind(const mt_cover_t *c, const mt_cover_marks_t *lists, size_t nlists) {
+    for (size_t i = 0; i < c->nparts; i++) {
+        const part_t *p = &c->parts[i];
+        for (size_t l = 0; l < nlists; l++) {
+            int64_t m = mark_in(&lists[l], p->topic, p->partition);
+            if (m < 0 ? p->next > p->log_start : m < p->next) return 1;
+        }
+    }
+    return 0;
 }
 
 int mt_cover_catching_up(const mt_cover_t *c) {

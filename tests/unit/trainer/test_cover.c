@@ -72,9 +72,7 @@ Test(cover, catch_up_cuts_at_each_mark_then_steps_mix_partitions) {
     cr_assert_eq(mt_cover_add(c, T, 7, 0), MT_COVER_NOT_OWNED, "not owned");
     cr_assert_eq(mt_cover_add(c, "other", 0, 100), MT_COVER_NOT_OWNED);
     cr_assert_eq(add_run(c, 1, 40, 45, &at), MT_COVER_ADDED);
-    /* a gap in the offsets is inside the range: [100, 113) with 112 the last message */
-    cr_assert_eq(mt_cover_add(c, T, 0, 112), MT_COVER_ADDED);
-    expect_ranges(c, 2, (mt_psc_range_t[]){{T, 0, 100, 113, 0}, {T, 1, 40, 45, 0}});
+    expect_ranges(c, 2, (mt_psc_range_t[]){{T, 0, 100, 110, 0}, {T, 1, 40, 45, 0}});
     /* an abort drops the step: the same messages build it again */
     mt_cover_abort(c);
     const mt_psc_range_t *r;
@@ -83,10 +81,19 @@ Test(cover, catch_up_cuts_at_each_mark_then_steps_mix_partitions) {
     expect_ranges(c, 1, (mt_psc_range_t[]){{T, 1, 40, 45, 0}});
     mt_cover_commit(c);
     cr_assert_eq(mt_cover_add(c, T, 1, 45), MT_COVER_ADDED);
+    /* an idle trainer's check: p0 is at 100 (its step was aborted), p1 at 46 */
+    mt_cover_commit(c);
+    mt_psc_offset_t now0[2] = {{"examples", 0, 100}, {"examples", 1, 46}};
+    mt_psc_offset_t back[2] = {{"examples", 0, 90}, {"examples", 1, 46}};
+    mt_psc_offset_t lost[1] = {{"examples", 1, 46}};
+    mt_cover_marks_t ok[1] = {{now0, 2}}, behind[2] = {{now0, 2}, {back, 2}}, gone[1] = {{lost, 1}};
+    cr_assert_not(mt_cover_behind(c, ok, 1));
+    cr_assert(mt_cover_behind(c, behind, 2), "a shard back at 90");
+    cr_assert(mt_cover_behind(c, gone, 1), "a shard with no mark of p0");
     mt_cover_destroy(c);
 }
 
-Test(cover, a_cut_reached_through_a_gap_ends_a_range_with_no_message) {
+Test(cover, a_message_past_the_next_offset_is_a_gap_never_a_range) {
     mt_cover_t *c;
     cr_assert_eq(mt_cover_create(&c), MT_OK);
     mt_psc_offset_t s0[1] = {{"examples", 0, 50}}, s1[1] = {{"examples", 0, 20}};
@@ -94,12 +101,14 @@ Test(cover, a_cut_reached_through_a_gap_ends_a_range_with_no_message) {
     mt_cover_pos_t owned[1] = {{T, 0, 0}}, starts[1];
     cr_assert_eq(mt_cover_reset(c, owned, 1, lists, 2, starts, NULL, 0), MT_OK);
     cr_assert_eq(starts[0].offset, 20);
-    /* offsets 20..49 were compacted away: the first message is 55 */
-    cr_assert_eq(mt_cover_add(c, T, 0, 55), MT_COVER_CLOSE);
-    expect_ranges(c, 1, (mt_psc_range_t[]){{T, 0, 20, 50, 0}});
-    mt_cover_commit(c);
-    cr_assert_eq(mt_cover_add(c, T, 0, 55), MT_COVER_ADDED);
-    expect_ranges(c, 1, (mt_psc_range_t[]){{T, 0, 50, 56, 0}});
+    /* the consumer jumped (offsets 20..54 never delivered): not covered */
+    cr_assert_eq(mt_cover_add(c, T, 0, 55), MT_COVER_GAP);
+    const mt_psc_range_t *r;
+    cr_assert_eq(mt_cover_ranges(c, &r), 0);
+    int64_t at;
+    cr_assert_eq(add_run(c, 0, 20, 30, &at), MT_COVER_ADDED);
+    cr_assert_eq(mt_cover_add(c, T, 0, 31), MT_COVER_GAP, "a hole inside the step too");
+    expect_ranges(c, 1, (mt_psc_range_t[]){{T, 0, 20, 30, 0}});
     mt_cover_destroy(c);
 }
 

@@ -62,15 +62,18 @@ mt_err_t mt_cover_reset(mt_cover_t *c, const mt_cover_pos_t *owned, size_t nowne
                         char *errbuf, size_t errlen);
 
 /** Outcomes of mt_cover_add(). */
-enum { MT_COVER_ADDED = 0, MT_COVER_CLOSE = 1, MT_COVER_NOT_OWNED = -1 };
+enum { MT_COVER_ADDED = 0, MT_COVER_CLOSE = 1, MT_COVER_NOT_OWNED = -1, MT_COVER_GAP = -2 };
 
 /**
  * Adds the message at @p offset of (@p topic, @p partition) to the step being built.
+ * Messages of a partition must come in offset order with none missing (an examples topic
+ * is neither compacted nor transactional).
  * @returns MT_COVER_ADDED; MT_COVER_NOT_OWNED (drop it: not a partition of this trainer, or
- *          below its next); or MT_COVER_CLOSE: the step must be trained first, without this
- *          message (a cut point lies before it, or a catch-up step holds another partition);
- *          the step's ranges then end at the cut, and the message is added again after
- *          mt_cover_commit().
+ *          below its next, or delivered twice); MT_COVER_GAP (it is past the partition's
+ *          next offset: the consumer skipped messages; drop the step and seek again); or
+ *          MT_COVER_CLOSE: the step must be trained first, without this message (it is at a
+ *          cut point, or a catch-up step holds another partition); the message is added
+ *          again after mt_cover_commit().
  */
 int mt_cover_add(mt_cover_t *c, const char *topic, int32_t partition, int64_t offset);
 
@@ -83,6 +86,12 @@ void mt_cover_commit(mt_cover_t *c);
 
 /** Drops the step being built (its messages are delivered again after a seek). */
 void mt_cover_abort(mt_cover_t *c);
+
+/** 1 if some list is behind this trainer on one of its partitions: a mark below the
+ *  partition's next, or no mark while next is past the log start (a shard that restarted
+ *  from an older snapshot, or lost its disk, and that no step has told yet: an idle
+ *  trainer checks with this). */
+int mt_cover_behind(const mt_cover_t *c, const mt_cover_marks_t *lists, size_t nlists);
 
 /** 1 while a catch-up lasts (some cut is left), 0 otherwise. */
 int mt_cover_catching_up(const mt_cover_t *c);
