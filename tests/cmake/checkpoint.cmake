@@ -16,8 +16,13 @@ endif()
 # Many trainers, exactly once (docs/checkpoint.md, "Many trainers"): three online trainers
 # with covered steps, two shards with their own snapshots, kill -9 of a trainer and of a
 # shard, a trainer joining; counted (tests/e2e/many_trainers_e2e.sh).
+# Under the sanitizers a third of the stream (the same steps, a shorter run).
 if(TARGET monolith-kafka-dev)
+  set(MT_MANY_ENV "")
+  if(MT_SANITIZE OR MT_TSAN)
+    set(MT_MANY_ENV ";MT_MANY_EXAMPLES=8000;MT_MANY_EXTRA=2000;MT_MANY_RATE=1000")
+  endif()
   add_test(NAME test_e2e_many_trainers COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/many_trainers_e2e.sh)
   set_tests_properties(test_e2e_many_trainers PROPERTIES TIMEOUT 600 ENVIRONMENT
-    "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+    "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}${MT_MANY_ENV}")
 endif()
