@@ -129,6 +129,7 @@ static const char *const all_keys[] = {
     "[trainer] auc_window",
     "[trainer] commit_interval_ms",
     "[trainer] checkpoint_interval_s",
+    "[trainer] idempotent",
     "[trainer] recovery_timeout_s",
     "[trainer] metrics_listen",
     "[input] format",
