@@ -715,6 +715,19 @@ static int checkpoint(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
 
 /* ---- many trainers: covered steps (trainer.idempotent; docs/checkpoint.md, mt/cover.h) ---- */
 
+/* The lists of marks a trainer starts from, out of every shard's Stats (@p sm): each
+ * shard's sparse marks, and shard 0's dense ones when the dense parameters are on the PS.
+ * @p lists has room for num_shards + 1. @returns how many. */
+static size_t marks_lists(daemon_t *d, const mt_psc_shard_ckpt_t *sm, mt_cover_marks_t *lists) {
+    size_t nl = 0;
+    for (uint32_t s = 0; s < mt_psc_num_shards(d->psc); s++)
+        lists[nl++] = (mt_cover_marks_t){sm[s].marks[MT_PSC_MARKS], sm[s].nmarks[MT_PSC_MARKS]};
+    if (d->dense)
+        lists[nl++] =
+            (mt_cover_marks_t){sm[0].marks[MT_PSC_DENSE_MARKS], sm[0].nmarks[MT_PSC_DENSE_MARKS]};
+    return nl;
+}
+
 /* Reads every shard's marks and the log starts of the partitions assigned now, and moves the
  * consumer to where this trainer's steps start (mt_cover_reset). Waits (retrying) while a
  * shard does not answer. @returns 0, or 1: stop (requested, or Kafka's retention dropped
@@ -745,14 +758,8 @@ static int marks_reset(daemon_t *d, mt_kafka_consumer_t *kc, mt_cover_t *cv, uin
             for (uint32_t s = 0; s < ns; s++)
                 if (sm[s].err) snprintf(err, sizeof(err), "shard %u: %s", s, sm[s].st.message);
         }
-        size_t nl = 0;
         if (!e) {
-            for (uint32_t s = 0; s < ns; s++)
-                lists[nl++] =
-                    (mt_cover_marks_t){sm[s].marks[MT_PSC_MARKS], sm[s].nmarks[MT_PSC_MARKS]};
-            if (d->dense)
-                lists[nl++] = (mt_cover_marks_t){sm[0].marks[MT_PSC_DENSE_MARKS],
-                                                 sm[0].nmarks[MT_PSC_DENSE_MARKS]};
+            size_t nl = marks_lists(d, sm, lists);
             e = mt_cover_reset(cv, own, n, lists, nl, st, err, sizeof(err));
         }
         if (!e) {
@@ -844,13 +851,7 @@ static int shards_behind(daemon_t *d, const mt_cover_t *cv) {
     mt_cover_marks_t *lists = calloc(ns + 1, sizeof(*lists));
     int behind = 0;
     if (sm && lists && mt_psc_marks(d->psc, 10000, sm) == MT_OK) {
-        size_t nl = 0;
-        for (uint32_t s = 0; s < ns; s++)
-            lists[nl++] = (mt_cover_marks_t){sm[s].marks[MT_PSC_MARKS], sm[s].nmarks[MT_PSC_MARKS]};
-        if (d->dense)
-            lists[nl++] = (mt_cover_marks_t){sm[0].marks[MT_PSC_DENSE_MARKS],
-                                             sm[0].nmarks[MT_PSC_DENSE_MARKS]};
-        behind = mt_cover_behind(cv, lists, nl);
+        behind = mt_cover_behind(cv, lists, marks_lists(d, sm, lists));
     }
     if (sm) mt_psc_shard_ckpt_free(sm, ns);
     free(sm);
