@@ -305,10 +305,20 @@ static void rcu_synchronize(mt_table_t *t) {
     pthread_mutex_unlock(&t->rcu_lock);
 }
 
+static inline uint64_t arr_bytes(const mt__barray_t *a) {
+    return (a->mask + 1) * sizeof(mt__bucket_t);
+}
+
+static void arr_free(mt_table_t *t, mt__barray_t *a) {
+    if (!a) return;
+    mt__bpool_free(&t->bpool, a->b, arr_bytes(a));
+    free(a);
+}
+
 void mt__retire(mt_table_t *t, mt__barray_t *old) {
     if (!old) return;
     rcu_synchronize(t);
-    free(old);
+    arr_free(t, old);
 }
 
 /* ============================== seqlock ============================== */
@@ -337,7 +347,8 @@ static inline void seq_write_end(mt__part_t *p) {
  * by mt_table_destroy(), like the rows in them. */
 /*
  * Asks for transparent huge pages (best effort) on the whole 2 MiB pieces of a big,
- * long-lived, randomly read block: the row arenas and bucket arrays. Only these: jemalloc
+ * long-lived, randomly read block: the row arenas (and, in bpool.c, the bucket arrays'
+ * blocks). Only these: jemalloc
  * runs with thp:default (mt/jemalloc_conf.h), because with thp:always the kernel refilled
  * freed small allocations as huge pages and the soak's RSS crept (docs/soak.md).
  */
@@ -564,18 +575,18 @@ void *mt__part_find(mt_table_t *t, mt__part_t *p, uint64_t fid) {
                     &slot);
 }
 
-static mt__barray_t *arr_new(uint64_t nbuckets) {
-    size_t bytes = sizeof(mt__barray_t) + nbuckets * sizeof(mt__bucket_t);
-    mt__barray_t *a = aligned_alloc(MT__CACHELINE, bytes);
+static mt__barray_t *arr_new(mt_table_t *t, uint64_t nbuckets) {
+    size_t bytes = nbuckets * sizeof(mt__bucket_t);
+    mt__barray_t *a = malloc(sizeof(*a));
     if (!a) return NULL;
-    huge_hint(a, bytes);
-    memset(a, 0, bytes);
+    a->b = mt__bpool_alloc(&t->bpool, bytes);
+    if (!a->b) {
+        free(a);
+        return NULL;
+    }
+    memset(a->b, 0, bytes);
     a->mask = nbuckets - 1;
     return a;
-}
-
-static inline uint64_t arr_bytes(const mt__barray_t *a) {
-    return sizeof(mt__barray_t) + (a->mask + 1) * sizeof(mt__bucket_t);
 }
 
 typedef struct bfs_node {
@@ -650,9 +661,9 @@ static int arr_place(const mt_table_t *t, mt__barray_t *a, uint64_t fid, hpair_t
 }
 
 /* Builds a bigger array holding every entry of p's current one. */
-static mt__barray_t *arr_grow(const mt_table_t *t, const mt__barray_t *old) {
+static mt__barray_t *arr_grow(mt_table_t *t, const mt__barray_t *old) {
     for (uint64_t nb = (old->mask + 1) * 2; nb <= (1ull << 40); nb *= 2) {
-        mt__barray_t *a = arr_new(nb);
+        mt__barray_t *a = arr_new(t, nb);
         if (!a) return NULL;
         int ok = 1;
         for (uint64_t b = 0; b <= old->mask && ok; b++)
@@ -661,7 +672,7 @@ static mt__barray_t *arr_grow(const mt_table_t *t, const mt__barray_t *old) {
                     ok = arr_place(t, a, old->b[b].key[i], hash_fid(t, old->b[b].key[i]),
                                    old->b[b].row[i]) == 0;
         if (ok) return a;
-        free(a);
+        arr_free(t, a);
     }
     return NULL;
 }
@@ -672,6 +683,7 @@ static mt_err_t part_grow(mt_table_t *t, mt__part_t *p, mt__barray_t **retired) 
     if (!a) return MT_NOMEM;
     atomic_store_explicit(&p->arr, a, memory_order_release);
     atomic_store_explicit(&p->mask_hint, a->mask, memory_order_relaxed);
+    atomic_store_explicit(&p->bk_hint, a->b, memory_order_relaxed);
     p->n_grows++;
     /* A second grow during one insert (rare) frees the first retired array now: readers
      * may hold it, so wait for a grace period (readers never take locks: no deadlock). */
@@ -764,9 +776,10 @@ static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64
 
 static mt_err_t part_init(mt_table_t *t, mt__part_t *p, uint64_t nbuckets) {
     atomic_init(&p->seq, 0);
-    mt__barray_t *a = arr_new(nbuckets);
+    mt__barray_t *a = arr_new(t, nbuckets);
     atomic_init(&p->arr, a);
     atomic_init(&p->mask_hint, nbuckets - 1);
+    atomic_init(&p->bk_hint, a ? a->b : NULL);
     p->slabs = calloc(t->nclasses, sizeof(mt__slab_t));
     p->log = t->log_cap ? malloc(t->log_cap * sizeof(mt__logent_t)) : NULL;
     if (t->cm_width) p->cm = calloc((size_t)t->cm_depth * t->cm_width, 1);
@@ -776,7 +789,7 @@ static mt_err_t part_init(mt_table_t *t, mt__part_t *p, uint64_t nbuckets) {
 }
 
 static void part_free(mt_table_t *t, mt__part_t *p) {
-    free(atomic_load_explicit(&p->arr, memory_order_relaxed));
+    arr_free(t, atomic_load_explicit(&p->arr, memory_order_relaxed));
     free(p->slabs); /* their chunks belong to the table's arena */
     free(p->log);
     free(p->cm);
@@ -799,6 +812,7 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     pthread_mutex_init(&t->rcu_lock, NULL);
     pthread_mutex_init(&t->expire_lock, NULL);
     pthread_mutex_init(&t->arena_lock, NULL);
+    mt__bpool_init(&t->bpool);
     if (!t->slots_cfg || !t->slots || !t->class_slot || !t->slot_index) {
         err = MT_NOMEM;
         goto out;
@@ -874,6 +888,7 @@ void mt_table_destroy(mt_table_t *t) {
         for (uint32_t i = 0; i < t->nparts; i++)
             if (t->parts[i].slabs || t->parts[i].log) part_free(t, &t->parts[i]);
     free(t->parts);
+    mt__bpool_destroy(&t->bpool);
     for (size_t i = 0; i < t->arena_n; i++)
         free(t->arena_blocks[i]);
     free(t->arena_blocks);
@@ -949,7 +964,6 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
         const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         st->rows += p->rows;
         st->capacity += (a->mask + 1) * MT__BUCKET_SLOTS;
-        st->bytes_buckets += arr_bytes(a);
         st->bytes_filter += (uint64_t)t->cm_depth * t->cm_width;
         st->bytes_changelog += t->log_cap * sizeof(mt__logent_t);
         if (p->clock > st->version) st->version = p->clock;
@@ -962,6 +976,7 @@ void mt_table_stats(mt_table_t *t, mt_table_stats_t *st) {
         st->changelog_drops += p->n_log_drops;
         mt__part_unlock(p);
     }
+    st->bytes_buckets = mt__bpool_bytes(&t->bpool) + t->nparts * sizeof(mt__barray_t);
     pthread_mutex_lock(&t->arena_lock);
     st->bytes_rows = t->arena_bytes; /* chunks in use, free rows and the last block's tail */
     pthread_mutex_unlock(&t->arena_lock);
@@ -988,11 +1003,11 @@ typedef struct probe {
 static inline void probe_start(const mt_table_t *t, uint64_t fid, probe_t *q) {
     q->h = hash_fid(t, fid);
     q->p = &t->parts[part_index(t, q->h.h1)];
-    const char *a = (const char *)atomic_load_explicit(&q->p->arr, memory_order_relaxed);
+    const mt__bucket_t *b = atomic_load_explicit(&q->p->bk_hint, memory_order_relaxed);
     q->mask = atomic_load_explicit(&q->p->mask_hint, memory_order_relaxed);
     bucket_pair(q->mask, q->h, &q->b1, &q->b2);
     q->row = NULL;
-    __builtin_prefetch(a + offsetof(mt__barray_t, b) + q->b1 * sizeof(mt__bucket_t));
+    __builtin_prefetch(b + q->b1); /* address arithmetic only: a prefetch never faults */
 }
 
 /* Looks for fid in bucket b of a; @returns the slot or -1. Relaxed atomic loads: a writer
@@ -1089,11 +1104,10 @@ static inline int read_one(const mt__slot_t *s, uint64_t fid, probe_t *q, float 
 /* Prefetches bucket `which` (1 or 2) of an id for writers, like probe_start. */
 static inline void prefetch_bucket(const mt_table_t *t, hpair_t h, int which) {
     const mt__part_t *p = &t->parts[part_index(t, h.h1)];
-    const char *a = (const char *)atomic_load_explicit(&p->arr, memory_order_relaxed);
+    const mt__bucket_t *b = atomic_load_explicit(&p->bk_hint, memory_order_relaxed);
     uint64_t mask = atomic_load_explicit(&p->mask_hint, memory_order_relaxed), b1, b2;
     bucket_pair(mask, h, &b1, &b2);
-    __builtin_prefetch(a + offsetof(mt__barray_t, b) +
-                       (which == 1 ? b1 : b2) * sizeof(mt__bucket_t));
+    __builtin_prefetch(b + (which == 1 ? b1 : b2));
 }
 
 /* Batched read-only lookup, a 4-stage software pipeline over each chunk of the batch:

@@ -12,7 +12,8 @@
  *
  *   part_t (one cuckoo hash, guarded by its mutex except for the reader fields)
  *     seq        even: stable; odd: a writer is changing what readers see
- *     arr        barray_t*: {mask, nbuckets} then nbuckets 64-byte buckets
+ *     arr        barray_t*: {mask, b}: b points to nbuckets 64-byte buckets, from the
+ *                table's bucket pool (bpool.c: 2 MiB huge-page blocks shared by the parts)
  *     slabs[c]   rows of slab class c (one class per distinct row size)
  *     cm         this part's count-min sketch region (depth rows of width u8 counters)
  *     log        ring of change entries {fid, version, row (NULL: deletion)}
@@ -60,11 +61,46 @@ typedef struct mt__bucket {
     void *row[MT__BUCKET_SLOTS];
 } mt__bucket_t;
 
+/* A part's bucket array: the header is a small allocation of its own, the buckets are in
+ * the table's pool; both are replaced together by a grow and freed after a grace period. */
 typedef struct mt__barray {
     uint64_t mask;   /* nbuckets - 1; nbuckets is a power of two >= 2 */
-    uint64_t pad[7]; /* buckets start on the next cache line */
-    mt__bucket_t b[];
+    mt__bucket_t *b; /* nbuckets buckets, 64-byte aligned */
 } mt__barray_t;
+
+/* ---- bucket pool (bpool.c) ----
+ * Bucket storage of power-of-two sizes: below 2 MiB, slots of 2 MiB blocks that each hold
+ * one size (on transparent huge pages, given back when their last slot is freed); from
+ * 2 MiB up, an aligned allocation of its own. Every function takes lock (thread-safe). */
+#define MT__BPOOL_MIN     128u /* smallest storage: 2 buckets */
+#define MT__BPOOL_KLASSES 14   /* 128 B .. 1 MiB */
+
+typedef struct mt__bblock {
+    char *base;         /* MT__ARENA_BLOCK bytes, aligned to it */
+    unsigned klass;     /* slot bytes = MT__BPOOL_MIN << klass */
+    uint32_t used;      /* slots handed out */
+    uint32_t used_ever; /* slots below base + used_ever * size were handed out once */
+    uint32_t fresh;     /* slots never handed out */
+    void *free;         /* freed slots, linked through their first bytes */
+} mt__bblock_t;
+
+typedef struct mt__bpool {
+    pthread_mutex_t lock;
+    mt__bblock_t *blocks; /* sorted by base */
+    size_t n, cap;
+    size_t hint[MT__BPOOL_KLASSES];  /* block of each size that last had space */
+    size_t avail[MT__BPOOL_KLASSES]; /* blocks of each size with a free slot */
+    uint64_t bytes;                  /* blocks and own allocations */
+} mt__bpool_t;
+
+void mt__bpool_init(mt__bpool_t *bp);
+/* bytes: a power of two >= MT__BPOOL_MIN. @returns 64-byte aligned storage or NULL. */
+void *mt__bpool_alloc(mt__bpool_t *bp, size_t bytes);
+/* p from mt__bpool_alloc(bp, bytes) with the same bytes, or NULL. */
+void mt__bpool_free(mt__bpool_t *bp, void *p, size_t bytes);
+uint64_t mt__bpool_bytes(mt__bpool_t *bp);
+/* Frees every block: only when no array is in use any more (mt_table_destroy). */
+void mt__bpool_destroy(mt__bpool_t *bp);
 
 typedef struct mt__row {
     uint64_t version;
@@ -101,7 +137,8 @@ typedef struct mt__part {
     /* Read by lock-free readers; written by writers holding lock. */
     _Alignas(MT__CACHELINE) _Atomic uint64_t seq;
     mt__barray_t *_Atomic arr;
-    _Atomic uint64_t mask_hint; /* arr's mask, for prefetching without touching arr */
+    _Atomic uint64_t mask_hint;    /* arr's mask, for prefetching without touching arr */
+    mt__bucket_t *_Atomic bk_hint; /* arr's buckets, likewise */
     /* Everything below is guarded by lock. */
     _Alignas(MT__CACHELINE) pthread_mutex_t lock;
     uint64_t rows;
@@ -151,6 +188,7 @@ struct mt_table {
     void **arena_blocks;         /* every block, freed by mt_table_destroy() */
     size_t arena_n, arena_cap;
     uint64_t arena_bytes;
+    mt__bpool_t bpool;    /* bucket storage of every part */
     uint32_t expire_part; /* clock hand of mt_table_expire(), under expire_lock */
     uint64_t expire_bucket;
 };

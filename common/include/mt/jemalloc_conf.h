@@ -3,8 +3,8 @@
  * binary (the MALLOC_CONF environment variable still overrides them).
  *
  * Transparent huge pages are asked for by the table itself, on its row arenas and bucket
- * arrays only (madvise in embedding/src/table.c; the kernel's THP mode is "madvise" on
- * Debian): they are read at random, and with 4 KiB pages nearly every read also misses the
+ * blocks only (madvise in embedding/src/table.c and bpool.c; the kernel's THP mode is
+ * "madvise" on Debian): they are read at random, and with 4 KiB pages nearly every read also misses the
  * TLB (about 1.5-2x the lookup rate at 5-10M rows). jemalloc's thp:always, used before,
  * backed the whole heap with huge pages: the kernel refilled freed small allocations as
  * huge pages, adding 30-45 MiB per daemon and an RSS creep in the soak (docs/soak.md).
