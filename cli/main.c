@@ -9,6 +9,7 @@
  *    [--tls-server-name NAME]] to talk to daemons with [tls] enabled; docs/security.md)
  *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P]
  *                     [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]
+ *   monolith offsets  --kafka BOOTSTRAP --group G [--topic examples]
  *   monolith replay   --dataset trivago|movielens-100k|movielens-latest|gen|csv [--path P]
  *                     [--config FILE [--set input.KEY=VALUE]...]  (csv: your own log)
  *                     [--kafka BOOTSTRAP] [--speed N | --as-fast-as-possible] ...
@@ -20,6 +21,11 @@
  * produces monolith.v1.Example protobufs to the topic instead (key = request id
  * "gen-<seed>-<n>"): a stream monolith-trainer --online trains on without a joiner;
  * --rate paces it (examples per second; default: as fast as the broker takes them).
+ *
+ * offsets prints a consumer group's committed offset on every partition of a topic beside
+ * the partition's log start and end, and the lag (end - committed), asked of the brokers
+ * without joining the group: what the trainers committed (at-least-once: how far they
+ * trained; exactly-once: the lowest durable mark, docs/checkpoint.md).
  *
  * replay turns a dataset into the loop's streams in event-time order (replay/, docs/replay.md):
  * impressions (monolith.v1.Impression) to `features`, clicks (monolith.v1.Action) to
@@ -96,6 +102,7 @@ static int usage(void) {
             "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
             " [--ctr P]\n"
             "                         [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]\n"
+            "       monolith offsets  --kafka BOOTSTRAP --group G [--topic examples]\n"
             "       monolith replay   --dataset D [--path P] [--kafka BOOTSTRAP] ..."
             " (monolith replay --help)\n"
             "FID: SLOT:VALUE or a 64-bit number (decimal or 0x hex)\n");
@@ -554,6 +561,38 @@ static int replay_csv_config(const char *path, const char *const *sets, int nset
     return 0;
 }
 
+/* One JSON line per partition, then one with the totals; a partition without a commit
+ * counts from its log start. */
+static int cmd_offsets(const char *kafka, const char *group, const char *topic) {
+    enum { MAXP = 4096 };
+    mt_kafka_group_offset_t *o = calloc(MAXP, sizeof(*o));
+    if (!o) return 1;
+    size_t n = 0;
+    char err[512];
+    mt_err_t e =
+        mt_kafka_group_offsets(kafka, NULL, group, topic, 10000, o, MAXP, &n, err, sizeof(err));
+    if (e) {
+        fprintf(stderr, "monolith: offsets: %s (%s)\n", err, mt_strerror(e));
+        free(o);
+        return 1;
+    }
+    int64_t lag = 0, committed = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t from = o[i].committed >= 0 ? o[i].committed : o[i].start;
+        int64_t l = o[i].end > from ? o[i].end - from : 0;
+        lag += l;
+        committed += o[i].committed >= 0;
+        printf("{\"topic\":\"%s\",\"partition\":%d,\"committed\":%" PRId64 ",\"start\":%" PRId64
+               ",\"end\":%" PRId64 ",\"lag\":%" PRId64 "}\n",
+               topic, (int)o[i].partition, o[i].committed, o[i].start, o[i].end, l);
+    }
+    printf("{\"topic\":\"%s\",\"group\":\"%s\",\"partitions\":%zu,\"committed_partitions\":%" PRId64
+           ",\"lag\":%" PRId64 "}\n",
+           topic, group, n, committed, lag);
+    free(o);
+    return 0;
+}
+
 static int cmd_replay(int argc, char **argv) {
     mt_replay_config_t rc;
     mt_replay_config_init(&rc);
@@ -762,7 +801,7 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage();
     if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 2, argv + 2);
     const char *cmd = argv[1], *addr = NULL, *service = NULL, *token = NULL, *kafka = NULL,
-               *topic = NULL;
+               *topic = NULL, *group = NULL;
     char *ps = NULL;
     int train = 0;
     uint64_t id = 0, examples = 100000;
@@ -795,6 +834,8 @@ int main(int argc, char **argv) {
             kafka = argv[++i];
         else if (!strcmp(a, "--topic") && has)
             topic = argv[++i];
+        else if (!strcmp(a, "--group") && has)
+            group = argv[++i];
         else if (!strcmp(a, "--rate") && has) {
             char *end;
             rate = strtod(argv[++i], &end);
@@ -861,6 +902,8 @@ int main(int argc, char **argv) {
         rc = cmd_stats(addr);
     else if (!strcmp(cmd, "snapshot") && addr && !nrest)
         rc = cmd_snapshot(addr, token, id);
+    else if (!strcmp(cmd, "offsets") && kafka && group && !nrest)
+        rc = cmd_offsets(kafka, group, topic ? topic : "examples");
     else if (!strcmp(cmd, "gen") && !nrest)
         rc = cmd_gen(examples, &gc, kafka, topic, rate);
     else if (!strcmp(cmd, "lookup") && (ps || addr)) {

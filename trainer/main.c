@@ -1152,7 +1152,8 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
     double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0;
     uint64_t last_examples = 0;
     double last_t = t0, next_lag = t0, next_ckpt = t0 + ckpt_period;
-    size_t last_n = 1; /* messages of the last poll (none yet: not caught up) */
+    size_t last_n = 1;        /* messages of the last poll (none yet: not caught up) */
+    uint64_t uncommitted = 0; /* messages marked since the last commit that succeeded */
     while (!stop_requested(d)) {
         if (max_examples && res.examples >= max_examples) break;
         if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
@@ -1221,10 +1222,12 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
             if (bad && (rc = recover(d, co, kc)) != 0) break;
             since_ckpt = 0;
             next_ckpt = mt_mono_s() + ckpt_period;
-        } else if (!d->exact && n &&
+        } else if (!d->exact && (uncommitted += n) > 0 &&
                    (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit)) {
+            /* idle polls commit too: the last messages of a burst are committed within an
+             * interval, not when the next message comes (the group's lag would stay) */
             next_commit = now + d->cfg.trainer.commit_interval_ms / 1000.0;
-            commit(d, kc);
+            if (!commit(d, kc)) uncommitted = 0;
         }
         if (d->cfg.trainer.progress_interval_ms && now >= next_progress) {
             next_progress = now + d->cfg.trainer.progress_interval_ms / 1000.0;

@@ -26,3 +26,11 @@ if(TARGET monolith-kafka-dev)
   set_tests_properties(test_e2e_many_trainers PROPERTIES TIMEOUT 600 ENVIRONMENT
     "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}${MT_MANY_ENV}")
 endif()
+
+# Many trainers at least once (checkpoints and covers off): the same kills and joins, the
+# duplicates counted (tests/e2e/many_trainers_alo_e2e.sh).
+if(TARGET monolith-kafka-dev)
+  add_test(NAME test_e2e_many_trainers_alo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/many_trainers_alo_e2e.sh)
+  set_tests_properties(test_e2e_many_trainers_alo PROPERTIES TIMEOUT 600 ENVIRONMENT
+    "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}${MT_MANY_ENV}")
+endif()

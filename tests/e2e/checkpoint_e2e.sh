@@ -37,18 +37,6 @@ stats() {
   echo "$(jnum "$s" examples_applied) $(jnum "$s" rows) $(jnum "$s" dense_version)" \
        "$(jnum "$s" incarnation) $(jnum "$s" last_checkpoint_id)"
 }
-applied() { local a; a=$(stats "$1"); echo "${a%% *}"; }
-# waits until shard 0 reflects at least $1 examples (or the deadline $2 s passes)
-wait_applied() {
-  local end=$(( $(date +%s) + $2 ))
-  while [ "$(date +%s)" -lt "$end" ]; do
-    local a; a=$(applied 0)
-    [ -n "$a" ] && [ "$a" -ge "$1" ] && return 0
-    sleep 0.2
-  done
-  fail "shard 0 did not reach $1 examples in $2 s (at: $(applied 0))"
-}
-
 start_kafka examples:4,features:4
 conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
 model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set ps.admin_token=s3cret

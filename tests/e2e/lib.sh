@@ -138,6 +138,28 @@ metric() {
   awk -v n="$2" '$1 == n || index($1, n "{") == 1 { print $2; exit }' <<< "$body"
 }
 
+# examples_applied of PS shard I (port[I]), or nothing while it does not answer; a script may
+# define its own before using the helpers below
+applied() {
+  local s
+  s=$("$MT_CLI_BIN" stats --addr "127.0.0.1:${port[$1]}" 2> /dev/null) || return 0
+  jnum "$s" examples_applied
+}
+# waits until shard 0 reflects at least $1 examples (a hang guard of $2 s, E2E_GUARD_S by
+# default), calling the script's e2e_check (if any) on every round
+wait_applied() {
+  local end=$(( $(date +%s) + ${2:-$E2E_GUARD_S} ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    local a; a=$(applied 0)
+    [ -n "$a" ] && [ "$a" -ge "$1" ] && return 0
+    if declare -F e2e_check > /dev/null; then e2e_check; fi
+    sleep 0.2
+  done
+  fail "shard 0 did not reach $1 examples in ${2:-$E2E_GUARD_S} s (at: $(applied 0))"
+}
+# the metrics port a daemon logged in file $1 ("metrics on port N"), or nothing
+metrics_port() { sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$1" | tail -1; }
+
 expect_in_topic() {
   in_topic=$(kcat -b "$bs" -C -t examples -e -q -f '%p %o\n' 2> /dev/null | wc -l)
   say "produced $1, in the topic $in_topic"

@@ -42,13 +42,6 @@ DROP_MS=${MT_LR_DROP_MS:-60000} # a hang guard: the window ends with the lost an
 GUARD_S=300 # deadline of every wait: a hang guard, never what the test measures
 e2e_init lr-e2e
 E2E_LOGS=("$tmp/proxy.log")
-# examples_applied of shard i (asked directly, not through the proxy), or nothing while it
-# does not answer
-applied() {
-  local s
-  s=$("$MT_CLI_BIN" stats --addr "127.0.0.1:${port[$1]}" 2> /dev/null) || return 0
-  jnum "$s" examples_applied
-}
 # fails at once if the proxy or the trainer exited (the trainer stops when the shards
 # disagree on a checkpoint)
 check_alive() {
@@ -62,17 +55,7 @@ check_alive() {
   fail "the trainer exited with $st ($(grep ERROR "$tmp/tr.err" | tail -1 | sed 's/.*trainer: //'));" \
        "examples_applied: shard 0 $(applied 0), shard 1 $(applied 1)"
 }
-# waits until shard 0 reflects at least $1 examples (or the deadline $2 s passes: a hang)
-wait_applied() {
-  local end=$(( $(date +%s) + $2 ))
-  while [ "$(date +%s)" -lt "$end" ]; do
-    local a; a=$(applied 0)
-    [ -n "$a" ] && [ "$a" -ge "$1" ] && return 0
-    check_alive
-    sleep 0.2
-  done
-  fail "shard 0 did not reach $1 examples in $2 s (at: $(applied 0))"
-}
+e2e_check() { check_alive; } # the hook of wait_applied and expect_exact (tests/e2e/lib.sh)
 # how many recoveries the trainer logged (trainer/src/coord.c), and how many followed a
 # failed step (trainer/main.c)
 recoveries() { grep -c "recovered 2 shards" "$tmp/tr.err" 2> /dev/null || true; }
@@ -188,7 +171,6 @@ chunks=$(grep -l " $CHUNK examples delivered" "$tmp"/gen-*.err | wc -l)
 N=$((CHUNK * chunks))
 say "the producer delivered $chunks chunks: N=$N"
 expect_in_topic "$N"
-e2e_check() { check_alive; } # (expect_exact's hooks) the proxy and the trainer still run;
 # the trainer checkpointed all N on both shards: it is idle, nothing more can be applied
 e2e_settled() { grep -q "trainer: checkpoint [0-9]*: 2 shards, $N examples" "$tmp/tr.err"; }
 expect_exact "$N" "$GUARD_S"

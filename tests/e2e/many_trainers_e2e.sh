@@ -25,24 +25,9 @@ RATE=${MT_MANY_RATE:-2000}
 GARBAGE=3
 EXTRA=${MT_MANY_EXTRA:-4000} # produced after both shards restarted
 e2e_init many-trainers
-stats() { # shard I: "examples_applied rows", or nothing while it does not answer
-  local s
-  s=$("$MT_CLI_BIN" stats --addr "127.0.0.1:${port[$1]}" 2> /dev/null) || return 0
-  echo "$(jnum "$s" examples_applied) $(jnum "$s" rows)"
-}
-applied() { local a; a=$(stats "$1"); echo "${a%% *}"; }
-wait_applied() { # waits until shard 0 reflects at least $1 examples
-  local end=$(( $(date +%s) + E2E_GUARD_S ))
-  while [ "$(date +%s)" -lt "$end" ]; do
-    local a; a=$(applied 0)
-    [ -n "$a" ] && [ "$a" -ge "$1" ] && return 0
-    sleep 0.2
-  done
-  fail "shard 0 did not reach $1 examples in $E2E_GUARD_S s (at: $(applied 0))"
-}
 # the sum of shard I's sparse marks over the examples partitions (its /metrics)
 marks_sum() {
-  local mp; mp=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/ps$1.err" | tail -1)
+  local mp; mp=$(metrics_port "$tmp/ps$1.err")
   [ -n "$mp" ] || { echo 0; return; }
   exec 3<>"/dev/tcp/127.0.0.1/$mp" || { echo 0; return; }
   printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3
@@ -131,7 +116,7 @@ say "shards: $a0 / $a1 examples, marks $(marks_sum 0) / $(marks_sum 1) of $total
 [ "$a0" -eq "$N" ] && [ "$a1" -eq "$N" ] || fail "shards reflect $a0 / $a1 examples, not $N"
 
 # and shard 0 skipped the steps that re-fed shard 1 (it held them)
-mp0=$(sed -n 's/.*metrics on port \([0-9]*\).*/\1/p' "$tmp/ps0.err" | tail -1)
+mp0=$(metrics_port "$tmp/ps0.err")
 skipped=$(metric "$mp0" 'monolith_ps_skipped_total{shard="0",kind="sparse"}')
 say "shard 0 skipped ${skipped:-0} steps it held while shard 1 was re-fed"
 [ "${skipped%.*}" -gt 0 ] || fail "shard 0 skipped no step while shard 1 was re-fed"

@@ -354,4 +354,28 @@ mt_err_t mt_kafka_consumer_commit_positions(mt_kafka_consumer_t *c, const mt_kaf
 /** Messages dropped by poll because they were below their partition's position. */
 uint64_t mt_kafka_consumer_skipped(const mt_kafka_consumer_t *c);
 
+/* ---------------- a group's offsets ---------------- */
+
+typedef struct mt_kafka_group_offset {
+    int32_t partition;
+    int64_t committed; /* the group's committed offset, -1: none */
+    int64_t start;     /* the log start (what retention kept) */
+    int64_t end;       /* the high watermark: the next offset to be written */
+} mt_kafka_group_offset_t;
+
+/**
+ * The committed offsets of consumer group @p group on every partition of @p topic, with each
+ * partition's log start and end, asked of the brokers without joining the group (nothing of
+ * the group changes). Waits at most @p timeout_ms per request.
+ * @param[in]  conf  NULL or a NULL-terminated "key=value" array (TLS, SASL), borrowed
+ * @param[out] out   @p cap entries, in partition order; *n of them are written
+ * @returns MT_OK, MT_INVALID, MT_CONFIG, MT_NOT_FOUND (no such topic), MT_TOO_SMALL (more
+ * partitions than @p cap), MT_UNAVAILABLE (a broker did not answer), MT_INTERNAL; errbuf
+ * says which.
+ * Thread safety: thread-safe (a client of its own per call).
+ */
+mt_err_t mt_kafka_group_offsets(const char *bootstrap, const char *const *conf, const char *group,
+                                const char *topic, int timeout_ms, mt_kafka_group_offset_t *out,
+                                size_t cap, size_t *n, char *errbuf, size_t errlen);
+
 #endif /* MT_KAFKA_H */

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Many trainers, at least once (docs/checkpoint.md, "Many trainers"): the same cluster as
+# many_trainers_e2e.sh with checkpoints off and trainer.idempotent off, so that what the
+# exactly-once mode saves is measured: on monolith-kafka-dev (examples: 6 partitions), two
+# monolith-ps shards and three monolith-trainer --online in one group, committing their
+# Kafka offsets every second, while `monolith gen --kafka --rate` produces N examples and
+# kcat 3 garbage messages:
+#  1. kill -9 trainer 1 mid-stream: its partitions move to the others, which start them at
+#     its last committed offsets and train again what it applied after its last commit;
+#  2. a fourth trainer joins mid-stream (a rebalance);
+#  3. once the group has committed every partition to its end (`monolith offsets`: every
+#     message consumed and trained, since a trainer commits only what it applied), the
+#     trainers stop (SIGTERM): each shard's examples_applied is at least N (nothing lost),
+#     and what it has beyond N is the duplicates, counted and printed (a JSON line).
+# Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
+set -euo pipefail
+: "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
+. "$(dirname "$0")/lib.sh"
+need_kcat
+N=${MT_MANY_EXAMPLES:-24000}
+RATE=${MT_MANY_RATE:-2000}
+GARBAGE=3
+e2e_init many-alo
+
+start_kafka examples:6,features:4
+conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
+model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set kafka.session_timeout_ms=6000
+       --set "kafka.bootstrap=$bs")
+declare -a port tr_pids
+for i in 0 1; do
+  "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 \
+    --listen 127.0.0.1:0 --port-file "$tmp/ps$i.port" 2>> "$tmp/ps$i.err" &
+  pids+=($!)
+  wait_port_file "$tmp/ps$i.port"
+  port[$i]=$(cat "$tmp/ps$i.port")
+done
+cluster="127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
+say "PS shards on ${port[0]} and ${port[1]}"
+start_trainer() { # start_trainer K
+  "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \
+    --set kafka.group=many-alo --set trainer.checkpoint_interval_s=0 \
+    --set trainer.commit_interval_ms=1000 --set trainer.batch_size=200 \
+    --set trainer.progress_interval_ms=0 \
+    --report "$tmp/tr$1.json" > "$tmp/tr$1.out" 2> "$tmp/tr$1.err" &
+  tr_pids[$1]=$!
+  pids+=($!)
+}
+# the group committed every partition to its end: every message was consumed, and trained
+# (a trainer commits an offset only after the step that holds it was applied)
+committed_to_end() {
+  local o; o=$("$MT_CLI_BIN" offsets --kafka "$bs" --group many-alo 2> /dev/null | tail -1)
+  [ "$(jnum "$o" committed_partitions)" = 6 ] && [ "$(jnum "$o" lag)" = 0 ]
+}
+e2e_check() { # every trainer that should run still runs
+  local k
+  for k in "${live[@]}"; do
+    kill -0 "${tr_pids[$k]}" 2> /dev/null || fail "trainer $k exited: $(tail -2 "$tmp/tr$k.err")"
+  done
+}
+
+say "== producing $N examples at $RATE/s and $GARBAGE garbage messages; 3 trainers start"
+"$MT_CLI_BIN" gen --examples "$N" --seed 21 --users 2000 --items 500 --kafka "$bs" \
+  --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen.err" &
+gen_pid=$!
+pids+=($!)
+for k in 1 2 3; do start_trainer "$k"; done
+live=(1 2 3)
+printf 'not an example\n\xff\xfe garbage\n{"json": 1}\n' |
+  kcat -b "$bs" -P -t examples 2> "$tmp/kcat.err" || fail "kcat: $(cat "$tmp/kcat.err")"
+
+wait_applied $((N / 4))
+say "== 1. kill -9 trainer 1 at $(applied 0) examples"
+kill -9 "${tr_pids[1]}"
+wait "${tr_pids[1]}" 2> /dev/null || true
+live=(2 3)
+
+wait_applied $((N / 2))
+say "== 2. trainer 4 joins at $(applied 0) examples"
+start_trainer 4
+live=(2 3 4)
+
+wait "$gen_pid" || fail "the producer failed"
+grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
+expect_in_topic "$((N + GARBAGE))"
+say "== 3. the group commits every partition to its end, then every trainer stops"
+wait_until "$E2E_GUARD_S" committed_to_end ||
+  fail "the group did not commit the topic's end: $("$MT_CLI_BIN" offsets --kafka "$bs" --group many-alo 2>&1 | tail -1)"
+for k in "${live[@]}"; do kill -TERM "${tr_pids[$k]}"; done
+for k in "${live[@]}"; do wait "${tr_pids[$k]}" || fail "trainer $k exited with $?"; done
+live=()
+a0=$(applied 0) a1=$(applied 1)
+[ "${a0:-0}" -ge "$N" ] && [ "${a1:-0}" -ge "$N" ] ||
+  fail "shards reflect ${a0:-?} / ${a1:-?} examples, fewer than the $N produced (lost)"
+d0=$((a0 - N)) d1=$((a1 - N))
+trained=0
+for k in 2 3 4; do
+  e=$(json "$tmp/tr$k.json" examples)
+  say "trainer $k: ${e:-0} examples; $(grep -c "partitions assigned" "$tmp/tr$k.err") assignments"
+  [ "${e:-0}" -gt 0 ] || fail "trainer $k trained nothing"
+  trained=$((trained + e))
+done
+say "shards: $a0 / $a1 examples applied for $N produced: $d0 / $d1 applied twice" \
+    "(trainer 1's work after its last commit, and the partitions that moved at the stop)"
+printf '{"test":"many_trainers_at_least_once","examples":%d,"duplicates":[%d,%d],"duplicate_share":%.4f}\n' \
+  "$N" "$d0" "$d1" "$(awk -v d="$((d0 + d1))" -v n="$N" 'BEGIN { print d / (2 * n) }')"
+if cat "$tmp"/*.err | grep -qE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:"; then
+  fail "sanitizer reports"
+fi
+say "many trainers, at least once: all good"
