@@ -100,7 +100,7 @@ for k in 2 3 4; do
   trained=$((trained + e))
 done
 say "shards: $a0 / $a1 examples applied for $N produced: $d0 / $d1 applied twice" \
-    "(trainer 1's work after its last commit, and the partitions that moved at the stop)"
+    "(trainer 1's work after its last commit; what members trained while a rebalance refused their commits)"
 printf '{"test":"many_trainers_at_least_once","examples":%d,"duplicates":[%d,%d],"duplicate_share":%.4f}\n' \
   "$N" "$d0" "$d1" "$(awk -v d="$((d0 + d1))" -v n="$N" 'BEGIN { print d / (2 * n) }')"
 if cat "$tmp"/*.err | grep -qE "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:"; then
