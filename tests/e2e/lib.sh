@@ -129,6 +129,41 @@ start_kafka() {
   bs=$(cat "$tmp/bootstrap")
 }
 
+# The start of a many-trainers test (many_trainers_e2e.sh, many_trainers_alo_e2e.sh): N and
+# RATE from the environment (MT_MANY_EXAMPLES, MT_MANY_RATE), the tmp dir, monolith-kafka-dev
+# with examples:6, the shared config in conf and the model flags in model.
+many_init() { # many_init NAME
+  : "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
+  need_kcat
+  N=${MT_MANY_EXAMPLES:-24000}
+  RATE=${MT_MANY_RATE:-2000}
+  GARBAGE=3
+  e2e_init "$1"
+  start_kafka examples:6,features:4
+  conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
+  model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set kafka.session_timeout_ms=6000
+         --set "kafka.bootstrap=$bs")
+}
+
+# Starts `monolith gen` producing N examples at RATE/s into examples (gen_pid), then writes
+# GARBAGE bad messages with kcat.
+many_produce() {
+  say "== producing $N examples at $RATE/s and $GARBAGE garbage messages"
+  "$MT_CLI_BIN" gen --examples "$N" --seed 21 --users 2000 --items 500 --kafka "$bs" \
+    --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen.err" &
+  gen_pid=$!
+  pids+=($!)
+  printf 'not an example\n\xff\xfe garbage\n{"json": 1}\n' |
+    kcat -b "$bs" -P -t examples 2> "$tmp/kcat.err" || fail "kcat: $(cat "$tmp/kcat.err")"
+}
+
+# Waits for the producer of many_produce and for the topic to hold all it wrote.
+many_produced() {
+  wait "$gen_pid" || fail "the producer failed"
+  grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
+  expect_in_topic "$((N + GARBAGE))"
+}
+
 metric() {
   local body
   exec 3<>"/dev/tcp/127.0.0.1/$1" || return 0

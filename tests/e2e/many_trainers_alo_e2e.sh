@@ -14,18 +14,9 @@
 #     and what it has beyond N is the duplicates, counted and printed (a JSON line).
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
 set -euo pipefail
-: "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
 . "$(dirname "$0")/lib.sh"
-need_kcat
-N=${MT_MANY_EXAMPLES:-24000}
-RATE=${MT_MANY_RATE:-2000}
-GARBAGE=3
-e2e_init many-alo
+many_init many-alo
 
-start_kafka examples:6,features:4
-conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
-model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set kafka.session_timeout_ms=6000
-       --set "kafka.bootstrap=$bs")
 declare -a port tr_pids
 for i in 0 1; do
   "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 \
@@ -58,15 +49,10 @@ e2e_check() { # every trainer that should run still runs
   done
 }
 
-say "== producing $N examples at $RATE/s and $GARBAGE garbage messages; 3 trainers start"
-"$MT_CLI_BIN" gen --examples "$N" --seed 21 --users 2000 --items 500 --kafka "$bs" \
-  --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen.err" &
-gen_pid=$!
-pids+=($!)
+many_produce
+say "3 trainers start"
 for k in 1 2 3; do start_trainer "$k"; done
 live=(1 2 3)
-printf 'not an example\n\xff\xfe garbage\n{"json": 1}\n' |
-  kcat -b "$bs" -P -t examples 2> "$tmp/kcat.err" || fail "kcat: $(cat "$tmp/kcat.err")"
 
 wait_applied $((N / 4))
 say "== 1. kill -9 trainer 1 at $(applied 0) examples"
@@ -79,9 +65,7 @@ say "== 2. trainer 4 joins at $(applied 0) examples"
 start_trainer 4
 live=(2 3 4)
 
-wait "$gen_pid" || fail "the producer failed"
-grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
-expect_in_topic "$((N + GARBAGE))"
+many_produced
 say "== 3. the group commits every partition to its end, then every trainer stops"
 wait_until "$E2E_GUARD_S" committed_to_end ||
   fail "the group did not commit the topic's end: $("$MT_CLI_BIN" offsets --kafka "$bs" --group many-alo 2>&1 | tail -1)"

@@ -17,14 +17,9 @@
 #     the surviving trainers each trained a share.
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
 set -euo pipefail
-: "${MT_TRAINER_BIN:?}" "${MT_PS_BIN:?}" "${MT_CLI_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_SOURCE_DIR:?}"
 . "$(dirname "$0")/lib.sh"
-need_kcat
-N=${MT_MANY_EXAMPLES:-24000}
-RATE=${MT_MANY_RATE:-2000}
-GARBAGE=3
 EXTRA=${MT_MANY_EXTRA:-4000} # produced after both shards restarted
-e2e_init many-trainers
+many_init many-trainers
 # the sum of shard I's sparse marks over the examples partitions (its /metrics)
 marks_sum() {
   local mp; mp=$(metrics_port "$tmp/ps$1.err")
@@ -35,10 +30,6 @@ marks_sum() {
   exec 3<&-
 }
 
-start_kafka examples:6,features:4
-conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
-model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set kafka.session_timeout_ms=6000
-       --set "kafka.bootstrap=$bs")
 declare -a port ps_pid tr_pids
 start_ps() { # start_ps I [PORT [SNAPSHOT_INTERVAL_S]]
   local i=$1 listen=127.0.0.1:${2:-0}
@@ -65,14 +56,9 @@ start_trainer() { # start_trainer K
   pids+=($!)
 }
 
-say "== producing $N examples at $RATE/s and $GARBAGE garbage messages; 3 trainers start"
-"$MT_CLI_BIN" gen --examples "$N" --seed 21 --users 2000 --items 500 --kafka "$bs" \
-  --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen.err" &
-gen_pid=$!
-pids+=($!)
+many_produce
+say "3 trainers start"
 for k in 1 2 3; do start_trainer "$k"; done
-printf 'not an example\n\xff\xfe garbage\n{"json": 1}\n' |
-  kcat -b "$bs" -P -t examples 2> "$tmp/kcat.err" || fail "kcat: $(cat "$tmp/kcat.err")"
 
 wait_applied $((N / 10))
 # shard 1 snapshots when told: now, early, so that it has gone on well past it when it is
@@ -103,10 +89,8 @@ wait_applied $((N * 3 / 5))
 say "== 3. trainer 4 joins at $(applied 0) examples"
 start_trainer 4
 
-wait "$gen_pid" || fail "the producer failed"
-grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
+many_produced
 total=$((N + GARBAGE))
-expect_in_topic "$total"
 say "== 4. every example exactly once, on both shards"
 # settled: both shards' marks reach the end of every partition (the topic's $total
 # messages): no step can be applied any more
