@@ -349,15 +349,13 @@ mt_err_t mt_kafka_consumer_create(const char *bootstrap, const char *group,
             return MT_INVALID;
         }
     }
+    /* heartbeat.interval.ms: 3 s by default, and a member learns of a rebalance a heartbeat
+     * late: what it processes meanwhile cannot be committed (docs/checkpoint.md) */
     static const char *const defaults[] = {"client.id=monolith",
                                            "enable.auto.commit=false",
                                            "enable.auto.offset.store=false",
                                            "auto.offset.reset=earliest",
                                            "enable.partition.eof=false",
-                                           /* 3 s by default: a member learns of a
-                                            * rebalance a heartbeat late, and what it
-                                            * processes meanwhile cannot be committed
-                                            * (docs/checkpoint.md, at-least-once) */
                                            "heartbeat.interval.ms=1000",
                                            NULL};
     rd_kafka_conf_t *rconf = NULL;

@@ -925,20 +925,24 @@ static void timed(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     atomic_fetch_add(&ctx->rpc->hist_sum_us[ctx->idx], (uint64_t)(s * 1e6));
 }
 
+/* One counter family with a label of n values: `name{shard="sh",label="names[i]"} v[i]`. */
+static void render_counters(mt_strbuf_t *b, const char *name, const char *help, uint32_t sh,
+                            const char *label, const char *const *names, const _Atomic uint64_t *v,
+                            int n) {
+    mt_strbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (int i = 0; i < n; i++)
+        mt_strbuf_printf(b, "%s{shard=\"%u\",%s=\"%s\"} %llu\n", name, sh, label, names[i],
+                         (unsigned long long)atomic_load(&v[i]));
+}
+
 mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_t *len) {
     mt_strbuf_t b = {0};
     const char *L = "shard";
     uint32_t sh = ps->cfg.shard;
-    mt_strbuf_printf(&b, "# HELP monolith_ps_requests_total Calls per method.\n"
-                         "# TYPE monolith_ps_requests_total counter\n");
-    for (int m = 0; m < MT_PS_NMETHODS; m++)
-        mt_strbuf_printf(&b, "monolith_ps_requests_total{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
-                         method_names[m], (unsigned long long)atomic_load(&ps->calls[m]));
-    mt_strbuf_printf(&b, "# HELP monolith_ps_errors_total Calls answered with an error status.\n"
-                         "# TYPE monolith_ps_errors_total counter\n");
-    for (int m = 0; m < MT_PS_NMETHODS; m++)
-        mt_strbuf_printf(&b, "monolith_ps_errors_total{%s=\"%u\",method=\"%s\"} %llu\n", L, sh,
-                         method_names[m], (unsigned long long)atomic_load(&ps->errors[m]));
+    render_counters(&b, "monolith_ps_requests_total", "Calls per method.", sh, "method",
+                    method_names, ps->calls, MT_PS_NMETHODS);
+    render_counters(&b, "monolith_ps_errors_total", "Calls answered with an error status.", sh,
+                    "method", method_names, ps->errors, MT_PS_NMETHODS);
     mt_strbuf_printf(&b, "# HELP monolith_ps_request_seconds Call latency.\n"
                          "# TYPE monolith_ps_request_seconds histogram\n");
     for (int m = 0; m < MT_PS_NMETHODS; m++) {
@@ -1009,18 +1013,13 @@ mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_
         mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{%s=\"%u\"} %.17g\n", g[i].name,
                          g[i].help, g[i].name, g[i].type, g[i].name, L, sh, g[i].v);
     static const char *kinds[2] = {"sparse", "dense"};
-    mt_strbuf_printf(&b, "# HELP monolith_ps_skipped_total Covered calls skipped: their examples "
-                         "were applied before (a retry or a replay).\n"
-                         "# TYPE monolith_ps_skipped_total counter\n");
-    for (int k = 0; k < 2; k++)
-        mt_strbuf_printf(&b, "monolith_ps_skipped_total{%s=\"%u\",kind=\"%s\"} %llu\n", L, sh,
-                         kinds[k], (unsigned long long)atomic_load(&ps->skipped[k]));
-    mt_strbuf_printf(&b, "# HELP monolith_ps_out_of_order_total Covered calls refused: a gap or "
-                         "an overlap with the shard's marks.\n"
-                         "# TYPE monolith_ps_out_of_order_total counter\n");
-    for (int k = 0; k < 2; k++)
-        mt_strbuf_printf(&b, "monolith_ps_out_of_order_total{%s=\"%u\",kind=\"%s\"} %llu\n", L, sh,
-                         kinds[k], (unsigned long long)atomic_load(&ps->out_of_order[k]));
+    render_counters(&b, "monolith_ps_skipped_total",
+                    "Covered calls skipped: their examples were applied before (a retry or a "
+                    "replay).",
+                    sh, "kind", kinds, ps->skipped, 2);
+    render_counters(&b, "monolith_ps_out_of_order_total",
+                    "Covered calls refused: a gap or an overlap with the shard's marks.", sh,
+                    "kind", kinds, ps->out_of_order, 2);
     mt_strbuf_printf(&b, "# HELP monolith_ps_mark The next offset the shard expects of a "
                          "partition (covered calls).\n"
                          "# TYPE monolith_ps_mark gauge\n");
