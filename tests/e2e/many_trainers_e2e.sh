@@ -9,7 +9,8 @@
 #  2. kill -9 PS shard 1 and restart it on its address: it comes back from its last snapshot
 #     with older marks, refuses the next steps (out of order) unless the trainers read the
 #     marks first, and is re-fed from its marks while shard 0 skips what it holds;
-#  3. a fourth trainer joins mid-stream (a rebalance);
+#  3. a fourth trainer joins mid-stream (a rebalance); then trainer 2 is frozen (SIGSTOP)
+#     past its session timeout, its partitions move, and it is thawed: a zombie owner;
 #  4. once everything is consumed, each shard's examples_applied is exactly N (garbage holds
 #     no example) and each shard's marks are the ends of the 6 partitions: nothing lost,
 #     nothing applied twice;
@@ -89,6 +90,22 @@ wait_applied $((N * 3 / 5))
 say "== 3. trainer 4 joins at $(applied 0) examples"
 start_trainer 4
 
+# a zombie: trainer 2 frozen past its session timeout while the stream goes on (its
+# partitions move to trainers 3 and 4), then thawed: the step it had in hand it sends as an
+# owner that is no longer one (skipped or refused out of order by the shards: never applied
+# twice, which the exact counts below check)
+last_held() { # the partition count of trainer K's last assignment
+  sed -n 's/.*trainer: partitions (\([0-9]*\)).*/\1/p' "$tmp/tr$1.err" | tail -1
+}
+others_hold_all() { [ $(( $(last_held 3) + $(last_held 4) )) -eq 6 ]; }
+say "== 3b. trainer 2 frozen (SIGSTOP) at $(applied 0) examples until trainers 3 and 4 hold every partition"
+kill -STOP "${tr_pids[2]}"
+wait_until "$E2E_GUARD_S" others_hold_all ||
+  fail "trainer 2's partitions did not move while it was frozen"
+zlines=$(wc -l < "$tmp/tr2.err")
+say "thawed at $(applied 0) examples"
+kill -CONT "${tr_pids[2]}"
+
 many_produced
 total=$((N + GARBAGE))
 say "== 4. every example exactly once, on both shards"
@@ -136,6 +153,7 @@ done
 grep -qE "partitions \([1-9]" "$tmp/tr4.err" || fail "trainer 4 never owned a partition"
 refused=$(cat "$tmp"/tr*.err | grep -c "a shard refused the step" || true)
 say "steps refused (a shard's marks moved): $refused; examples trained by the survivors: $trained"
+say "trainer 2 after its thaw: $(tail -n +$((zlines + 1)) "$tmp/tr2.err" | grep -cE "refused the step|partitions \(") lines of refusals and assignments"
 # shard 1 came back behind where it was: it refused the steps that went on from there
 [ "$after" -lt "$before" ] || fail "shard 1 came back with $after examples, it had $before"
 # (it refuses the steps that go on from where it was, unless the trainers read the marks
