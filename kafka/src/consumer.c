@@ -662,18 +662,28 @@ mt_err_t mt_kafka_consumer_set_positions(mt_kafka_consumer_t *c, const mt_kafka_
     return err;
 }
 
-void mt_kafka_consumer_positions(mt_kafka_consumer_t *c, mt_kafka_position_t *out, size_t cap,
-                                 size_t *n) {
+/* The entries of parts[] that `assignment` picks (1: the assigned partitions, at their
+ * caller-owned positions or -1; 0: every partition with a known position), up to cap of
+ * them in out; *n counts all. */
+static void list_parts(mt_kafka_consumer_t *c, int assignment, mt_kafka_position_t *out, size_t cap,
+                       size_t *n) {
     size_t k = 0;
     pthread_mutex_lock(&c->lock);
+    int owned = atomic_load(&c->owned);
     for (size_t i = 0; i < c->nparts; i++) {
         const part_t *pt = &c->parts[i];
-        if (pt->next < 0) continue;
-        if (k < cap) out[k] = (mt_kafka_position_t){pt->topic, pt->partition, pt->next};
+        if (assignment ? pt->assigned != 1 : pt->next < 0) continue;
+        int64_t pos = !assignment || (owned && pt->next >= 0) ? pt->next : -1;
+        if (k < cap) out[k] = (mt_kafka_position_t){pt->topic, pt->partition, pos};
         k++;
     }
     pthread_mutex_unlock(&c->lock);
     *n = k;
+}
+
+void mt_kafka_consumer_positions(mt_kafka_consumer_t *c, mt_kafka_position_t *out, size_t cap,
+                                 size_t *n) {
+    list_parts(c, 0, out, cap, n);
 }
 
 uint64_t mt_kafka_consumer_generation(const mt_kafka_consumer_t *c) {
@@ -683,19 +693,7 @@ uint64_t mt_kafka_consumer_generation(const mt_kafka_consumer_t *c) {
 
 void mt_kafka_consumer_assignment(mt_kafka_consumer_t *c, mt_kafka_position_t *out, size_t cap,
                                   size_t *n) {
-    size_t k = 0;
-    pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; i < c->nparts; i++) {
-        const part_t *pt = &c->parts[i];
-        if (pt->assigned != 1) continue;
-        if (k < cap) {
-            int64_t pos = atomic_load(&c->owned) && pt->next >= 0 ? pt->next : -1;
-            out[k] = (mt_kafka_position_t){pt->topic, pt->partition, pos};
-        }
-        k++;
-    }
-    pthread_mutex_unlock(&c->lock);
-    *n = k;
+    list_parts(c, 1, out, cap, n);
 }
 
 mt_err_t mt_kafka_consumer_log_start(mt_kafka_consumer_t *c, const char *topic, int32_t partition,
