@@ -15,6 +15,8 @@
 #     no example) and each shard's marks are the ends of the 6 partitions: nothing lost,
 #     nothing applied twice;
 #  5. both shards kill -9'd and restarted, EXTRA more examples: exactly N + EXTRA again;
+#  6. shard 1 loses its disk (kill -9, snapshots removed): re-fed from the log start while
+#     shard 0 skips, exactly N + EXTRA on both with no new example;
 #     the surviving trainers each trained a share.
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
 set -euo pipefail
@@ -139,6 +141,24 @@ expect_in_topic "$total"
 expect_exact "$N" "$E2E_GUARD_S"
 say "shards: $a0 / $a1 examples, marks $(marks_sum 0) / $(marks_sum 1) of $total messages"
 [ "$a0" -eq "$N" ] && [ "$a1" -eq "$N" ] || fail "shards reflect $a0 / $a1 examples, not $N"
+
+say "== 6. shard 1 loses its disk: kill -9, its snapshots removed, restarted empty"
+skipped_0() { metric "$(metrics_port "$tmp/ps0.err")" 'monolith_ps_skipped_total{shard="0",kind="sparse"}'; }
+skipped_before=$(skipped_0)
+kill -9 "${ps_pid[1]}"
+wait "${ps_pid[1]}" 2> /dev/null || true
+rm -rf "$tmp/ps1"
+start_ps 1 "${port[1]}"
+grep -q "shard 1: no checkpoint: starting empty" "$tmp/ps1.err" ||
+  fail "shard 1 did not start empty: $(tail -2 "$tmp/ps1.err")"
+# no new example comes: the trainers find it behind by themselves and re-feed its whole
+# history from the log start, while shard 0 skips every step
+expect_exact "$N" "$E2E_GUARD_S"
+skipped_after=$(skipped_0)
+say "shards: $a0 / $a1 examples, marks $(marks_sum 0) / $(marks_sum 1) of $total messages;" \
+    "shard 0 skipped $(( ${skipped_after%.*} - ${skipped_before%.*} )) steps meanwhile"
+[ "${skipped_after%.*}" -gt "${skipped_before%.*}" ] ||
+  fail "shard 0 skipped no step while shard 1 was re-fed from the log start"
 
 say "== the trainers: shares, refusals after the shard's restart, skips"
 for k in 2 3 4; do kill -TERM "${tr_pids[$k]}"; done
