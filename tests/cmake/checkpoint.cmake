@@ -34,3 +34,11 @@ if(TARGET monolith-kafka-dev)
   set_tests_properties(test_e2e_many_trainers_alo PROPERTIES TIMEOUT 600 ENVIRONMENT
     "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}${MT_MANY_ENV}")
 endif()
+
+# Kafka's retention passed the shards' marks: the trainer stops, says where, applies nothing
+# (tests/e2e/retention_e2e.sh).
+if(TARGET monolith-kafka-dev)
+  add_test(NAME test_e2e_retention COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/retention_e2e.sh)
+  set_tests_properties(test_e2e_retention PROPERTIES TIMEOUT 600 ENVIRONMENT
+    "MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endif()
