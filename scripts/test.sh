@@ -23,6 +23,7 @@ build/release/bench/trainer_bench --quick
 build/release/bench/movielens_bench --quick
 build/release/bench/serving_bench --quick
 build/release/bench/sweep_bench --quick
+bash bench/many_trainers_bench.sh --quick
 
 # libFuzzer smoke (clang build in build/fuzz, 5 s per target: docs/fuzzing.md). It counts as
 # one test in the tally below, through a ctest-like line of its own.
