@@ -79,7 +79,9 @@ run_one() { # target: fuzz it, write one summary line to $work/<t>.line, exit 1 
     printf '%-24s ok      %10s execs  cov %5s  features %6s\n' "$t" "${execs:-?}" "${cov:-?}" "${ft:-?}" >"$work/$t.line"
   else
     { printf '%-24s CRASHED (exit %d): input in %s/\n' "$t" "$rc" "$out"
-      grep -E "ERROR|SUMMARY|runtime error|#[0-9]+ 0x" "$work/$t.log" | head -25; } >"$work/$t.line"
+      # the sanitizers' and libFuzzer's lines, not the target's own ERROR log lines
+      grep -E "==[0-9]+== ?ERROR|SUMMARY|runtime error|#[0-9]+ 0x|fuzz_[a-z_]+: " "$work/$t.log" |
+        head -25; } >"$work/$t.line"
     return 1
   fi
 }

@@ -366,6 +366,17 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     err = mt_store_current(ck->store, &cur, why, sizeof(why));
     if (err == MT_NOT_FOUND) cur = 0, err = MT_OK;
     if (err) goto out;
+    /* Ids stay below MT_PS_CHECKPOINT_ID_MAX: one of UINT64_MAX (a fuzzed request found it)
+     * made every later snapshot's next id wrap to 0, so the shard never saved again. */
+    if (req->checkpoint_id >= MT_PS_CHECKPOINT_ID_MAX || cur >= MT_PS_CHECKPOINT_ID_MAX - 1) {
+        err = MT_INVALID;
+        snprintf(why, sizeof(why),
+                 "checkpoint id %" PRIu64 " (the store's newest: %" PRIu64
+                 "): ids must stay below %" PRIu64,
+                 req->checkpoint_id ? req->checkpoint_id : cur + 1, cur,
+                 (uint64_t)MT_PS_CHECKPOINT_ID_MAX);
+        goto out;
+    }
     uint64_t id = req->checkpoint_id > cur ? req->checkpoint_id : cur + 1;
     if (req->consistent && (req->checkpoint_id == 0 || req->checkpoint_id <= cur)) {
         err = req->checkpoint_id ? MT_MISMATCH : MT_INVALID;

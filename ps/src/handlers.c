@@ -735,6 +735,12 @@ static void h_snapshot(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
              "a consistent snapshot needs its checkpoint_id");
         goto out;
     }
+    if (r->checkpoint_id >= MT_PS_CHECKPOINT_ID_MAX) {
+        FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_INVALID_ARGUMENT,
+             "checkpoint_id %llu: ids must stay below %llu", (unsigned long long)r->checkpoint_id,
+             (unsigned long long)MT_PS_CHECKPOINT_ID_MAX);
+        goto out;
+    }
     offs = calloc(r->n_offsets ? r->n_offsets : 1, sizeof(*offs));
     if (!offs) {
         FAIL(ps, MT_PS_SNAPSHOT, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");

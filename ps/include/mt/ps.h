@@ -141,6 +141,10 @@ typedef struct mt_ps_offset {
     int64_t offset;
 } mt_ps_offset_t;
 
+/** Checkpoint ids are below this (2^62): an id at or above it is refused (MT_INVALID), and
+ *  so is a snapshot whose next id would reach it. */
+#define MT_PS_CHECKPOINT_ID_MAX (UINT64_C(1) << 62)
+
 /** What a snapshot asks for (initialize with {0}). */
 typedef struct mt_ps_snapshot_req {
     uint64_t checkpoint_id;        /* 0: the next id after the newest (not with consistent) */
@@ -182,7 +186,8 @@ void mt_ps_set_store(mt_ps_t *ps, mt_store_t *store);
  * A consistent one makes the shard coordinated (mt_ps_coordinated()).
  * @param[out] res  optional; @p errbuf says why on error, and why a local snapshot was
  *                  skipped (res->skipped)
- * @returns MT_OK; MT_INVALID (no store; consistent without an id); MT_MISMATCH (another
+ * @returns MT_OK; MT_INVALID (no store; consistent without an id; an id at or above
+ *          MT_PS_CHECKPOINT_ID_MAX); MT_MISMATCH (another
  *          incarnation than expected, or a consistent id not above the newest); or the
  *          store's error.
  */

@@ -453,6 +453,20 @@ Test(ps_ckpt, refusals) {
     sr.token = TOKEN;
     sr.consistent = 1;
     cr_assert_eq(raw(&c, 0, PATH("Snapshot"), &sr.base, NULL, NULL), MT_RPC_INVALID_ARGUMENT);
+    /* an id at the top of the range is refused, and a plain snapshot after it still saves
+     * (an id of UINT64_MAX once made every later snapshot's next id wrap to 0) */
+    sr.consistent = 0;
+    sr.checkpoint_id = UINT64_MAX;
+    cr_assert_eq(raw(&c, 0, PATH("Snapshot"), &sr.base, NULL, NULL), MT_RPC_INVALID_ARGUMENT);
+    sr.consistent = 1;
+    sr.checkpoint_id = MT_PS_CHECKPOINT_ID_MAX;
+    cr_assert_eq(raw(&c, 0, PATH("Snapshot"), &sr.base, NULL, NULL), MT_RPC_INVALID_ARGUMENT);
+    mt_ps_snapshot_req_t plain = {0};
+    mt_ps_ckpt_result_t pres;
+    char perr[256];
+    cr_assert_eq(mt_ps_snapshot(c.ps[1], &plain, &pres, perr, sizeof(perr)), MT_OK, "%s", perr);
+    cr_assert_lt(pres.checkpoint_id, 100);
+    sr.checkpoint_id = 0;
     cr_assert_eq(raw(&c, 0, PATH("Restore"), NULL, NULL, NULL), MT_RPC_PERMISSION_DENIED);
     uint8_t junk[3] = {0xff, 0xff, 0xff};
     mt_rpc_status_t st;
