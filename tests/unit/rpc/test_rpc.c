@@ -309,7 +309,8 @@ static void expect_reverse(mt_rpc_channel_t *ch, const uint8_t *req, size_t len)
     size_t resp_len = (size_t)-1;
     mt_rpc_status_t st;
     memset(&st, 0x7f, sizeof(st));
-    mt_err_t rc = mt_rpc_call(ch, P_REVERSE, req, len, 10000, &resp, &resp_len, &st);
+    mt_err_t rc =
+        mt_rpc_call(ch, P_REVERSE, req, len, 60000, &resp, &resp_len, &st); /* a hang guard */
     cr_assert_eq(rc, MT_OK, "rc %s", mt_err_name(rc));
     cr_assert_eq(st.code, MT_RPC_OK, "status %d '%s'", st.code, st.message);
     cr_assert_eq(resp_len, len);
@@ -604,7 +605,7 @@ Test(rpc, request_over_server_limit_is_resource_exhausted) {
     size_t rl;
     mt_rpc_status_t st;
     for (int i = 0; i < 3; i++) { /* more than once: no slot is lost to it */
-        mt_err_t rc = call(ch, P_REVERSE, big, n, 10000, &resp, &rl, &st);
+        mt_err_t rc = call(ch, P_REVERSE, big, n, 60000, &resp, &rl, &st);
         cr_assert_eq(rc, MT_OK, "rc %s", mt_err_name(rc));
         cr_assert_eq(st.code, MT_RPC_RESOURCE_EXHAUSTED, "status %d '%s'", st.code, st.message);
         cr_assert_null(resp);
@@ -631,7 +632,7 @@ Test(rpc, reply_over_a_limit_fails_and_server_keeps_serving) {
     /* The server's send limit: a 2 MiB reply must not go out. */
     mt_rpc_channel_t *ch = open_channel(port, 0, 0);
     put_u32(req, 2u << 20);
-    mt_err_t rc = call(ch, P_BIG, req, 4, 10000, &resp, &rl, &st);
+    mt_err_t rc = call(ch, P_BIG, req, 4, 60000, &resp, &rl, &st);
     cr_assert(rc != MT_OK || st.code != MT_RPC_OK, "a reply over the server's limit went out");
     free(resp);
     expect_reverse(ch, (const uint8_t *)"after", 5);
@@ -639,12 +640,12 @@ Test(rpc, reply_over_a_limit_fails_and_server_keeps_serving) {
     /* The client's receive limit: 512 KiB accepted, 600 KiB refused. */
     mt_rpc_channel_t *small = open_channel(port, 0, 512u << 10);
     put_u32(req, 512u << 10);
-    cr_assert_eq(call(small, P_BIG, req, 4, 10000, &resp, &rl, &st), MT_OK);
+    cr_assert_eq(call(small, P_BIG, req, 4, 60000, &resp, &rl, &st), MT_OK);
     cr_assert_eq(st.code, MT_RPC_OK, "status %d '%s'", st.code, st.message);
     cr_assert_eq(rl, 512u << 10);
     free(resp);
     put_u32(req, 600u << 10);
-    rc = call(small, P_BIG, req, 4, 10000, &resp, &rl, &st);
+    rc = call(small, P_BIG, req, 4, 60000, &resp, &rl, &st);
     cr_assert_eq(rc, MT_OK, "rc %s", mt_err_name(rc));
     cr_assert_eq(st.code, MT_RPC_RESOURCE_EXHAUSTED, "status %d '%s'", st.code, st.message);
     cr_assert_null(resp);
@@ -1200,7 +1201,7 @@ Test(rpc, server_unavailable_is_retried_exactly_retries_times) {
 
     /* Always UNAVAILABLE: 1 attempt + 3 retries, the last server message reported. */
     atomic_store(&unavail_until, 1000);
-    mt_err_t rc = call(ch, P_FLAKY, "ab", 2, 10000, &resp, &rl, &st);
+    mt_err_t rc = call(ch, P_FLAKY, "ab", 2, 60000, &resp, &rl, &st);
     cr_assert(rc == MT_UNAVAILABLE || (rc == MT_OK && st.code == MT_RPC_UNAVAILABLE),
               "rc %s status %d", mt_err_name(rc), st.code);
     cr_assert_eq(st.code, MT_RPC_UNAVAILABLE);
@@ -1211,7 +1212,7 @@ Test(rpc, server_unavailable_is_retried_exactly_retries_times) {
     /* UNAVAILABLE twice, then an answer: the third attempt succeeds. */
     atomic_store(&unavail_calls, 0);
     atomic_store(&unavail_until, 2);
-    rc = call(ch, P_FLAKY, "ab", 2, 10000, &resp, &rl, &st);
+    rc = call(ch, P_FLAKY, "ab", 2, 60000, &resp, &rl, &st);
     cr_assert_eq(rc, MT_OK, "rc %s", mt_err_name(rc));
     cr_assert_eq(st.code, MT_RPC_OK, "status %d '%s'", st.code, st.message);
     cr_assert_eq(rl, 2);
@@ -1221,7 +1222,7 @@ Test(rpc, server_unavailable_is_retried_exactly_retries_times) {
 
     /* Other errors are not retried. */
     int before = atomic_load(&g.calls);
-    cr_assert_eq(call(ch, P_FAIL, "x", 1, 10000, &resp, &rl, &st), MT_OK);
+    cr_assert_eq(call(ch, P_FAIL, "x", 1, 60000, &resp, &rl, &st), MT_OK);
     cr_assert_eq(st.code, MT_RPC_INVALID_ARGUMENT);
     cr_assert_eq(atomic_load(&g.calls), before + 1, "INVALID_ARGUMENT was retried");
 
@@ -1301,7 +1302,7 @@ static void late_server_case(uint32_t retries, uint32_t backoff_ms, uint32_t bac
     uint8_t *resp;
     size_t rl;
     mt_rpc_status_t st;
-    mt_err_t rc = call(ch, P_REVERSE, "late", 4, 10000, &resp, &rl, &st);
+    mt_err_t rc = call(ch, P_REVERSE, "late", 4, 60000, &resp, &rl, &st);
     pthread_join(th, NULL);
     /* Clean up first: a failed assertion ends the case (and LeakSanitizer would report). */
     int reply_ok = rl == 4 && resp && memcmp(resp, "etal", 4) == 0;
