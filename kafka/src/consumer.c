@@ -349,14 +349,11 @@ mt_err_t mt_kafka_consumer_create(const char *bootstrap, const char *group,
             return MT_INVALID;
         }
     }
-    /* heartbeat.interval.ms: 3 s by default, and a member learns of a rebalance a heartbeat
-     * late: what it processes meanwhile cannot be committed (docs/checkpoint.md) */
     static const char *const defaults[] = {"client.id=monolith",
                                            "enable.auto.commit=false",
                                            "enable.auto.offset.store=false",
                                            "auto.offset.reset=earliest",
                                            "enable.partition.eof=false",
-                                           "heartbeat.interval.ms=1000",
                                            NULL};
     rd_kafka_conf_t *rconf = NULL;
     rd_kafka_topic_partition_list_t *sub = NULL;
