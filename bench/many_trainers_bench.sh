@@ -50,19 +50,12 @@ run_k() { # run_k K: one measured run with K trainers, everything fresh
   start_kafka examples:6,features:1
   local conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
   local model=(--set kafka.session_timeout_ms=6000 --set "kafka.bootstrap=$bs")
-  declare -ga port=()
-  local ps_pids=() tr=()
-  for i in 0 1; do
-    "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 \
-      --listen 127.0.0.1:0 --port-file "$tmp/ps$i.port" 2>> "$tmp/ps$i.err" &
-    pids+=($!) ps_pids+=($!)
-    wait_port_file "$tmp/ps$i.port"
-    port[$i]=$(cat "$tmp/ps$i.port")
-  done
+  local tr=()
+  start_two_shards
   local kafka_pid=${pids[0]}
   for i in $(seq "$k"); do
     "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" \
-      --set "cluster.ps=127.0.0.1:${port[0]},127.0.0.1:${port[1]}" --online \
+      --set "cluster.ps=$cluster" --online \
       --set kafka.group=bench --set trainer.idempotent=true --set trainer.batch_size=256 \
       --set trainer.progress_interval_ms=0 > "$tmp/tr$i.out" 2> "$tmp/tr$i.err" &
     pids+=($!) tr+=($!)

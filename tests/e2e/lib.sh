@@ -145,6 +145,21 @@ many_init() { # many_init NAME
          --set "kafka.bootstrap=$bs")
 }
 
+# Two monolith-ps shards on kernel-chosen ports with the script's conf and model flags:
+# their ports in port[0..1], their pids in ps_pids, "host:port,host:port" in cluster.
+start_two_shards() {
+  local i
+  declare -ga port=() ps_pids=()
+  for i in 0 1; do
+    "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 \
+      --listen 127.0.0.1:0 --port-file "$tmp/ps$i.port" 2>> "$tmp/ps$i.err" &
+    pids+=($!) ps_pids+=($!)
+    wait_port_file "$tmp/ps$i.port"
+    port[$i]=$(cat "$tmp/ps$i.port")
+  done
+  cluster="127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
+}
+
 # Starts `monolith gen` producing N examples at RATE/s into examples (gen_pid), then writes
 # GARBAGE bad messages with kcat.
 many_produce() {

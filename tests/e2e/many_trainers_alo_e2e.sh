@@ -17,15 +17,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 many_init many-alo
 
-declare -a port tr_pids
-for i in 0 1; do
-  "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 \
-    --listen 127.0.0.1:0 --port-file "$tmp/ps$i.port" 2>> "$tmp/ps$i.err" &
-  pids+=($!)
-  wait_port_file "$tmp/ps$i.port"
-  port[$i]=$(cat "$tmp/ps$i.port")
-done
-cluster="127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
+declare -a tr_pids
+start_two_shards
 say "PS shards on ${port[0]} and ${port[1]}"
 start_trainer() { # start_trainer K
   "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \

@@ -20,15 +20,7 @@ start_kafka examples:1,features:1
 conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
 model=(--set trainer.hidden=32,16 --set trainer.dim=8 --set kafka.session_timeout_ms=6000
        --set "kafka.bootstrap=$bs")
-declare -a port
-for i in 0 1; do
-  "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 \
-    --listen 127.0.0.1:0 --port-file "$tmp/ps$i.port" 2>> "$tmp/ps$i.err" &
-  pids+=($!)
-  wait_port_file "$tmp/ps$i.port"
-  port[$i]=$(cat "$tmp/ps$i.port")
-done
-cluster="127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
+start_two_shards
 start_trainer() { # start_trainer K
   "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \
     --set kafka.group=retention --set trainer.idempotent=true --set trainer.batch_size=200 \
