@@ -1154,6 +1154,7 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
     double last_t = t0, next_lag = t0, next_ckpt = t0 + ckpt_period;
     size_t last_n = 1;        /* messages of the last poll (none yet: not caught up) */
     uint64_t uncommitted = 0; /* messages marked since the last commit that succeeded */
+    double last_msg = t0;     /* when the last poll with messages returned */
     while (!stop_requested(d)) {
         if (max_examples && res.examples >= max_examples) break;
         if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
@@ -1170,6 +1171,20 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
             want = (size_t)(max_examples - res.examples);
         size_t n = mt_kafka_consumer_poll(kc, msgs, want, 200);
         last_n = n;
+        /* Messages behind (lag) and none for STALL_S: a partition's fetch stopped (a seek
+         * lost inside librdkafka, its issue #2256). Nothing is held unmarked here. */
+        double tpoll = mt_mono_s();
+        if (n) {
+            last_msg = tpoll;
+        } else if (tpoll - last_msg > STALL_S && atomic_load(&d->ctr.kafka_lag) > 0) {
+            atomic_fetch_add(&d->ctr.consumer_stalls, 1);
+            mt_log(MT_LOG_WARN, WHO,
+                   "no message for %.0f s with %" PRId64 " behind: seeking to the positions again",
+                   tpoll - last_msg, (int64_t)atomic_load(&d->ctr.kafka_lag));
+            if (mt_kafka_consumer_reseek(kc, err, sizeof(err))) mt_log(MT_LOG_WARN, WHO, "%s", err);
+            last_msg = tpoll;
+            continue;
+        }
         /* decode; garbage is marked (skipped for good) */
         for (size_t i = 0; i < n; i++) {
             uint32_t ignored = 0;

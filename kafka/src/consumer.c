@@ -31,6 +31,14 @@
  *   lock         guards topics[] and parts[]; never held across a call into the network.
  * The poll thread alone touches held[] and the topic cache. The rebalance callback runs
  * inside rd_kafka_consumer_poll() / rd_kafka_consumer_close(), on the thread calling them.
+ *
+ * Closing: the callback that rd_kafka_consumer_close() runs makes no request of librdkafka's
+ * group thread but the unassign the close waits for. In librdkafka 2.0.2 such requests
+ * (rd_kafka_rebalance_protocol(), rd_kafka_assignment(), a synchronous commit) wait without
+ * a limit for a reply, and a group that finishes terminating meanwhile purges its request
+ * queue unanswered: the close then never returns (its issues #4041 and #4884). So the
+ * protocol is read from the configuration at creation, `assigned` is counted from parts[],
+ * and destroy commits before it closes, not inside the callback.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -65,6 +73,8 @@ struct mt_kafka_consumer {
     size_t nheld, held_cap;
     const char *cached_topic; /* interned name of the last message's topic */
 
+    int coop;            /* cooperative rebalance protocol (set at creation) */
+    _Atomic int closing; /* destroy has begun: the callback commits nothing */
     _Atomic size_t assigned;
     _Atomic int owned; /* caller-owned positions (set once, never cleared) */
     _Atomic uint64_t skipped;
@@ -180,12 +190,12 @@ static mt_err_t commit_cl(mt_kafka_consumer_t *c, const rd_kafka_topic_partition
 
 /* ---------------- callbacks ---------------- */
 
-static void update_assigned(mt_kafka_consumer_t *c) {
-    rd_kafka_topic_partition_list_t *l = NULL;
-    if (rd_kafka_assignment(c->rk, &l) == RD_KAFKA_RESP_ERR_NO_ERROR && l) {
-        atomic_store(&c->assigned, (size_t)l->cnt);
-        rd_kafka_topic_partition_list_destroy(l);
-    }
+/* How many partitions this member holds, from parts[] (caller holds lock). */
+static void count_assigned_locked(mt_kafka_consumer_t *c) {
+    size_t n = 0;
+    for (size_t i = 0; i < c->nparts; i++)
+        n += c->parts[i].assigned == 1;
+    atomic_store(&c->assigned, n);
 }
 
 /* Assignment: entries for @p parts; carried positions become start offsets in @p parts
@@ -208,6 +218,7 @@ static int on_assign(mt_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *pa
             pt->committed = -1;
             pt->assigned = 1;
         }
+        count_assigned_locked(c);
         pthread_mutex_unlock(&c->lock);
         return 0; /* nothing to commit */
     }
@@ -240,6 +251,7 @@ static int on_assign(mt_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *pa
             pt->next = pt->committed = -1;
         }
     }
+    count_assigned_locked(c);
     pthread_mutex_unlock(&c->lock);
     return resumed;
 }
@@ -263,6 +275,7 @@ static void on_revoke(mt_kafka_consumer_t *c, const rd_kafka_topic_partition_lis
         pt->committed = -1;
         pt->assigned = 0;
     }
+    count_assigned_locked(c);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -281,7 +294,7 @@ static void log_assign_error(rd_kafka_t *rk, const char *what, rd_kafka_error_t 
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque) {
     mt_kafka_consumer_t *c = opaque;
-    int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    int coop = c->coop; /* not rd_kafka_rebalance_protocol(): see "Closing" above */
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         int resumed = on_assign(c, parts);
         atomic_fetch_add(&c->assignments, 1);
@@ -303,7 +316,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
          * no mark slips in between unnoticed. */
         int lost = err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS || rd_kafka_assignment_lost(rk);
         pthread_mutex_lock(&c->commit_lock);
-        if (!lost) commit_cl(c, parts);
+        if (!lost && !atomic_load(&c->closing)) commit_cl(c, parts);
         on_revoke(c, parts, lost);
         pthread_mutex_unlock(&c->commit_lock);
         atomic_fetch_add(&c->revocations, 1);
@@ -315,7 +328,6 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         else
             log_assign_error(rk, "unassign", NULL, rd_kafka_assign(rk, NULL));
     }
-    update_assigned(c);
 }
 
 static void count_error(mt_kafka_consumer_t *c, rd_kafka_resp_err_t e, const char *reason) {
@@ -365,6 +377,11 @@ mt_err_t mt_kafka_consumer_create(const char *bootstrap, const char *group,
     if (!rc) rc = mt__kafka_conf_set(rconf, "bootstrap.servers", bootstrap, errbuf, errlen);
     if (!rc) rc = mt__kafka_conf_set(rconf, "group.id", group, errbuf, errlen);
     if (rc) goto fail;
+    char strategy[256];
+    size_t slen = sizeof(strategy);
+    if (rd_kafka_conf_get(rconf, "partition.assignment.strategy", strategy, &slen) ==
+        RD_KAFKA_CONF_OK)
+        c->coop = strstr(strategy, "cooperative") != NULL; /* librdkafka refuses a mix */
     rd_kafka_conf_set_rebalance_cb(rconf, rebalance_cb);
     rd_kafka_conf_set_error_cb(rconf, error_cb);
     rd_kafka_conf_set_opaque(rconf, c);
@@ -536,6 +553,8 @@ static void start_positions(mt_kafka_consumer_t *c, rd_kafka_topic_partition_lis
     rd_kafka_topic_partition_list_destroy(ask);
 }
 
+#define LAG_QUERY_MS 1000 /* a watermark query of a partition the fetcher has no figures for */
+
 int64_t mt_kafka_consumer_lag(const mt_kafka_consumer_t *c) {
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(c->rk, &parts) != RD_KAFKA_RESP_ERR_NO_ERROR || !parts) return -1;
@@ -544,18 +563,72 @@ int64_t mt_kafka_consumer_lag(const mt_kafka_consumer_t *c) {
     if (lag >= 0) start_positions((mt_kafka_consumer_t *)c, parts);
     for (int i = 0; i < parts->cnt && lag >= 0; i++) {
         const rd_kafka_topic_partition_t *tp = &parts->elems[i];
-        int64_t lo = 0, hi = 0;
+        int64_t lo = -1, hi = -1;
         if (rd_kafka_get_watermark_offsets(c->rk, tp->topic, tp->partition, &lo, &hi) !=
                 RD_KAFKA_RESP_ERR_NO_ERROR ||
-            hi < 0) {
-            lag = -1; /* not fetched yet */
-            break;
+            hi < 0 || lo < 0) {
+            /* Not fetched yet, or never (a partition whose fetch did not start): ask the
+             * leader, so that a stalled partition shows as lag instead of "unknown". */
+            lo = hi = -1;
+            if (rd_kafka_query_watermark_offsets(c->rk, tp->topic, tp->partition, &lo, &hi,
+                                                 LAG_QUERY_MS) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+                hi < 0 || lo < 0) {
+                lag = -1;
+                break;
+            }
         }
         int64_t pos = tp->offset >= 0 ? tp->offset : lo;
         if (hi > pos) lag += hi - pos;
     }
     rd_kafka_topic_partition_list_destroy(parts);
     return lag;
+}
+
+mt_err_t mt_kafka_consumer_reseek(mt_kafka_consumer_t *c, char *errbuf, size_t errlen) {
+    mt__kafka_errf(errbuf, errlen, "%s", "");
+    if (!c) return MT_INVALID;
+    pthread_mutex_lock(&c->lock);
+    int owned = atomic_load(&c->owned);
+    rd_kafka_topic_partition_list_t *l =
+        rd_kafka_topic_partition_list_new(c->nparts ? (int)c->nparts : 1);
+    for (size_t i = 0; i < c->nparts; i++) {
+        const part_t *pt = &c->parts[i];
+        if (pt->assigned == 1)
+            rd_kafka_topic_partition_list_add(l, pt->topic, pt->partition)->offset =
+                pt->next >= 0 ? pt->next : -1;
+    }
+    pthread_mutex_unlock(&c->lock);
+    start_positions(c, l); /* unmarked ones: the caller's position or the committed offset */
+    rd_kafka_topic_partition_list_t *go = rd_kafka_topic_partition_list_new(l->cnt ? l->cnt : 1);
+    for (int i = 0; i < l->cnt; i++) {
+        int64_t off = l->elems[i].offset;
+        if (off == -1 && !owned) continue; /* the committed offset is unknown: left alone */
+        if (off < 0) off = RD_KAFKA_OFFSET_BEGINNING; /* nothing committed, no position */
+        rd_kafka_topic_partition_list_add(go, l->elems[i].topic, l->elems[i].partition)->offset =
+            off;
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    mt_err_t err = MT_OK;
+    if (go->cnt) {
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, go, -1); /* see set_positions */
+        if (e) {
+            mt__kafka_errf(errbuf, errlen, "seek: %s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+            err = MT_IO;
+        }
+        for (int i = 0; i < go->cnt && !err; i++) {
+            if (go->elems[i].err) {
+                mt__kafka_errf(errbuf, errlen, "seek %s [%d]: %s", go->elems[i].topic,
+                               (int)go->elems[i].partition, rd_kafka_err2str(go->elems[i].err));
+                err = MT_IO;
+            }
+        }
+    }
+    mt_log(err ? MT_LOG_WARN : MT_LOG_INFO, MT__KAFKA_WHO,
+           "%s: %d assigned partitions sought again%s%s", rd_kafka_name(c->rk), go->cnt,
+           err ? ": " : "", err && errbuf ? errbuf : "");
+    rd_kafka_topic_partition_list_destroy(go);
+    return err;
 }
 
 void mt_kafka_consumer_counts(const mt_kafka_consumer_t *c, mt_kafka_consumer_counts_t *out) {
@@ -572,8 +645,9 @@ void mt_kafka_consumer_destroy(mt_kafka_consumer_t *c) {
     if (!c) return;
     mt_kafka_consumer_commit(c);
     release_held(c);
-    /* Leaves the group: the rebalance callback runs once more (revocation, nothing left to
-     * commit unless a mark raced in) and the group reassigns our partitions. */
+    /* Leaves the group: the rebalance callback runs once more (revocation: everything marked
+     * is committed above, nobody marks now) and the group reassigns our partitions. */
+    atomic_store(&c->closing, 1);
     rd_kafka_resp_err_t e = rd_kafka_consumer_close(c->rk);
     if (e)
         mt_log(MT_LOG_WARN, MT__KAFKA_WHO, "%s: close: %s", rd_kafka_name(c->rk),

@@ -253,16 +253,29 @@ void mt_kafka_consumer_mark(mt_kafka_consumer_t *c, const mt_kafka_msg_t *msg);
  */
 mt_err_t mt_kafka_consumer_commit(mt_kafka_consumer_t *c);
 
+/**
+ * Moves the fetch of every assigned partition back to this member's next message: its
+ * marked (or caller-owned) position, else where it started (the caller's position, else the
+ * group's committed offset, else the beginning; a committed offset the broker did not give
+ * leaves the partition alone). For a partition that stopped delivering: librdkafka 2.0.2 can
+ * lose a seek made right after an assignment (its issue #2256). Call between polls with the
+ * last poll's messages marked or given up: what was polled and not marked comes again.
+ * @returns MT_OK (also with nothing assigned); MT_IO if a seek failed (errbuf says which).
+ * Thread safety: the polling thread.
+ */
+mt_err_t mt_kafka_consumer_reseek(mt_kafka_consumer_t *c, char *errbuf, size_t errlen);
+
 /** @returns the number of partitions currently assigned to this member. Thread-safe. */
 size_t mt_kafka_consumer_assigned(const mt_kafka_consumer_t *c);
 
 /**
  * Consumer lag: messages between this member's positions and the high watermarks of its
- * assigned partitions, from the watermarks the fetcher cached. A partition that returned no
- * message since it was assigned counts from where it starts: the caller's position
- * (caller-owned mode), else the group's committed offset (one broker round trip, at most 2 s,
- * for all such partitions), else its beginning.
- * @returns the sum, or -1 while unknown (nothing assigned or fetched yet).
+ * assigned partitions, from the watermarks the fetcher cached (a partition it has none for
+ * yet: one query of its leader, at most 1 s each). A partition that returned no message
+ * since it was assigned counts from where it starts: the caller's position (caller-owned
+ * mode), else the group's committed offset (one broker round trip, at most 2 s, for all such
+ * partitions), else its beginning.
+ * @returns the sum, or -1 while unknown (nothing assigned, or a leader did not answer).
  * Thread safety: any thread.
  */
 int64_t mt_kafka_consumer_lag(const mt_kafka_consumer_t *c);

@@ -5,14 +5,16 @@
  *     distinct (partition, offset), contents intact, keys on the partition the Java
  *     clients' murmur2 partitioner picks, explicit partitions respected;
  *   - at-least-once: a member marks half of each partition (one mark moving backwards is
- *     ignored) and leaves; the next member of the group gets exactly the unmarked rest;
+ *     ignored), a reseek brings it the unmarked rest again, it leaves; the next member of
+ *     the group gets exactly the unmarked rest;
  *   - producer errors: a full queue (MT_KAFKA_BUSY), a message too large (MT_LIMIT), failed
  *     deliveries (flush says MT_IO once, the counter keeps them);
  *   - caller-owned positions (checkpoints): the group's committed offsets are ignored, a
  *     listed partition starts at its position and the others at their beginning, marks
  *     move the positions, a move back while assigned re-reads exactly from there (nothing
  *     fetched before it comes through), revocations and destroy commit nothing, and
- *     commit_positions commits exactly what it is given.
+ *     commit_positions commits exactly what it is given; a reseek delivers again from the
+ *     positions what was polled and not marked.
  * Consumer-group tests take a few seconds each: the mock assigns ~3 s after subscribe.
  */
 #include <criterion/criterion.h>
@@ -262,6 +264,22 @@ Test(kafka, unmarked_messages_go_to_the_next_member, .timeout = 90) {
     mt_kafka_msg_t foreign = got[0][0];
     foreign.partition = 77;
     mt_kafka_consumer_mark(c, &foreign);
+    /* A reseek (a stalled fetch) brings this member the unmarked rest again, nothing else. */
+    cr_assert_eq(mt_kafka_consumer_reseek(c, err, sizeof(err)), MT_OK, "%s", err);
+    memset(seen, 0, sizeof(seen));
+    int64_t again = 0;
+    deadline = now_s() + 30;
+    while (again < expect && now_s() < deadline) {
+        size_t n = mt_kafka_consumer_poll(c, msgs, 64, 200);
+        for (size_t k = 0; k < n; k++) {
+            const mt_kafka_msg_t *g = &msgs[k];
+            cr_assert_geq(g->offset, cnt[g->partition] / 2, "partition %d: offset %lld again",
+                          (int)g->partition, (long long)g->offset);
+            if (!seen[g->partition][g->offset]++) again++;
+        }
+    }
+    cr_assert_eq(again, expect, "after the reseek: %lld of %lld", (long long)again,
+                 (long long)expect);
     mt_kafka_consumer_destroy(c); /* commits the marks, leaves the group */
 
     /* Second member of the same group: exactly the unmarked rest. */
@@ -545,6 +563,19 @@ Test(kafka, caller_owned_positions, .timeout = 90) {
      * dropped (none here: skipped counts what poll dropped) */
     cr_assert_eq(position_of(c, 0), 10);
     cr_log_info("skipped below position: %llu", (unsigned long long)mt_kafka_consumer_skipped(c));
+    /* a reseek (a stalled fetch) goes back to the positions: the unmarked messages again */
+    cr_assert_eq(mt_kafka_consumer_reseek(c, err, sizeof(err)), MT_OK, "%s", err);
+    n = poll_values(c, got, (OWN_N - 10) + (OWN_N - 55), 0);
+    cr_assert_eq(n, (OWN_N - 10) + (OWN_N - 55));
+    next[0] = 10;
+    next[1] = 55;
+    for (int i = 0; i < n; i++) {
+        int part = got[i] / 1000;
+        cr_assert_eq(got[i] % 1000, next[part], "after reseek, partition %d: %d, expected %d", part,
+                     got[i] % 1000, next[part]);
+        next[part]++;
+    }
+    cr_assert_eq(mt_kafka_consumer_assigned(c), OWN_PARTS);
     mt_kafka_consumer_destroy(c); /* commits nothing */
 
     /* a consumer of the group reading committed offsets sees the one commit_positions made */
