@@ -206,6 +206,16 @@ int main(int argc, char **argv) {
     if (mt_table_lookup(tab, f13, 2, out, 12, found, MT_TABLE_TRAIN, 1700000000, NULL)) abort();
     if (mt_table_save(tab, snap_write, NULL)) abort();
     put("table_load", "two_rows", snap, snap_len);
+    /* a change stream: one row updated, one inserted, one removed after the cursor */
+    uint64_t since = mt_table_changes_cursor(tab), upto = 0;
+    float g[12] = {0.1f, 0.2f, 0.3f, 0.4f};
+    uint64_t f3[1] = {MT_FID_MAKE(1, 7)};
+    if (mt_table_apply(tab, f13, 1, g, 4, 1700000001, NULL)) abort();
+    if (mt_table_assign(tab, f3, 1, g, 4, 1700000001, NULL)) abort();
+    if (mt_table_remove(tab, &f13[1], 1, NULL)) abort();
+    snap_len = 0;
+    if (mt_table_save_changes(tab, since, snap_write, NULL, &upto)) abort();
+    put("table_changes", "update_insert_remove", snap, snap_len);
     mt_ps_destroy(ps);
     return 0;
 }

@@ -283,6 +283,7 @@ int main(int argc, char **argv) {
     pc.sync_max_followers = d.cfg.ps.sync_max_followers; /* < max_streams (validated) */
     pc.admin_token = d.cfg.ps.admin_token;
     pc.max_message_bytes = (uint32_t)d.cfg.ps.max_message_bytes; /* the server's (below) */
+    pc.snapshot_full_every = d.cfg.ps.snapshot_full_every;
 
     /* Serve at once, answering UNAVAILABLE (Health: NOT_SERVING) while a snapshot loads. */
     mt_err_t e = mt_ps_create(&pc, NULL, &d.ps);

@@ -1155,6 +1155,7 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
     size_t last_n = 1;        /* messages of the last poll (none yet: not caught up) */
     uint64_t uncommitted = 0; /* messages marked since the last commit that succeeded */
     double last_msg = t0;     /* when the last poll with messages returned */
+    uint64_t seen_gen = 0;    /* the consumer's generation at last_msg */
     while (!stop_requested(d)) {
         if (max_examples && res.examples >= max_examples) break;
         if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
@@ -1174,8 +1175,10 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
         /* Messages behind (lag) and none for STALL_S: a partition's fetch stopped (a seek
          * lost inside librdkafka, its issue #2256). Nothing is held unmarked here. */
         double tpoll = mt_mono_s();
-        if (n) {
+        uint64_t g = mt_kafka_consumer_generation(kc);
+        if (n || g != seen_gen) { /* an assignment starts the clock again */
             last_msg = tpoll;
+            seen_gen = g;
         } else if (tpoll - last_msg > STALL_S && atomic_load(&d->ctr.kafka_lag) > 0) {
             atomic_fetch_add(&d->ctr.consumer_stalls, 1);
             mt_log(MT_LOG_WARN, WHO,

@@ -163,6 +163,9 @@ static const prop_t props[] = {
      .def = "300", .doc = "seconds between periodic snapshots; 0: none"},
     {KEY("ps", "snapshot_keep"), CFG(ps.snapshot_keep), UINT(1, 1000), .def = "3",
      .doc = "snapshots kept in `snapshot_dir`; older ones are deleted"},
+    {KEY("ps", "snapshot_full_every"), CFG(ps.snapshot_full_every), UINT(1, 10000), .def = "1",
+     .doc = "one snapshot in this many writes the whole table, the others only the rows changed "
+            "since the previous one (docs/checkpoint.md); 1: every snapshot whole"},
     {KEY("ps", "expire_interval_ms"), CFG(ps.expire_interval_ms), UINT(0, 3600 * 1000),
      .def = "1000", .doc = "milliseconds between expiry ticks; 0: rows never expire"},
     {KEY("ps", "expire_buckets_per_tick"), CFG(ps.expire_buckets_per_tick), UINT(1, UINT32_MAX),

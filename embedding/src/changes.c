@@ -163,6 +163,21 @@ done:
     return MT_OK;
 }
 
+uint64_t mt_table_changes_cursor(mt_table_t *t) {
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        mt__part_t *p = &t->parts[i];
+        mt__part_lock(p);
+        if (p->clock > m) m = p->clock;
+        mt__part_unlock(p);
+    }
+    uint64_t g = atomic_load(&t->clock), up;
+    do { /* as mt_table_changes_begin(): published, so later changes go above it */
+        up = (g > m ? g : m) + 1;
+    } while (!atomic_compare_exchange_weak(&t->clock, &g, up));
+    return up;
+}
+
 void mt_table_changes_end(mt_table_changes_t *it) {
     if (!it) return;
     free(it->ents);

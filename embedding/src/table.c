@@ -697,17 +697,40 @@ static inline int part_over_load(const mt_table_t *t, const mt__part_t *p, const
     return (p->rows + 1) * t->max_rows_den > cap * t->max_rows_num;
 }
 
+/* Links a filled row that no reader can see yet into p, growing the part as needed, and
+ * counts the insert (caller holds p->lock). On error the row goes back to its slab. */
+static mt_err_t part_link(mt_table_t *t, mt__part_t *p, uint64_t fid, hpair_t h,
+                          const mt__slot_t *s, void *row, mt__barray_t **retired) {
+    assert(MT__PART_LOCKED(p));
+    mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+    int rc = -1;
+    if (!part_over_load(t, p, a)) {
+        seq_write_begin(p);
+        rc = arr_place(t, a, fid, h, row);
+        seq_write_end(p);
+    }
+    while (rc != 0) {
+        mt_err_t err = part_grow(t, p, retired);
+        if (err) {
+            slab_free(&p->slabs[s->klass], row);
+            return err;
+        }
+        a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+        seq_write_begin(p);
+        rc = arr_place(t, a, fid, h, row);
+        seq_write_end(p);
+    }
+    p->rows++;
+    log_note_insert(p);
+    p->n_inserts++;
+    return MT_OK;
+}
+
 static mt_err_t part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, hpair_t h,
                             const mt__slot_t *s, const float *emb, const float *state,
                             uint32_t touch_s, uint32_t count, uint64_t version, void **row_out,
                             mt__barray_t **retired) {
     assert(MT__PART_LOCKED(p));
-    mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
-    if (part_over_load(t, p, a)) {
-        mt_err_t err = part_grow(t, p, retired);
-        if (err) return err;
-        a = atomic_load_explicit(&p->arr, memory_order_relaxed);
-    }
     void *row = slab_alloc(t, &p->slabs[s->klass], s);
     if (!row) return MT_NOMEM;
     mt__row_t *hdr = mt__row_hdr(s, row);
@@ -727,23 +750,8 @@ static mt_err_t part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, hpair_t 
         else
             mt__opt_init_state(&s->cfg, mt__row_state(s, row));
     }
-    seq_write_begin(p);
-    int rc = arr_place(t, a, fid, h, row);
-    seq_write_end(p);
-    while (rc != 0) {
-        mt_err_t err = part_grow(t, p, retired);
-        if (err) {
-            slab_free(&p->slabs[s->klass], row);
-            return err;
-        }
-        a = atomic_load_explicit(&p->arr, memory_order_relaxed);
-        seq_write_begin(p);
-        rc = arr_place(t, a, fid, h, row);
-        seq_write_end(p);
-    }
-    p->rows++;
-    log_note_insert(p);
-    p->n_inserts++;
+    mt_err_t err = part_link(t, p, fid, h, s, row, retired);
+    if (err) return err;
     if (row_out) *row_out = row;
     return MT_OK;
 }
@@ -770,6 +778,47 @@ static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64
     seq_write_end(p);
     mt__log_append(t, p, fid, v, NULL);
     p->rows--;
+}
+
+mt_err_t mt__part_put_raw(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
+                          const void *emb_raw, size_t emb_raw_bytes, const float *state,
+                          uint32_t touch_s, uint32_t count, uint64_t version, int *replaced,
+                          mt__barray_t **retired) {
+    assert(MT__PART_LOCKED(p));
+    assert(emb_raw_bytes <= s->emb_bytes);
+    hpair_t h = hash_fid(t, fid);
+    uint64_t b;
+    int slot;
+    void *row = arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), h, fid, &b, &slot);
+    *replaced = row != NULL;
+    if (row) {
+        /* In place: readers copying this embedding meanwhile see seq move and retry. */
+        seq_write_begin(p);
+        memcpy(mt__row_emb(row), emb_raw, emb_raw_bytes);
+        seq_write_end(p);
+    } else {
+        row = slab_alloc(t, &p->slabs[s->klass], s);
+        if (!row) return MT_NOMEM;
+        memcpy(mt__row_emb(row), emb_raw, emb_raw_bytes);
+    }
+    /* The tail is read by writers only (under the lock we hold). */
+    mt__row_t *hdr = mt__row_hdr(s, row);
+    hdr->version = version;
+    hdr->touch_s = touch_s;
+    hdr->count = count;
+    if (s->state_floats) memcpy(mt__row_state(s, row), state, s->state_floats * sizeof(float));
+    return *replaced ? MT_OK : part_link(t, p, fid, h, s, row, retired);
+}
+
+int mt__part_remove(mt_table_t *t, mt__part_t *p, uint64_t fid) {
+    assert(MT__PART_LOCKED(p));
+    mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
+    uint64_t b;
+    int slot;
+    if (!arr_find(a, hash_fid(t, fid), fid, &b, &slot)) return 0;
+    part_remove_at(t, p, a, b, slot);
+    p->n_removals++;
+    return 1;
 }
 
 /* ============================== create / destroy ============================== */

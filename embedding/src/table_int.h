@@ -249,6 +249,20 @@ void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version
 mt_err_t mt__part_insert(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
                          const float *emb, const float *state, uint32_t touch_s, uint32_t count,
                          uint64_t version, void **row_out, mt__barray_t **retired);
+/** Gives fid exactly this row (caller holds p->lock), for loads: the embedding bytes as
+ *  stored (emb_raw_bytes <= s->emb_bytes: fp32, or fp16 padded to 4, copied as they are so
+ *  that fp16 stays bit-exact), state_floats of state, touch, count and version. Replaces
+ *  fid's row in place (the embedding under the seqlock) if it has one, else inserts it.
+ *  Bypasses the frequency filter and the change log: the caller raises the clock and the
+ *  log floors afterwards (serialize.c). @param[out] replaced  1 if fid had a row.
+ *  @returns MT_OK or MT_NOMEM (then fid has no row, or its old one if it had one). */
+mt_err_t mt__part_put_raw(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
+                          const void *emb_raw, size_t emb_raw_bytes, const float *state,
+                          uint32_t touch_s, uint32_t count, uint64_t version, int *replaced,
+                          mt__barray_t **retired);
+/** Removes fid's row from part p as mt_table_remove() does: a new version and a deletion
+ *  in the change log (caller holds p->lock). @returns 1 if fid had a row, else 0. */
+int mt__part_remove(mt_table_t *t, mt__part_t *p, uint64_t fid);
 /** Frees a bucket array retired by a grow once no reader can hold it (no lock held). */
 void mt__retire(mt_table_t *t, mt__barray_t *old);
 uint32_t mt__part_of(const mt_table_t *t, uint64_t fid);

@@ -61,12 +61,17 @@ struct mt__ps_ckpt {
     /* The state at the last checkpoint written or restored (under snap_lock): a skipped
      * local snapshot compares them with the state now (state_changed_locked). */
     uint64_t saved_table_version, saved_dense_version, saved_examples;
+    /* Incremental snapshots (under snap_lock): the table version captured by the last
+     * snapshot this process wrote (0: none since the start or the last restore, so the next
+     * one is whole) and how many incremental ones followed the last whole one. */
+    uint64_t delta_since;
+    uint32_t deltas;
     /* The marks of the last checkpoint written or restored (sparse, dense): what a crash
      * keeps. Under durable_lock (Stats reads them while a snapshot holds snap_lock). */
     pthread_mutex_t durable_lock;
     mt__ps_mark_list_t durable[2];
     _Atomic uint64_t last_id;
-    _Atomic uint64_t snapshots, snapshot_failures, restores, restore_failures;
+    _Atomic uint64_t snapshots, snapshot_failures, restores, restore_failures, incrementals;
     _Atomic uint64_t last_snap_us, last_restore_us;
 };
 
@@ -435,12 +440,29 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     cm.n_dense_marks = marks[1].n;
     cm.dense_marks = mkop[1];
     if ((err = meta_pack(&cm, dense, dense_len, &meta, &mlen)) != MT_OK) goto out;
-    mt_store_table_t t = {SPARSE, table};
+    /* Whole, or the rows changed since the last snapshot written (on top of it: it is the
+     * store's current one, since a restore resets delta_since). */
+    mt_store_table_t t = {SPARSE, table, 0};
+    uint64_t cursor = mt_table_changes_cursor(table); /* the next incremental's since */
+    if (ck->delta_since && cfg->snapshot_full_every > 1 &&
+        ck->deltas + 1 < cfg->snapshot_full_every && cur)
+        t.since = ck->delta_since;
     mt_store_result_t sres;
     err = mt_store_save(ck->store, id, &t, 1, meta, mlen, &sres, why, sizeof(why));
+    if (err == MT_FULL_SYNC) { /* the change log lost track (it is bounded): whole, then */
+        mt_log(MT_LOG_INFO, WHO, "shard %u: checkpoint %" PRIu64 " is written whole: %s",
+               cfg->shard, id, why);
+        t.since = 0;
+        why[0] = 0;
+        err = mt_store_save(ck->store, id, &t, 1, meta, mlen, &sres, why, sizeof(why));
+    }
     mt__ps_marks_gate_release(ps->marks);
     gated = 0;
     if (err) goto out;
+    r->incremental = t.since != 0;
+    ck->deltas = t.since ? ck->deltas + 1 : 0;
+    ck->delta_since = cursor;
+    if (t.since) atomic_fetch_add(&ck->incrementals, 1);
     set_durable(ck, marks);
     r->checkpoint_id = id;
     r->rows = sres.rows;
@@ -465,10 +487,11 @@ out:
     } else {
         atomic_store(&ck->last_snap_us, (uint64_t)(r->seconds * 1e6));
         mt_log(MT_LOG_INFO, WHO,
-               "shard %u: %s checkpoint %" PRIu64 ": %" PRIu64 " rows, %" PRIu64 " bytes, %" PRIu64
-               " examples, %zu offsets in %.3f s",
-               cfg->shard, r->consistent ? "consistent" : "local", r->checkpoint_id, r->rows,
-               r->bytes, r->examples_applied, req->noffsets, r->seconds);
+               "shard %u: %s%s checkpoint %" PRIu64 ": %" PRIu64 " rows, %" PRIu64
+               " bytes, %" PRIu64 " examples, %zu offsets in %.3f s",
+               cfg->shard, r->consistent ? "consistent" : "local",
+               r->incremental ? " incremental" : "", r->checkpoint_id, r->rows, r->bytes,
+               r->examples_applied, req->noffsets, r->seconds);
     }
     pthread_mutex_unlock(&ps->ck->snap_lock);
     free(dense);
@@ -592,6 +615,8 @@ mt_err_t mt_ps_restore_claim(mt_ps_t *ps, uint64_t checkpoint_id, uint64_t epoch
     r->consistent = cm && cm->consistent;
     atomic_store(&ck->last_id, id);
     mark_saved_locked(ck, table_version, dense_version_of(dense, dense_len), examples);
+    ck->delta_since = 0; /* a loaded table's changes start over: the next snapshot is whole */
+    ck->deltas = 0;
     if (epoch && id) /* the coordinator's claim; an operator's Restore (no epoch) is none */
         coordinate_locked(ps, "Restore of checkpoint %" PRIu64 " by coordinator epoch %" PRIu64, id,
                           epoch);
@@ -704,6 +729,9 @@ void mt__ps_ckpt_render(mt_ps_t *ps, mt_strbuf_t *b) {
          (double)atomic_load(&ck->snapshots)},
         {"monolith_ps_snapshot_failures_total", "counter", "Checkpoints that failed.",
          (double)atomic_load(&ck->snapshot_failures)},
+        {"monolith_ps_snapshots_incremental_total", "counter",
+         "Checkpoints written as the rows changed since the previous one.",
+         (double)atomic_load(&ck->incrementals)},
         {"monolith_ps_snapshot_seconds", "gauge", "Duration of the last checkpoint.",
          (double)atomic_load(&ck->last_snap_us) * 1e-6},
         {"monolith_ps_restores_total", "counter",

@@ -46,6 +46,7 @@ void mt_ps_config_init(mt_ps_config_t *c) {
     mt_rpc_server_config_t rc; /* the server's default limit: one place holds the number */
     mt_rpc_server_config_init(&rc);
     c->max_message_bytes = rc.max_message_bytes;
+    c->snapshot_full_every = 1;
 }
 
 /* ============================== lifecycle ============================== */

@@ -32,15 +32,18 @@
  *
  *   offset  size  field
  *   0       8     magic "MTSTORE\0"
- *   8       4     record version (1)
+ *   8       4     record version (2; 1 is read too)
  *   12      4     ntables
  *   16      8     checkpoint id (the one in the key)
  *   24      8     created, Unix ms
  *   32      8     metadata bytes
  *   40      8     XXH64(metadata, seed 0)
  *   48      ...   per table: u16 name length n, n name bytes, u64 chunks, u64 stream bytes,
- *                 u64 rows
+ *                 u64 rows, u64 base (version 2 only: 0 for a whole table, else the older
+ *                 checkpoint whose table this change stream applies onto)
  *   end-8   8     XXH64(every byte before, seed 0)
+ *
+ * Version 1 records (no base) are read as whole tables; new records are version 2.
  *
  * Save protocol (why a crash never costs the previous checkpoint):
  *  1. list the checkpoints; if data is left under this id by a failed attempt, delete it
@@ -92,9 +95,10 @@
 
 #define STORE_FORMAT    "1"
 #define REC_MAGIC       "MTSTORE"
-#define REC_VERSION     1u
+#define REC_VERSION     2u
 #define REC_HEAD        48u
-#define REC_TABLE_FIXED 26u /* u16 name length + 3 u64 */
+#define REC_TABLE_V1    26u /* u16 name length + 3 u64 */
+#define REC_TABLE_FIXED 34u /* u16 name length + 4 u64 (version 2: the base) */
 #define KEY_MAX         128u
 #define KEY_CURRENT     "current"
 #define KEY_FORMAT      "format"
@@ -134,6 +138,7 @@ struct mt_store {
 typedef struct rec_table {
     char name[MT_STORE_MAX_NAME + 1];
     uint64_t chunks, bytes, rows;
+    uint64_t base; /* 0: a whole table; else a change stream on this checkpoint's table */
 } rec_table_t;
 
 /* A decoded commit record; tables is malloc'd (rec_free()). */
@@ -149,6 +154,7 @@ typedef struct ckpt_entry {
     int complete;         /* has a commit record */
     int has_data;         /* has keys in the data family (scan(SCAN_DATA) only) */
     int keep;             /* save: survives the prune */
+    uint64_t parent;      /* the checkpoint a change stream of it applies onto, 0: none */
     mt_store_info_t info; /* scan(SCAN_INFO) of a complete one */
 } ckpt_entry_t;
 
@@ -409,7 +415,7 @@ static int table_order(const char *a, const char *b) {
 }
 
 /* Streams one table into the SST file (chunk keys under "ckpt/<id>/<name>/"). */
-static mt_err_t save_table(mt_store_t *s, rocksdb_sstfilewriter_t *sw, uint64_t id,
+static mt_err_t save_table(mt_store_t *s, rocksdb_sstfilewriter_t *sw, uint64_t id, uint64_t parent,
                            const mt_store_table_t *tab, uint8_t *chunk, uint64_t *chunks_all,
                            rec_table_t *rt, char *errbuf, size_t errlen) {
     mt_table_stats_t st;
@@ -421,13 +427,22 @@ static mt_err_t save_table(mt_store_t *s, rocksdb_sstfilewriter_t *sw, uint64_t 
     w.chunk = chunk;
     w.chunks_all = chunks_all;
     w.prefix_len = (size_t)snprintf(w.key, sizeof(w.key), "ckpt/%020" PRIu64 "/%s/", id, tab->name);
-    mt_err_t err = mt_table_save(tab->table, store_write, &w);
+    uint64_t upto = 0;
+    mt_err_t err = tab->since
+                       ? mt_table_save_changes(tab->table, tab->since, store_write, &w, &upto)
+                       : mt_table_save(tab->table, store_write, &w);
     if (!err && w.len) err = emit_chunk(&w);
     memcpy(rt->name, tab->name, strlen(tab->name) + 1);
     rt->chunks = w.nchunks;
     rt->bytes = w.bytes;
     rt->rows = st.rows;
-    if (err)
+    rt->base = tab->since ? parent : 0;
+    if (err == MT_FULL_SYNC)
+        fail(errbuf, errlen, err,
+             "table '%s': its changes since version %" PRIu64 " are not all known any more: "
+             "save it whole",
+             tab->name, tab->since);
+    else if (err)
         fail(errbuf, errlen, err, "table '%s': %s", tab->name, w.msg[0] ? w.msg : mt_strerror(err));
     return err;
 }
@@ -463,7 +478,7 @@ mt_err_t mt_store_save(mt_store_t *s, uint64_t checkpoint_id, const mt_store_tab
     char key[KEY_MAX], end[KEY_MAX], perr[256] = "";
     char *path = NULL;
     size_t kl = 0, el = 0;
-    uint64_t chunks_all = 0, cur = 0;
+    uint64_t chunks_all = 0, cur = 0, parent = 0;
     int have_cur = 0, file_open = 0, ingested = 0, committing = 0, locked = 0;
     rocksdb_sstfilewriter_t *sw = NULL;
     rocksdb_writebatch_t *wb = NULL;
@@ -480,6 +495,26 @@ mt_err_t mt_store_save(mt_store_t *s, uint64_t checkpoint_id, const mt_store_tab
                    "checkpoint id %" PRIu64 " is not above the current one (%" PRIu64 ")",
                    checkpoint_id, cur);
         goto out;
+    }
+    /* A change stream applies onto the same table of the current checkpoint. */
+    for (size_t i = 0; i < ntables; i++) {
+        if (!tables[i].since) continue;
+        rec_t pr = {0};
+        int found = 0;
+        if (have_cur) err = read_rec(s, cur, &pr, &found, errbuf, errlen);
+        if (err) goto out;
+        int has = 0;
+        for (uint32_t k = 0; k < pr.ntables; k++)
+            has |= strcmp(pr.tables[k].name, tables[i].name) == 0;
+        rec_free(&pr);
+        if (!has) {
+            err = fail(errbuf, errlen, MT_INVALID,
+                       "table '%s': changes need the table in the current checkpoint, and %s",
+                       tables[i].name,
+                       have_cur ? "the current one has no such table" : "there is none");
+            goto out;
+        }
+        parent = cur;
     }
     size_t pl = strlen(s->tmp_dir) + 40;
     path = malloc(pl);
@@ -540,8 +575,8 @@ mt_err_t mt_store_save(mt_store_t *s, uint64_t checkpoint_id, const mt_store_tab
         }
         if (k == ntables) break;
         size_t ti = order[k];
-        err = save_table(s, sw, checkpoint_id, &tables[ti], chunk, &chunks_all, &rec.tables[ti],
-                         errbuf, errlen);
+        err = save_table(s, sw, checkpoint_id, parent, &tables[ti], chunk, &chunks_all,
+                         &rec.tables[ti], errbuf, errlen);
         r->rows += rec.tables[ti].rows;
         r->bytes += rec.tables[ti].bytes;
         r->chunks += rec.tables[ti].chunks;
@@ -600,14 +635,24 @@ mt_err_t mt_store_save(mt_store_t *s, uint64_t checkpoint_id, const mt_store_tab
     memset(&ents[at], 0, sizeof(*ents));
     ents[at].id = checkpoint_id;
     ents[at].keep = 1;
+    ents[at].parent = parent;
     nents++;
-    /* The newest keep - 1 older complete ones stay too; everything else goes. */
+    /* The newest keep - 1 older complete ones stay too, and every checkpoint a kept one's
+     * change streams apply onto (down to a whole table); everything else goes. */
     uint32_t kept = 1;
     for (size_t i = at; i-- > 0 && kept < s->cfg.keep;) {
         if (ents[i].complete) {
             ents[i].keep = 1;
             kept++;
         }
+    }
+    for (size_t i = nents; i-- > 0;) { /* parents are older: one pass from the newest */
+        if (!ents[i].keep || !ents[i].parent) continue;
+        for (size_t j = i; j-- > 0;)
+            if (ents[j].id == ents[i].parent) {
+                if (ents[j].complete) ents[j].keep = 1;
+                break;
+            }
     }
     kl = key_ckpt(key, checkpoint_id, "complete");
     rocksdb_writebatch_put_cf(wb, s->cf[CF_DEFAULT], key, kl, (const char *)recbuf, reclen);
@@ -782,15 +827,61 @@ mt_err_t mt_store_load_table(mt_store_t *s, uint64_t checkpoint_id, const char *
     return err;
 }
 
-/* Loads one table; the caller holds ckpt_lock shared. */
+/* Reads the stream of table @p rt of checkpoint @p id: a whole table into a new *t (when
+ * *t is NULL), else a change stream applied onto *t. The caller holds ckpt_lock shared. */
+static mt_err_t load_stream(mt_store_t *s, uint64_t id, const rec_table_t *rt,
+                            const mt_table_config_t *cfg, mt_table_t **t, char *errbuf,
+                            size_t errlen) {
+    char prefix[KEY_MAX], upper[KEY_MAX];
+    mt_err_t err = MT_OK;
+    size_t pl = (size_t)snprintf(prefix, sizeof(prefix), "ckpt/%020" PRIu64 "/%s/", id, rt->name);
+    memcpy(upper, prefix, pl);
+    upper[pl - 1] = '0'; /* just past every key under prefix */
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_iterator_t *it = NULL;
+    if (!ro) return fail(errbuf, errlen, MT_NOMEM, "load: out of memory");
+    rocksdb_readoptions_set_iterate_upper_bound(ro, upper, pl);
+    rocksdb_readoptions_set_fill_cache(ro, 0); /* one pass: do not evict the hot blocks */
+    rocksdb_readoptions_set_readahead_size(ro, LOAD_READAHEAD);
+    it = rocksdb_create_iterator_cf(s->db, ro, s->cf[CF_DATA]);
+    if (!it) {
+        rocksdb_readoptions_destroy(ro);
+        return fail(errbuf, errlen, MT_NOMEM, "load: out of memory");
+    }
+    rctx_t rc;
+    memset(&rc, 0, sizeof(rc));
+    rc.it = it;
+    rc.prefix = prefix;
+    rc.prefix_len = pl;
+    const char *kind = *t ? "changes of table" : "table";
+    err = *t ? mt_table_load_changes(*t, store_read, &rc, NULL, NULL)
+             : mt_table_load(cfg, store_read, &rc, t);
+    if (err) {
+        if (rc.msg[0])
+            fail(errbuf, errlen, err, "checkpoint %" PRIu64 " %s '%s': %s", id, kind, rt->name,
+                 rc.msg);
+        else
+            fail(errbuf, errlen, err,
+                 "checkpoint %" PRIu64 " %s '%s': %s (at byte %" PRIu64 ", chunk %" PRIu64 ")", id,
+                 kind, rt->name, mt_strerror(err), rc.bytes, rc.next_chunk ? rc.next_chunk - 1 : 0);
+    } else if (!rc.eof || rc.next_chunk != rt->chunks || rc.bytes != rt->bytes) {
+        /* Both loaders read one byte past their END block, so the iterator is at the end. */
+        err = fail(errbuf, errlen, MT_CORRUPT,
+                   "checkpoint %" PRIu64 " %s '%s': read %" PRIu64 " chunks / %" PRIu64
+                   " bytes, the commit record says %" PRIu64 " / %" PRIu64,
+                   id, kind, rt->name, rc.next_chunk, rc.bytes, rt->chunks, rt->bytes);
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    return err;
+}
+
+/* Loads one table; the caller holds ckpt_lock shared. A change stream is loaded as the
+ * chain it ends: the whole table it starts from, then every stream after it, in order. */
 static mt_err_t load_locked(mt_store_t *s, uint64_t id, int use_current, const char *table_name,
                             const mt_table_config_t *cfg, mt_table_t **out, uint64_t *loaded_id,
                             char *errbuf, size_t errlen) {
     mt_err_t err = MT_OK;
-    rec_t rec = {0};
-    rocksdb_readoptions_t *ro = NULL;
-    rocksdb_iterator_t *it = NULL;
-    char prefix[KEY_MAX], upper[KEY_MAX];
     int found = 0;
     if (!table_name || !cfg || !out)
         return fail(errbuf, errlen, MT_INVALID, "no table name, config or out");
@@ -802,72 +893,75 @@ static mt_err_t load_locked(mt_store_t *s, uint64_t id, int use_current, const c
         if (err) return err;
         if (!found) return fail(errbuf, errlen, MT_NOT_FOUND, "no checkpoint");
     }
-    err = read_rec(s, id, &rec, &found, errbuf, errlen);
-    if (err) return err;
-    if (!found) {
-        /* current is written with the commit record, in one batch: it cannot lack one. */
-        if (use_current)
-            return fail(errbuf, errlen, MT_CORRUPT,
-                        "current is %" PRIu64 ", which has no commit record", id);
-        return fail(errbuf, errlen, MT_NOT_FOUND, "no complete checkpoint %" PRIu64, id);
+    /* The chain, newest first: ids[k] with its table's entry tabs[k]. */
+    uint64_t *ids = NULL;
+    rec_table_t *tabs = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t at = id;
+    for (;;) {
+        rec_t rec = {0};
+        err = read_rec(s, at, &rec, &found, errbuf, errlen);
+        if (err) goto out;
+        if (!found) {
+            if (n) /* the checkpoint a newer one's changes apply onto is gone */
+                err = fail(errbuf, errlen, MT_CORRUPT,
+                           "checkpoint %" PRIu64
+                           ": table '%s' is a change stream on checkpoint %" PRIu64
+                           ", which has no commit record",
+                           ids[n - 1], table_name, at);
+            else if (use_current) /* current is written with its record, in one batch */
+                err = fail(errbuf, errlen, MT_CORRUPT,
+                           "current is %" PRIu64 ", which has no commit record", at);
+            else
+                err = fail(errbuf, errlen, MT_NOT_FOUND, "no complete checkpoint %" PRIu64, at);
+            goto out;
+        }
+        const rec_table_t *rt = NULL;
+        for (uint32_t i = 0; i < rec.ntables; i++)
+            if (strcmp(rec.tables[i].name, table_name) == 0) rt = &rec.tables[i];
+        if (!rt) {
+            err = n ? fail(errbuf, errlen, MT_CORRUPT,
+                           "checkpoint %" PRIu64
+                           ": table '%s' is a change stream on checkpoint %" PRIu64
+                           ", which has no such table",
+                           ids[n - 1], table_name, at)
+                    : fail(errbuf, errlen, MT_NOT_FOUND, "checkpoint %" PRIu64 " has no table '%s'",
+                           at, table_name);
+            rec_free(&rec);
+            goto out;
+        }
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 8;
+            uint64_t *ni = realloc(ids, nc * sizeof(*ids));
+            if (ni) ids = ni;
+            rec_table_t *nt = ni ? realloc(tabs, nc * sizeof(*tabs)) : NULL;
+            if (nt) tabs = nt;
+            if (!ni || !nt) {
+                rec_free(&rec);
+                err = fail(errbuf, errlen, MT_NOMEM, "load: out of memory");
+                goto out;
+            }
+            cap = nc;
+        }
+        ids[n] = at;
+        tabs[n++] = *rt;
+        uint64_t base = rt->base;
+        rec_free(&rec);
+        if (!base) break;
+        at = base; /* below at: rec_decode checks it, so the walk ends */
     }
-    const rec_table_t *rt = NULL;
-    for (uint32_t i = 0; i < rec.ntables; i++)
-        if (strcmp(rec.tables[i].name, table_name) == 0) rt = &rec.tables[i];
-    if (!rt) {
-        err = fail(errbuf, errlen, MT_NOT_FOUND, "checkpoint %" PRIu64 " has no table '%s'", id,
-                   table_name);
-        goto out;
-    }
-
-    size_t pl = (size_t)snprintf(prefix, sizeof(prefix), "ckpt/%020" PRIu64 "/%s/", id, table_name);
-    memcpy(upper, prefix, pl);
-    upper[pl - 1] = '0'; /* just past every key under prefix */
-    ro = rocksdb_readoptions_create();
-    if (!ro) {
-        err = fail(errbuf, errlen, MT_NOMEM, "load: out of memory");
-        goto out;
-    }
-    rocksdb_readoptions_set_iterate_upper_bound(ro, upper, pl);
-    rocksdb_readoptions_set_fill_cache(ro, 0); /* one pass: do not evict the hot blocks */
-    rocksdb_readoptions_set_readahead_size(ro, LOAD_READAHEAD);
-    it = rocksdb_create_iterator_cf(s->db, ro, s->cf[CF_DATA]);
-    if (!it) {
-        err = fail(errbuf, errlen, MT_NOMEM, "load: out of memory");
-        goto out;
-    }
-    rctx_t rc;
-    memset(&rc, 0, sizeof(rc));
-    rc.it = it;
-    rc.prefix = prefix;
-    rc.prefix_len = pl;
     mt_table_t *t = NULL;
-    err = mt_table_load(cfg, store_read, &rc, &t);
+    for (size_t k = n; k-- > 0 && !err;)
+        err = load_stream(s, ids[k], &tabs[k], cfg, &t, errbuf, errlen);
     if (err) {
-        if (rc.msg[0])
-            fail(errbuf, errlen, err, "checkpoint %" PRIu64 " table '%s': %s", id, table_name,
-                 rc.msg);
-        else
-            fail(errbuf, errlen, err,
-                 "checkpoint %" PRIu64 " table '%s': %s (at byte %" PRIu64 ", chunk %" PRIu64 ")",
-                 id, table_name, mt_strerror(err), rc.bytes, rc.next_chunk ? rc.next_chunk - 1 : 0);
-        goto out;
-    }
-    /* mt_table_load() read one byte past its END block, so the iterator is at the end. */
-    if (!rc.eof || rc.next_chunk != rt->chunks || rc.bytes != rt->bytes) {
         mt_table_destroy(t);
-        err = fail(errbuf, errlen, MT_CORRUPT,
-                   "checkpoint %" PRIu64 " table '%s': read %" PRIu64 " chunks / %" PRIu64
-                   " bytes, the commit record says %" PRIu64 " / %" PRIu64,
-                   id, table_name, rc.next_chunk, rc.bytes, rt->chunks, rt->bytes);
         goto out;
     }
     *out = t;
     if (loaded_id) *loaded_id = id;
 out:
-    if (it) rocksdb_iter_destroy(it);
-    if (ro) rocksdb_readoptions_destroy(ro);
-    rec_free(&rec);
+    free(ids);
+    free(tabs);
     return err;
 }
 
@@ -1274,7 +1368,8 @@ static mt_err_t rec_encode(const rec_t *r, uint8_t **out, size_t *len) {
         mt_put_le(q, t->chunks, 8);
         mt_put_le(q + 8, t->bytes, 8);
         mt_put_le(q + 16, t->rows, 8);
-        q += 24;
+        mt_put_le(q + 24, t->base, 8);
+        q += 32;
     }
     mt_put_le(q, XXH64(b, (size_t)(q - b), 0), 8);
     *out = b;
@@ -1288,7 +1383,9 @@ static mt_err_t rec_decode(const char *p, size_t len, rec_t *r) {
     memset(r, 0, sizeof(*r));
     if (len < REC_HEAD + 8 || memcmp(b, REC_MAGIC, 8) != 0) return MT_CORRUPT;
     if (mt_get_le(b + len - 8, 8) != XXH64(b, len - 8, 0)) return MT_CORRUPT;
-    if (mt_get_le(b + 8, 4) != REC_VERSION) return MT_VERSION;
+    uint32_t version = (uint32_t)mt_get_le(b + 8, 4);
+    if (version != 1 && version != REC_VERSION) return MT_VERSION;
+    size_t fixed = (version == 1 ? REC_TABLE_V1 : REC_TABLE_FIXED) - 2;
     uint32_t nt = (uint32_t)mt_get_le(b + 12, 4);
     if (nt > MT_STORE_MAX_TABLES) return MT_CORRUPT;
     r->ntables = nt;
@@ -1302,7 +1399,7 @@ static mt_err_t rec_decode(const char *p, size_t len, rec_t *r) {
     for (uint32_t i = 0; i < nt; i++) {
         if (stop - off < 2) goto bad;
         size_t nl = (size_t)mt_get_le(b + off, 2);
-        if (nl == 0 || nl > MT_STORE_MAX_NAME || stop - off - 2 < nl + 24) goto bad;
+        if (nl == 0 || nl > MT_STORE_MAX_NAME || stop - off - 2 < nl + fixed) goto bad;
         rec_table_t *t = &r->tables[i];
         memcpy(t->name, b + off + 2, nl);
         t->name[nl] = 0;
@@ -1311,7 +1408,9 @@ static mt_err_t rec_decode(const char *p, size_t len, rec_t *r) {
         t->chunks = mt_get_le(b + off, 8);
         t->bytes = mt_get_le(b + off + 8, 8);
         t->rows = mt_get_le(b + off + 16, 8);
-        off += 24;
+        t->base = version == 1 ? 0 : mt_get_le(b + off + 24, 8);
+        if (t->base >= r->id) goto bad; /* a stream applies onto an older checkpoint */
+        off += fixed;
     }
     if (off != stop) goto bad;
     return MT_OK;
@@ -1426,9 +1525,9 @@ static mt_err_t scan(mt_store_t *s, int flags, ckpt_entry_t **out, size_t *n, ch
             goto out;
         }
         e->complete = 1;
+        rec_t rec = {0};
+        const char *val = rocksdb_iter_value(it, &vlen);
         if (flags & SCAN_INFO) {
-            rec_t rec;
-            const char *val = rocksdb_iter_value(it, &vlen);
             err = check_rec(val, vlen, id, &rec, errbuf, errlen);
             if (err) goto out;
             e->info.checkpoint_id = id;
@@ -1439,8 +1538,13 @@ static mt_err_t scan(mt_store_t *s, int flags, ckpt_entry_t **out, size_t *n, ch
                 e->info.rows += rec.tables[i].rows;
                 e->info.bytes += rec.tables[i].bytes;
             }
-            rec_free(&rec);
+        } else if (rec_decode(val, vlen, &rec) != MT_OK) {
+            memset(&rec, 0, sizeof(rec)); /* damaged: no parent known (it cannot load anyway) */
         }
+        for (uint32_t i = 0; i < rec.ntables; i++)
+            if (rec.tables[i].base > e->parent) e->parent = rec.tables[i].base;
+        e->info.parent = e->parent;
+        rec_free(&rec);
     }
     rocksdb_iter_get_error(it, &rerr);
     if (rerr) {

@@ -70,6 +70,7 @@ typedef struct mt_config_ps {
     char *snapshot_dir;               /* "" = no snapshots */
     uint32_t snapshot_interval_s;     /* 0 = no periodic snapshots */
     uint32_t snapshot_keep;           /* snapshots kept; older ones are deleted */
+    uint32_t snapshot_full_every;     /* one whole snapshot in this many; others incremental */
     uint32_t expire_interval_ms;      /* 0 = no expiry ticks */
     uint64_t expire_buckets_per_tick; /* mt_table_expire() budget of one tick */
     uint32_t max_queued_calls;        /* calls waiting for a thread; more: refused */

@@ -22,7 +22,9 @@
  *    a bounded log of (fid, version) entries, compacted when full (only the newest entry of
  *    an id is kept); entries are only dropped when more than 3/4 of a part's log holds
  *    distinct ids, and then the part records a watermark below which an incremental sync
- *    answers with a full stream (or MT_FULL_SYNC).
+ *    answers with a full stream (or MT_FULL_SYNC). The same log drives incremental saves:
+ *    mt_table_save_changes() writes the rows changed since a version, mt_table_load_changes()
+ *    applies them to a copy loaded from a full save.
  *
  * Thread safety: all functions taking an mt_table_t are thread-safe and may run concurrently
  * with one another, except mt_table_destroy(), which needs exclusive access. Lookups without
@@ -274,6 +276,16 @@ mt_err_t mt_table_changes_next(mt_table_changes_t *it, mt_table_change_t *out, s
 void mt_table_changes_end(mt_table_changes_t *it);
 
 /**
+ * A version to pass later as @p since (mt_table_changes_begin(), mt_table_save_changes()):
+ * every change made after this call has a higher version (the `upto` of an iterator begun
+ * now). Take it before a whole save to follow that save with change streams: the changes
+ * made while the save ran then come in both, never in neither. Not mt_table_stats().version:
+ * parts keep clocks of their own, and a change after it may take a lower version.
+ * Thread-safe; takes each part's lock briefly.
+ */
+uint64_t mt_table_changes_cursor(mt_table_t *t);
+
+/**
  * Writes the whole table (config, rows with optimizer state and metadata, filter counts,
  * version clock) through @p fn in the versioned, checksummed format of docs/table.md.
  * Each part is copied under its lock (consistently) and written after it; concurrent writers
@@ -294,6 +306,49 @@ mt_err_t mt_table_save(mt_table_t *t, mt_table_write_fn fn, void *ud);
  */
 mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *ud,
                        mt_table_t **out);
+
+/**
+ * Writes the rows that changed after version @p since (full rows: embedding as stored,
+ * optimizer state, touch, count, version) and the ids deleted after it, in the checksummed
+ * block format of docs/table.md ("Change streams"). Applying it (mt_table_load_changes) to a
+ * table holding the state as of @p since brings that table to this one's state as of *upto.
+ * Each id is written with its state when the save reads it, under its part's lock; writers
+ * may run meanwhile (as for mt_table_save()): each row is consistent, and a change made while
+ * this runs is in this stream or, with a version above *upto, in the next one. @p fn is
+ * called with no table lock held. Typical use: *upto of a call answering MT_FULL_SYNC, then
+ * a full mt_table_save(), then deltas, each from the *upto of the one before.
+ * @param[out] upto  pass it as @p since next time; set whenever the call got as far as
+ *                   reading the change log, MT_FULL_SYNC included (a full save written
+ *                   after this call may be followed by a delta since *upto)
+ * @returns MT_OK; MT_FULL_SYNC if @p since cannot be served incrementally (0, below
+ *          stats.full_sync_below, from before a load, or the log was compacted past it while
+ *          this ran): the caller writes a full mt_table_save() instead (and discards what
+ *          this call wrote: nothing if @p since was refused at the start); an error of
+ *          @p fn; MT_NOMEM.
+ */
+mt_err_t mt_table_save_changes(mt_table_t *t, uint64_t since, mt_table_write_fn fn, void *ud,
+                               uint64_t *upto);
+
+/**
+ * Applies a stream of mt_table_save_changes() to @p t: rows replaced or inserted (exact
+ * bytes, fp16 stays bit-exact, no frequency filter), deleted ids removed. Afterwards the
+ * version clock is above every version in the stream and nothing before is servable
+ * incrementally (like mt_table_load()): replicas of @p t get a full sync. The count-min
+ * sketch is not carried by deltas. That @p t held the state as of the stream's `since` is
+ * the caller's word (not checked). On error @p t may hold part of the stream: the caller
+ * discards it.
+ * Thread safety: safe beside any call, and lookups see each row before or after its
+ * replacement; but the rows put are not in the change log (the log floor makes every replica
+ * resync in full), so a change stream of @p t running meanwhile may miss some: load deltas
+ * into a table that no replica follows yet (a restore, before it serves).
+ * @param[out] rows, deletions  optional counts applied (deletions: ids of the stream's
+ *                              deletions, whether they had a row here or not)
+ * @returns MT_OK, MT_TRUNCATED, MT_CORRUPT (also a table stream given by mistake),
+ *          MT_VERSION, MT_MISMATCH (a slot of the stream not configured in @p t with the
+ *          same dim, optimizer and precision), MT_NOMEM or the error of @p fn.
+ */
+mt_err_t mt_table_load_changes(mt_table_t *t, mt_table_read_fn fn, void *ud, uint64_t *rows,
+                               uint64_t *deletions);
 
 /** Converts between IEEE binary16 and float (round to nearest even). */
 uint16_t mt_fp16_from_float(float f);

@@ -51,6 +51,10 @@ typedef struct mt_ps_config {
      * RESOURCE_EXHAUSTED before anything is computed (Lookup), Sync chunks are cut to fit,
      * and any other answer over it is refused the same way. Default: the rpc default. */
     uint32_t max_message_bytes;
+    /* Snapshots: one in this many writes the whole table, the others only the rows changed
+     * since the previous snapshot (incremental, on top of it: docs/checkpoint.md). 1 (the
+     * default): every snapshot is whole. The first after a start or a restore is whole. */
+    uint32_t snapshot_full_every;
 } mt_ps_config_t;
 
 /** Methods, for counters: Lookup, ApplyGradients, PullDense, PushDense, Sync, Snapshot, Stats,
@@ -170,6 +174,7 @@ typedef struct mt_ps_ckpt_result {
     int unsaved; /* with skipped: the state changed since the last checkpoint written or
                     restored (what a skipped shutdown snapshot leaves to the coordinator) */
     uint64_t last_id; /* with skipped: that checkpoint (0: none) */
+    int incremental;  /* snapshot: only the changes since the previous checkpoint written */
     double seconds;
 } mt_ps_ckpt_result_t;
 

@@ -15,6 +15,12 @@
  * space: about keep + 1 checkpoints during a save. Key layout and protocol, and why SST
  * ingestion rather than WriteBatches of chunks: store/src/store.c.
  *
+ * Incremental checkpoints: a table may be saved as its changes since the current checkpoint
+ * (mt_store_table_t.since); the checkpoint then depends on its parent, which depends on its
+ * own, down to a checkpoint holding the whole table. Loading such a table loads that chain
+ * in order; pruning keeps every checkpoint a kept one depends on, so `keep` counts the
+ * newest checkpoints and the chain behind them stays as long as they need it.
+ *
  * Damage: RocksDB refuses to open a database with a damaged table file (e.g. truncated);
  * since each checkpoint's data is one such file, mt_store_open() then opens it without
  * RocksDB's paranoid checks (logged as a warning): the other checkpoints load, the damaged
@@ -70,6 +76,9 @@ typedef struct mt_store_config {
 typedef struct mt_store_table {
     const char *name;  /* 1..MT_STORE_MAX_NAME bytes of [A-Za-z0-9_.-]; borrowed for the call */
     mt_table_t *table; /* borrowed for the call */
+    uint64_t since;    /* 0: the whole table; else only its changes after this version
+                          (mt_table_save_changes()), on top of the table of the same name in
+                          the current checkpoint, which must hold it as of that version */
 } mt_store_table_t;
 
 /** What a save did (all figures of this call). */
@@ -95,6 +104,7 @@ typedef struct mt_store_info {
     uint64_t rows;       /* sum over its tables (as in mt_store_result_t) */
     uint64_t bytes;      /* table stream bytes */
     uint64_t meta_bytes; /* metadata blob size */
+    uint64_t parent;     /* the checkpoint its change streams apply onto; 0: whole tables */
 } mt_store_info_t;
 
 void mt_store_config_init(mt_store_config_t *cfg);
@@ -133,7 +143,9 @@ void mt_store_close(mt_store_t *s);
  * @param[in]  tables   @p ntables (0..MT_STORE_MAX_TABLES) tables with distinct names
  * @param[in]  meta     @p meta_len bytes stored as they are (NULL if meta_len is 0)
  * @param[out] res      optional (NULL); filled on success and on error (partial figures)
- * @returns MT_OK, MT_INVALID (bad argument, id not above current, read-only store),
+ * @returns MT_OK, MT_INVALID (bad argument, id not above current, read-only store, changes
+ *          with no current checkpoint holding the table), MT_FULL_SYNC (a table's changes
+ *          since its `since` are not all known: save it whole; nothing was committed),
  *          MT_NOMEM, an error of mt_table_save(), or a translated RocksDB error.
  */
 mt_err_t mt_store_save(mt_store_t *s, uint64_t checkpoint_id, const mt_store_table_t *tables,
@@ -158,7 +170,8 @@ mt_err_t mt_store_load_latest(mt_store_t *s, const char *table_name, const mt_ta
 
 /**
  * Loads table @p table_name of complete checkpoint @p checkpoint_id through mt_table_load(),
- * reading its chunks in order. A load is whole or nothing: a missing, extra or damaged chunk
+ * reading its chunks in order; a table saved as changes is loaded as its chain (the whole
+ * table it starts from, then each change stream after it, mt_table_load_changes()). A load is whole or nothing: a missing, extra or damaged chunk
  * gives an error and *out is not touched. To restore a consistent state, read the metadata
  * first (mt_store_load_meta() gives the id) and load each table of that id.
  * @param[in]  cfg  the table configuration (slots must match the saved ones)

@@ -91,6 +91,7 @@ static const char *const all_keys[] = {
     "[ps] snapshot_dir",
     "[ps] snapshot_interval_s",
     "[ps] snapshot_keep",
+    "[ps] snapshot_full_every",
     "[ps] expire_interval_ms",
     "[ps] expire_buckets_per_tick",
     "[ps] max_queued_calls",
@@ -241,6 +242,7 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         p->sync_max_followers != q->sync_max_followers ||
         strcmp(p->snapshot_dir, q->snapshot_dir) ||
         p->snapshot_interval_s != q->snapshot_interval_s || p->snapshot_keep != q->snapshot_keep ||
+        p->snapshot_full_every != q->snapshot_full_every ||
         p->expire_interval_ms != q->expire_interval_ms ||
         p->expire_buckets_per_tick != q->expire_buckets_per_tick ||
         p->max_queued_calls != q->max_queued_calls || p->max_streams != q->max_streams ||

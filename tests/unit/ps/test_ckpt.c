@@ -19,6 +19,9 @@
  *     skipped local snapshot says why and whether the state changed since;
  *   - metadata that the store's checks pass but the PS cannot read: the message names the
  *     checkpoint and what is wrong;
+ *   - incremental snapshots (ps.snapshot_full_every 3): whole, incremental, incremental,
+ *     whole; a restart and a Restore of each give back exactly its state; the first snapshot
+ *     after a restore is whole;
  *   - the trainer's coordinator (mt/coord.h) over these shards: recovery from nothing, then
  *     checkpoints; a checkpoint that reached shard 0 only and a restart of shard 1: the next
  *     checkpoint fails (another incarnation), recovery picks the last checkpoint both hold,
@@ -58,6 +61,7 @@ typedef struct cluster {
     mt_rpc_server_t *srv[NSHARDS];
     char addr[NSHARDS][TU_PS_ADDR_LEN];
     mt_psc_t *client;
+    uint32_t full_every; /* ps.snapshot_full_every of the shards (cluster_start: 1) */
 } cluster_t;
 
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -80,11 +84,13 @@ static void ps_new(cluster_t *c, uint32_t i) {
     mt_ps_config_t pc;
     tu_ps_config(&pc, i, NSHARDS, c->slots, 2);
     pc.admin_token = TOKEN;
+    pc.snapshot_full_every = c->full_every ? c->full_every : 1;
     cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
 }
 
-static void cluster_start(cluster_t *c, int with_store) {
+static void cluster_start_every(cluster_t *c, int with_store, uint32_t full_every) {
     memset(c, 0, sizeof(*c));
+    c->full_every = full_every;
     snprintf(c->dir, sizeof(c->dir), "/tmp/mt_ps_ckpt_XXXXXX");
     cr_assert_not_null(mkdtemp(c->dir));
     memcpy(g_dir, c->dir, sizeof(g_dir));
@@ -109,6 +115,10 @@ static void cluster_start(cluster_t *c, int with_store) {
         c->srv[i] = tu_ps_serve(c->ps[i], 4, 0, NULL, c->addr[i]);
     }
     c->client = tu_psc_connect(c->addr, NSHARDS);
+}
+
+static void cluster_start(cluster_t *c, int with_store) {
+    cluster_start_every(c, with_store, 1);
 }
 
 static void cluster_stop(cluster_t *c) {
@@ -661,7 +671,7 @@ Test(ps_ckpt, bad_metadata_names_the_checkpoint_and_what_is_wrong) {
     mt_ps_config_t pc;
     tu_ps_config(&pc, 0, NSHARDS, c.slots, 2);
     cr_assert_eq(mt_table_create(&pc.table, &t), MT_OK);
-    mt_store_table_t st = {"sparse", t};
+    mt_store_table_t st = {"sparse", t, 0};
     char eb[512] = "";
     const struct {
         const char *meta;
@@ -935,6 +945,64 @@ static double metric(cluster_t *c, uint32_t i, const char *line_prefix) {
     double v = at ? strtod(at + strlen(line_prefix), NULL) : -1;
     free(body);
     return v;
+}
+
+/* ps.snapshot_full_every 3: whole, incremental, incremental, whole; a restart and a Restore
+ * of any of them give back exactly the state it captured; the first after a restore is whole. */
+Test(ps_ckpt, incremental_snapshots_restore_exactly) {
+    cluster_t c;
+    cluster_start_every(&c, 1, 3);
+    enum { B = 64 };
+    uint64_t fids[4 * B];
+    batch(fids, 4 * B, 5000);
+    float at[5][4 * B * 8];
+    int inc[5] = {0};
+    char eb[512] = "";
+    for (int k = 1; k <= 4; k++) {
+        /* new ids each round, and more steps on the older ones */
+        step(&c, fids, (size_t)k * B, 10, 0.05f * (float)k);
+        mt_ps_snapshot_req_t req = {.local = 1};
+        for (uint32_t i = 0; i < NSHARDS; i++) {
+            mt_ps_ckpt_result_t res;
+            cr_assert_eq(mt_ps_snapshot(c.ps[i], &req, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+            cr_assert_eq(res.checkpoint_id, (uint64_t)k);
+            if (i == 0) inc[k] = res.incremental;
+            cr_assert_eq(res.incremental, inc[k], "both shards alike");
+        }
+        lookup(&c, fids, 4 * B, at[k]);
+    }
+    cr_assert_eq(inc[1], 0, "the first is whole");
+    cr_assert_eq(inc[2], 1);
+    cr_assert_eq(inc[3], 1);
+    cr_assert_eq(inc[4], 0, "one in 3 is whole");
+    cr_assert_eq(metric(&c, 0, "monolith_ps_snapshots_incremental_total{shard=\"0\"} "), 2);
+    /* a restart loads the newest: whole (4) */
+    step(&c, fids, 4 * B, 10, 0.5f);
+    restart_shard(&c, 1);
+    restart_shard(&c, 0);
+    float got[4 * B * 8];
+    lookup(&c, fids, 4 * B, got);
+    cr_assert_eq(memcmp(got, at[4], sizeof(got)), 0, "restart: the state of checkpoint 4");
+    /* Restore of an incremental one: the chain 1 + 2 + 3 */
+    for (uint64_t id = 3; id >= 2; id--) {
+        for (uint32_t i = 0; i < NSHARDS; i++) {
+            mt_ps_ckpt_result_t res;
+            cr_assert_eq(mt_ps_restore(c.ps[i], id, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+        }
+        lookup(&c, fids, 4 * B, got);
+        cr_assert_eq(memcmp(got, at[id], sizeof(got)), 0, "restore of %" PRIu64, id);
+        cr_assert_eq(examples_of(&c, 0), 10 * id);
+    }
+    /* after a restore the next snapshot is whole, then incremental again */
+    step(&c, fids, 4 * B, 10, 0.25f);
+    for (int k = 0; k < 2; k++) {
+        mt_ps_snapshot_req_t req = {.local = 1};
+        mt_ps_ckpt_result_t res;
+        cr_assert_eq(mt_ps_snapshot(c.ps[0], &req, &res, eb, sizeof(eb)), MT_OK, "%s", eb);
+        cr_assert_eq(res.incremental, k, "snapshot %d after the restore", k);
+        step(&c, fids, B, 10, 0.125f);
+    }
+    cluster_stop(&c);
 }
 
 Test(ps_marks, the_rule_applied_next_and_out_of_order) {

@@ -10,6 +10,10 @@
  *  - metadata round trips (a blob, an empty blob, a checkpoint with no table, older ids);
  *  - keep-K pruning: after 5 saves with keep 2 only 2 checkpoints are listed and no key of
  *    the others is left;
+ *  - incremental checkpoints: a chain of change streams loads to exactly the whole table
+ *    saved beside it at every id, pruning keeps what a kept checkpoint needs, changes with
+ *    nothing to apply onto or since a version the table cannot serve are refused, and a
+ *    chain whose start lost its commit record fails to load, naming it;
  *  - a save failing in the middle (test hook): error returned, previous checkpoint current
  *    and loadable, partial data deleted;
  *  - a real crash: a child process SIGKILLed in the middle of a save (after its partial data
@@ -388,7 +392,7 @@ Test(store, round_trip_two_tables_and_layout) {
     mt_store_config_t sc;
     small_cfg(&sc, 3);
     mt_store_t *s = open_store(&sc);
-    mt_store_table_t tabs[2] = {{"emb", a}, {"bias", b}};
+    mt_store_table_t tabs[2] = {{"emb", a, 0}, {"bias", b, 0}};
     mt_store_result_t res;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -506,7 +510,7 @@ Test(store, metadata_round_trip) {
     for (size_t i = 0; i < sizeof(meta); i++)
         meta[i] = (uint8_t)(rand() & 0xFF);
     save_ok(s, 5, NULL, 0, meta, sizeof(meta), NULL); /* metadata only */
-    mt_store_table_t tabs[1] = {{"emb", a}};
+    mt_store_table_t tabs[1] = {{"emb", a, 0}};
     save_ok(s, 6, tabs, 1, NULL, 0, NULL); /* a table, empty metadata */
 
     uint64_t id = 0;
@@ -561,7 +565,7 @@ Test(store, keep_two_of_five) {
     mt_table_t *tabs[6] = {0};
     for (uint64_t id = 1; id <= 5; id++) {
         tabs[id] = build_table(&tc, 500 * id, id);
-        mt_store_table_t st[1] = {{"emb", tabs[id]}};
+        mt_store_table_t st[1] = {{"emb", tabs[id], 0}};
         char meta[32];
         int ml = snprintf(meta, sizeof(meta), "offsets-%" PRIu64, id);
         mt_store_result_t res;
@@ -612,6 +616,153 @@ Test(store, keep_two_of_five) {
         mt_table_destroy(tabs[i]);
 }
 
+/* ============================== incremental checkpoints ============================== */
+
+/* Gradients on rows [0, ngrad) of seed 1, rows [r0, r0 + nrem) removed, nnew rows of seed
+ * snew assigned: a mix of updates, deletions and inserts for a change stream. */
+static void mutate(mt_table_t *t, size_t ngrad, size_t r0, size_t nrem, uint64_t snew, size_t nnew,
+                   uint32_t now) {
+    enum { BATCH = 256 };
+    uint64_t fids[BATCH];
+    float v[BATCH * 8];
+    for (size_t off = 0; off < ngrad; off += BATCH) {
+        size_t m = ngrad - off < BATCH ? ngrad - off : BATCH, nv = 0;
+        for (size_t j = 0; j < m; j++) {
+            fids[j] = fid_of(off + j, 1);
+            for (uint32_t k = 0; k < dim_of(fids[j]); k++)
+                v[nv++] = 0.003f * (float)(k + 1) + 0.0001f * (float)now;
+        }
+        cr_assert_eq(mt_table_apply(t, fids, m, v, nv, now, NULL), MT_OK);
+    }
+    for (size_t i = 0; i < nrem; i++) {
+        uint64_t f = fid_of(r0 + i, 1);
+        cr_assert_eq(mt_table_remove(t, &f, 1, NULL), MT_OK);
+    }
+    for (size_t off = 0; off < nnew; off += BATCH) {
+        size_t m = nnew - off < BATCH ? nnew - off : BATCH, nv = 0;
+        for (size_t j = 0; j < m; j++) {
+            fids[j] = fid_of(off + j, snew);
+            for (uint32_t k = 0; k < dim_of(fids[j]); k++)
+                v[nv++] = 0.25f - 0.01f * (float)k;
+        }
+        cr_assert_eq(mt_table_assign(t, fids, m, v, nv, now, NULL), MT_OK);
+    }
+}
+
+/* Every id of seeds 1 (n1 of them) and 7, 8 (nnew each) has the same row, or none, in a
+ * and b; and both hold as many rows. */
+static void assert_same_ids(mt_table_t *a, mt_table_t *b, size_t n1, size_t nnew) {
+    cr_assert_eq(table_rows(a), table_rows(b), "rows %" PRIu64 " vs %" PRIu64, table_rows(a),
+                 table_rows(b));
+    for (int pass = 0; pass < 3; pass++) {
+        size_t n = pass ? nnew : n1;
+        uint64_t seed = pass == 0 ? 1 : pass == 1 ? 7 : 8;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t fid = fid_of(i, seed);
+            float ea[8], eb[8], sa[32], sb[32];
+            uint32_t ta = 0, tb = 0, ca = 0, cb = 0, ns = 0;
+            uint64_t va = 0, vb = 0;
+            cr_assert_eq(mt_table_state_floats(a, fid, &ns), MT_OK);
+            mt_err_t xa = mt_table_get_row(a, fid, ea, sa, ns, &ta, &ca, &va);
+            mt_err_t xb = mt_table_get_row(b, fid, eb, sb, ns, &tb, &cb, &vb);
+            cr_assert_eq(xa, xb, "id %zu of seed %" PRIu64 ": %s vs %s", i, seed, mt_err_name(xa),
+                         mt_err_name(xb));
+            if (xa) continue;
+            cr_assert_eq(memcmp(ea, eb, dim_of(fid) * sizeof(float)), 0, "embedding %zu", i);
+            cr_assert_eq(memcmp(sa, sb, ns * sizeof(float)), 0, "state %zu", i);
+            cr_assert_eq(ta, tb);
+            cr_assert_eq(ca, cb);
+        }
+    }
+}
+
+static uint64_t table_version(mt_table_t *t) { /* the next change stream's since */
+    return mt_table_changes_cursor(t);
+}
+
+/* Each checkpoint holds the live table twice: "emb" as its changes since the previous
+ * checkpoint (after the first), "ref" whole. A load of "emb" (the chain) must give "ref". */
+Test(store, incremental_chain_loads_prunes_and_refuses) {
+    mt_table_config_t tc;
+    table_cfg(&tc, 3, 0);
+    mt_store_config_t sc;
+    small_cfg(&sc, 2);
+    mt_store_t *s = open_store(&sc);
+    enum { N1 = 3000, NNEW = 400 };
+    mt_table_t *a = build_table(&tc, N1, 1);
+    char eb[512] = "";
+    /* changes with no checkpoint to apply onto: refused */
+    mt_store_table_t d0[1] = {{"emb", a, 5}};
+    cr_assert_eq(mt_store_save(s, 1, d0, 1, NULL, 0, NULL, eb, sizeof(eb)), MT_INVALID);
+    cr_log_info("%s", eb);
+    uint64_t v = table_version(a);
+    mt_store_table_t t1[2] = {{"emb", a, 0}, {"ref", a, 0}};
+    mt_store_result_t whole, r2, r3;
+    save_ok(s, 1, t1, 2, "m1", 2, &whole);
+    mutate(a, 200, 1000, 100, 7, NNEW, 3000);
+    uint64_t v2 = table_version(a);
+    mt_store_table_t t2[2] = {{"emb", a, v}, {"ref", a, 0}};
+    save_ok(s, 2, t2, 2, "m2", 2, &r2);
+    mutate(a, 100, 1100, 50, 8, NNEW, 4000);
+    uint64_t v3 = table_version(a);
+    mt_store_table_t t3[2] = {{"emb", a, v2}, {"ref", a, 0}};
+    save_ok(s, 3, t3, 2, "m3", 2, &r3);
+    /* a change stream is small: about the rows changed (two tables: "ref" is whole) */
+    cr_log_info("whole %" PRIu64 " bytes (two tables), with changes %" PRIu64 " and %" PRIu64,
+                whole.bytes, r2.bytes, r3.bytes);
+    cr_assert_lt(r2.bytes, whole.bytes * 3 / 4);
+    /* keep 2, but 3 needs 2 and 1: all listed, with their parents */
+    mt_store_info_t info[8];
+    size_t n = 0;
+    cr_assert_eq(mt_store_list(s, info, 8, &n, eb, sizeof(eb)), MT_OK, "%s", eb);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(info[0].parent, 0);
+    cr_assert_eq(info[1].parent, 1);
+    cr_assert_eq(info[2].parent, 2);
+    for (uint64_t id = 1; id <= 3; id++) {
+        mt_table_t *e = NULL, *r = NULL;
+        cr_assert_eq(mt_store_load_table(s, id, "emb", &tc, &e, eb, sizeof(eb)), MT_OK,
+                     "checkpoint %" PRIu64 ": %s", id, eb);
+        cr_assert_eq(mt_store_load_table(s, id, "ref", &tc, &r, eb, sizeof(eb)), MT_OK, "%s", eb);
+        assert_same_ids(r, e, N1, NNEW);
+        if (id == 3) assert_same_ids(a, e, N1, NNEW);
+        mt_table_destroy(e);
+        mt_table_destroy(r);
+    }
+    /* a loaded table cannot give its changes since a version of its previous life */
+    mt_table_t *l = load_ok(s, "emb", &tc, 3);
+    mt_store_table_t tl[1] = {{"emb", l, v3}};
+    cr_assert_eq(mt_store_save(s, 4, tl, 1, NULL, 0, NULL, eb, sizeof(eb)), MT_FULL_SYNC);
+    cr_log_info("%s", eb);
+    cr_assert_eq(current_id(s), 3);
+    mt_table_destroy(l);
+    /* whole ones again: the chain goes once no kept checkpoint needs it */
+    mt_store_table_t tw[1] = {{"emb", a, 0}};
+    save_ok(s, 4, tw, 1, NULL, 0, NULL);
+    uint64_t ids[8];
+    cr_assert_eq(list_ids(s, ids, 8), 4, "4 and 3 kept, 3 needs 2 and 1");
+    uint64_t v5 = table_version(a);
+    save_ok(s, 5, tw, 1, NULL, 0, NULL);
+    cr_assert_eq(list_ids(s, ids, 8), 2);
+    cr_assert_eq(ids[0], 4);
+    cr_assert_eq(ids[1], 5);
+    /* a chain whose start is gone: the load says which */
+    mutate(a, 50, 1200, 10, 9, 10, 5000);
+    mt_store_table_t t6[1] = {{"emb", a, v5}};
+    save_ok(s, 6, t6, 1, NULL, 0, NULL);
+    mt_store_close(s);
+    raw_t raw;
+    raw_open(&raw);
+    char k[128];
+    ckpt_key(k, sizeof(k), 5, "complete");
+    raw_del(&raw, CF_DEFAULT, k);
+    raw_close(&raw);
+    s = open_store(&sc);
+    cr_assert_eq(load_fails(s, "emb", &tc), MT_CORRUPT);
+    mt_store_close(s);
+    mt_table_destroy(a);
+}
+
 /* ============================== argument checks ============================== */
 
 Test(store, ids_must_increase_and_names_are_checked) {
@@ -621,7 +772,7 @@ Test(store, ids_must_increase_and_names_are_checked) {
     mt_store_config_t sc;
     small_cfg(&sc, 3);
     mt_store_t *s = open_store(&sc);
-    mt_store_table_t one[1] = {{"emb", a}};
+    mt_store_table_t one[1] = {{"emb", a, 0}};
     save_ok(s, 3, one, 1, "m", 1, NULL);
     char eb[256] = "";
     cr_assert_eq(mt_store_save(s, 3, one, 1, NULL, 0, NULL, eb, sizeof(eb)), MT_INVALID);
@@ -633,17 +784,17 @@ Test(store, ids_must_increase_and_names_are_checked) {
     longname[sizeof(longname) - 1] = 0;
     const char *bad[] = {"", "a/b", "bad name", "ümlaut", longname};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        mt_store_table_t bt[1] = {{bad[i], a}};
+        mt_store_table_t bt[1] = {{bad[i], a, 0}};
         eb[0] = 0;
         cr_assert_eq(mt_store_save(s, 4, bt, 1, NULL, 0, NULL, eb, sizeof(eb)), MT_INVALID,
                      "name '%s'", bad[i]);
         cr_assert_neq(eb[0], 0);
     }
-    mt_store_table_t nul[1] = {{NULL, a}};
+    mt_store_table_t nul[1] = {{NULL, a, 0}};
     cr_assert_eq(mt_store_save(s, 4, nul, 1, NULL, 0, NULL, NULL, 0), MT_INVALID);
-    mt_store_table_t notab[1] = {{"emb", NULL}};
+    mt_store_table_t notab[1] = {{"emb", NULL, 0}};
     cr_assert_eq(mt_store_save(s, 4, notab, 1, NULL, 0, NULL, NULL, 0), MT_INVALID);
-    mt_store_table_t dup[2] = {{"emb", a}, {"emb", a}};
+    mt_store_table_t dup[2] = {{"emb", a, 0}, {"emb", a, 0}};
     cr_assert_eq(mt_store_save(s, 4, dup, 2, NULL, 0, NULL, eb, sizeof(eb)), MT_INVALID);
     cr_assert(strstr(eb, "twice"), "message: %s", eb);
     cr_assert_eq(mt_store_save(s, 4, one, 1, NULL, 5, NULL, NULL, 0), MT_INVALID);
@@ -656,7 +807,7 @@ Test(store, ids_must_increase_and_names_are_checked) {
     /* The longest name and every allowed character. */
     longname[MT_STORE_MAX_NAME] = 0;
     memcpy(longname, "AZaz09_.-", 9);
-    mt_store_table_t ok[2] = {{longname, a}, {"x", a}};
+    mt_store_table_t ok[2] = {{longname, a, 0}, {"x", a, 0}};
     save_ok(s, 4, ok, 2, NULL, 0, NULL);
     mt_table_t *t = load_ok(s, longname, &tc, 4);
     assert_same(a, t, 100, 1);
@@ -691,7 +842,7 @@ static void fail_second_save(mt__store_hook_phase_t phase) {
     mt_store_config_t sc;
     small_cfg(&sc, 3);
     mt_store_t *s = open_store(&sc);
-    mt_store_table_t ta[1] = {{"emb", a}}, tb[1] = {{"emb", b}};
+    mt_store_table_t ta[1] = {{"emb", a, 0}}, tb[1] = {{"emb", b, 0}};
     save_ok(s, 1, ta, 1, "one", 3, NULL);
 
     hook_arg_t h = {.phase = phase, .at = 3};
@@ -756,7 +907,7 @@ static int crash_child(hook_arg_t h) {
     mt_store_t *s = NULL;
     if (mt_store_open(g_db, &sc, &s, NULL, 0) != MT_OK) return 10;
     mt_table_t *a = build_table(&tc, 3000, 1), *b = build_table(&tc, 8000, 2);
-    mt_store_table_t ta[1] = {{"emb", a}}, tb[1] = {{"emb", b}};
+    mt_store_table_t ta[1] = {{"emb", a, 0}}, tb[1] = {{"emb", b, 0}};
     if (mt_store_save(s, 1, ta, 1, "one", 3, NULL, NULL, 0) != MT_OK) return 11;
     mt__store_set_hook(s, hook, &h);
     mt_store_save(s, 2, tb, 1, "two", 3, NULL, NULL, 0);
@@ -816,7 +967,7 @@ static void crash_and_recover(mt__store_hook_phase_t phase) {
 
     /* The next save deletes the leftovers and keeps 1 (keep 2). */
     mt_table_t *c = build_table(&tc, 1000, 3);
-    mt_store_table_t tcs[1] = {{"emb", c}};
+    mt_store_table_t tcs[1] = {{"emb", c, 0}};
     mt_store_result_t res;
     save_ok(s, 3, tcs, 1, "three", 5, &res);
     cr_assert_eq(res.pruned, phase == MT__STORE_HOOK_INGESTED ? 1 : 0);
@@ -847,7 +998,7 @@ Test(store, leftovers_are_deleted_by_the_next_save) {
     mt_store_config_t sc;
     small_cfg(&sc, 3);
     mt_store_t *s = open_store(&sc);
-    mt_store_table_t ta[1] = {{"emb", a}}, tb[1] = {{"emb", b}};
+    mt_store_table_t ta[1] = {{"emb", a, 0}}, tb[1] = {{"emb", b, 0}};
     save_ok(s, 1, ta, 1, NULL, 0, NULL);
     mt_store_close(s);
 
@@ -899,7 +1050,7 @@ Test(store, rollback_makes_an_older_checkpoint_current_and_drops_the_newer) {
     mt_table_t *tabs[5] = {0};
     for (uint64_t id = 1; id <= 4; id++) {
         tabs[id] = build_table(&tc, 300 * id, id);
-        mt_store_table_t st[1] = {{"emb", tabs[id]}};
+        mt_store_table_t st[1] = {{"emb", tabs[id], 0}};
         char meta[16];
         int ml = snprintf(meta, sizeof(meta), "m%" PRIu64, id);
         save_ok(s, id, st, 1, meta, (size_t)ml, NULL);
@@ -940,7 +1091,7 @@ Test(store, rollback_makes_an_older_checkpoint_current_and_drops_the_newer) {
     uint64_t old = 3;
     cr_assert_eq(mt_store_load_meta(s, &old, &buf, &len, NULL, 0), MT_NOT_FOUND);
     /* the ids above are free again, and a save there is current */
-    mt_store_table_t st3[1] = {{"emb", tabs[3]}};
+    mt_store_table_t st3[1] = {{"emb", tabs[3], 0}};
     save_ok(s, 3, st3, 1, "m3", 2, NULL);
     cr_assert_eq(current_id(s), 3);
     t = load_ok(s, "emb", &tc, 3);
@@ -981,7 +1132,7 @@ Test(store, durable_across_reopen_and_read_only) {
     mt_store_config_t sc;
     small_cfg(&sc, 3);
     mt_store_t *s = open_store(&sc);
-    mt_store_table_t ta[1] = {{"emb", a}}, tb[1] = {{"emb", b}};
+    mt_store_table_t ta[1] = {{"emb", a, 0}}, tb[1] = {{"emb", b, 0}};
     save_ok(s, 10, ta, 1, "ten", 3, NULL);
     mt_store_close(s);
 
@@ -1139,7 +1290,7 @@ Test(store, damage_is_an_error_never_a_half_loaded_table) {
     mt_store_config_t sc;
     small_cfg(&sc, 3);
     mt_store_t *s = open_store(&sc);
-    mt_store_table_t ta[1] = {{"emb", a}};
+    mt_store_table_t ta[1] = {{"emb", a, 0}};
     mt_store_result_t res;
     save_ok(s, 1, ta, 1, "meta-one", 8, &res);
     cr_assert_geq(res.chunks, 4, "want at least 4 chunks, got %" PRIu64, res.chunks);
@@ -1236,7 +1387,7 @@ Test(store, a_truncated_table_file_names_its_checkpoint_and_both_sizes) {
     mt_store_config_t sc;
     small_cfg(&sc, 3);
     mt_store_t *s = open_store(&sc);
-    mt_store_table_t ta[1] = {{"emb", a}}, tb[1] = {{"emb", b}};
+    mt_store_table_t ta[1] = {{"emb", a, 0}}, tb[1] = {{"emb", b, 0}};
     save_ok(s, 1, ta, 1, "one", 3, NULL);
     save_ok(s, 2, tb, 1, "two", 3, NULL);
     mt_store_close(s);
@@ -1404,7 +1555,7 @@ Test(store, loads_run_during_saves_and_prunes) {
     small_cfg(&sc, 1);
     mt_store_t *s = open_store(&sc);
     mt_table_t *t1 = build_table(&tc, 300, 1);
-    mt_store_table_t st[1] = {{"emb", t1}};
+    mt_store_table_t st[1] = {{"emb", t1, 0}};
     save_ok(s, 1, st, 1, NULL, 0, NULL);
     mt_table_destroy(t1);
     loader_t l = {.s = s, .tc = &tc};
@@ -1455,7 +1606,7 @@ Test(store, table_of_200k_rows_default_settings) {
     table_cfg(&tc, 10, 8u << 20); /* table defaults: 1024 parts, 8 MiB filter */
     mt_table_t *a = build_table(&tc, n, 1);
     mt_store_t *s = open_store(NULL); /* store defaults: keep 3, 4 MiB chunks */
-    mt_store_table_t ta[1] = {{"emb", a}};
+    mt_store_table_t ta[1] = {{"emb", a, 0}};
     mt_store_result_t res;
     save_ok(s, 1, ta, 1, "m", 1, &res);
     cr_assert_eq(res.rows, n);
