@@ -15,7 +15,10 @@
  *   - each with 1 thread (a trainer and its own table) and 2 threads (two trainers, each
  *     its dense model, on one shared table: hogwild on the sparse part);
  *   - the cold stream with one PS shard over loopback (in this process, its own rpc
- *     workers), one thread.
+ *     workers), one thread: steps one after another, then pipelined (mt_trainer_set_
+ *     pipelined: the apply of a step in flight while the next one computes), each on a
+ *     fresh shard, with its ratio to the local table's cold figure and the process's CPU
+ *     time per example.
  * Batches are made before the clock starts. OpenBLAS runs one thread per caller.
  * --initial-rows N pre-sizes the local table's bucket arrays (mt_trainer_config_t
  * table_initial_rows) so that a run measures no bucket-array growth; each figure says the
@@ -46,6 +49,12 @@
 
 /* CPU time of the calling thread: on a shared machine the share of a core another process
  * takes does not count against us (caches and memory bandwidth still do). */
+static double process_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static double thread_cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -339,6 +348,7 @@ int main(int argc, char **argv) {
     emit("compute_floor_examples_per_s", floor_rate, "examples/s", extra);
 
     /* Local table: cold and warm streams, 1 and 2 threads. */
+    double local_cold = 0; /* examples/s, cold, 1 thread: the PS figures' reference */
     for (int phase = phase_lo; phase <= phase_hi; phase++) {
         for (int nt = 1; nt <= max_threads; nt++) {
             double r[15], rc[15], share = 0, rows = 0;
@@ -355,6 +365,7 @@ int main(int argc, char **argv) {
             }
             double med = mt_bench_median(r, (size_t)reps),
                    med_cpu = mt_bench_median(rc, (size_t)reps);
+            if (phase == PHASE_COLD && nt == 1) local_cold = med;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"%s\",\"ids\":\"%s\",\"threads\":%d,\"per_thread\":%.6g,"
                      "\"new_row_share\":%.4f,\"vs_compute_floor\":%.3f,\"min\":%.6g,\"max\":%.6g,"
@@ -373,60 +384,73 @@ int main(int argc, char **argv) {
     }
     if (!with_ps) return 0;
 
-    /* One PS shard on loopback holding the same slots (cold stream, one thread). */
+    /* One PS shard on loopback holding the same slots (cold stream, one thread), a fresh
+     * shard for each of: steps one after another, pipelined steps (the apply of one in
+     * flight while the next one looks up and computes). vs_local: against the local table's
+     * cold 1-thread figure of this run; cpu_us_per_example: this process (trainer, shard and
+     * its rpc threads together: they share the cores). */
     mt_table_slot_config_t slots[2 * NSLOTS];
     mt_trainer_slot_configs(&tc, slots, 2 * NSLOTS);
-    mt_ps_config_t pc;
-    mt_ps_config_init(&pc);
-    pc.table.slots = slots;
-    pc.table.nslots = 2 * NSLOTS;
-    pc.table.shards_log2 = 6;
-    pc.table.initial_rows = initial_rows;
-    pc.table.filter_bytes = 0;
-    mt_ps_t *ps;
-    mt_rpc_server_t *srv;
-    mt_rpc_server_config_t sc;
-    mt_rpc_server_config_init(&sc);
-    sc.threads = 2;
-    int port = 0;
-    if (mt_ps_create(&pc, NULL, &ps) != MT_OK || mt_rpc_server_create(&sc, &srv) != MT_OK ||
-        mt_ps_register(ps, srv) != MT_OK || mt_rpc_server_start(srv, &port) != MT_OK)
-        return 1;
-    char addr[64];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-    const char *addrs[1] = {addr};
-    mt_psc_config_t cc;
-    mt_psc_config_init(&cc);
-    cc.addrs = addrs;
-    cc.num_shards = 1;
-    mt_psc_t *client;
-    if (mt_psc_create(&cc, &client) != MT_OK) return 1;
-    mt_trainer_backend_t be;
-    mt_trainer_backend_psc(client, &be);
-    tc.backend = &be;
-    mt_trainer_t *tr;
-    if (mt_trainer_create(&tc, &tr) != MT_OK) return 1;
     stream_t sm;
     stream_init(&sm, PHASE_COLD, 1);
     batches_t bs = {0};
     if (batches_make(&bs, nbatches + 1, batch, &sm)) return 1;
     float *probs = malloc(batch * sizeof(float));
-    if (mt_trainer_train(tr, &bs.b[0], 1, probs, NULL) != MT_OK) return 1; /* first rows */
-    double t0 = mt_mono_s();
-    for (size_t i = 1; i <= nbatches; i++)
-        if (mt_trainer_train(tr, &bs.b[i], 2, probs, NULL) != MT_OK) return 1;
-    double rate = (double)(nbatches * batch) / (mt_mono_s() - t0);
-    snprintf(extra, sizeof(extra),
-             "\"phase\":\"cold\",\"threads\":1,\"vs_compute_floor\":%.3f,\"slots\":%d,"
-             "\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,\"backend\":\"1 PS over loopback\","
-             "\"examples\":%zu",
-             rate / floor_rate, NSLOTS, DIM, batch, nbatches * batch);
-    emit("train_examples_per_s", rate, "examples/s", extra);
-    mt_trainer_destroy(tr);
+    for (int pipelined = 0; pipelined <= 1; pipelined++) {
+        mt_ps_config_t pc;
+        mt_ps_config_init(&pc);
+        pc.table.slots = slots;
+        pc.table.nslots = 2 * NSLOTS;
+        pc.table.shards_log2 = 6;
+        pc.table.initial_rows = initial_rows;
+        pc.table.filter_bytes = 0;
+        mt_ps_t *ps;
+        mt_rpc_server_t *srv;
+        mt_rpc_server_config_t sc;
+        mt_rpc_server_config_init(&sc);
+        sc.threads = 2;
+        int port = 0;
+        if (mt_ps_create(&pc, NULL, &ps) != MT_OK || mt_rpc_server_create(&sc, &srv) != MT_OK ||
+            mt_ps_register(ps, srv) != MT_OK || mt_rpc_server_start(srv, &port) != MT_OK)
+            return 1;
+        char addr[64];
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+        const char *addrs[1] = {addr};
+        mt_psc_config_t cc;
+        mt_psc_config_init(&cc);
+        cc.addrs = addrs;
+        cc.num_shards = 1;
+        mt_psc_t *client;
+        if (mt_psc_create(&cc, &client) != MT_OK) return 1;
+        mt_trainer_backend_t be;
+        mt_trainer_backend_psc(client, &be);
+        tc.backend = &be;
+        mt_trainer_t *tr;
+        if (mt_trainer_create(&tc, &tr) != MT_OK) return 1;
+        if (pipelined && mt_trainer_set_pipelined(tr, 1) != MT_OK) return 1;
+        if (mt_trainer_train(tr, &bs.b[0], 1, probs, NULL) != MT_OK) return 1; /* first rows */
+        if (mt_trainer_wait(tr, NULL) != MT_OK) return 1;
+        double t0 = mt_mono_s(), c0 = process_cpu_s();
+        for (size_t i = 1; i <= nbatches; i++)
+            if (mt_trainer_train(tr, &bs.b[i], 2, probs, NULL) != MT_OK) return 1;
+        if (mt_trainer_wait(tr, NULL) != MT_OK) return 1;
+        double secs = mt_mono_s() - t0, cpu = process_cpu_s() - c0;
+        double rate = (double)(nbatches * batch) / secs;
+        snprintf(extra, sizeof(extra),
+                 "\"phase\":\"cold\",\"threads\":1,\"pipelined\":%s,\"vs_local\":%.3f,"
+                 "\"local\":%.6g,\"cpu_us_per_example\":%.2f,\"vs_compute_floor\":%.3f,"
+                 "\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
+                 "\"backend\":\"1 PS over loopback\",\"examples\":%zu",
+                 pipelined ? "true" : "false", local_cold > 0 ? rate / local_cold : 0, local_cold,
+                 cpu * 1e6 / (double)(nbatches * batch), rate / floor_rate, NSLOTS, DIM, batch,
+                 nbatches * batch);
+        emit("train_examples_per_s", rate, "examples/s", extra);
+        mt_trainer_destroy(tr);
+        mt_psc_destroy(client);
+        mt_rpc_server_destroy(srv);
+        mt_ps_destroy(ps);
+    }
     batches_free(&bs);
     free(probs);
-    mt_psc_destroy(client);
-    mt_rpc_server_destroy(srv);
-    mt_ps_destroy(ps);
     return 0;
 }

@@ -5,17 +5,45 @@
  * open-addressing map rebuilt per batch). The table is asked once for the U embeddings and
  * once for the U first-order weights; pooling, the gradient scatter and the updates all
  * work on the unique ids.
+ *
+ * Pipelined steps: the apply thread takes one job at a time (pipe_t). A step copies its
+ * unique fids, gradients and cover into the job, so that the next step reuses the trainer's
+ * scratch while the apply runs. Locks: pipe.lock guards the job's state (busy, have, err);
+ * the job's buffers belong to the apply thread from the hand-off until busy drops.
  */
 #include "mt/trainer.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "mt/psclient.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #define FIRST_ORDER 0x8000u
+
+/* The apply thread of pipelined steps and its one job. */
+typedef struct pipe {
+    int on;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int have, busy, quit; /* have: a job waits; busy: a job is not answered yet */
+    int sent;             /* a job was handed over and its answer not collected (step thread) */
+    mt_err_t err;         /* the last job's */
+    uint32_t skipped;
+    /* the job (the apply thread's while busy) */
+    uint64_t *fids;
+    float *grads;
+    size_t n, len, cap_fids, cap_grads;
+    uint32_t now_s;
+    uint64_t examples;
+    mt_psc_range_t *cover;
+    size_t ncover, cap_cover;
+} pipe_t;
 
 struct mt_trainer {
     mt_trainer_config_t cfg;
@@ -40,6 +68,7 @@ struct mt_trainer {
     float *uemb, *uw1, *ug, *ugw;
     float *E, *W1, *dE, *dW1, *probs;
     uint32_t *map; /* unique index + 1 */
+    pipe_t pipe;
 };
 
 void mt_trainer_config_init(mt_trainer_config_t *cfg) {
@@ -58,6 +87,10 @@ void mt_trainer_config_init(mt_trainer_config_t *cfg) {
 
 void mt_trainer_destroy(mt_trainer_t *tr) {
     if (!tr) return;
+    mt_trainer_set_pipelined(tr, 0);
+    free(tr->pipe.fids);
+    free(tr->pipe.grads);
+    free(tr->pipe.cover);
     mt_table_destroy(tr->table);
     mt_model_destroy(tr->model);
     mt_model_ws_destroy(tr->ws);
@@ -386,6 +419,128 @@ static void adam_step(mt_trainer_t *tr) {
     }
 }
 
+/* ---------------- pipelined steps ---------------- */
+
+/* One apply of fids/grads with the step's examples and cover (either mode). */
+static mt_err_t do_apply(mt_trainer_t *tr, const uint64_t *fids, size_t n, const float *grads,
+                         size_t len, uint32_t now_s, uint64_t examples, const mt_psc_range_t *cover,
+                         size_t ncover, uint32_t *skipped) {
+    *skipped = 0;
+    if (!ncover) return tr->backend.apply(tr->backend.ud, fids, n, grads, len, now_s, examples);
+    if (!tr->backend.apply_cover) return MT_INVALID;
+    return tr->backend.apply_cover(tr->backend.ud, fids, n, grads, len, now_s, examples, cover,
+                                   ncover, skipped);
+}
+
+static void *pipe_main(void *arg) {
+    mt_trainer_t *tr = arg;
+    pipe_t *p = &tr->pipe;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!p->have && !p->quit)
+            pthread_cond_wait(&p->cond, &p->lock);
+        if (!p->have) break; /* quit with nothing to do */
+        p->have = 0;
+        pthread_mutex_unlock(&p->lock);
+        uint32_t skipped = 0;
+        mt_err_t err = do_apply(tr, p->fids, p->n, p->grads, p->len, p->now_s, p->examples,
+                                p->cover, p->ncover, &skipped);
+        pthread_mutex_lock(&p->lock);
+        p->err = err;
+        p->skipped = skipped;
+        p->busy = 0;
+        pthread_cond_broadcast(&p->cond);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+mt_err_t mt_trainer_wait(mt_trainer_t *tr, mt_trainer_step_t *st) {
+    pipe_t *p = &tr->pipe;
+    if (!p->on) return MT_OK;
+    int was = p->sent;
+    p->sent = 0;
+    pthread_mutex_lock(&p->lock);
+    while (p->busy)
+        pthread_cond_wait(&p->cond, &p->lock);
+    mt_err_t err = was ? p->err : MT_OK;
+    uint32_t skipped = was ? p->skipped : 0;
+    p->err = MT_OK;
+    p->skipped = 0;
+    pthread_mutex_unlock(&p->lock);
+    if (st) {
+        st->skipped_shards = skipped;
+        st->previous = was && !err;
+    }
+    return err;
+}
+
+mt_err_t mt_trainer_set_pipelined(mt_trainer_t *tr, int on) {
+    pipe_t *p = &tr->pipe;
+    if (!!on == p->on) return MT_OK;
+    if (on) {
+        if (pthread_mutex_init(&p->lock, NULL)) return MT_NOMEM;
+        if (pthread_cond_init(&p->cond, NULL)) {
+            pthread_mutex_destroy(&p->lock);
+            return MT_NOMEM;
+        }
+        p->have = p->busy = p->quit = p->sent = 0;
+        p->err = MT_OK;
+        if (pthread_create(&p->thread, NULL, pipe_main, tr)) {
+            pthread_cond_destroy(&p->cond);
+            pthread_mutex_destroy(&p->lock);
+            return MT_NOMEM;
+        }
+        p->on = 1;
+        return MT_OK;
+    }
+    (void)mt_trainer_wait(tr, NULL); /* its result is the caller's to ask for first */
+    pthread_mutex_lock(&p->lock);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->lock);
+    p->on = 0;
+    return MT_OK;
+}
+
+/* Hands the step's apply to the apply thread (nothing is in flight: the caller waited). */
+static mt_err_t pipe_send(mt_trainer_t *tr, size_t n, size_t len, uint32_t now_s, uint64_t examples,
+                          const mt_psc_range_t *cover, size_t ncover) {
+    pipe_t *p = &tr->pipe;
+    if (n > p->cap_fids) {
+        size_t c = grown(p->cap_fids, n, 2048);
+        if (resize((void **)&p->fids, c * sizeof(uint64_t))) return MT_NOMEM;
+        p->cap_fids = c;
+    }
+    if (len > p->cap_grads) {
+        size_t c = grown(p->cap_grads, len, 4096);
+        if (resize((void **)&p->grads, c * sizeof(float))) return MT_NOMEM;
+        p->cap_grads = c;
+    }
+    if (ncover > p->cap_cover) {
+        size_t c = grown(p->cap_cover, ncover, 16);
+        if (resize((void **)&p->cover, c * sizeof(mt_psc_range_t))) return MT_NOMEM;
+        p->cap_cover = c;
+    }
+    memcpy(p->fids, tr->ufid, n * sizeof(uint64_t));
+    memcpy(p->grads, tr->ug, len * sizeof(float));
+    if (ncover) memcpy(p->cover, cover, ncover * sizeof(mt_psc_range_t));
+    p->n = n;
+    p->len = len;
+    p->now_s = now_s;
+    p->examples = examples;
+    p->ncover = ncover;
+    p->sent = 1;
+    pthread_mutex_lock(&p->lock);
+    p->have = p->busy = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    return MT_OK;
+}
+
 void mt_trainer_set_cover(mt_trainer_t *tr, const mt_psc_range_t *cover, size_t n) {
     tr->cover = n ? cover : NULL;
     tr->ncover = n;
@@ -399,17 +554,31 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     tr->cover = NULL;
     tr->ncover = 0;
     mt_err_t err = check_slots(tr, b);
-    if (err) return err;
-    for (size_t i = 0; i < b->n; i++)
-        if (!(b->labels[i] >= 0.0f && b->labels[i] <= 1.0f)) return MT_INVALID;
-    if (b->n == 0) return MT_OK;
-    if ((err = reserve(tr, b->n, b->nfids)) != MT_OK) return err;
-    size_t nu = unique_ids(tr, b), d = tr->cfg.dim, S = tr->cfg.nslots;
-    if ((err = gather(tr, b, nu, MT_TABLE_TRAIN, now_s)) != MT_OK) return err;
+    for (size_t i = 0; i < b->n && !err; i++)
+        if (!(b->labels[i] >= 0.0f && b->labels[i] <= 1.0f)) err = MT_INVALID;
+    size_t nu = 0, d = tr->cfg.dim, S = tr->cfg.nslots;
     float loss = 0;
-    err = mt_model_forward_backward(tr->model, tr->E, tr->W1, b->labels, NULL, b->n,
-                                    probs ? probs : tr->probs, &loss, tr->dE, tr->dW1);
-    if (err) return err;
+    if (!err && b->n) { /* pipelined: the previous step's apply may be in flight meanwhile */
+        err = reserve(tr, b->n, b->nfids);
+        if (!err) {
+            nu = unique_ids(tr, b);
+            err = gather(tr, b, nu, MT_TABLE_TRAIN, now_s);
+        }
+        if (!err)
+            err = mt_model_forward_backward(tr->model, tr->E, tr->W1, b->labels, NULL, b->n,
+                                            probs ? probs : tr->probs, &loss, tr->dE, tr->dW1);
+    }
+    mt_trainer_step_t prev = {0};
+    if (tr->pipe.on) { /* the previous step's apply first: one in flight, in order */
+        mt_err_t perr = mt_trainer_wait(tr, &prev);
+        if (!err) err = perr;
+    }
+    if (st) { /* an error leaves st as it was, but for whether the previous step landed */
+        if (!err) memset(st, 0, sizeof(*st));
+        st->previous = prev.previous;
+        if (!err) st->skipped_shards = prev.skipped_shards;
+    }
+    if (err || b->n == 0) return err;
     /* Scatter: an id's gradient is the sum over its occurrences of the per-example
      * gradient (the batch mean's gradient times n). */
     float scale = (float)b->n;
@@ -430,14 +599,14 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     }
     /* one apply of both (ug, then ugw right after it), with the step's examples */
     uint32_t skipped = 0;
-    if (!ncover)
-        err =
-            tr->backend.apply(tr->backend.ud, tr->ufid, 2 * nu, tr->ug, nu * (d + 1), now_s, b->n);
-    else if (!tr->backend.apply_cover)
-        err = MT_INVALID;
-    else
-        err = tr->backend.apply_cover(tr->backend.ud, tr->ufid, 2 * nu, tr->ug, nu * (d + 1), now_s,
-                                      b->n, cover, ncover, &skipped);
+    if (tr->pipe.on) {
+        if (ncover && !tr->backend.apply_cover) return MT_INVALID;
+        err = pipe_send(tr, 2 * nu, nu * (d + 1), now_s, b->n, cover, ncover);
+        skipped = prev.skipped_shards;
+    } else {
+        err = do_apply(tr, tr->ufid, 2 * nu, tr->ug, nu * (d + 1), now_s, b->n, cover, ncover,
+                       &skipped);
+    }
     if (err) return err;
     if (!tr->dense_remote) adam_step(tr);
     if (st) {
@@ -446,6 +615,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
         st->ids = b->nfids;
         st->unique_ids = nu;
         st->skipped_shards = skipped;
+        st->previous = prev.previous;
     }
     return MT_OK;
 }

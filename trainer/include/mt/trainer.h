@@ -23,7 +23,15 @@
  * times n), so that an id's step does not shrink with the batch size. Repeated ids get one
  * update with the summed gradient.
  *
- * Thread safety: a trainer is used by one thread at a time.
+ * Pipelined steps (mt_trainer_set_pipelined): a step's apply goes to a thread of the trainer
+ * and the step returns; the next step's lookup and computation run while it is in flight,
+ * and that step waits for it before sending its own apply. So at most one apply is in
+ * flight (per shard too: the examples of a partition reach each shard in order), and a
+ * step's lookup may miss the previous step's update (staleness of one step, as Monolith's
+ * asynchronous workers). docs/trainer.md, "The pipelined step against the PS".
+ *
+ * Thread safety: a trainer is used by one thread at a time (its apply thread, when
+ * pipelined, is its own).
  */
 #ifndef MT_TRAINER_H
 #define MT_TRAINER_H
@@ -86,7 +94,11 @@ typedef struct mt_trainer_config {
 typedef struct mt_trainer_step {
     float loss; /* mean log loss of the batch, before the update */
     size_t examples, ids, unique_ids;
-    uint32_t skipped_shards; /* with a cover: the shards that had applied the step before */
+    uint32_t skipped_shards; /* with a cover: the shards that had applied the step before
+                                (pipelined: of the previous step, whose apply this one waited
+                                for; mt_trainer_wait() gives the last one's) */
+    int previous;            /* pipelined: 1 if a previous step's apply was in flight and
+                                this step confirmed it (it is applied: mark its messages) */
 } mt_trainer_step_t;
 
 void mt_trainer_config_init(mt_trainer_config_t *cfg);
@@ -120,6 +132,25 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *batch, uint32_t no
  * are elsewhere: read them again), MT_INVALID (a backend without apply_cover).
  */
 void mt_trainer_set_cover(mt_trainer_t *tr, const mt_psc_range_t *cover, size_t n);
+
+/**
+ * Turns pipelined steps on or off (see the top of this file). Turning them off waits for the
+ * apply in flight first (its result: mt_trainer_wait()). With them on, mt_trainer_train()
+ * returns MT_OK once its step's apply is handed to the apply thread: the step is applied
+ * only when the next mt_trainer_train() or mt_trainer_wait() returns MT_OK. An error of
+ * mt_trainer_train() is then its own or the previous step's apply's, and neither step's
+ * apply is known to have landed (the previous one may have reached some shards: as after a
+ * failed apply of an unpipelined step); nothing is in flight after it.
+ * @returns MT_OK or MT_NOMEM (the thread could not start: steps stay unpipelined).
+ */
+mt_err_t mt_trainer_set_pipelined(mt_trainer_t *tr, int on);
+
+/**
+ * Pipelined steps: waits until the apply in flight (if any) is answered.
+ * @param[out] st  optional: its skipped_shards (and previous = 1 if one was in flight)
+ * @returns MT_OK (nothing in flight, or it was applied) or the apply's error.
+ */
+mt_err_t mt_trainer_wait(mt_trainer_t *tr, mt_trainer_step_t *st);
 
 typedef struct mt_psc mt_psc_t;
 
