@@ -584,6 +584,29 @@ int64_t mt_kafka_consumer_lag(const mt_kafka_consumer_t *c) {
     return lag;
 }
 
+/* Seeks every partition of @p l to its offset. @returns MT_OK or MT_IO (errbuf says which). */
+static mt_err_t seek_list(mt_kafka_consumer_t *c, rd_kafka_topic_partition_list_t *l, char *errbuf,
+                          size_t errlen) {
+    /* Waits until nothing fetched for the old positions can be returned by a poll. No finite
+     * timeout: librdkafka 2.0.2 reads it as microseconds (fixed in 2.1.0, PR #4230); a seek
+     * is a local operation that the fetcher takes at once, and the Confluent clients wait
+     * without a limit too. */
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, l, -1);
+    if (e) {
+        mt__kafka_errf(errbuf, errlen, "seek: %s", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+        return MT_IO;
+    }
+    for (int i = 0; i < l->cnt; i++) {
+        if (l->elems[i].err) {
+            mt__kafka_errf(errbuf, errlen, "seek %s [%d]: %s", l->elems[i].topic,
+                           (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
+            return MT_IO;
+        }
+    }
+    return MT_OK;
+}
+
 mt_err_t mt_kafka_consumer_reseek(mt_kafka_consumer_t *c, char *errbuf, size_t errlen) {
     mt__kafka_errf(errbuf, errlen, "%s", "");
     if (!c) return MT_INVALID;
@@ -609,21 +632,7 @@ mt_err_t mt_kafka_consumer_reseek(mt_kafka_consumer_t *c, char *errbuf, size_t e
     }
     rd_kafka_topic_partition_list_destroy(l);
     mt_err_t err = MT_OK;
-    if (go->cnt) {
-        rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, go, -1); /* see set_positions */
-        if (e) {
-            mt__kafka_errf(errbuf, errlen, "seek: %s", rd_kafka_error_string(e));
-            rd_kafka_error_destroy(e);
-            err = MT_IO;
-        }
-        for (int i = 0; i < go->cnt && !err; i++) {
-            if (go->elems[i].err) {
-                mt__kafka_errf(errbuf, errlen, "seek %s [%d]: %s", go->elems[i].topic,
-                               (int)go->elems[i].partition, rd_kafka_err2str(go->elems[i].err));
-                err = MT_IO;
-            }
-        }
-    }
+    if (go->cnt) err = seek_list(c, go, errbuf, errlen);
     mt_log(err ? MT_LOG_WARN : MT_LOG_INFO, MT__KAFKA_WHO,
            "%s: %d assigned partitions sought again%s%s", rd_kafka_name(c->rk), go->cnt,
            err ? ": " : "", err && errbuf ? errbuf : "");
@@ -707,25 +716,7 @@ mt_err_t mt_kafka_consumer_set_positions(mt_kafka_consumer_t *c, const mt_kafka_
         mt__kafka_errf(errbuf, errlen, "out of memory");
         return err;
     }
-    if (l->cnt) {
-        /* Waits until nothing fetched for the old positions can be returned by a poll. No
-         * finite timeout: librdkafka 2.0.2 reads it as microseconds (fixed in 2.1.0, PR
-         * #4230); a seek is a local operation that the fetcher takes at once, and the
-         * Confluent clients wait without a limit too. */
-        rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, l, -1);
-        if (e) {
-            mt__kafka_errf(errbuf, errlen, "seek: %s", rd_kafka_error_string(e));
-            rd_kafka_error_destroy(e);
-            err = MT_IO;
-        }
-        for (int i = 0; i < l->cnt && !err; i++) {
-            if (l->elems[i].err) {
-                mt__kafka_errf(errbuf, errlen, "seek %s [%d]: %s", l->elems[i].topic,
-                               (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
-                err = MT_IO;
-            }
-        }
-    }
+    if (l->cnt) err = seek_list(c, l, errbuf, errlen);
     mt_log(err ? MT_LOG_WARN : MT_LOG_INFO, MT__KAFKA_WHO,
            "%s: caller-owned positions: %zu set, %d assigned partitions moved%s%s",
            rd_kafka_name(c->rk), n, l->cnt, err ? ": " : "", err && errbuf ? errbuf : "");
