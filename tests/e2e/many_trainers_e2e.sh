@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Many trainers, exactly once (docs/checkpoint.md, "Many trainers: idempotent applies"),
 # counted: on monolith-kafka-dev (examples: 6 partitions), two monolith-ps shards taking
-# their own snapshots every second, and three monolith-trainer --online in one group with
+# their own snapshots every second (one whole in 3, the others incremental:
+# ps.snapshot_full_every), and three monolith-trainer --online in one group with
 # trainer.idempotent (covered steps), while `monolith gen --kafka --rate` produces N examples
 # and kcat 3 garbage messages:
 #  1. kill -9 trainer 1 mid-stream: its partitions move to the others, which start each one
@@ -40,7 +41,8 @@ start_ps() { # start_ps I [PORT [SNAPSHOT_INTERVAL_S]]
   "$MT_PS_BIN" --config "$conf" "${model[@]}" --shard "$i" --num-shards 2 --listen "$listen" \
     --port-file "$tmp/ps$i.port" --set "ps.snapshot_dir=$tmp/ps$i" \
     --set "ps.snapshot_interval_s=${3:-1}" \
-    --set ps.snapshot_keep=3 --set ps.metrics_listen=127.0.0.1:0 2>> "$tmp/ps$i.err" &
+    --set ps.snapshot_keep=3 --set ps.snapshot_full_every=3 \
+    --set ps.metrics_listen=127.0.0.1:0 2>> "$tmp/ps$i.err" &
   ps_pid[$i]=$!
   pids+=($!)
   wait_port_file "$tmp/ps$i.port"
@@ -123,6 +125,12 @@ mp0=$(metrics_port "$tmp/ps0.err")
 skipped=$(metric "$mp0" 'monolith_ps_skipped_total{shard="0",kind="sparse"}')
 say "shard 0 skipped ${skipped:-0} steps it held while shard 1 was re-fed"
 [ "${skipped%.*}" -gt 0 ] || fail "shard 0 skipped no step while shard 1 was re-fed"
+# one snapshot in 3 is whole (ps.snapshot_full_every), so the restarts above and below come
+# back through chains of incremental ones as often as not
+inc=$(metric "$mp0" 'monolith_ps_snapshots_incremental_total{shard="0"}')
+whole=$(metric "$mp0" 'monolith_ps_snapshots_total{shard="0"}')
+say "shard 0: ${whole:-0} snapshots, ${inc:-0} of them incremental"
+[ "${inc%.*}" -gt 0 ] || fail "shard 0 wrote no incremental snapshot"
 
 say "== 5. $EXTRA more examples; mid-stream, kill -9 both shards and restart them"
 "$MT_CLI_BIN" gen --examples "$EXTRA" --seed 22 --users 2000 --items 500 --kafka "$bs" \
