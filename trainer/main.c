@@ -300,11 +300,24 @@ static int setup_trainer(daemon_t *d) {
  * go to the evaluator. @returns 0, or 1 after giving up (the PS stayed unreachable), or in
  * exact mode 2 at the first PS failure (a retry could apply part of the step twice: the
  * caller recovers instead). */
+static int train_step(daemon_t *d, const mt_batch_t *b, float *probs, double *loss_sum,
+                      int *previous);
+
+/* One step, retried in the at-least-once mode. @returns 0, 1 (stop) or 2 (recover). */
 static int train_batch(daemon_t *d, const mt_batch_t *b, float *probs, double *loss_sum) {
+    return train_step(d, b, probs, loss_sum, NULL);
+}
+
+/* One step. With @p previous (pipelined steps): no retry, since an error may be the previous
+ * step's: 3 (drop both, seek back to the marks) in the at-least-once mode; *previous = 1 when
+ * the step confirmed the previous one. @returns 0, 1 (stop), 2 (recover) or 3. */
+static int train_step(daemon_t *d, const mt_batch_t *b, float *probs, double *loss_sum,
+                      int *previous) {
     uint32_t now_s = (uint32_t)time(NULL);
     for (int attempt = 0;; attempt++) {
         mt_trainer_step_t st;
         mt_err_t e = mt_trainer_train(d->tr, b, now_s, probs, &st);
+        if (previous) *previous = st.previous;
         char err[512] = "";
         if (!e && d->dense) {
             int synced = 0;
@@ -327,6 +340,11 @@ static int train_batch(daemon_t *d, const mt_batch_t *b, float *probs, double *l
         if (d->exact) {
             mt_log(MT_LOG_WARN, WHO, "training step: %s%s%s: recovering", mt_strerror(e), sep, err);
             return 2;
+        }
+        if (previous) {
+            mt_log(MT_LOG_WARN, WHO, "pipelined step: %s%s%s: back to the marked positions",
+                   mt_strerror(e), sep, err);
+            return 3;
         }
         if (attempt == 20 || stop_requested(d)) {
             mt_log(MT_LOG_ERROR, WHO, "training step failed %d times: %s%s%s", attempt + 1,
@@ -1097,6 +1115,56 @@ out:
     return rc;
 }
 
+/* Pipelined steps in the online loop (trainer.pipelined): the messages whose step's apply is
+ * in flight, marked once a later step or a wait confirms it (mt_trainer_wait). */
+typedef struct inflight {
+    int on;              /* the trainer's steps are pipelined */
+    int busy;            /* a step is in flight */
+    mt_kafka_msg_t *msg; /* its messages (topic, partition and offset only: marks need no more) */
+    size_t n, cap;
+} inflight_t;
+
+/* Marks the messages of the step in flight, now applied. */
+static void inflight_mark(inflight_t *f, mt_kafka_consumer_t *kc) {
+    for (size_t i = 0; i < f->n; i++)
+        mt_kafka_consumer_mark(kc, &f->msg[i]);
+    f->n = 0;
+    f->busy = 0;
+}
+
+/* The step in flight (if any) answered: marked on success. @returns the number of messages
+ * marked, or -1 on error (nothing in flight afterwards, nothing marked). */
+static long inflight_confirm(inflight_t *f, daemon_t *d, mt_kafka_consumer_t *kc) {
+    if (!f->on || !f->busy) return 0;
+    mt_err_t e = mt_trainer_wait(d->tr, NULL);
+    long n = (long)f->n;
+    if (e) {
+        atomic_fetch_add(&d->ctr.ps_errors, 1);
+        mt_log(MT_LOG_WARN, WHO, "pipelined step: %s", mt_strerror(e));
+        f->n = 0;
+        f->busy = 0;
+        return -1;
+    }
+    inflight_mark(f, kc);
+    return n;
+}
+
+/* The messages of a step just handed over. @returns 0 or 1 (out of memory). */
+static int inflight_set(inflight_t *f, const mt_kafka_msg_t *msgs, size_t n) {
+    if (n > f->cap) {
+        mt_kafka_msg_t *m = realloc(f->msg, n * sizeof(*m));
+        if (!m) return 1;
+        f->msg = m;
+        f->cap = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        f->msg[i] = (mt_kafka_msg_t){
+            .topic = msgs[i].topic, .partition = msgs[i].partition, .offset = msgs[i].offset};
+    f->n = n;
+    f->busy = 1;
+    return 0;
+}
+
 static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int until_caught_up) {
     char bootstrap[8192], berr[512] = "";
     if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), berr, sizeof(berr))) {
@@ -1134,6 +1202,16 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
     }
     uint64_t since_ckpt = 0; /* messages marked since the last checkpoint */
     double ckpt_period = d->cfg.trainer.checkpoint_interval_s;
+    inflight_t fl = {0};
+    if (d->cfg.trainer.pipelined && d->psc) {
+        if (mt_trainer_set_pipelined(d->tr, 1) == MT_OK) {
+            fl.on = 1;
+            mt_log(MT_LOG_INFO, WHO,
+                   "pipelined steps: one apply in flight while the next step "
+                   "computes (its messages marked once it is confirmed)");
+        } else
+            mt_log(MT_LOG_WARN, WHO, "pipelined steps: no apply thread: steps one after another");
+    }
     if (d->exact) {
         mt_coord_config_t cc;
         mt_coord_config_init(&cc);
@@ -1184,6 +1262,8 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
             mt_log(MT_LOG_WARN, WHO,
                    "no message for %.0f s with %" PRId64 " behind: seeking to the positions again",
                    tpoll - last_msg, (int64_t)atomic_load(&d->ctr.kafka_lag));
+            long k = inflight_confirm(&fl, d, kc); /* its messages marked, or to be re-read */
+            if (k > 0) since_ckpt += (uint64_t)k, uncommitted += (uint64_t)k;
             if (mt_kafka_consumer_reseek(kc, err, sizeof(err))) mt_log(MT_LOG_WARN, WHO, "%s", err);
             last_msg = tpoll;
             continue;
@@ -1206,10 +1286,25 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
             }
             if (ignored) atomic_fetch_add(&d->ctr.ignored_slots, ignored);
         }
+        int handed = 0; /* pipelined: this poll's step went in flight */
+        uint64_t marked = 0;
         if (b.n) {
-            int t = train_batch(d, &b, probs, &res.loss_sum);
-            if (t == 2) { /* exact mode: back to the last checkpoint, batch dropped unmarked */
+            int previous = 0;
+            int t = fl.on ? train_step(d, &b, probs, &res.loss_sum, &previous)
+                          : train_batch(d, &b, probs, &res.loss_sum);
+            if (t == 0 && fl.on && fl.busy && !previous) t = d->exact ? 2 : 3; /* cannot be */
+            if (t == 2 || t == 3) {
+                /* exact mode: back to the last checkpoint; pipelined at-least-once: back to
+                 * the marks. This batch (and the one in flight) dropped unmarked. */
                 mt_batch_clear(&b);
+                if (fl.on) (void)mt_trainer_wait(d->tr, NULL); /* nothing in flight after */
+                fl.n = 0;
+                fl.busy = 0;
+                if (t == 3) {
+                    if (mt_kafka_consumer_reseek(kc, err, sizeof(err)))
+                        mt_log(MT_LOG_WARN, WHO, "%s", err);
+                    continue;
+                }
                 if ((rc = recover(d, co, kc)) != 0) break;
                 since_ckpt = 0;
                 next_ckpt = mt_mono_s() + ckpt_period;
@@ -1221,11 +1316,59 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
             }
             res.examples += b.n;
             mt_batch_clear(&b);
+            if (fl.on) {
+                if (fl.busy) { /* confirmed by this step: applied */
+                    marked += fl.n;
+                    inflight_mark(&fl, kc);
+                }
+                if (inflight_set(&fl, msgs, n)) {
+                    rc = 1;
+                    break;
+                }
+                handed = 1;
+            }
+        } else if (fl.on && fl.busy && n) {
+            /* garbage only: marked behind the step in flight, which must land first */
+            long k = inflight_confirm(&fl, d, kc);
+            if (k < 0) {
+                if (!d->exact) {
+                    if (mt_kafka_consumer_reseek(kc, err, sizeof(err)))
+                        mt_log(MT_LOG_WARN, WHO, "%s", err);
+                    continue;
+                }
+                if ((rc = recover(d, co, kc)) != 0) break;
+                since_ckpt = 0;
+                next_ckpt = mt_mono_s() + ckpt_period;
+                continue;
+            }
+            marked += (uint64_t)k;
         }
-        /* the updates of every message up to here are applied on the PS: mark them */
-        for (size_t i = 0; i < n; i++)
-            mt_kafka_consumer_mark(kc, &msgs[i]);
+        /* the updates of every message up to here are applied on the PS: mark them (with
+         * pipelined steps, those of a step in flight once it is confirmed) */
+        if (!handed) {
+            for (size_t i = 0; i < n; i++)
+                mt_kafka_consumer_mark(kc, &msgs[i]);
+            marked += n;
+        }
         double now = mt_mono_s();
+        int due = (d->exact && now >= next_ckpt) ||
+                  (!d->exact && (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit));
+        if (due && fl.busy) { /* a checkpoint or commit holds only what was applied */
+            long k = inflight_confirm(&fl, d, kc);
+            if (k < 0) {
+                if (!d->exact) {
+                    if (mt_kafka_consumer_reseek(kc, err, sizeof(err)))
+                        mt_log(MT_LOG_WARN, WHO, "%s", err);
+                    continue;
+                }
+                if ((rc = recover(d, co, kc)) != 0) break;
+                since_ckpt = 0;
+                next_ckpt = mt_mono_s() + ckpt_period;
+                continue;
+            }
+            marked += (uint64_t)k;
+        }
+        n = (size_t)marked; /* what the bookkeeping below counts */
         since_ckpt += n;
         if (d->exact && now >= next_ckpt) {
             /* a checkpoint of what was applied; with nothing new, a look at the incarnations
@@ -1263,6 +1406,13 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
             last_t = now;
         }
     }
+    if (fl.on && !rc) { /* the last step in flight: marked if it landed */
+        long k = inflight_confirm(&fl, d, kc);
+        if (k > 0) since_ckpt += (uint64_t)k;
+        if (k < 0 && d->exact) rc = 1; /* the next run recovers from the last checkpoint */
+    }
+    if (fl.on) mt_trainer_set_pipelined(d->tr, 0);
+    free(fl.msg);
     int last = d->exact && !rc && since_ckpt ? checkpoint(d, co, kc) : 0;
     if (last == EXIT_FENCED) {
         rc = last; /* logged: another trainer took over */
@@ -1363,6 +1513,14 @@ int main(int argc, char **argv) {
     /* the TLS files of its PS channels, as they will be read: exit 2, with --check or not */
     if (d.cfg.cluster.nps && mt_config_rpc_check_tls(&d.cfg, 0, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
+        goto out;
+    }
+    if (d.cfg.trainer.pipelined && (!d.cfg.cluster.nps || d.cfg.trainer.idempotent)) {
+        fprintf(stderr,
+                "monolith-trainer: %s: trainer.pipelined needs the PS shards (cluster.ps) and "
+                "not trainer.idempotent\n",
+                config);
+        rc = 2;
         goto out;
     }
     if (d.cfg.trainer.idempotent && (!d.cfg.cluster.nps || d.cfg.trainer.dense_sync_batches != 1 ||

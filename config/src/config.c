@@ -271,6 +271,10 @@ static const prop_t props[] = {
             "carries its Kafka ranges and every shard applies it exactly once against its "
             "marks, saved in its own snapshots (docs/checkpoint.md, \"Many trainers\"); needs "
             "`dense_sync_batches` = 1 and `checkpoint_interval_s` = 0"},
+    {KEY("trainer", "pipelined"), CFG(trainer.pipelined), ENUM(bool_enum), .def = "false",
+     .doc = "online with PS shards, not `idempotent`: a step's apply is in flight while the next "
+            "step looks up and computes (one step of staleness; its messages are marked once "
+            "it is confirmed: docs/trainer.md, \"The pipelined step\")"},
     {KEY("trainer", "recovery_timeout_s"), CFG(trainer.recovery_timeout_s), UINT(1, 86400),
      .def = "300",
      .doc = "with checkpoints: how long a recovery waits for every shard to answer and "

@@ -2,7 +2,8 @@
 # Consistent checkpoints end to end (issue #7, docs/checkpoint.md), counted: on
 # monolith-kafka-dev, two monolith-ps shards with snapshot stores (and their own periodic
 # snapshots on, which coordination must switch off) and monolith-trainer --online with
-# trainer.checkpoint_interval_s = 1, while `monolith gen --kafka --rate` produces N examples:
+# trainer.checkpoint_interval_s = 1 and pipelined steps (trainer.pipelined: the apply of a
+# step in flight while the next computes), while `monolith gen --kafka --rate` produces N examples:
 #  1. kill -9 PS shard 1 mid-stream and restart it on the same address: the trainer notices,
 #     rolls both shards back to the last complete checkpoint and the consumer to its offsets;
 #  2. kill -9 the trainer mid-stream and start another: it recovers the same way; then a
@@ -62,6 +63,7 @@ say "PS shards on ${port[0]} and ${port[1]}"
 start_trainer() { # start_trainer NAME
   "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \
     --set kafka.group=ckpt --set trainer.batch_size=500 --set trainer.checkpoint_interval_s=1 \
+    --set trainer.pipelined=true \
     --set trainer.recovery_timeout_s=60 --set trainer.progress_interval_ms=0 \
     --set trainer.metrics_listen=127.0.0.1:0 --report "$tmp/$1.json" \
     > "$tmp/$1.out" 2> "$tmp/$1.err" &

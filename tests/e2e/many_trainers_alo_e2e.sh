@@ -3,7 +3,8 @@
 # many_trainers_e2e.sh with checkpoints off and trainer.idempotent off, so that what the
 # exactly-once mode saves is measured: on monolith-kafka-dev (examples: 6 partitions), two
 # monolith-ps shards and three monolith-trainer --online in one group, committing their
-# Kafka offsets every second, while `monolith gen --kafka --rate` produces N examples and
+# Kafka offsets every second, with pipelined steps (trainer.pipelined), while `monolith gen
+# --kafka --rate` produces N examples and
 # kcat 3 garbage messages:
 #  1. kill -9 trainer 1 mid-stream: its partitions move to the others, which start them at
 #     its last committed offsets and train again what it applied after its last commit;
@@ -23,7 +24,7 @@ say "PS shards on ${port[0]} and ${port[1]}"
 start_trainer() { # start_trainer K
   "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \
     --set kafka.group=many-alo --set trainer.checkpoint_interval_s=0 \
-    --set trainer.commit_interval_ms=1000 --set trainer.batch_size=200 \
+    --set trainer.commit_interval_ms=1000 --set trainer.batch_size=200 --set trainer.pipelined=true \
     --set trainer.progress_interval_ms=0 \
     --report "$tmp/tr$1.json" > "$tmp/tr$1.out" 2> "$tmp/tr$1.err" &
   tr_pids[$1]=$!

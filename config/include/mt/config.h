@@ -117,6 +117,7 @@ typedef struct mt_config_trainer {
     uint32_t commit_interval_ms;   /* online: Kafka offset commit period */
     uint32_t checkpoint_interval_s; /* online: cluster checkpoint period; 0 = off */
     int idempotent;                 /* online: many trainers, covered steps (docs/checkpoint.md) */
+    int pipelined;                  /* online with shards: the apply of a step in flight */
     uint32_t recovery_timeout_s;    /* online with checkpoints: longest recovery */
     char *metrics_listen;           /* Prometheus /metrics "host:port"; "" = disabled */
 } mt_config_trainer_t;

@@ -131,6 +131,7 @@ static const char *const all_keys[] = {
     "[trainer] commit_interval_ms",
     "[trainer] checkpoint_interval_s",
     "[trainer] idempotent",
+    "[trainer] pipelined",
     "[trainer] recovery_timeout_s",
     "[trainer] metrics_listen",
     "[input] format",
