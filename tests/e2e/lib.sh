@@ -160,22 +160,26 @@ start_two_shards() {
   cluster="127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
 }
 
-# Starts `monolith gen` producing N examples at RATE/s into examples (gen_pid), then writes
-# GARBAGE bad messages with kcat.
-many_produce() {
-  say "== producing $N examples at $RATE/s and $GARBAGE garbage messages"
-  "$MT_CLI_BIN" gen --examples "$N" --seed 21 --users 2000 --items 500 --kafka "$bs" \
-    --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen.err" &
-  gen_pid=$!
+# Starts `monolith gen` producing COUNT (default N) examples at RATE/s into examples
+# (gen_pid), then writes GARBAGE bad messages with kcat. A second call (with SEED, and no
+# garbage) produces more: many_produced then expects N in all.
+many_produce() { # many_produce [COUNT [SEED]]
+  local count=${1:-$N} seed=${2:-21}
+  say "== producing $count examples at $RATE/s${2:+ (seed $seed)}"
+  "$MT_CLI_BIN" gen --examples "$count" --seed "$seed" --users 2000 --items 500 --kafka "$bs" \
+    --topic examples --rate "$RATE" > /dev/null 2> "$tmp/gen$seed.err" &
+  gen_pid=$! gen_count=$count gen_seed=$seed
   pids+=($!)
+  [ -n "${2:-}" ] && return
   printf 'not an example\n\xff\xfe garbage\n{"json": 1}\n' |
     kcat -b "$bs" -P -t examples 2> "$tmp/kcat.err" || fail "kcat: $(cat "$tmp/kcat.err")"
 }
 
-# Waits for the producer of many_produce and for the topic to hold all it wrote.
+# Waits for the producer of the last many_produce and for the topic to hold all N examples.
 many_produced() {
   wait "$gen_pid" || fail "the producer failed"
-  grep -q " $N examples delivered" "$tmp/gen.err" || fail "producer: $(cat "$tmp/gen.err")"
+  grep -q " $gen_count examples delivered" "$tmp/gen$gen_seed.err" ||
+    fail "producer: $(cat "$tmp/gen$gen_seed.err")"
   expect_in_topic "$((N + GARBAGE))"
 }
 

@@ -8,7 +8,8 @@
 # kcat 3 garbage messages:
 #  1. kill -9 trainer 1 mid-stream: its partitions move to the others, which start them at
 #     its last committed offsets and train again what it applied after its last commit;
-#  2. a fourth trainer joins mid-stream (a rebalance);
+#  2. a fourth trainer joins mid-stream (a rebalance); the last quarter of the stream is
+#     produced once it holds partitions, so that it trains a share on any machine;
 #  3. once the group has committed every partition to its end (`monolith offsets`: every
 #     message consumed and trained, since a trainer commits only what it applied), the
 #     trainers stop (SIGTERM): each shard's examples_applied is at least N (nothing lost),
@@ -43,7 +44,11 @@ e2e_check() { # every trainer that should run still runs
   done
 }
 
-many_produce
+# 3/4 of the stream first; the last quarter once trainer 4 holds partitions, so that it has
+# messages to train whatever the machine's load (on a slow machine the others could be done
+# with a single stream before its first assignment arrives)
+N2=$((N / 4))
+many_produce $((N - N2))
 say "3 trainers start"
 for k in 1 2 3; do start_trainer "$k"; done
 live=(1 2 3)
@@ -58,6 +63,13 @@ wait_applied $((N / 2))
 say "== 2. trainer 4 joins at $(applied 0) examples"
 start_trainer 4
 live=(2 3 4)
+t4_holds() { # trainer 4's last assignment gave it partitions
+  local k; k=$(sed -n 's/.*: \([0-9]*\) partitions assigned.*/\1/p' "$tmp/tr4.err" | tail -1)
+  [ "${k:-0}" -gt 0 ]
+}
+wait_until "$E2E_GUARD_S" t4_holds || fail "trainer 4 got no partition"
+wait "$gen_pid" || fail "the producer failed"
+many_produce "$N2" 22
 
 many_produced
 say "== 3. the group commits every partition to its end, then every trainer stops"
