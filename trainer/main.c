@@ -646,6 +646,18 @@ static void log_fenced(const char *why) {
     mt_log(MT_LOG_ERROR, WHO, "stopping: %s%s", strncmp(why, "fenced", 6) ? "fenced: " : "", why);
 }
 
+/* A recovery that failed for another reason may have met another trainer's takeover (its
+ * restores and checkpoints race ours): @returns EXIT_FENCED if a shard has seen a higher
+ * coordinator epoch (logged), else 1. */
+static int gave_up(mt_coord_t *co) {
+    char why[512] = "";
+    if (mt_coord_epoch(co) && mt_coord_check(co, why, sizeof(why)) == MT_FENCED) {
+        log_fenced(why);
+        return EXIT_FENCED;
+    }
+    return 1;
+}
+
 /* Rolls the shards and the consumer back to the last complete checkpoint and resets the
  * dense copy. @returns 0, 1 (gave up: the trainer exits and a restart recovers) or
  * EXIT_FENCED (another trainer took over: stop for good). */
@@ -661,7 +673,7 @@ static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
         }
         if (e) {
             mt_log(MT_LOG_ERROR, WHO, "recovery failed: %s", err);
-            return 1;
+            return gave_up(co);
         }
         mt_kafka_position_t *pos = calloc(pt.noffsets ? pt.noffsets : 1, sizeof(*pos));
         if (!pos) {
@@ -686,7 +698,7 @@ static int recover(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
         sleep(1);
     }
     mt_log(MT_LOG_ERROR, WHO, "recovery did not finish: %s", err);
-    return 1;
+    return gave_up(co);
 }
 
 /* A cluster checkpoint of everything applied (nothing is in flight: one thread). On success
@@ -1420,7 +1432,7 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
         mt_log(MT_LOG_ERROR, WHO,
                "last checkpoint failed: the next run redoes what followed checkpoint %" PRIu64,
                mt_coord_last(co));
-        rc = 1;
+        rc = gave_up(co);
     }
     if (!d->exact && d->dense && mt_trainer_dense_sync_flush(d->dense, err, sizeof(err))) {
         mt_log(MT_LOG_ERROR, WHO, "final dense push: %s", err);
