@@ -1177,6 +1177,16 @@ static int inflight_set(inflight_t *f, const mt_kafka_msg_t *msgs, size_t n) {
     return 0;
 }
 
+/* Pipelined steps that failed are dropped unmarked: the exactly-once mode recovers from its
+ * last checkpoint, the at-least-once mode seeks back to its marks. @returns 0 or the status
+ * to stop with (recover()'s). */
+static int drop_steps(daemon_t *d, mt_coord_t *co, mt_kafka_consumer_t *kc) {
+    if (d->exact) return recover(d, co, kc);
+    char err[512] = "";
+    if (mt_kafka_consumer_reseek(kc, err, sizeof(err))) mt_log(MT_LOG_WARN, WHO, "%s", err);
+    return 0;
+}
+
 static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int until_caught_up) {
     char bootstrap[8192], berr[512] = "";
     if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), berr, sizeof(berr))) {
@@ -1306,20 +1316,16 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
                           : train_batch(d, &b, probs, &res.loss_sum);
             if (t == 0 && fl.on && fl.busy && !previous) t = d->exact ? 2 : 3; /* cannot be */
             if (t == 2 || t == 3) {
-                /* exact mode: back to the last checkpoint; pipelined at-least-once: back to
-                 * the marks. This batch (and the one in flight) dropped unmarked. */
+                /* this batch (and the one in flight) dropped unmarked */
                 mt_batch_clear(&b);
                 if (fl.on) (void)mt_trainer_wait(d->tr, NULL); /* nothing in flight after */
                 fl.n = 0;
                 fl.busy = 0;
-                if (t == 3) {
-                    if (mt_kafka_consumer_reseek(kc, err, sizeof(err)))
-                        mt_log(MT_LOG_WARN, WHO, "%s", err);
-                    continue;
+                if ((rc = drop_steps(d, co, kc)) != 0) break;
+                if (d->exact) { /* back at the last checkpoint */
+                    since_ckpt = 0;
+                    next_ckpt = mt_mono_s() + ckpt_period;
                 }
-                if ((rc = recover(d, co, kc)) != 0) break;
-                since_ckpt = 0;
-                next_ckpt = mt_mono_s() + ckpt_period;
                 continue;
             }
             if (t) {
@@ -1339,18 +1345,21 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
                 }
                 handed = 1;
             }
-        } else if (fl.on && fl.busy && n) {
-            /* garbage only: marked behind the step in flight, which must land first */
+        }
+        double now = mt_mono_s();
+        int due = (d->exact && now >= next_ckpt) ||
+                  (!d->exact && (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit));
+        /* The step in flight must land first before a checkpoint or a commit (they hold only
+         * what was applied) and before the messages of a poll of garbage only are marked
+         * behind it. */
+        if (fl.busy && (due || (!handed && n))) {
             long k = inflight_confirm(&fl, d, kc);
             if (k < 0) {
-                if (!d->exact) {
-                    if (mt_kafka_consumer_reseek(kc, err, sizeof(err)))
-                        mt_log(MT_LOG_WARN, WHO, "%s", err);
-                    continue;
+                if ((rc = drop_steps(d, co, kc)) != 0) break;
+                if (d->exact) { /* back at the last checkpoint */
+                    since_ckpt = 0;
+                    next_ckpt = mt_mono_s() + ckpt_period;
                 }
-                if ((rc = recover(d, co, kc)) != 0) break;
-                since_ckpt = 0;
-                next_ckpt = mt_mono_s() + ckpt_period;
                 continue;
             }
             marked += (uint64_t)k;
@@ -1361,24 +1370,6 @@ static int run_online(daemon_t *d, uint64_t max_examples, double duration_s, int
             for (size_t i = 0; i < n; i++)
                 mt_kafka_consumer_mark(kc, &msgs[i]);
             marked += n;
-        }
-        double now = mt_mono_s();
-        int due = (d->exact && now >= next_ckpt) ||
-                  (!d->exact && (d->cfg.trainer.commit_interval_ms == 0 || now >= next_commit));
-        if (due && fl.busy) { /* a checkpoint or commit holds only what was applied */
-            long k = inflight_confirm(&fl, d, kc);
-            if (k < 0) {
-                if (!d->exact) {
-                    if (mt_kafka_consumer_reseek(kc, err, sizeof(err)))
-                        mt_log(MT_LOG_WARN, WHO, "%s", err);
-                    continue;
-                }
-                if ((rc = recover(d, co, kc)) != 0) break;
-                since_ckpt = 0;
-                next_ckpt = mt_mono_s() + ckpt_period;
-                continue;
-            }
-            marked += (uint64_t)k;
         }
         n = (size_t)marked; /* what the bookkeeping below counts */
         since_ckpt += n;
