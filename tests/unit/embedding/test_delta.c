@@ -46,69 +46,11 @@
 
 #define STATE_MAX (2 * MT_TABLE_MAX_DIM + 2)
 
-/* ============================== in-memory streams ============================== */
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t len, cap;
-    size_t calls, fail_at; /* the write call (0-based) that fails with fail_err */
-    mt_err_t fail_err;
-} wbuf_t;
-
-static void wbuf_init(wbuf_t *w) {
-    memset(w, 0, sizeof(*w));
-    w->fail_at = SIZE_MAX;
-}
-
-static void wbuf_free(wbuf_t *w) {
-    free(w->p);
-    memset(w, 0, sizeof(*w));
-}
-
-static void wbuf_append(wbuf_t *w, const void *buf, size_t len) {
-    if (w->len + len > w->cap) {
-        size_t c = w->cap ? w->cap : 4096;
-        while (c < w->len + len)
-            c *= 2;
-        uint8_t *n = realloc(w->p, c);
-        cr_assert_not_null(n);
-        w->p = n;
-        w->cap = c;
-    }
-    if (len) memcpy(w->p + w->len, buf, len);
-    w->len += len;
-}
-
-static void wbuf_put_le(wbuf_t *w, uint64_t v, int n) {
-    uint8_t b[8];
-    for (int i = 0; i < n; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    wbuf_append(w, b, (size_t)n);
-}
-
-static mt_err_t wbuf_write(void *ud, const void *buf, size_t len) {
-    wbuf_t *w = ud;
-    if (w->calls++ == w->fail_at) return w->fail_err;
-    wbuf_append(w, buf, len);
-    return MT_OK;
-}
-
-typedef struct rbuf {
-    const uint8_t *p;
-    size_t len, pos;
-} rbuf_t;
-
-static mt_err_t rbuf_read(void *ud, void *buf, size_t len, size_t *got) {
-    rbuf_t *r = ud;
-    size_t n = r->len - r->pos < len ? r->len - r->pos : len;
-    if (n) memcpy(buf, r->p + r->pos, n);
-    r->pos += n;
-    *got = n;
-    return MT_OK;
-}
+#include "testutil_stream.h"
 
 static mt_table_t *load_full(const mt_table_config_t *cfg, const wbuf_t *w) {
-    rbuf_t r = {w->p, w->len, 0};
+    rbuf_t r;
+    rbuf_init(&r, w->p, w->len);
     mt_table_t *t = NULL;
     cr_assert_eq(mt_table_load(cfg, rbuf_read, &r, &t), MT_OK);
     return t;
@@ -116,7 +58,8 @@ static mt_table_t *load_full(const mt_table_config_t *cfg, const wbuf_t *w) {
 
 static mt_err_t apply_bytes(mt_table_t *t, const uint8_t *p, size_t len, uint64_t *rows,
                             uint64_t *dels) {
-    rbuf_t r = {p, len, 0};
+    rbuf_t r;
+    rbuf_init(&r, p, len);
     mt_err_t err = mt_table_load_changes(t, rbuf_read, &r, rows, dels);
     if (err == MT_OK) cr_assert_eq(r.pos, len, "a delta load left bytes unread");
     return err;
@@ -784,7 +727,8 @@ Test(delta, wrong_kind_of_stream_version_and_trailing_bytes) {
     wbuf_t full;
     save_full(t, &full);
     cr_assert_eq(apply_bytes(t, full.p, full.len, NULL, NULL), MT_CORRUPT);
-    rbuf_t r = {d.p, d.len, 0};
+    rbuf_t r;
+    rbuf_init(&r, d.p, d.len);
     mt_table_t *t2 = NULL;
     cr_assert_eq(mt_table_load(&cfg, rbuf_read, &r, &t2), MT_CORRUPT);
     cr_assert_null(t2);
