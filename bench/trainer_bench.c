@@ -386,7 +386,8 @@ int main(int argc, char **argv) {
 
     /* One PS shard on loopback holding the same slots (cold stream, one thread), a fresh
      * shard for each of: steps one after another, pipelined steps (the apply of one in
-     * flight while the next one looks up and computes). vs_local: against the local table's
+     * flight while the next one looks up and computes), and pipelined with prefetch (the next
+     * batch's lookup also in flight while this one computes). vs_local: against the local table's
      * cold 1-thread figure of this run; cpu_us_per_example: this process (trainer, shard and
      * its rpc threads together: they share the cores). */
     mt_table_slot_config_t slots[2 * NSLOTS];
@@ -396,7 +397,8 @@ int main(int argc, char **argv) {
     batches_t bs = {0};
     if (batches_make(&bs, nbatches + 1, batch, &sm)) return 1;
     float *probs = malloc(batch * sizeof(float));
-    for (int pipelined = 0; pipelined <= 1; pipelined++) {
+    for (int mode = 0; mode <= 2; mode++) { /* unpipelined, pipelined, with prefetch */
+        int pipelined = mode >= 1, prefetch = mode == 2;
         mt_ps_config_t pc;
         mt_ps_config_init(&pc);
         pc.table.slots = slots;
@@ -431,17 +433,22 @@ int main(int argc, char **argv) {
         if (mt_trainer_train(tr, &bs.b[0], 1, probs, NULL) != MT_OK) return 1; /* first rows */
         if (mt_trainer_wait(tr, NULL) != MT_OK) return 1;
         double t0 = mt_mono_s(), c0 = process_cpu_s();
-        for (size_t i = 1; i <= nbatches; i++)
+        for (size_t i = 1; i <= nbatches; i++) {
+            if (prefetch && i < nbatches && mt_trainer_prefetch(tr, &bs.b[i + 1], 2) != MT_OK)
+                return 1;
             if (mt_trainer_train(tr, &bs.b[i], 2, probs, NULL) != MT_OK) return 1;
+        }
         if (mt_trainer_wait(tr, NULL) != MT_OK) return 1;
         double secs = mt_mono_s() - t0, cpu = process_cpu_s() - c0;
         double rate = (double)(nbatches * batch) / secs;
         snprintf(extra, sizeof(extra),
-                 "\"phase\":\"cold\",\"threads\":1,\"pipelined\":%s,\"vs_local\":%.3f,"
+                 "\"phase\":\"cold\",\"threads\":1,\"pipelined\":%s,\"prefetch\":%s,"
+                 "\"vs_local\":%.3f,"
                  "\"local\":%.6g,\"cpu_us_per_example\":%.2f,\"vs_compute_floor\":%.3f,"
                  "\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
                  "\"backend\":\"1 PS over loopback\",\"examples\":%zu",
-                 pipelined ? "true" : "false", local_cold > 0 ? rate / local_cold : 0, local_cold,
+                 pipelined ? "true" : "false", prefetch ? "true" : "false",
+                 local_cold > 0 ? rate / local_cold : 0, local_cold,
                  cpu * 1e6 / (double)(nbatches * batch), rate / floor_rate, NSLOTS, DIM, batch,
                  nbatches * batch);
         emit("train_examples_per_s", rate, "examples/s", extra);

@@ -6,17 +6,25 @@
  * once for the U first-order weights; pooling, the gradient scatter and the updates all
  * work on the unique ids.
  *
- * Pipelined steps: the apply thread takes one job at a time (pipe_t). A step copies its
- * unique fids, gradients and cover into the job, so that the next step reuses the trainer's
- * scratch while the apply runs. Locks: pipe.lock guards the job's state (busy, have, err);
- * the job's buffers belong to the apply thread from the hand-off until busy drops.
+ * Pipelined steps: the trainer's thread (pipe_t) takes its jobs in the order they were
+ * queued: applies (at most one queued or running; a step copies its unique fids, gradients
+ * and cover into the job, so that the next step reuses the trainer's scratch while the apply
+ * runs) and prefetched lookups (at most two; each fills an id set of its own). Order on the
+ * one thread is what bounds the staleness: the prefetch of b+1, queued before b's apply, runs
+ * after b-1's apply was answered and before b's is sent.
+ * Locks: pipe.lock guards the queue, the apply job's state (busy, err) and every id
+ * set's state; a job's buffers (the apply job's, or a queued set's ids and values) belong to
+ * the thread from the hand-off until its state says done.
  */
 #include "mt/trainer.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <xxhash.h>
 
 #include "mt/psclient.h"
 #if defined(__SSE2__)
@@ -25,15 +33,40 @@
 
 #define FIRST_ORDER 0x8000u
 
-/* The apply thread of pipelined steps and its one job. */
+/* The ids of one batch and their looked-up values: a step's own, or a prefetched batch's. */
+enum { IDS_FREE, IDS_QUEUED, IDS_READY, IDS_STEP };
+#define NIDS      3    /* two prefetched batches and the step's own */
+#define JOB_APPLY (-1) /* a queue entry; 0..NIDS-1: the lookup of that id set */
+
+typedef struct idset {
+    size_t cap_occ; /* of uidx; ufid, uemb are sized for as many unique ids */
+    uint32_t *uidx; /* [occurrences] unique index */
+    /* [2U]: the U embedding fids, then their U first-order fids, so that a step makes one
+     * lookup and one apply (one request per shard: docs/checkpoint.md, "Many trainers") */
+    uint64_t *ufid;
+    float *uemb; /* [U * (dim + 1)]: the U embeddings then the U first-order weights */
+    size_t nu;
+    /* a prefetch's (state under pipe.lock) */
+    int state;
+    mt_err_t err;
+    uint64_t seq;            /* prefetch order */
+    uint64_t step_at;        /* the trainer's steps when it was made */
+    const mt_batch_t *batch; /* borrowed until its step, compared with it */
+    size_t n, nfids;
+    uint64_t hash; /* of its fids and offsets */
+    uint32_t now_s;
+} idset_t;
+
+/* The apply thread of pipelined steps and its queue. */
 typedef struct pipe {
     int on;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int have, busy, quit; /* have: a job waits; busy: a job is not answered yet */
-    int sent;             /* a job was handed over and its answer not collected (step thread) */
-    mt_err_t err;         /* the last job's */
+    int queue[4], qhead, qlen; /* JOB_APPLY or an id set's index, in the order queued */
+    int busy, quit;            /* busy: an apply is queued or running (not answered yet) */
+    int sent;     /* a job was handed over and its answer not collected (step thread) */
+    mt_err_t err; /* the last job's */
     uint32_t skipped;
     /* the job (the apply thread's while busy) */
     uint64_t *fids;
@@ -58,16 +91,14 @@ struct mt_trainer {
     float **am, **av; /* Adam moments per dense parameter */
     uint64_t step;
     /* Scratch, grown as needed. */
-    size_t cap_occ, cap_n, cap_map; /* per occurrence (also unique ids), example, map slot */
-    uint32_t *uidx;                 /* [occurrences] unique index */
-    /* [2U]: the U embedding fids, then their U first-order fids, so that a step makes one
-     * lookup and one apply (one request per shard: docs/checkpoint.md, "Many trainers") */
-    uint64_t *ufid;
-    /* [U * (dim + 1)]: the U embeddings then the U first-order weights, as one lookup packs
-     * them; uw1 points into it (after the embeddings). ug / ugw: their gradients, alike. */
-    float *uemb, *uw1, *ug, *ugw;
+    idset_t ids[NIDS];
+    uint64_t prefetch_seq;
+    uint64_t steps; /* non-empty steps that returned MT_OK (a prefetch's staleness) */
+    size_t cap_ug, cap_n, cap_map; /* unique ids of ug, examples, map slots */
+    /* [U * (dim + 1)]: the gradients of a step's ids, packed like its idset's uemb */
+    float *ug;
     float *E, *W1, *dE, *dW1, *probs;
-    uint32_t *map; /* unique index + 1 */
+    uint32_t *map; /* unique index + 1 (the calling thread's only) */
     pipe_t pipe;
 };
 
@@ -100,9 +131,11 @@ void mt_trainer_destroy(mt_trainer_t *tr) {
     }
     free(tr->am);
     free(tr->av);
-    free(tr->uidx);
-    free(tr->ufid);
-    free(tr->uemb);
+    for (int i = 0; i < NIDS; i++) {
+        free(tr->ids[i].uidx);
+        free(tr->ids[i].ufid);
+        free(tr->ids[i].uemb);
+    }
     free(tr->ug);
     free(tr->E);
     free(tr->W1);
@@ -241,19 +274,29 @@ static size_t grown(size_t cap, size_t need, size_t first) {
     return c;
 }
 
-/* Grows every scratch buffer for a batch of n examples, occ occurrences. A capacity is
- * recorded only once all its buffers have it. */
+/* Grows an id set for a batch of occ occurrences. A capacity is recorded only once all its
+ * buffers have it. */
+static mt_err_t reserve_ids(idset_t *s, size_t occ, size_t d) {
+    if (occ > s->cap_occ || !s->uidx) {
+        size_t c = grown(s->cap_occ, occ, 1024);
+        /* unique ids never outnumber occurrences: their buffers share the capacity */
+        if (resize((void **)&s->uidx, c * sizeof(uint32_t)) ||
+            resize((void **)&s->ufid, 2 * c * sizeof(uint64_t)) ||
+            resize((void **)&s->uemb, c * (d + 1) * sizeof(float)))
+            return MT_NOMEM;
+        s->cap_occ = c;
+    }
+    return MT_OK;
+}
+
+/* Grows the step's scratch for a batch of n examples, occ occurrences (the map too, which
+ * every id set's mapping uses). */
 static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
     size_t d = tr->cfg.dim, S = tr->cfg.nslots;
-    if (occ > tr->cap_occ || !tr->uidx) {
-        size_t c = grown(tr->cap_occ, occ, 1024);
-        /* unique ids never outnumber occurrences: their buffers share the capacity */
-        if (resize((void **)&tr->uidx, c * sizeof(uint32_t)) ||
-            resize((void **)&tr->ufid, 2 * c * sizeof(uint64_t)) ||
-            resize((void **)&tr->uemb, c * (d + 1) * sizeof(float)) ||
-            resize((void **)&tr->ug, c * (d + 1) * sizeof(float)))
-            return MT_NOMEM;
-        tr->cap_occ = c;
+    if (occ > tr->cap_ug || !tr->ug) {
+        size_t c = grown(tr->cap_ug, occ, 1024);
+        if (resize((void **)&tr->ug, c * (d + 1) * sizeof(float))) return MT_NOMEM;
+        tr->cap_ug = c;
     }
     if (n > tr->cap_n || !tr->E) {
         size_t c = grown(tr->cap_n, n, 256);
@@ -277,9 +320,9 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
     return MT_OK;
 }
 
-/* Maps the batch's occurrences to unique ids (ufid[0..U), their first-order fids after
- * them, uw1 and ugw placed after the U embeddings); @returns U. */
-static size_t unique_ids(mt_trainer_t *tr, const mt_batch_t *b) {
+/* Maps the batch's occurrences to unique ids in @p ids (ufid[0..U), their first-order fids
+ * after them); sets and @returns U. The map must hold 2 * b->nfids (reserve()). */
+static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
     size_t sz = 16, nu = 0;
     while (sz < 2 * b->nfids)
         sz *= 2;
@@ -304,19 +347,17 @@ static size_t unique_ids(mt_trainer_t *tr, const mt_batch_t *b) {
         }
         if (hb) f = (f & 0xFFFF000000000000ull) | ((f & 0xFFFFFFFFFFFFull) % hb);
         size_t h = (size_t)((f * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
-        while (tr->map[h] && tr->ufid[tr->map[h] - 1] != f)
+        while (tr->map[h] && ids->ufid[tr->map[h] - 1] != f)
             h = (h + 1) & (sz - 1);
         if (!tr->map[h]) {
-            tr->ufid[nu] = f;
+            ids->ufid[nu] = f;
             tr->map[h] = (uint32_t)++nu;
         }
-        tr->uidx[k] = tr->map[h] - 1;
+        ids->uidx[k] = tr->map[h] - 1;
     }
     for (size_t i = 0; i < nu; i++) /* the first-order fids after the embedding fids */
-        tr->ufid[nu + i] = tr->ufid[i] | ((uint64_t)FIRST_ORDER << 48);
-    size_t d = tr->cfg.dim;
-    tr->uw1 = tr->uemb + nu * d;
-    tr->ugw = tr->ug + nu * d;
+        ids->ufid[nu + i] = ids->ufid[i] | ((uint64_t)FIRST_ORDER << 48);
+    ids->nu = nu;
     return nu;
 }
 
@@ -340,18 +381,19 @@ static inline void add16(float *restrict y, const float *restrict x, float a) {
         y[j] += a * x[j];
 }
 
-/* Looks the unique ids up and sum-pools them into E and W1. */
-static mt_err_t gather(mt_trainer_t *tr, const mt_batch_t *b, size_t nu, unsigned flags,
-                       uint32_t now_s) {
+/* The one lookup of an id set's embeddings and first-order weights: packed, nu * d then nu. */
+static mt_err_t look_up(const mt_trainer_t *tr, idset_t *ids, int train, uint32_t now_s) {
+    size_t nu = ids->nu;
+    return tr->backend.lookup(tr->backend.ud, ids->ufid, 2 * nu, train, now_s, ids->uemb,
+                              nu * (tr->cfg.dim + 1));
+}
+
+/* Sum-pools the looked-up values of @p ids into E and W1. */
+static void pool(mt_trainer_t *tr, const mt_batch_t *b, const idset_t *ids) {
     size_t d = tr->cfg.dim, S = tr->cfg.nslots;
-    int train = (flags & MT_TABLE_TRAIN) != 0;
-    /* one lookup of the embeddings and the first-order weights: packed, nu * d then nu */
-    mt_err_t err =
-        tr->backend.lookup(tr->backend.ud, tr->ufid, 2 * nu, train, now_s, tr->uemb, nu * (d + 1));
-    if (err) return err;
     /* A cell starts from its first id's row (no clearing pass over E), or zeros. */
-    const uint32_t *uidx = tr->uidx;
-    const float *uemb = tr->uemb, *uw1 = tr->uw1;
+    const uint32_t *uidx = ids->uidx;
+    const float *uemb = ids->uemb, *uw1 = ids->uemb + ids->nu * d;
     for (size_t cell = 0; cell < b->n * S; cell++) {
         float *e = tr->E + cell * d, w1 = 0;
         size_t k = b->offsets[cell], end = b->offsets[cell + 1];
@@ -370,7 +412,37 @@ static mt_err_t gather(mt_trainer_t *tr, const mt_batch_t *b, size_t nu, unsigne
         }
         tr->W1[cell] = w1;
     }
-    return MT_OK;
+}
+
+/* ---------------- id sets (the step's own and prefetched batches') ---------------- */
+
+/* Sets an id set's state (under the pipe's lock when the pipeline runs: its thread reads the
+ * states of queued sets). */
+static void set_state(mt_trainer_t *tr, idset_t *s, int state) {
+    if (!tr->pipe.on) {
+        s->state = state;
+        return;
+    }
+    pthread_mutex_lock(&tr->pipe.lock);
+    s->state = state;
+    pthread_mutex_unlock(&tr->pipe.lock);
+}
+
+/* A set no prefetch holds, for the calling thread's own use (there is one: at most NIDS - 1
+ * prefetches wait, and the step's set is free again when it returns). */
+static idset_t *free_ids(mt_trainer_t *tr) {
+    idset_t *s = NULL;
+    if (tr->pipe.on) pthread_mutex_lock(&tr->pipe.lock);
+    for (int i = 0; i < NIDS && !s; i++)
+        if (tr->ids[i].state == IDS_FREE) s = &tr->ids[i];
+    if (tr->pipe.on) pthread_mutex_unlock(&tr->pipe.lock);
+    assert(s);
+    return s;
+}
+
+static uint64_t batch_hash(const mt_batch_t *b) {
+    uint64_t h = XXH3_64bits(b->fids, b->nfids * sizeof(uint64_t));
+    return XXH3_64bits_withSeed(b->offsets, (b->n * b->nslots + 1) * sizeof(size_t), h);
 }
 
 mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *b, float *probs) {
@@ -378,8 +450,11 @@ mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *b, float *probs)
     if (err) return err;
     if (b->n == 0) return MT_OK;
     if ((err = reserve(tr, b->n, b->nfids)) != MT_OK) return err;
-    size_t nu = unique_ids(tr, b);
-    if ((err = gather(tr, b, nu, 0, 0)) != MT_OK) return err;
+    idset_t *ids = free_ids(tr); /* stays free: no prefetch is made while this runs */
+    if ((err = reserve_ids(ids, b->nfids, tr->cfg.dim)) != MT_OK) return err;
+    unique_ids(tr, ids, b);
+    if ((err = look_up(tr, ids, 0, 0)) != MT_OK) return err;
+    pool(tr, b, ids);
     return mt_model_forward(tr->model, tr->ws, tr->E, tr->W1, b->n, probs);
 }
 
@@ -432,27 +507,127 @@ static mt_err_t do_apply(mt_trainer_t *tr, const uint64_t *fids, size_t n, const
                                    ncover, skipped);
 }
 
+/* Queues a job (pipe.lock held). */
+static void enqueue(pipe_t *p, int job) {
+    assert(p->qlen < (int)(sizeof(p->queue) / sizeof(p->queue[0])));
+    p->queue[(p->qhead + p->qlen) % 4] = job;
+    p->qlen++;
+    pthread_cond_broadcast(&p->cond);
+}
+
 static void *pipe_main(void *arg) {
     mt_trainer_t *tr = arg;
     pipe_t *p = &tr->pipe;
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->have && !p->quit)
+        while (!p->qlen && !p->quit)
             pthread_cond_wait(&p->cond, &p->lock);
-        if (!p->have) break; /* quit with nothing to do */
-        p->have = 0;
+        if (!p->qlen) break; /* quit with nothing to do */
+        int job = p->queue[p->qhead];
+        p->qhead = (p->qhead + 1) % 4;
+        p->qlen--;
         pthread_mutex_unlock(&p->lock);
-        uint32_t skipped = 0;
-        mt_err_t err = do_apply(tr, p->fids, p->n, p->grads, p->len, p->now_s, p->examples,
-                                p->cover, p->ncover, &skipped);
-        pthread_mutex_lock(&p->lock);
-        p->err = err;
-        p->skipped = skipped;
-        p->busy = 0;
+        if (job == JOB_APPLY) {
+            uint32_t skipped = 0;
+            mt_err_t err = do_apply(tr, p->fids, p->n, p->grads, p->len, p->now_s, p->examples,
+                                    p->cover, p->ncover, &skipped);
+            pthread_mutex_lock(&p->lock);
+            p->err = err;
+            p->skipped = skipped;
+            p->busy = 0;
+        } else {
+            idset_t *s = &tr->ids[job];
+            mt_err_t err = look_up(tr, s, 1, s->now_s);
+            pthread_mutex_lock(&p->lock);
+            s->err = err;
+            s->state = IDS_READY;
+        }
         pthread_cond_broadcast(&p->cond);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
+}
+
+/* Waits for every prefetch and forgets them (their lookups happened: they are not undone). */
+static void drop_prefetches(mt_trainer_t *tr) {
+    pipe_t *p = &tr->pipe;
+    if (!p->on) return;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < NIDS; i++) {
+        while (tr->ids[i].state == IDS_QUEUED)
+            pthread_cond_wait(&p->cond, &p->lock);
+        if (tr->ids[i].state == IDS_READY) tr->ids[i].state = IDS_FREE;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* The prefetch of @p b (the same batch, unchanged) made at most one step ago, looked up (its
+ * state IDS_STEP; its err the lookup's), or NULL. Prefetches older than it, and those made two
+ * or more steps ago (which could only be used staler than one step), and those of the same
+ * batch whose contents changed since, are dropped; a batch not prefetched leaves the others
+ * alone. */
+static idset_t *take_prefetched(mt_trainer_t *tr, const mt_batch_t *b) {
+    pipe_t *p = &tr->pipe;
+    idset_t *use = NULL;
+    uint64_t hash = 0;
+    int hashed = 0;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < NIDS; i++) { /* the oldest one of b */
+        idset_t *x = &tr->ids[i];
+        if (x->state != IDS_QUEUED && x->state != IDS_READY) continue;
+        if (x->batch != b || x->n != b->n || x->nfids != b->nfids) continue;
+        if (!hashed) hash = batch_hash(b), hashed = 1;
+        if (x->hash == hash && (!use || x->seq < use->seq)) use = x;
+    }
+    if (use && tr->steps - use->step_at > 1) use = NULL; /* too stale: dropped below */
+    for (int i = 0; i < NIDS; i++) {
+        idset_t *x = &tr->ids[i];
+        if (x->state != IDS_QUEUED && x->state != IDS_READY) continue;
+        int changed = x->batch == b && x != use; /* the caller's batch is another now */
+        if (x != use && ((use && x->seq < use->seq) || tr->steps - x->step_at > 1 || changed)) {
+            while (x->state == IDS_QUEUED)
+                pthread_cond_wait(&p->cond, &p->lock);
+            x->state = IDS_FREE;
+        }
+    }
+    if (use) {
+        while (use->state == IDS_QUEUED)
+            pthread_cond_wait(&p->cond, &p->lock);
+        use->state = IDS_STEP;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return use;
+}
+
+mt_err_t mt_trainer_prefetch(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s) {
+    pipe_t *p = &tr->pipe;
+    if (!p->on) return MT_INVALID;
+    mt_err_t err = check_slots(tr, b);
+    if (err || b->n == 0) return err;
+    int waiting = 0;
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < NIDS; i++)
+        waiting += tr->ids[i].state == IDS_QUEUED || tr->ids[i].state == IDS_READY;
+    pthread_mutex_unlock(&p->lock);
+    if (waiting >= NIDS - 1) return MT_LIMIT;
+    idset_t *s = free_ids(tr);
+    if ((err = reserve(tr, b->n, b->nfids)) != MT_OK ||
+        (err = reserve_ids(s, b->nfids, tr->cfg.dim)) != MT_OK)
+        return err;
+    unique_ids(tr, s, b);
+    s->batch = b;
+    s->n = b->n;
+    s->nfids = b->nfids;
+    s->hash = batch_hash(b);
+    s->now_s = now_s;
+    s->seq = ++tr->prefetch_seq;
+    s->step_at = tr->steps;
+    s->err = MT_OK;
+    pthread_mutex_lock(&p->lock);
+    s->state = IDS_QUEUED;
+    enqueue(p, (int)(s - tr->ids));
+    pthread_mutex_unlock(&p->lock);
+    return MT_OK;
 }
 
 mt_err_t mt_trainer_wait(mt_trainer_t *tr, mt_trainer_step_t *st) {
@@ -484,7 +659,8 @@ mt_err_t mt_trainer_set_pipelined(mt_trainer_t *tr, int on) {
             pthread_mutex_destroy(&p->lock);
             return MT_NOMEM;
         }
-        p->have = p->busy = p->quit = p->sent = 0;
+        p->busy = p->quit = p->sent = 0;
+        p->qhead = p->qlen = 0;
         p->err = MT_OK;
         if (pthread_create(&p->thread, NULL, pipe_main, tr)) {
             pthread_cond_destroy(&p->cond);
@@ -494,6 +670,7 @@ mt_err_t mt_trainer_set_pipelined(mt_trainer_t *tr, int on) {
         p->on = 1;
         return MT_OK;
     }
+    drop_prefetches(tr);
     (void)mt_trainer_wait(tr, NULL); /* its result is the caller's to ask for first */
     pthread_mutex_lock(&p->lock);
     p->quit = 1;
@@ -507,9 +684,10 @@ mt_err_t mt_trainer_set_pipelined(mt_trainer_t *tr, int on) {
 }
 
 /* Hands the step's apply to the apply thread (nothing is in flight: the caller waited). */
-static mt_err_t pipe_send(mt_trainer_t *tr, size_t n, size_t len, uint32_t now_s, uint64_t examples,
-                          const mt_psc_range_t *cover, size_t ncover) {
+static mt_err_t pipe_send(mt_trainer_t *tr, const idset_t *ids, size_t len, uint32_t now_s,
+                          uint64_t examples, const mt_psc_range_t *cover, size_t ncover) {
     pipe_t *p = &tr->pipe;
+    size_t n = 2 * ids->nu;
     if (n > p->cap_fids) {
         size_t c = grown(p->cap_fids, n, 2048);
         if (resize((void **)&p->fids, c * sizeof(uint64_t))) return MT_NOMEM;
@@ -525,7 +703,7 @@ static mt_err_t pipe_send(mt_trainer_t *tr, size_t n, size_t len, uint32_t now_s
         if (resize((void **)&p->cover, c * sizeof(mt_psc_range_t))) return MT_NOMEM;
         p->cap_cover = c;
     }
-    memcpy(p->fids, tr->ufid, n * sizeof(uint64_t));
+    memcpy(p->fids, ids->ufid, n * sizeof(uint64_t));
     memcpy(p->grads, tr->ug, len * sizeof(float));
     if (ncover) memcpy(p->cover, cover, ncover * sizeof(mt_psc_range_t));
     p->n = n;
@@ -535,8 +713,8 @@ static mt_err_t pipe_send(mt_trainer_t *tr, size_t n, size_t len, uint32_t now_s
     p->ncover = ncover;
     p->sent = 1;
     pthread_mutex_lock(&p->lock);
-    p->have = p->busy = 1;
-    pthread_cond_broadcast(&p->cond);
+    p->busy = 1;
+    enqueue(p, JOB_APPLY);
     pthread_mutex_unlock(&p->lock);
     return MT_OK;
 }
@@ -546,6 +724,26 @@ void mt_trainer_set_cover(mt_trainer_t *tr, const mt_psc_range_t *cover, size_t 
     tr->ncover = n;
 }
 
+/* The step's lookup, pooling and forward/backward into the trainer's scratch; *ids: the id
+ * set used (a prefetched one, or a free one looked up here), IDS_STEP when the pipeline runs. */
+static mt_err_t compute(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, float *probs,
+                        float *loss, idset_t **ids) {
+    mt_err_t err = reserve(tr, b->n, b->nfids);
+    if (err) return err;
+    if (*ids) {
+        if ((err = (*ids)->err) != MT_OK) return err; /* its prefetched lookup's */
+    } else {
+        idset_t *s = *ids = free_ids(tr);
+        set_state(tr, s, IDS_STEP);
+        if ((err = reserve_ids(s, b->nfids, tr->cfg.dim)) != MT_OK) return err;
+        unique_ids(tr, s, b);
+        if ((err = look_up(tr, s, 1, now_s)) != MT_OK) return err;
+    }
+    pool(tr, b, *ids);
+    return mt_model_forward_backward(tr->model, tr->E, tr->W1, b->labels, NULL, b->n,
+                                     probs ? probs : tr->probs, loss, tr->dE, tr->dW1);
+}
+
 mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, float *probs,
                           mt_trainer_step_t *st) {
     /* the cover is this step's only, whatever happens to it */
@@ -553,21 +751,15 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     size_t ncover = tr->ncover;
     tr->cover = NULL;
     tr->ncover = 0;
+    /* this batch's prefetch, if the caller made one (an empty batch leaves them alone) */
+    idset_t *ids = tr->pipe.on && b->n ? take_prefetched(tr, b) : NULL;
     mt_err_t err = check_slots(tr, b);
     for (size_t i = 0; i < b->n && !err; i++)
         if (!(b->labels[i] >= 0.0f && b->labels[i] <= 1.0f)) err = MT_INVALID;
-    size_t nu = 0, d = tr->cfg.dim, S = tr->cfg.nslots;
+    size_t d = tr->cfg.dim, S = tr->cfg.nslots;
     float loss = 0;
-    if (!err && b->n) { /* pipelined: the previous step's apply may be in flight meanwhile */
-        err = reserve(tr, b->n, b->nfids);
-        if (!err) {
-            nu = unique_ids(tr, b);
-            err = gather(tr, b, nu, MT_TABLE_TRAIN, now_s);
-        }
-        if (!err)
-            err = mt_model_forward_backward(tr->model, tr->E, tr->W1, b->labels, NULL, b->n,
-                                            probs ? probs : tr->probs, &loss, tr->dE, tr->dW1);
-    }
+    /* pipelined: the previous step's apply may be in flight meanwhile */
+    if (!err && b->n) err = compute(tr, b, now_s, probs, &loss, &ids);
     mt_trainer_step_t prev = {0};
     if (tr->pipe.on) { /* the previous step's apply first: one in flight, in order */
         mt_err_t perr = mt_trainer_wait(tr, &prev);
@@ -578,44 +770,54 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
         st->previous = prev.previous;
         if (!err) st->skipped_shards = prev.skipped_shards;
     }
-    if (err || b->n == 0) return err;
-    /* Scatter: an id's gradient is the sum over its occurrences of the per-example
-     * gradient (the batch mean's gradient times n). */
-    float scale = (float)b->n;
-    memset(tr->ug, 0, nu * d * sizeof(float));
-    memset(tr->ugw, 0, nu * sizeof(float));
-    const uint32_t *uidx = tr->uidx;
-    float *ug = tr->ug, *ugw = tr->ugw;
-    for (size_t cell = 0; cell < b->n * S; cell++) {
-        const float *de = tr->dE + cell * d;
-        const float gw = scale * tr->dW1[cell];
-        for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
-            if (d == 16)
-                add16(ug + (size_t)uidx[k] * 16, de, scale);
+    if (!err && b->n) {
+        /* Scatter: an id's gradient is the sum over its occurrences of the per-example
+         * gradient (the batch mean's gradient times n). */
+        size_t nu = ids->nu;
+        float scale = (float)b->n;
+        float *ug = tr->ug, *ugw = tr->ug + nu * d;
+        memset(ug, 0, nu * (d + 1) * sizeof(float));
+        const uint32_t *uidx = ids->uidx;
+        for (size_t cell = 0; cell < b->n * S; cell++) {
+            const float *de = tr->dE + cell * d;
+            const float gw = scale * tr->dW1[cell];
+            for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
+                if (d == 16)
+                    add16(ug + (size_t)uidx[k] * 16, de, scale);
+                else
+                    add_scaled(ug + (size_t)uidx[k] * d, de, scale, d);
+                ugw[uidx[k]] += gw;
+            }
+        }
+        /* one apply of both (ug, then ugw right after it), with the step's examples */
+        uint32_t skipped = 0;
+        if (tr->pipe.on) {
+            if (ncover && !tr->backend.apply_cover)
+                err = MT_INVALID;
             else
-                add_scaled(ug + (size_t)uidx[k] * d, de, scale, d);
-            ugw[uidx[k]] += gw;
+                err = pipe_send(tr, ids, nu * (d + 1), now_s, b->n, cover, ncover);
+            skipped = prev.skipped_shards;
+        } else {
+            err = do_apply(tr, ids->ufid, 2 * nu, tr->ug, nu * (d + 1), now_s, b->n, cover, ncover,
+                           &skipped);
+        }
+        if (!err && st) {
+            st->loss = loss;
+            st->examples = b->n;
+            st->ids = b->nfids;
+            st->unique_ids = nu;
+            st->skipped_shards = skipped;
+            st->previous = prev.previous;
         }
     }
-    /* one apply of both (ug, then ugw right after it), with the step's examples */
-    uint32_t skipped = 0;
-    if (tr->pipe.on) {
-        if (ncover && !tr->backend.apply_cover) return MT_INVALID;
-        err = pipe_send(tr, 2 * nu, nu * (d + 1), now_s, b->n, cover, ncover);
-        skipped = prev.skipped_shards;
-    } else {
-        err = do_apply(tr, tr->ufid, 2 * nu, tr->ug, nu * (d + 1), now_s, b->n, cover, ncover,
-                       &skipped);
+    if (ids) set_state(tr, ids, IDS_FREE);
+    if (err) {
+        drop_prefetches(tr); /* after an error nothing is in flight and nothing prefetched */
+        return err;
     }
-    if (err) return err;
-    if (!tr->dense_remote) adam_step(tr);
-    if (st) {
-        st->loss = loss;
-        st->examples = b->n;
-        st->ids = b->nfids;
-        st->unique_ids = nu;
-        st->skipped_shards = skipped;
-        st->previous = prev.previous;
+    if (b->n) {
+        tr->steps++;
+        if (!tr->dense_remote) adam_step(tr);
     }
     return MT_OK;
 }

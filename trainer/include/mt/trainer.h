@@ -28,7 +28,11 @@
  * and that step waits for it before sending its own apply. So at most one apply is in
  * flight (per shard too: the examples of a partition reach each shard in order), and a
  * step's lookup may miss the previous step's update (staleness of one step, as Monolith's
- * asynchronous workers). docs/trainer.md, "The pipelined step against the PS".
+ * asynchronous workers). With mt_trainer_prefetch() the caller also hands over the batch it
+ * will train next before training this one: its lookup runs on that thread after the previous
+ * step's apply and before this one's, while this step computes, and the step of that batch
+ * then uses the values it read (it misses exactly one step's update, the one before it).
+ * docs/trainer.md, "The pipelined step against the PS".
  *
  * Thread safety: a trainer is used by one thread at a time (its apply thread, when
  * pipelined, is its own).
@@ -146,7 +150,29 @@ void mt_trainer_set_cover(mt_trainer_t *tr, const mt_psc_range_t *cover, size_t 
 mt_err_t mt_trainer_set_pipelined(mt_trainer_t *tr, int on);
 
 /**
- * Pipelined steps: waits until the apply in flight (if any) is answered.
+ * Pipelined steps: starts the training lookup of @p next, the batch of a later
+ * mt_trainer_train(), on the trainer's thread at time @p now_s (the rows' touch time; the
+ * step's own now_s is the apply's). A step uses the values of its batch's prefetch (the same
+ * batch, unchanged: @p next is borrowed until that step) if at most one step ran since it
+ * was made (its lookup then missed at most that step's apply: the bound of one step); else
+ * it looks up itself. Each step drops the prefetches older than the one it used, those made
+ * two or more steps before and those of its batch before it changed; a step of a batch not
+ * prefetched leaves the others alone.
+ * An error of mt_trainer_train() drops every prefetch, as does turning the pipeline off. A
+ * dropped prefetch's lookup has happened (rows made, filter counts and touch times), as a
+ * failed step's lookup has. The usual loop:
+ *   b = first; while (b) { nb = next(); if (nb) mt_trainer_prefetch(tr, nb, t);
+ *                          mt_trainer_train(tr, b, t, ...); b = nb; }
+ * The lookup's own error comes back from the step of @p next.
+ * @returns MT_OK (also for an empty batch, which needs no lookup), MT_INVALID (the pipeline
+ * is off), MT_MISMATCH (the batch's slots are not the trainer's), MT_LIMIT (two prefetches
+ * wait already), MT_NOMEM.
+ */
+mt_err_t mt_trainer_prefetch(mt_trainer_t *tr, const mt_batch_t *next, uint32_t now_s);
+
+/**
+ * Pipelined steps: waits until the apply in flight (if any) is answered (prefetched lookups
+ * go on).
  * @param[out] st  optional: its skipped_shards (and previous = 1 if one was in flight)
  * @returns MT_OK (nothing in flight, or it was applied) or the apply's error.
  */
