@@ -192,7 +192,8 @@ static const prop_t props[] = {
      .doc = "count-min sketch hash rows"},
     {KEY("table", "changelog_entries"), CFG(table.changelog_entries), UINT(64, 1ull << 40),
      .def = "1048576",
-     .doc = "change-log capacity over all parts (24 bytes each); at least 64 per part"},
+     .doc = "change-log capacity over all parts (24 bytes each; a part's share rounds down to a "
+            "power of two); at least 64 per part"},
     {KEY("table", "initial_rows"), CFG(table.initial_rows), UINT(0, 1ull << 40), .def = "0",
      .doc = "pre-size for this many rows; 0: grow from empty"},
     {KEY("table", "hash_seed"), CFG(table.hash_seed), UINT(0, UINT64_MAX),
@@ -272,9 +273,10 @@ static const prop_t props[] = {
             "marks, saved in its own snapshots (docs/checkpoint.md, \"Many trainers\"); needs "
             "`dense_sync_batches` = 1 and `checkpoint_interval_s` = 0"},
     {KEY("trainer", "pipelined"), CFG(trainer.pipelined), ENUM(bool_enum), .def = "false",
-     .doc = "online with PS shards, not `idempotent`: a step's apply is in flight while the next "
-            "step looks up and computes (one step of staleness; its messages are marked once "
-            "it is confirmed: docs/trainer.md, \"The pipelined step\")"},
+     .doc = "online with PS shards: a step's apply is in flight while the next step looks up "
+            "and computes (one step of staleness; its messages are marked once it is "
+            "confirmed; with `idempotent` a failure drops both steps and re-reads the shards' "
+            "marks: docs/trainer.md, \"The pipelined step\")"},
     {KEY("trainer", "recovery_timeout_s"), CFG(trainer.recovery_timeout_s), UINT(1, 86400),
      .def = "300",
      .doc = "with checkpoints: how long a recovery waits for every shard to answer and "

@@ -73,7 +73,7 @@ static uint64_t log_search(const mt_table_t *t, const mt__part_t *p, uint64_t si
     uint64_t lo = p->log_start, hi = p->log_end;
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (p->log[mid % t->log_cap].version <= since)
+        if (p->log[mid & (t->log_cap - 1)].version <= since)
             lo = mid + 1;
         else
             hi = mid;
@@ -98,7 +98,7 @@ static mt_err_t load_part(mt_table_changes_t *it, mt__part_t *p) {
         err = MT_FULL_SYNC;
     } else {
         for (uint64_t i = log_search(t, p, it->since); i < p->log_end && !err; i++) {
-            const mt__logent_t *e = &p->log[i % t->log_cap];
+            const mt__logent_t *e = &p->log[i & (t->log_cap - 1)];
             /* A row entry whose row changed since is superseded by a later entry. */
             if (!e->row)
                 err = push(it, e->fid, e->version, NULL);

@@ -444,37 +444,73 @@ uint64_t mt__part_version(mt_table_t *t, mt__part_t *p) {
     return p->clock;
 }
 
-/* Marks, in dead[0..n), the entries of p's log that a newer entry for the same fid
- * supersedes (a newer change, a deletion, or a re-insert after a deletion): scanning from
- * the newest, an entry is live iff its fid was not seen yet. No row is dereferenced.
- * @returns NULL if out of memory. */
-static uint8_t *log_superseded(const mt_table_t *t, const mt__part_t *p, uint64_t n) {
+/* The scratch hash set of log_make_room: fids seen, stamped so that it never needs
+ * clearing (an entry is in the set iff its stamp is the current one). One per table,
+ * under log_scratch_lock (taken with a part's lock held; nothing takes a part lock while
+ * holding it). @returns 0, or -1 if out of memory (the set is then unusable). */
+static int log_set_reset(mt__logset_t *set, uint64_t n) {
     uint64_t sz = 16;
     while (sz < 2 * n)
         sz *= 2;
-    uint64_t *keys = malloc(sz * sizeof(uint64_t));
-    uint8_t *used = calloc(sz, 1), *dead = calloc(n ? n : 1, 1);
-    if (!keys || !used || !dead) {
-        free(keys);
-        free(used);
-        free(dead);
-        return NULL;
-    }
-    for (uint64_t k = n; k-- > 0;) {
-        uint64_t fid = p->log[(p->log_start + k) % t->log_cap].fid;
-        uint64_t h = ((fid * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
-        while (used[h] && keys[h] != fid)
-            h = (h + 1) & (sz - 1);
-        if (used[h]) {
-            dead[k] = 1;
-        } else {
-            used[h] = 1;
-            keys[h] = fid;
+    if (sz > set->sz) {
+        uint64_t *keys = malloc(sz * sizeof(uint64_t));
+        uint32_t *stamps = calloc(sz, sizeof(uint32_t));
+        if (!keys || !stamps) {
+            free(keys);
+            free(stamps);
+            return -1;
         }
+        free(set->keys);
+        free(set->stamps);
+        set->keys = keys;
+        set->stamps = stamps;
+        set->sz = sz;
+        set->stamp = 0;
     }
-    free(keys);
-    free(used);
-    return dead;
+    if (++set->stamp == 0) { /* wrapped: every old stamp could look current */
+        memset(set->stamps, 0, set->sz * sizeof(uint32_t));
+        set->stamp = 1;
+    }
+    return 0;
+}
+
+/* Adds fid to the set. @returns 1 if it was already there. */
+static inline int log_set_add(mt__logset_t *set, uint64_t fid) {
+    uint64_t m = set->sz - 1, h = ((fid * 0x9E3779B97F4A7C15ull) >> 17) & m;
+    while (set->stamps[h] == set->stamp) {
+        if (set->keys[h] == fid) return 1;
+        h = (h + 1) & m;
+    }
+    set->stamps[h] = set->stamp;
+    set->keys[h] = fid;
+    return 0;
+}
+
+/* Drops, in place, every entry of p's log that a newer entry for the same fid supersedes
+ * (a newer change, a deletion, or a re-insert after a deletion): scanning from the newest,
+ * an entry is live iff its fid was not seen yet; live entries move up against log_end in
+ * their order, and log_start follows them. No row is dereferenced. @returns the live count,
+ * or UINT64_MAX if out of memory (nothing dropped). */
+static uint64_t log_drop_superseded(mt_table_t *t, mt__part_t *p) {
+    uint64_t mask = t->log_cap - 1, w = p->log_end;
+    pthread_mutex_lock(&t->log_scratch_lock);
+    if (log_set_reset(&t->log_scratch, p->log_end - p->log_start)) {
+        pthread_mutex_unlock(&t->log_scratch_lock);
+        return UINT64_MAX;
+    }
+    int has_del = 0;
+    /* w > k always holds (w only moves down after k does), so a write never lands on an
+     * entry the scan has not read yet. */
+    for (uint64_t k = p->log_end; k-- > p->log_start;) {
+        mt__logent_t e = p->log[k & mask];
+        if (log_set_add(&t->log_scratch, e.fid)) continue;
+        has_del |= e.row == NULL;
+        p->log[--w & mask] = e;
+    }
+    pthread_mutex_unlock(&t->log_scratch_lock);
+    p->log_start = w;
+    p->log_has_del = has_del;
+    return p->log_end - w;
 }
 
 /* Makes room in a full log: drops every superseded entry, and if more than 3/4 of the
@@ -483,28 +519,20 @@ static uint8_t *log_superseded(const mt_table_t *t, const mt__part_t *p, uint64_
  * MT_FULL_SYNC: changes are never lost silently. Each call frees at least a quarter of the
  * ring for O(ring) work: amortized O(1) per append. */
 static void log_make_room(mt_table_t *t, mt__part_t *p) {
-    uint64_t cap = t->log_cap, n = p->log_end - p->log_start, kept = n;
+    uint64_t cap = t->log_cap, kept = p->log_end - p->log_start;
     /* With no change since the last scan that could supersede an entry (a stream of new
      * ids), every entry is live: skip the scan. */
-    uint8_t *dead = p->log_maybe_dead ? log_superseded(t, p, n) : NULL;
-    if (dead) { /* NULL (no scan, or out of memory): the drop below still makes room */
-        kept = 0;
-        int has_del = 0;
-        for (uint64_t k = 0; k < n; k++) {
-            if (dead[k]) continue;
-            mt__logent_t *e = &p->log[(p->log_start + kept++) % cap];
-            *e = p->log[(p->log_start + k) % cap];
-            has_del |= e->row == NULL;
+    if (p->log_maybe_dead) {
+        uint64_t live = log_drop_superseded(t, p);
+        if (live != UINT64_MAX) { /* out of memory: the drop below still makes room */
+            kept = live;
+            p->log_maybe_dead = 0;
         }
-        p->log_end = p->log_start + kept;
-        p->log_maybe_dead = 0;
-        p->log_has_del = has_del;
-        free(dead);
     }
     uint64_t keep_max = cap - cap / 4;
     if (kept > keep_max) {
         uint64_t drop = kept - keep_max;
-        p->log_floor = p->log[(p->log_start + drop - 1) % cap].version;
+        p->log_floor = p->log[(p->log_start + drop - 1) & (cap - 1)].version;
         p->log_start += drop;
         p->n_log_drops += drop;
     }
@@ -514,10 +542,11 @@ void mt__log_append(mt_table_t *t, mt__part_t *p, uint64_t fid, uint64_t version
     assert(MT__PART_LOCKED(p));
     if (!t->log_cap) return; /* change tracking is off: every stream is a full one */
     /* The log is in version order (changes.c's log_search depends on it). */
-    assert(p->log_end == p->log_start || p->log[(p->log_end - 1) % t->log_cap].version < version);
+    assert(p->log_end == p->log_start ||
+           p->log[(p->log_end - 1) & (t->log_cap - 1)].version < version);
     if (p->log_end - p->log_start == t->log_cap) log_make_room(t, p);
     p->log_has_del |= row == NULL;
-    mt__logent_t *e = &p->log[p->log_end++ % t->log_cap];
+    mt__logent_t *e = &p->log[p->log_end++ & (t->log_cap - 1)];
     e->fid = fid;
     e->version = version;
     e->row = row;
@@ -861,6 +890,7 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     pthread_mutex_init(&t->rcu_lock, NULL);
     pthread_mutex_init(&t->expire_lock, NULL);
     pthread_mutex_init(&t->arena_lock, NULL);
+    pthread_mutex_init(&t->log_scratch_lock, NULL);
     mt__bpool_init(&t->bpool);
     if (!t->slots_cfg || !t->slots || !t->class_slot || !t->slot_index) {
         err = MT_NOMEM;
@@ -897,7 +927,11 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     t->cm_depth = cfg->filter_depth;
     t->cm_width =
         cfg->filter_bytes ? (uint32_t)(cfg->filter_bytes / t->nparts / cfg->filter_depth) : 0;
-    t->log_cap = cfg->changelog_entries / t->nparts;
+    /* A power of two per part, so that a ring position is a mask, not a division. */
+    t->log_cap = 0;
+    if (cfg->changelog_entries)
+        for (t->log_cap = 1; t->log_cap * 2 <= cfg->changelog_entries / t->nparts;)
+            t->log_cap *= 2;
     t->max_rows_num = (uint64_t)(cfg->max_load * 1000.0);
     t->max_rows_den = 1000;
     atomic_init(&t->rcu_idx, 0);
@@ -942,6 +976,9 @@ void mt_table_destroy(mt_table_t *t) {
         free(t->arena_blocks[i]);
     free(t->arena_blocks);
     pthread_mutex_destroy(&t->arena_lock);
+    pthread_mutex_destroy(&t->log_scratch_lock);
+    free(t->log_scratch.keys);
+    free(t->log_scratch.stamps);
     free(t->lanes);
     free(t->slots_cfg);
     free(t->slots);

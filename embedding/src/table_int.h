@@ -147,7 +147,7 @@ typedef struct mt__part {
     uint8_t *cm;                 /* [cm_depth * cm_width] */
     uint64_t cm_nonzero;         /* non-zero counters in cm (aging trigger) */
     mt__logent_t *log;           /* ring of log_cap entries */
-    uint64_t log_start, log_end; /* entries [log_start, log_end) live at index % log_cap */
+    uint64_t log_start, log_end; /* entries [log_start, log_end) live at index & (log_cap-1) */
     uint64_t log_floor;          /* since < log_floor cannot be served incrementally */
     uint64_t log_maybe_dead;     /* changes since the last scan that may supersede an entry */
     int log_has_del;             /* the log may hold a deletion entry */
@@ -158,6 +158,14 @@ typedef struct mt__part {
     int owned;
 #endif
 } mt__part_t;
+
+/* A hash set of fids, cleared by bumping stamp (table.c, log_make_room). */
+typedef struct mt__logset {
+    uint64_t *keys;
+    uint32_t *stamps;
+    uint64_t sz; /* slots, a power of two */
+    uint32_t stamp;
+} mt__logset_t;
 
 typedef struct mt__lane {
     _Alignas(MT__CACHELINE) _Atomic uint64_t cnt[2];
@@ -175,7 +183,7 @@ struct mt_table {
     uint32_t part_shift; /* part = h1 >> part_shift (nparts > 1) */
     uint64_t seed1, seed2, seed_cm;
     uint32_t cm_depth, cm_width;
-    uint64_t log_cap;                    /* entries per part */
+    uint64_t log_cap;                    /* entries per part: a power of two (0: off) */
     uint64_t max_rows_num, max_rows_den; /* grow when rows * den > cap * num */
     mt__part_t *parts;
     mt__lane_t *lanes;
@@ -188,8 +196,10 @@ struct mt_table {
     void **arena_blocks;         /* every block, freed by mt_table_destroy() */
     size_t arena_n, arena_cap;
     uint64_t arena_bytes;
-    mt__bpool_t bpool;    /* bucket storage of every part */
-    uint32_t expire_part; /* clock hand of mt_table_expire(), under expire_lock */
+    mt__bpool_t bpool;                /* bucket storage of every part */
+    pthread_mutex_t log_scratch_lock; /* guards log_scratch (taken under a part's lock) */
+    mt__logset_t log_scratch;         /* the fid set of log_make_room */
+    uint32_t expire_part;             /* clock hand of mt_table_expire(), under expire_lock */
     uint64_t expire_bucket;
 };
 

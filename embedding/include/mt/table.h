@@ -103,7 +103,8 @@ typedef struct mt_table_config {
                                     0 only if every slot has min_count <= 1 */
     uint32_t filter_depth;      /* count-min hash rows, 1..8 (default 4) */
     uint64_t changelog_entries; /* change-log capacity over all parts (default 1 Mi entries,
-                                   24 bytes each); at least 64 per part, or 0 to turn change
+                                   24 bytes each; each part's share is rounded down to a
+                                   power of two); at least 64 per part, or 0 to turn change
                                    tracking off (every change stream is then a full one) */
     uint64_t hash_seed;         /* seeds the cuckoo and sketch hashes (default fixed) */
 } mt_table_config_t;
