@@ -148,6 +148,13 @@ static void same_parameters(backend_t *ba, backend_t *bb, mt_trainer_t *a, mt_tr
     mt_batch_free(&b);
 }
 
+static void destroy_pair(mt_trainer_t *a, mt_trainer_t *p, backend_t *ba, backend_t *bb) {
+    mt_trainer_destroy(a);
+    mt_trainer_destroy(p);
+    mt_table_destroy(ba->t);
+    mt_table_destroy(bb->t);
+}
+
 Test(pipeline, no_shared_ids_between_neighbours_gives_the_unpipelined_parameters) {
     backend_t ba = {0}, bb = {0};
     mt_trainer_backend_t ia, ib;
@@ -173,10 +180,7 @@ Test(pipeline, no_shared_ids_between_neighbours_gives_the_unpipelined_parameters
     cr_assert_eq(atomic_load(&ba.applies), NB);
     cr_assert_eq(atomic_load(&bb.applies), NB);
     same_parameters(&ba, &bb, a, p);
-    mt_trainer_destroy(a);
-    mt_trainer_destroy(p);
-    mt_table_destroy(ba.t);
-    mt_table_destroy(bb.t);
+    destroy_pair(a, p, &ba, &bb);
 }
 
 Test(pipeline, a_failed_apply_comes_back_from_the_next_step) {
@@ -251,10 +255,7 @@ Test(pipeline, prefetched_lookups_are_one_step_stale_exactly) {
     same_parameters(&ba, &bb, a, p);
     for (int i = 0; i < NB; i++)
         mt_batch_free(&bs[i]);
-    mt_trainer_destroy(a);
-    mt_trainer_destroy(p);
-    mt_table_destroy(ba.t);
-    mt_table_destroy(bb.t);
+    destroy_pair(a, p, &ba, &bb);
 }
 
 Test(pipeline, prefetches_are_used_only_by_their_batch_one_step_later) {
