@@ -307,6 +307,11 @@ static int read_pid_stat(pid_t pid, double *user, double *sys, double *minflt, d
     return 0;
 }
 
+double mt_bench_pid_cpu_s(pid_t pid) {
+    double u = 0, sy = 0, mn = 0, mj = 0;
+    return read_pid_stat(pid, &u, &sy, &mn, &mj) ? -1 : u + sy;
+}
+
 /* Bytes this process made storage read and write (/proc/self/io; 0 where unreadable). */
 static void read_io(double *rd, double *wr) {
     char line[128];

@@ -198,6 +198,10 @@ int mt_bench_child_stop(pid_t pid, int sig);
  */
 int mt_bench_wait_port(const char *port_path, pid_t pid, double timeout_s, int *ws);
 
+/** User + system CPU seconds of live process @p pid so far (/proc/PID/stat, clock ticks:
+ *  10 ms steps). @returns them, or -1 (unreadable). */
+double mt_bench_pid_cpu_s(pid_t pid);
+
 /** Copies the last 20 lines of the log at @p path to stderr. */
 void mt_bench_log_tail(const char *path);
 

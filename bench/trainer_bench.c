@@ -14,11 +14,12 @@
  *     untimed warm-up pass of as many examples: most ids have a row, as in a steady stream;
  *   - each with 1 thread (a trainer and its own table) and 2 threads (two trainers, each
  *     its dense model, on one shared table: hogwild on the sparse part);
- *   - the cold stream with one PS shard over loopback (in this process, its own rpc
- *     workers), one thread: steps one after another, then pipelined (mt_trainer_set_
- *     pipelined: the apply of a step in flight while the next one computes), each on a
- *     fresh shard, with its ratio to the local table's cold figure and the process's CPU
- *     time per example.
+ *   - the cold stream with one PS shard over loopback (a monolith-ps process), one
+ *     thread: steps one after another, then pipelined (mt_trainer_set_pipelined: the
+ *     apply of a step in flight while the next one computes), then with prefetched
+ *     lookups, each on a fresh shard, with its ratio to the local table's cold figure (by
+ *     the wall clock, and by CPU time per example: the trainer's own, and the trainer's
+ *     plus the shard's).
  * Batches are made before the clock starts. OpenBLAS runs one thread per caller.
  * --initial-rows N pre-sizes the local table's bucket arrays (mt_trainer_config_t
  * table_initial_rows) so that a run measures no bucket-array growth; each figure says the
@@ -33,14 +34,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "bench_util.h"
 #include "mt/clock.h"
 #include "mt/jemalloc_conf.h"
-#include "mt/ps.h"
 #include "mt/psclient.h"
-#include "mt/rpc.h"
 #include "mt/trainer.h"
 #include "mt/zipf.h"
 
@@ -287,6 +287,70 @@ static double sgemm_gflops(size_t batch, double *cpu) {
     return mt_bench_median(r, 3);
 }
 
+/* ---------------- the shard: a monolith-ps process ---------------- */
+
+#ifndef MT_PS_BIN
+#error "MT_PS_BIN must name the monolith-ps binary"
+#endif
+
+typedef struct shard_proc {
+    pid_t pid;
+    int port;
+    char log[256];
+} shard_proc_t;
+
+/* Starts a monolith-ps holding @p slots (the trainer's: each feature slot and its
+ * first-order twin) with no frequency filter, snapshots or expiry, 2 rpc workers, and the
+ * daemon's defaults otherwise (1,024 parts, a change log of 1 Mi entries: what a shard that
+ * serving replicas follow keeps). @returns 0 or -1 (said on stderr). */
+static int shard_start(const mt_table_slot_config_t *slots, size_t nslots, uint64_t initial_rows,
+                       int k, shard_proc_t *sp) {
+    char conf[256], portf[256];
+    snprintf(conf, sizeof(conf), "%s/ps%d.conf", mt_bench_root(), k);
+    snprintf(portf, sizeof(portf), "%s/ps%d.port", mt_bench_root(), k);
+    snprintf(sp->log, sizeof(sp->log), "%s/ps%d.log", mt_bench_root(), k);
+    FILE *f = fopen(conf, "w");
+    if (!f) {
+        perror(conf);
+        return -1;
+    }
+    fprintf(f,
+            "[cluster]\nnum_shards = 1\n"
+            "[ps]\nlisten = 127.0.0.1:0\nthreads = 2\nsnapshot_interval_s = 0\n"
+            "expire_interval_ms = 0\n"
+            "[table]\nfilter_bytes = 0\ninitial_rows = %llu\n",
+            (unsigned long long)initial_rows);
+    for (size_t i = 0; i < nslots; i++)
+        fprintf(f, "[slot.%u]\ndim = %u\ninit = %s\ninit_scale = %g\noptimizer = %s\nlr = %g\n",
+                slots[i].slot, slots[i].dim, slots[i].init == MT_INIT_ZEROS ? "zeros" : "uniform",
+                slots[i].init_scale > 0 ? slots[i].init_scale : 0.01,
+                slots[i].opt == MT_OPT_ADAGRAD ? "adagrad" : "sgd", slots[i].lr);
+    if (fclose(f) != 0) return -1;
+    char *argv[] = {MT_PS_BIN, "--config", conf, "--port-file", portf, "--log-level", "warn", NULL};
+    if ((sp->pid = mt_bench_spawn(argv, sp->log)) < 0) {
+        fprintf(stderr, "trainer_bench: cannot start %s\n", MT_PS_BIN);
+        return -1;
+    }
+    int ws = 0;
+    if ((sp->port = mt_bench_wait_port(portf, sp->pid, 30, &ws)) < 0) {
+        fprintf(stderr, "trainer_bench: the shard did not start (status %d); %s:\n", ws, sp->log);
+        mt_bench_log_tail(sp->log);
+        return -1;
+    }
+    return 0;
+}
+
+/* Stops the shard (SIGTERM). @returns 0, or -1 if it did not exit 0 (its log on stderr). */
+static int shard_stop(shard_proc_t *sp) {
+    int ws = mt_bench_child_stop(sp->pid, SIGTERM);
+    if (ws == -1 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        fprintf(stderr, "trainer_bench: the shard ended badly (status %d); %s:\n", ws, sp->log);
+        mt_bench_log_tail(sp->log);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     mt_bench_run_conditions("trainer");
     size_t total = 300000, batch = 512;
@@ -348,7 +412,9 @@ int main(int argc, char **argv) {
     emit("compute_floor_examples_per_s", floor_rate, "examples/s", extra);
 
     /* Local table: cold and warm streams, 1 and 2 threads. */
-    double local_cold = 0; /* examples/s, cold, 1 thread: the PS figures' reference */
+    /* examples/s, cold, 1 thread (by the wall clock and by CPU time): the PS figures'
+     * reference */
+    double local_cold = 0, local_cold_cpu = 0;
     for (int phase = phase_lo; phase <= phase_hi; phase++) {
         for (int nt = 1; nt <= max_threads; nt++) {
             double r[15], rc[15], share = 0, rows = 0;
@@ -365,7 +431,10 @@ int main(int argc, char **argv) {
             }
             double med = mt_bench_median(r, (size_t)reps),
                    med_cpu = mt_bench_median(rc, (size_t)reps);
-            if (phase == PHASE_COLD && nt == 1) local_cold = med;
+            if (phase == PHASE_COLD && nt == 1) {
+                local_cold = med;
+                local_cold_cpu = med_cpu;
+            }
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"%s\",\"ids\":\"%s\",\"threads\":%d,\"per_thread\":%.6g,"
                      "\"new_row_share\":%.4f,\"vs_compute_floor\":%.3f,\"min\":%.6g,\"max\":%.6g,"
@@ -384,12 +453,15 @@ int main(int argc, char **argv) {
     }
     if (!with_ps) return 0;
 
-    /* One PS shard on loopback holding the same slots (cold stream, one thread), a fresh
-     * shard for each of: steps one after another, pipelined steps (the apply of one in
-     * flight while the next one looks up and computes), and pipelined with prefetch (the next
-     * batch's lookup also in flight while this one computes). vs_local: against the local table's
-     * cold 1-thread figure of this run; cpu_us_per_example: this process (trainer, shard and
-     * its rpc threads together: they share the cores). */
+    /* One PS shard, a monolith-ps process on loopback holding the same slots (cold stream,
+     * one thread), a fresh shard for each of: steps one after another, pipelined steps (the
+     * apply of one in flight while the next one looks up and computes), and pipelined with
+     * prefetch (the next batch's lookup also in flight while this one computes). vs_local:
+     * against the local table's cold 1-thread figure of this run, by the wall clock;
+     * trainer_cpu_us_per_example: this process (the trainer: its step, pipeline and gRPC
+     * threads), shard_cpu_us_per_example: the shard's process, cpu_us_per_example: both (on
+     * this machine they share the cores); vs_local_cpu: the local table's CPU time per
+     * example over the trainer's, vs_local_cpu_total over both. */
     mt_table_slot_config_t slots[2 * NSLOTS];
     mt_trainer_slot_configs(&tc, slots, 2 * NSLOTS);
     stream_t sm;
@@ -397,26 +469,17 @@ int main(int argc, char **argv) {
     batches_t bs = {0};
     if (batches_make(&bs, nbatches + 1, batch, &sm)) return 1;
     float *probs = malloc(batch * sizeof(float));
+    mt_bench_cleanup_install();
+    if (!mt_bench_root_create("trainer_bench")) {
+        perror("trainer_bench: temporary directory");
+        return 1;
+    }
     for (int mode = 0; mode <= 2; mode++) { /* unpipelined, pipelined, with prefetch */
         int pipelined = mode >= 1, prefetch = mode == 2;
-        mt_ps_config_t pc;
-        mt_ps_config_init(&pc);
-        pc.table.slots = slots;
-        pc.table.nslots = 2 * NSLOTS;
-        pc.table.shards_log2 = 6;
-        pc.table.initial_rows = initial_rows;
-        pc.table.filter_bytes = 0;
-        mt_ps_t *ps;
-        mt_rpc_server_t *srv;
-        mt_rpc_server_config_t sc;
-        mt_rpc_server_config_init(&sc);
-        sc.threads = 2;
-        int port = 0;
-        if (mt_ps_create(&pc, NULL, &ps) != MT_OK || mt_rpc_server_create(&sc, &srv) != MT_OK ||
-            mt_ps_register(ps, srv) != MT_OK || mt_rpc_server_start(srv, &port) != MT_OK)
-            return 1;
+        shard_proc_t sp;
+        if (shard_start(slots, 2 * NSLOTS, initial_rows, mode, &sp)) return 1;
         char addr[64];
-        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", sp.port);
         const char *addrs[1] = {addr};
         mt_psc_config_t cc;
         mt_psc_config_init(&cc);
@@ -432,30 +495,38 @@ int main(int argc, char **argv) {
         if (pipelined && mt_trainer_set_pipelined(tr, 1) != MT_OK) return 1;
         if (mt_trainer_train(tr, &bs.b[0], 1, probs, NULL) != MT_OK) return 1; /* first rows */
         if (mt_trainer_wait(tr, NULL) != MT_OK) return 1;
-        double t0 = mt_mono_s(), c0 = process_cpu_s();
+        double t0 = mt_mono_s(), c0 = process_cpu_s(), s0 = mt_bench_pid_cpu_s(sp.pid);
         for (size_t i = 1; i <= nbatches; i++) {
             if (prefetch && i < nbatches && mt_trainer_prefetch(tr, &bs.b[i + 1], 2) != MT_OK)
                 return 1;
             if (mt_trainer_train(tr, &bs.b[i], 2, probs, NULL) != MT_OK) return 1;
         }
         if (mt_trainer_wait(tr, NULL) != MT_OK) return 1;
-        double secs = mt_mono_s() - t0, cpu = process_cpu_s() - c0;
-        double rate = (double)(nbatches * batch) / secs;
+        double secs = mt_mono_s() - t0, cpu = process_cpu_s() - c0,
+               scpu = mt_bench_pid_cpu_s(sp.pid) - s0;
+        if (s0 < 0 || scpu < 0) {
+            fprintf(stderr, "trainer_bench: cannot read the shard's CPU time\n");
+            return 1;
+        }
+        double ne = (double)(nbatches * batch), rate = ne / secs;
+        double tus = cpu * 1e6 / ne, sus = scpu * 1e6 / ne,
+               lus = local_cold_cpu > 0 ? 1e6 / local_cold_cpu : 0;
         snprintf(extra, sizeof(extra),
                  "\"phase\":\"cold\",\"threads\":1,\"pipelined\":%s,\"prefetch\":%s,"
-                 "\"vs_local\":%.3f,"
-                 "\"local\":%.6g,\"cpu_us_per_example\":%.2f,\"vs_compute_floor\":%.3f,"
+                 "\"vs_local\":%.3f,\"local\":%.6g,\"vs_local_cpu\":%.3f,"
+                 "\"vs_local_cpu_total\":%.3f,\"local_cpu_us_per_example\":%.2f,"
+                 "\"trainer_cpu_us_per_example\":%.2f,\"shard_cpu_us_per_example\":%.2f,"
+                 "\"cpu_us_per_example\":%.2f,\"vs_compute_floor\":%.3f,"
                  "\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
-                 "\"backend\":\"1 PS over loopback\",\"examples\":%zu",
+                 "\"backend\":\"1 PS process over loopback\",\"examples\":%zu",
                  pipelined ? "true" : "false", prefetch ? "true" : "false",
-                 local_cold > 0 ? rate / local_cold : 0, local_cold,
-                 cpu * 1e6 / (double)(nbatches * batch), rate / floor_rate, NSLOTS, DIM, batch,
-                 nbatches * batch);
+                 local_cold > 0 ? rate / local_cold : 0, local_cold, tus > 0 ? lus / tus : 0,
+                 tus + sus > 0 ? lus / (tus + sus) : 0, lus, tus, sus, tus + sus, rate / floor_rate,
+                 NSLOTS, DIM, batch, nbatches * batch);
         emit("train_examples_per_s", rate, "examples/s", extra);
         mt_trainer_destroy(tr);
         mt_psc_destroy(client);
-        mt_rpc_server_destroy(srv);
-        mt_ps_destroy(ps);
+        if (shard_stop(&sp)) return 1;
     }
     batches_free(&bs);
     free(probs);
