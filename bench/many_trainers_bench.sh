@@ -9,7 +9,10 @@
 # the processes share the cores, so the aggregate rate cannot scale with K; the CPU time
 # per example is what decides scaling on hosts where each process has its own cores.
 #
-#   bash bench/many_trainers_bench.sh [--quick] [--examples M (120000)] [--build DIR]
+#   bash bench/many_trainers_bench.sh [--quick] [--examples M (120000)] [--pipelined]
+#                                     [--build DIR]
+# --pipelined: the trainers pipeline their covered steps (trainer.pipelined: one apply in
+# flight while the next step computes).
 #
 # One JSON line per K on stdout ({"bench": "many_trainers", ...}) and a conditions line
 # (the machine's CPU taken by other processes during the run, as the C benches print).
@@ -17,10 +20,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build="$here/build/release"
 M=120000
+pipelined=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) M=12000 ;;
     --examples) M=$2; shift ;;
+    --pipelined) pipelined=true ;;
     --build) build=$2; shift ;;
     *) echo "many_trainers_bench: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -57,7 +62,7 @@ run_k() { # run_k K: one measured run with K trainers, everything fresh
     "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" \
       --set "cluster.ps=$cluster" --online \
       --set kafka.group=bench --set trainer.idempotent=true --set trainer.batch_size=256 \
-      --set trainer.progress_interval_ms=0 > "$tmp/tr$i.out" 2> "$tmp/tr$i.err" &
+      --set "trainer.pipelined=$pipelined" --set trainer.progress_interval_ms=0 > "$tmp/tr$i.out" 2> "$tmp/tr$i.err" &
     pids+=($!) tr+=($!)
   done
   # the group settled: every trainer holds partitions, the 6 of them in all
@@ -88,14 +93,14 @@ run_k() { # run_k K: one measured run with K trainers, everything fresh
   t1c=$(cpu_s "${tr[@]}")
   b1=$(machine_busy)
   wait "$gen_pid" || fail "producer: $(cat "$tmp/gen.err")"
-  awk -v k="$k" -v m="$M" -v w0="$t_start" -v w1="$t_end" -v s0="$s0" -v s1="$s1" \
+  awk -v k="$k" -v m="$M" -v pl="$pipelined" -v w0="$t_start" -v w1="$t_end" -v s0="$s0" -v s1="$s1" \
       -v t0="$t0c" -v t1="$t1c" -v b0="$b0" -v b1="$b1" -v ncpu="$(nproc)" 'BEGIN {
     split(b0, x, " "); split(b1, y, " ");
     wall = w1 - w0; tr = t1 - t0; sh = s1 - s0; own = tr + sh;
     busy = (y[1] - x[1]) / 100; total = (y[2] - x[2]) / 100;
     others = busy - own; if (others < 0) others = 0;
     share = total > 0 ? others / total : 0;
-    printf "{\"bench\":\"many_trainers\",\"metric\":\"examples_per_s\",\"value\":%.0f,\"unit\":\"examples/s\",\"trainers\":%d,\"shards\":2,\"examples\":%d,\"wall_s\":%.2f,\"per_trainer\":%.0f,\"cpu_s_trainers\":%.2f,\"cpu_s_shards_broker\":%.2f,\"cpu_us_per_example\":%.1f,\"cores\":%d}\n", m / wall, k, m, wall, m / wall / k, tr, sh, own * 1e6 / m, ncpu;
+    printf "{\"bench\":\"many_trainers\",\"metric\":\"examples_per_s\",\"value\":%.0f,\"unit\":\"examples/s\",\"trainers\":%d,\"pipelined\":%s,\"shards\":2,\"examples\":%d,\"wall_s\":%.2f,\"per_trainer\":%.0f,\"cpu_s_trainers\":%.2f,\"cpu_s_shards_broker\":%.2f,\"cpu_us_per_example\":%.1f,\"cores\":%d}\n", m / wall, k, pl, m, wall, m / wall / k, tr, sh, own * 1e6 / m, ncpu;
     printf "{\"bench\":\"many_trainers\",\"metric\":\"conditions\",\"value\":%.2f,\"unit\":\"s\",\"trainers\":%d,\"wall_s\":%.2f,\"cpu_s\":%.2f,\"others_busy_share\":%.3f}\n", wall, k, wall, own, share;
   }'
   e2e_cleanup

@@ -889,244 +889,6 @@ static int shards_behind(daemon_t *d, const mt_cover_t *cv) {
     return behind;
 }
 
-/* Trains the step the cover holds (@p b its examples, possibly none: a range up to a cut
- * with no message in it), retrying while a shard does not answer (a retry is skipped where
- * it was applied). @returns 0 (applied or skipped by every shard), 2 (a shard refused it:
- * the caller resets), or 1 (stop). */
-static int covered_step(daemon_t *d, mt_cover_t *cv, mt_batch_t *b, float *probs,
-                        double *loss_sum) {
-    const mt_psc_range_t *r;
-    size_t nr = mt_cover_ranges(cv, &r);
-    if (!nr) return 0;
-    for (unsigned attempt = 0;; attempt++) {
-        char err[512] = "";
-        mt_trainer_step_t st = {0};
-        uint32_t now_s = (uint32_t)time(NULL);
-        mt_err_t e;
-        if (b->n) {
-            mt_trainer_set_cover(d->tr, r, nr);
-            e = mt_trainer_train(d->tr, b, now_s, probs, &st);
-        } else {
-            mt_rpc_status_t rs = {0};
-            e = mt_psc_apply_cover(d->psc, NULL, 0, NULL, 0, now_s, 0, 0, r, nr, &st.skipped_shards,
-                                   NULL, NULL, &rs);
-            if (e) snprintf(err, sizeof(err), "%s", rs.message);
-        }
-        if (!e && d->dense) {
-            if (b->n) {
-                mt_trainer_dense_sync_set_cover(d->dense, r, nr);
-                int synced = 0;
-                e = mt_trainer_dense_sync_step(d->dense, &synced, err, sizeof(err));
-                if (!e && synced) atomic_fetch_add(&d->ctr.dense_syncs, 1);
-            } else {
-                mt_rpc_status_t rs = {0};
-                e = mt_psc_push_dense_cover(d->psc, NULL, NULL, 0, 0, r, nr, NULL, NULL, &rs);
-                if (e) snprintf(err, sizeof(err), "%s", rs.message);
-            }
-        }
-        if (!e) {
-            if (b->n) {
-                mt_eval_add(d->eval, probs, b->labels, b->n);
-                *loss_sum += (double)st.loss * (double)b->n;
-                atomic_fetch_add(&d->ctr.examples, b->n);
-                atomic_fetch_add(&d->ctr.batches, 1);
-            }
-            if (st.skipped_shards == mt_psc_num_shards(d->psc))
-                atomic_fetch_add(&d->ctr.steps_skipped, 1);
-            mt_cover_commit(cv);
-            return 0;
-        }
-        if (e == MT_OUT_OF_ORDER) {
-            atomic_fetch_add(&d->ctr.out_of_order, 1);
-            mt_log(MT_LOG_INFO, WHO, "a shard refused the step (%s): reading the marks again",
-                   *err ? err : "out of order");
-            mt_cover_abort(cv);
-            return 2;
-        }
-        atomic_fetch_add(&d->ctr.ps_errors, 1);
-        if (e == MT_MISMATCH || e == MT_INVALID || e == MT_NOMEM || stop_requested(d)) {
-            mt_log(MT_LOG_ERROR, WHO, "training step: %s%s%s", mt_strerror(e), *err ? ": " : "",
-                   err);
-            return 1;
-        }
-        if (attempt % 10 == 0)
-            mt_log(MT_LOG_WARN, WHO, "training step: %s%s%s (retrying: a retry is applied once)",
-                   mt_strerror(e), *err ? ": " : "", err);
-        usleep(100000u << (attempt < 3 ? attempt : 3));
-    }
-}
-
-/* The online loop of a trainer among many (trainer.idempotent): the partitions Kafka gives
- * it, each from the lowest mark of the shards, in covered steps. It records nothing of its
- * own; its Kafka commits (for lag monitoring) are the lowest durable marks. */
-static int run_online_marks(daemon_t *d, mt_kafka_consumer_t *kc, uint64_t max_examples,
-                            double duration_s, int until_caught_up) {
-    size_t bs = d->cfg.trainer.batch_size;
-    mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
-    mt_kafka_msg_t *held = calloc(bs, sizeof(*held)); /* the step's messages, to mark */
-    float *probs = malloc(bs * sizeof(float));
-    mt_batch_t b = {0};
-    mt_cover_t *cv = NULL;
-    int rc = 0;
-    uint64_t gen = 0;
-    if (!msgs || !held || !probs || mt_batch_init(&b, d->slots, (uint32_t)d->nslots) ||
-        mt_cover_create(&cv)) {
-        rc = 1;
-        goto out;
-    }
-    pass_result_t res = {0};
-    double t0 = mt_mono_s(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
-    double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0, next_lag = t0;
-    uint64_t last_examples = 0;
-    double last_t = t0;
-    size_t last_n = 1, nheld = 0;
-    int need_reset = 1;
-    double last_msg = t0, next_idle_check = t0 + IDLE_CHECK_S;
-    while (!stop_requested(d)) {
-        if (max_examples && res.examples >= max_examples) break;
-        if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
-        if (until_caught_up && !last_n && !need_reset && mt_kafka_consumer_assigned(kc) &&
-            mt_kafka_consumer_lag(kc) == 0)
-            break;
-        if (mt_mono_s() >= next_lag) {
-            atomic_store(&d->ctr.kafka_lag, mt_kafka_consumer_lag(kc));
-            next_lag = mt_mono_s() + 1.0;
-        }
-        uint64_t g0 = mt_kafka_consumer_generation(kc);
-        if (need_reset || g0 != gen) {
-            mt_cover_abort(cv);
-            mt_batch_clear(&b);
-            nheld = 0;
-            if ((rc = marks_reset(d, kc, cv, &gen)) != 0) break;
-            need_reset = 0;
-            continue;
-        }
-        size_t n = mt_kafka_consumer_poll(kc, msgs, bs, 200);
-        last_n = n;
-        if (mt_kafka_consumer_generation(kc) != gen) { /* partitions moved during the poll */
-            need_reset = 1;
-            continue;
-        }
-        /* A seek right after an assignment can be lost inside librdkafka (its issue #2256):
-         * the partition then fetches nothing. Messages behind (lag) and none for
-         * STALL_S: seek again. */
-        double tnow = mt_mono_s();
-        if (n) {
-            last_msg = tnow;
-        } else if (tnow >= next_idle_check) {
-            next_idle_check = tnow + IDLE_CHECK_S;
-            if (shards_behind(d, cv)) {
-                mt_log(MT_LOG_INFO, WHO,
-                       "a shard is behind this trainer's partitions (it restarted): re-feeding it");
-                need_reset = 1;
-                continue;
-            }
-        }
-        if (n) {
-            /* messages: no stall */
-        } else if (tnow - last_msg > STALL_S && atomic_load(&d->ctr.kafka_lag) > 0) {
-            atomic_fetch_add(&d->ctr.consumer_stalls, 1);
-            mt_log(MT_LOG_WARN, WHO,
-                   "no message for %.0f s with %" PRId64 " behind: seeking to the marks again",
-                   tnow - last_msg, (int64_t)atomic_load(&d->ctr.kafka_lag));
-            last_msg = tnow;
-            need_reset = 1;
-            continue;
-        }
-        for (size_t i = 0; i < n && !need_reset && !rc; i++) {
-            /* (a step never outgrows the batch: a poll brings at most bs messages) */
-            int a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
-            if (a == MT_COVER_CLOSE) {
-                int t = covered_step(d, cv, &b, probs, &res.loss_sum);
-                if (t == 1) rc = 1;
-                if (t == 2) need_reset = 1;
-                if (t) break;
-                res.examples += b.n;
-                for (size_t k = 0; k < nheld; k++)
-                    mt_kafka_consumer_mark(kc, &held[k]);
-                mt_batch_clear(&b);
-                nheld = 0;
-                a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
-            }
-            if (a == MT_COVER_GAP) { /* the consumer skipped messages: drop the step, seek */
-                atomic_fetch_add(&d->ctr.consumer_gaps, 1);
-                mt_log(MT_LOG_WARN, WHO,
-                       "%s/%d@%" PRId64 ": past the next offset of the partition (the consumer "
-                       "skipped messages): seeking back to the shards' marks",
-                       msgs[i].topic, (int)msgs[i].partition, msgs[i].offset);
-                need_reset = 1;
-                break;
-            }
-            if (a != MT_COVER_ADDED) continue; /* not ours, or delivered twice */
-            held[nheld++] = msgs[i];
-            uint32_t ignored = 0;
-            char why[256] = "";
-            mt_err_t e =
-                mt_example_decode(msgs[i].value, msgs[i].len, &b, &ignored, why, sizeof(why));
-            if (e == MT_NOMEM) {
-                rc = 1;
-                break;
-            }
-            if (e) { /* in the step's range all the same: consumed, no example */
-                atomic_fetch_add(&d->ctr.bad_messages, 1);
-                if (d->bad_logged++ < BAD_LOG_MAX)
-                    mt_log(MT_LOG_WARN, WHO, "%s/%d@%" PRId64 ": bad message skipped: %s",
-                           msgs[i].topic, (int)msgs[i].partition, msgs[i].offset, why);
-            }
-            if (ignored) atomic_fetch_add(&d->ctr.ignored_slots, ignored);
-        }
-        if (rc) break;
-        if (need_reset) continue;
-        int t = covered_step(d, cv, &b, probs, &res.loss_sum); /* the rest of the poll */
-        if (t == 1) {
-            rc = 1;
-            break;
-        }
-        if (t == 2) {
-            need_reset = 1;
-            continue;
-        }
-        res.examples += b.n;
-        for (size_t k = 0; k < nheld; k++)
-            mt_kafka_consumer_mark(kc, &held[k]);
-        mt_batch_clear(&b);
-        nheld = 0;
-        double now = mt_mono_s();
-        if (n && now >= next_commit) { /* at least a second apart: a Stats round trip */
-            unsigned ms =
-                d->cfg.trainer.commit_interval_ms > 1000 ? d->cfg.trainer.commit_interval_ms : 1000;
-            next_commit = now + ms / 1000.0;
-            commit_durable(d, kc);
-        }
-        if (d->cfg.trainer.progress_interval_ms && now >= next_progress) {
-            next_progress = now + d->cfg.trainer.progress_interval_ms / 1000.0;
-            mt_eval_result_t er;
-            mt_eval_result(d->eval, &er);
-            store_double(&d->ctr.window_auc_bits, er.window_auc);
-            store_double(&d->ctr.window_loss_bits, er.window_logloss);
-            fprintf(stderr,
-                    "online  %" PRIu64 " ex  %.0f ex/s  window(%zu) loss %.4f  auc %.4f  "
-                    "partitions %zu  lag %" PRId64 "  skipped %" PRIu64 "  bad %" PRIu64 "\n",
-                    res.examples, (double)(res.examples - last_examples) / (now - last_t),
-                    er.window_n, er.window_logloss, er.window_auc, mt_kafka_consumer_assigned(kc),
-                    (int64_t)atomic_load(&d->ctr.kafka_lag), atomic_load(&d->ctr.steps_skipped),
-                    atomic_load(&d->ctr.bad_messages));
-            last_examples = res.examples;
-            last_t = now;
-        }
-    }
-    res.seconds = mt_mono_s() - t0;
-    mt_eval_result(d->eval, &res.ev);
-    if (write_report(d, "online", &res, 1, NULL, 0)) rc = 1;
-out:
-    mt_cover_destroy(cv);
-    mt_batch_free(&b);
-    free(msgs);
-    free(held);
-    free(probs);
-    return rc;
-}
-
 /* Pipelined steps in the online loop (trainer.pipelined): the messages whose step's apply is
  * in flight, marked once a later step or a wait confirms it (mt_trainer_wait). */
 typedef struct inflight {
@@ -1175,6 +937,333 @@ static int inflight_set(inflight_t *f, const mt_kafka_msg_t *msgs, size_t n) {
     f->n = n;
     f->busy = 1;
     return 0;
+}
+
+/* A pipelined covered step (@p b holds examples): hands its apply, with its cover, to the
+ * trainer's apply thread; the step in flight before it is confirmed by it (its messages
+ * marked), and this one's messages @p held wait in @p fl. Any error drops both steps (the
+ * library has nothing in flight after one; an error of the dense push, after this step's
+ * apply went in flight, waits for it): the caller resets to the shards' marks, which re-feeds
+ * what either step did not apply everywhere, each shard skipping what it did. No retry here:
+ * the error may be the previous step's. @returns 0, 2 (reset) or 1 (stop). */
+static int covered_step_pipelined(daemon_t *d, mt_cover_t *cv, mt_batch_t *b, float *probs,
+                                  double *loss_sum, inflight_t *fl, mt_kafka_consumer_t *kc,
+                                  const mt_kafka_msg_t *held, size_t nheld) {
+    const mt_psc_range_t *r;
+    size_t nr = mt_cover_ranges(cv, &r);
+    char err[512] = "";
+    mt_trainer_step_t st = {0};
+    mt_trainer_set_cover(d->tr, r, nr);
+    mt_err_t e = mt_trainer_train(d->tr, b, (uint32_t)time(NULL), probs, &st);
+    int in_flight = e == MT_OK; /* this step's apply */
+    if (!e && d->dense) {
+        mt_trainer_dense_sync_set_cover(d->dense, r, nr);
+        int synced = 0;
+        e = mt_trainer_dense_sync_step(d->dense, &synced, err, sizeof(err));
+        if (!e && synced) atomic_fetch_add(&d->ctr.dense_syncs, 1);
+    }
+    if (!e) {
+        mt_eval_add(d->eval, probs, b->labels, b->n);
+        *loss_sum += (double)st.loss * (double)b->n;
+        atomic_fetch_add(&d->ctr.examples, b->n);
+        atomic_fetch_add(&d->ctr.batches, 1);
+        if (st.previous && st.skipped_shards == mt_psc_num_shards(d->psc))
+            atomic_fetch_add(&d->ctr.steps_skipped, 1);
+        if (fl->busy) inflight_mark(fl, kc); /* confirmed by this step */
+        if (inflight_set(fl, held, nheld)) return 1;
+        mt_cover_commit(cv);
+        return 0;
+    }
+    if (in_flight) (void)mt_trainer_wait(d->tr, NULL); /* nothing in flight after */
+    fl->n = 0;
+    fl->busy = 0;
+    mt_cover_abort(cv);
+    if (e == MT_OUT_OF_ORDER) {
+        atomic_fetch_add(&d->ctr.out_of_order, 1);
+        mt_log(MT_LOG_INFO, WHO,
+               "a shard refused the step (%s; pipelined: the step after it dropped too): reading "
+               "the marks again",
+               *err ? err : "out of order");
+        return 2;
+    }
+    atomic_fetch_add(&d->ctr.ps_errors, 1);
+    if (e == MT_MISMATCH || e == MT_INVALID || e == MT_NOMEM) {
+        mt_log(MT_LOG_ERROR, WHO, "training step: %s%s%s", mt_strerror(e), *err ? ": " : "", err);
+        return 1;
+    }
+    mt_log(MT_LOG_WARN, WHO,
+           "pipelined step: %s%s%s: both steps dropped, back to the shards' marks", mt_strerror(e),
+           *err ? ": " : "", err);
+    return stop_requested(d) ? 1 : 2;
+}
+
+/* Trains the step the cover holds (@p b its examples, possibly none: a range up to a cut
+ * with no message in it), retrying while a shard does not answer (a retry is skipped where
+ * it was applied); marks its messages @p held once applied. With pipelined steps (@p fl on)
+ * a step with examples goes in flight (covered_step_pipelined); one without waits for the
+ * step in flight first (its range follows that step's). @returns 0 (applied or skipped by
+ * every shard, or in flight), 2 (a shard refused it, or a pipelined step failed: the caller
+ * resets), or 1 (stop). */
+static int covered_step(daemon_t *d, mt_cover_t *cv, mt_batch_t *b, float *probs, double *loss_sum,
+                        inflight_t *fl, mt_kafka_consumer_t *kc, const mt_kafka_msg_t *held,
+                        size_t nheld) {
+    const mt_psc_range_t *r;
+    size_t nr = mt_cover_ranges(cv, &r);
+    if (!nr) return 0;
+    if (fl->on && b->n)
+        return covered_step_pipelined(d, cv, b, probs, loss_sum, fl, kc, held, nheld);
+    if (inflight_confirm(fl, d, kc) < 0) {
+        mt_cover_abort(cv);
+        return stop_requested(d) ? 1 : 2;
+    }
+    for (unsigned attempt = 0;; attempt++) {
+        char err[512] = "";
+        mt_trainer_step_t st = {0};
+        uint32_t now_s = (uint32_t)time(NULL);
+        mt_err_t e;
+        if (b->n) {
+            mt_trainer_set_cover(d->tr, r, nr);
+            e = mt_trainer_train(d->tr, b, now_s, probs, &st);
+        } else {
+            mt_rpc_status_t rs = {0};
+            e = mt_psc_apply_cover(d->psc, NULL, 0, NULL, 0, now_s, 0, 0, r, nr, &st.skipped_shards,
+                                   NULL, NULL, &rs);
+            if (e) snprintf(err, sizeof(err), "%s", rs.message);
+        }
+        if (!e && d->dense) {
+            if (b->n) {
+                mt_trainer_dense_sync_set_cover(d->dense, r, nr);
+                int synced = 0;
+                e = mt_trainer_dense_sync_step(d->dense, &synced, err, sizeof(err));
+                if (!e && synced) atomic_fetch_add(&d->ctr.dense_syncs, 1);
+            } else {
+                mt_rpc_status_t rs = {0};
+                e = mt_psc_push_dense_cover(d->psc, NULL, NULL, 0, 0, r, nr, NULL, NULL, &rs);
+                if (e) snprintf(err, sizeof(err), "%s", rs.message);
+            }
+        }
+        if (!e) {
+            if (b->n) {
+                mt_eval_add(d->eval, probs, b->labels, b->n);
+                *loss_sum += (double)st.loss * (double)b->n;
+                atomic_fetch_add(&d->ctr.examples, b->n);
+                atomic_fetch_add(&d->ctr.batches, 1);
+            }
+            if (st.skipped_shards == mt_psc_num_shards(d->psc))
+                atomic_fetch_add(&d->ctr.steps_skipped, 1);
+            mt_cover_commit(cv);
+            for (size_t k = 0; k < nheld; k++)
+                mt_kafka_consumer_mark(kc, &held[k]);
+            return 0;
+        }
+        if (e == MT_OUT_OF_ORDER) {
+            atomic_fetch_add(&d->ctr.out_of_order, 1);
+            mt_log(MT_LOG_INFO, WHO, "a shard refused the step (%s): reading the marks again",
+                   *err ? err : "out of order");
+            mt_cover_abort(cv);
+            return 2;
+        }
+        atomic_fetch_add(&d->ctr.ps_errors, 1);
+        if (e == MT_MISMATCH || e == MT_INVALID || e == MT_NOMEM || stop_requested(d)) {
+            mt_log(MT_LOG_ERROR, WHO, "training step: %s%s%s", mt_strerror(e), *err ? ": " : "",
+                   err);
+            return 1;
+        }
+        if (attempt % 10 == 0)
+            mt_log(MT_LOG_WARN, WHO, "training step: %s%s%s (retrying: a retry is applied once)",
+                   mt_strerror(e), *err ? ": " : "", err);
+        usleep(100000u << (attempt < 3 ? attempt : 3));
+    }
+}
+
+/* The online loop of a trainer among many (trainer.idempotent): the partitions Kafka gives
+ * it, each from the lowest mark of the shards, in covered steps. It records nothing of its
+ * own; its Kafka commits (for lag monitoring) are the lowest durable marks. */
+static int run_online_marks(daemon_t *d, mt_kafka_consumer_t *kc, uint64_t max_examples,
+                            double duration_s, int until_caught_up) {
+    size_t bs = d->cfg.trainer.batch_size;
+    mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
+    mt_kafka_msg_t *held = calloc(bs, sizeof(*held)); /* the step's messages, to mark */
+    float *probs = malloc(bs * sizeof(float));
+    mt_batch_t b = {0};
+    mt_cover_t *cv = NULL;
+    int rc = 0;
+    uint64_t gen = 0;
+    if (!msgs || !held || !probs || mt_batch_init(&b, d->slots, (uint32_t)d->nslots) ||
+        mt_cover_create(&cv)) {
+        rc = 1;
+        goto out;
+    }
+    pass_result_t res = {0};
+    double t0 = mt_mono_s(), next_progress = t0 + d->cfg.trainer.progress_interval_ms / 1000.0;
+    double next_commit = t0 + d->cfg.trainer.commit_interval_ms / 1000.0, next_lag = t0;
+    uint64_t last_examples = 0;
+    double last_t = t0;
+    size_t last_n = 1, nheld = 0;
+    int need_reset = 1;
+    double last_msg = t0, next_idle_check = t0 + IDLE_CHECK_S;
+    inflight_t fl = {0};
+    if (d->cfg.trainer.pipelined) {
+        if (mt_trainer_set_pipelined(d->tr, 1) == MT_OK) {
+            fl.on = 1;
+            mt_log(MT_LOG_INFO, WHO,
+                   "pipelined covered steps: one apply in flight while the next step computes");
+        } else
+            mt_log(MT_LOG_WARN, WHO, "pipelined steps: no apply thread: steps one after another");
+    }
+    while (!stop_requested(d)) {
+        if (max_examples && res.examples >= max_examples) break;
+        if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
+        if (until_caught_up && !last_n && !need_reset && mt_kafka_consumer_assigned(kc) &&
+            mt_kafka_consumer_lag(kc) == 0)
+            break;
+        if (mt_mono_s() >= next_lag) {
+            atomic_store(&d->ctr.kafka_lag, mt_kafka_consumer_lag(kc));
+            next_lag = mt_mono_s() + 1.0;
+        }
+        uint64_t g0 = mt_kafka_consumer_generation(kc);
+        if (need_reset || g0 != gen) {
+            /* the step in flight lands (or fails) before the marks are read: either way the
+             * marks then say where every shard is */
+            (void)inflight_confirm(&fl, d, kc);
+            mt_cover_abort(cv);
+            mt_batch_clear(&b);
+            nheld = 0;
+            if ((rc = marks_reset(d, kc, cv, &gen)) != 0) break;
+            need_reset = 0;
+            continue;
+        }
+        size_t n = mt_kafka_consumer_poll(kc, msgs, bs, 200);
+        last_n = n;
+        if (mt_kafka_consumer_generation(kc) != gen) { /* partitions moved during the poll */
+            need_reset = 1;
+            continue;
+        }
+        /* A seek right after an assignment can be lost inside librdkafka (its issue #2256):
+         * the partition then fetches nothing. Messages behind (lag) and none for
+         * STALL_S: seek again. */
+        double tnow = mt_mono_s();
+        if (n) {
+            last_msg = tnow;
+        } else if (tnow >= next_idle_check) {
+            next_idle_check = tnow + IDLE_CHECK_S;
+            if (shards_behind(d, cv)) {
+                mt_log(MT_LOG_INFO, WHO,
+                       "a shard is behind this trainer's partitions (it restarted): re-feeding it");
+                need_reset = 1;
+                continue;
+            }
+        }
+        if (n) {
+            /* messages: no stall */
+        } else if (tnow - last_msg > STALL_S && atomic_load(&d->ctr.kafka_lag) > 0) {
+            atomic_fetch_add(&d->ctr.consumer_stalls, 1);
+            mt_log(MT_LOG_WARN, WHO,
+                   "no message for %.0f s with %" PRId64 " behind: seeking to the marks again",
+                   tnow - last_msg, (int64_t)atomic_load(&d->ctr.kafka_lag));
+            last_msg = tnow;
+            need_reset = 1;
+            continue;
+        }
+        for (size_t i = 0; i < n && !need_reset && !rc; i++) {
+            /* (a step never outgrows the batch: a poll brings at most bs messages) */
+            int a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
+            if (a == MT_COVER_CLOSE) {
+                int t = covered_step(d, cv, &b, probs, &res.loss_sum, &fl, kc, held, nheld);
+                if (t == 1) rc = 1;
+                if (t == 2) need_reset = 1;
+                if (t) break;
+                res.examples += b.n;
+                mt_batch_clear(&b);
+                nheld = 0;
+                a = mt_cover_add(cv, msgs[i].topic, msgs[i].partition, msgs[i].offset);
+            }
+            if (a == MT_COVER_GAP) { /* the consumer skipped messages: drop the step, seek */
+                atomic_fetch_add(&d->ctr.consumer_gaps, 1);
+                mt_log(MT_LOG_WARN, WHO,
+                       "%s/%d@%" PRId64 ": past the next offset of the partition (the consumer "
+                       "skipped messages): seeking back to the shards' marks",
+                       msgs[i].topic, (int)msgs[i].partition, msgs[i].offset);
+                need_reset = 1;
+                break;
+            }
+            if (a != MT_COVER_ADDED) continue; /* not ours, or delivered twice */
+            held[nheld++] = msgs[i];
+            uint32_t ignored = 0;
+            char why[256] = "";
+            mt_err_t e =
+                mt_example_decode(msgs[i].value, msgs[i].len, &b, &ignored, why, sizeof(why));
+            if (e == MT_NOMEM) {
+                rc = 1;
+                break;
+            }
+            if (e) { /* in the step's range all the same: consumed, no example */
+                atomic_fetch_add(&d->ctr.bad_messages, 1);
+                if (d->bad_logged++ < BAD_LOG_MAX)
+                    mt_log(MT_LOG_WARN, WHO, "%s/%d@%" PRId64 ": bad message skipped: %s",
+                           msgs[i].topic, (int)msgs[i].partition, msgs[i].offset, why);
+            }
+            if (ignored) atomic_fetch_add(&d->ctr.ignored_slots, ignored);
+        }
+        if (rc) break;
+        if (need_reset) continue;
+        /* the rest of the poll */
+        int t = covered_step(d, cv, &b, probs, &res.loss_sum, &fl, kc, held, nheld);
+        if (t == 1) {
+            rc = 1;
+            break;
+        }
+        if (t == 2) {
+            need_reset = 1;
+            continue;
+        }
+        res.examples += b.n;
+        mt_batch_clear(&b);
+        nheld = 0;
+        double now = mt_mono_s();
+        if (n && now >= next_commit) { /* at least a second apart: a Stats round trip */
+            unsigned ms =
+                d->cfg.trainer.commit_interval_ms > 1000 ? d->cfg.trainer.commit_interval_ms : 1000;
+            next_commit = now + ms / 1000.0;
+            commit_durable(d, kc);
+        }
+        if (d->cfg.trainer.progress_interval_ms && now >= next_progress) {
+            next_progress = now + d->cfg.trainer.progress_interval_ms / 1000.0;
+            mt_eval_result_t er;
+            mt_eval_result(d->eval, &er);
+            store_double(&d->ctr.window_auc_bits, er.window_auc);
+            store_double(&d->ctr.window_loss_bits, er.window_logloss);
+            fprintf(stderr,
+                    "online  %" PRIu64 " ex  %.0f ex/s  window(%zu) loss %.4f  auc %.4f  "
+                    "partitions %zu  lag %" PRId64 "  skipped %" PRIu64 "  bad %" PRIu64 "\n",
+                    res.examples, (double)(res.examples - last_examples) / (now - last_t),
+                    er.window_n, er.window_logloss, er.window_auc, mt_kafka_consumer_assigned(kc),
+                    (int64_t)atomic_load(&d->ctr.kafka_lag), atomic_load(&d->ctr.steps_skipped),
+                    atomic_load(&d->ctr.bad_messages));
+            last_examples = res.examples;
+            last_t = now;
+        }
+    }
+    if (fl.on) { /* the last step in flight: a failure leaves it to the marks (a next run) */
+        if (inflight_confirm(&fl, d, kc) < 0 && !rc) {
+            mt_log(MT_LOG_ERROR, WHO,
+                   "the last pipelined step failed: the shards' marks hold "
+                   "what a next run re-feeds");
+            rc = 1;
+        }
+        mt_trainer_set_pipelined(d->tr, 0);
+    }
+    free(fl.msg);
+    res.seconds = mt_mono_s() - t0;
+    mt_eval_result(d->eval, &res.ev);
+    if (write_report(d, "online", &res, 1, NULL, 0)) rc = 1;
+out:
+    mt_cover_destroy(cv);
+    mt_batch_free(&b);
+    free(msgs);
+    free(held);
+    free(probs);
+    return rc;
 }
 
 /* Pipelined steps that failed are dropped unmarked: the exactly-once mode recovers from its
@@ -1518,10 +1607,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
         goto out;
     }
-    if (d.cfg.trainer.pipelined && (!d.cfg.cluster.nps || d.cfg.trainer.idempotent)) {
+    if (d.cfg.trainer.pipelined && !d.cfg.cluster.nps) {
         fprintf(stderr,
-                "monolith-trainer: %s: trainer.pipelined needs the PS shards (cluster.ps) and "
-                "not trainer.idempotent\n",
+                "monolith-trainer: %s: trainer.pipelined needs the PS shards (cluster.ps)\n",
                 config);
         rc = 2;
         goto out;

@@ -3,7 +3,7 @@
 # counted: on monolith-kafka-dev (examples: 6 partitions), two monolith-ps shards taking
 # their own snapshots every second (one whole in 3, the others incremental:
 # ps.snapshot_full_every), and three monolith-trainer --online in one group with
-# trainer.idempotent (covered steps), while `monolith gen --kafka --rate` produces N examples
+# trainer.idempotent (covered steps; trainers 2 and 4 pipelined: trainer.pipelined), while `monolith gen --kafka --rate` produces N examples
 # and kcat 3 garbage messages:
 #  1. kill -9 trainer 1 mid-stream: its partitions move to the others, which start each one
 #     at the lowest mark of the shards;
@@ -52,9 +52,12 @@ start_ps 0
 start_ps 1 0 0 # shard 1 snapshots when told (below), so that it comes back behind
 cluster="127.0.0.1:${port[0]},127.0.0.1:${port[1]}"
 say "PS shards on ${port[0]} and ${port[1]}"
-start_trainer() { # start_trainer K
+start_trainer() { # start_trainer K: trainers 2 and 4 pipeline their covered steps
+  local pipe=false
+  [ $(($1 % 2)) -eq 0 ] && pipe=true
   "$MT_TRAINER_BIN" --config "$conf" "${model[@]}" --set "cluster.ps=$cluster" --online \
     --set kafka.group=many --set trainer.idempotent=true --set trainer.dense_sync_batches=1 \
+    --set trainer.pipelined=$pipe \
     --set trainer.batch_size=200 --set trainer.progress_interval_ms=0 \
     --report "$tmp/tr$1.json" > "$tmp/tr$1.out" 2> "$tmp/tr$1.err" &
   tr_pids[$1]=$!
@@ -176,6 +179,9 @@ for k in 2 3 4; do
   e=$(json "$tmp/tr$k.json" examples)
   say "trainer $k: ${e:-0} examples; $(grep -c "partitions (" "$tmp/tr$k.err") assignments"
   trained=$((trained + ${e:-0}))
+done
+for k in 2 4; do
+  grep -q "pipelined covered steps" "$tmp/tr$k.err" || fail "trainer $k did not pipeline its steps"
 done
 # trainer 4 joined last: it must have owned partitions once the group settled
 grep -qE "partitions \([1-9]" "$tmp/tr4.err" || fail "trainer 4 never owned a partition"

@@ -100,9 +100,6 @@ expect 2 "trainer.idempotent needs" --config "$conf" --set trainer.idempotent=tr
 expect 2 "trainer.idempotent needs" --config "$conf" --set trainer.idempotent=true \
   --set cluster.ps=127.0.0.1:1 --set trainer.dense_sync_batches=1 \
   --set trainer.checkpoint_interval_s=5 --online
-# pipelined steps need the PS and are not for covered steps
+# pipelined steps need the PS (covered steps pipeline too: many_trainers_e2e.sh)
 expect 2 "trainer.pipelined needs" --config "$conf" --set trainer.pipelined=true --check
-expect 2 "trainer.pipelined needs" --config "$conf" --set trainer.pipelined=true \
-  --set cluster.ps=127.0.0.1:1 --set trainer.dense_sync_batches=1 --set trainer.idempotent=true \
-  --check
 echo "trainer daemon: all good"
