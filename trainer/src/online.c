@@ -151,7 +151,8 @@ void mt__trainer_inflight_mark(mt__trainer_inflight_t *f, mt_kafka_consumer_t *k
 
 /* The step in flight (if any) answered: marked on success. @returns the number of messages
  * marked, or -1 on error (nothing in flight afterwards, nothing marked). */
-long mt__trainer_inflight_confirm(mt__trainer_inflight_t *f, mt_trainer_run_t *d, mt_kafka_consumer_t *kc) {
+long mt__trainer_inflight_confirm(mt__trainer_inflight_t *f, mt_trainer_run_t *d,
+                                  mt_kafka_consumer_t *kc) {
     if (!f->on || !f->busy) return 0;
     mt_err_t e = mt_trainer_wait(d->tr, NULL);
     long n = (long)f->n;
@@ -192,7 +193,8 @@ static int drop_steps(mt_trainer_run_t *d, mt_coord_t *co, mt_kafka_consumer_t *
     return 0;
 }
 
-int mt_trainer_run_online(mt_trainer_run_t *d, uint64_t max_examples, double duration_s, int until_caught_up) {
+int mt_trainer_run_online(mt_trainer_run_t *d, uint64_t max_examples, double duration_s,
+                          int until_caught_up) {
     char bootstrap[8192], berr[512] = "";
     if (mt_config_kafka_bootstrap(d->cfg, bootstrap, sizeof(bootstrap), berr, sizeof(berr))) {
         mt_log(MT_LOG_ERROR, WHO, "%s", berr);
@@ -289,7 +291,8 @@ int mt_trainer_run_online(mt_trainer_run_t *d, uint64_t max_examples, double dur
             mt_log(MT_LOG_WARN, WHO,
                    "no message for %.0f s with %" PRId64 " behind: seeking to the positions again",
                    tpoll - last_msg, (int64_t)atomic_load(&d->ctr.kafka_lag));
-            long k = mt__trainer_inflight_confirm(&fl, d, kc); /* its messages marked, or to be re-read */
+            long k = mt__trainer_inflight_confirm(&fl, d,
+                                                  kc); /* its messages marked, or to be re-read */
             if (k > 0) since_ckpt += (uint64_t)k, uncommitted += (uint64_t)k;
             if (mt_kafka_consumer_reseek(kc, err, sizeof(err))) mt_log(MT_LOG_WARN, WHO, "%s", err);
             last_msg = tpoll;
@@ -421,4 +424,3 @@ out:
     mt_kafka_consumer_destroy(kc);
     return rc;
 }
-

@@ -21,7 +21,8 @@
 /* The lists of marks a trainer starts from, out of every shard's Stats (@p sm): each
  * shard's sparse marks, and shard 0's dense ones when the dense parameters are on the PS.
  * @p lists has room for num_shards + 1. @returns how many. */
-static size_t marks_lists(mt_trainer_run_t *d, const mt_psc_shard_ckpt_t *sm, mt_cover_marks_t *lists) {
+static size_t marks_lists(mt_trainer_run_t *d, const mt_psc_shard_ckpt_t *sm,
+                          mt_cover_marks_t *lists) {
     size_t nl = 0;
     for (uint32_t s = 0; s < mt_psc_num_shards(d->psc); s++)
         lists[nl++] = (mt_cover_marks_t){sm[s].marks[MT_PSC_MARKS], sm[s].nmarks[MT_PSC_MARKS]};
@@ -35,7 +36,8 @@ static size_t marks_lists(mt_trainer_run_t *d, const mt_psc_shard_ckpt_t *sm, mt
  * consumer to where this trainer's steps start (mt_cover_reset). Waits (retrying) while a
  * shard does not answer. @returns 0, or 1: stop (requested, or Kafka's retention dropped
  * examples a shard never applied: said and counted). */
-static int marks_reset(mt_trainer_run_t *d, mt_kafka_consumer_t *kc, mt_cover_t *cv, uint64_t *gen) {
+static int marks_reset(mt_trainer_run_t *d, mt_kafka_consumer_t *kc, mt_cover_t *cv,
+                       uint64_t *gen) {
     uint32_t ns = mt_psc_num_shards(d->psc);
     atomic_fetch_add(&d->ctr.resets, 1);
     for (unsigned attempt = 0; !mt__trainer_stopping(d); attempt++) {
@@ -169,8 +171,9 @@ static int shards_behind(mt_trainer_run_t *d, const mt_cover_t *cv) {
  * what either step did not apply everywhere, each shard skipping what it did. No retry here:
  * the error may be the previous step's. @returns 0, 2 (reset) or 1 (stop). */
 static int covered_step_pipelined(mt_trainer_run_t *d, mt_cover_t *cv, mt_batch_t *b, float *probs,
-                                  double *loss_sum, mt__trainer_inflight_t *fl, mt_kafka_consumer_t *kc,
-                                  const mt_kafka_msg_t *held, size_t nheld) {
+                                  double *loss_sum, mt__trainer_inflight_t *fl,
+                                  mt_kafka_consumer_t *kc, const mt_kafka_msg_t *held,
+                                  size_t nheld) {
     const mt_psc_range_t *r;
     size_t nr = mt_cover_ranges(cv, &r);
     char err[512] = "";
@@ -218,9 +221,9 @@ static int covered_step_pipelined(mt_trainer_run_t *d, mt_cover_t *cv, mt_batch_
  * step in flight first (its range follows that step's). @returns 0 (applied or skipped by
  * every shard, or in flight), 2 (a shard refused it, or a pipelined step failed: the caller
  * resets), or 1 (stop). */
-static int covered_step(mt_trainer_run_t *d, mt_cover_t *cv, mt_batch_t *b, float *probs, double *loss_sum,
-                        mt__trainer_inflight_t *fl, mt_kafka_consumer_t *kc, const mt_kafka_msg_t *held,
-                        size_t nheld) {
+static int covered_step(mt_trainer_run_t *d, mt_cover_t *cv, mt_batch_t *b, float *probs,
+                        double *loss_sum, mt__trainer_inflight_t *fl, mt_kafka_consumer_t *kc,
+                        const mt_kafka_msg_t *held, size_t nheld) {
     const mt_psc_range_t *r;
     size_t nr = mt_cover_ranges(cv, &r);
     if (!nr) return 0;
@@ -285,8 +288,8 @@ static int covered_step(mt_trainer_run_t *d, mt_cover_t *cv, mt_batch_t *b, floa
 /* The online loop of a trainer among many (trainer.idempotent): the partitions Kafka gives
  * it, each from the lowest mark of the shards, in covered steps. It records nothing of its
  * own; its Kafka commits (for lag monitoring) are the lowest durable marks. */
-int mt__trainer_run_online_marks(mt_trainer_run_t *d, mt_kafka_consumer_t *kc, uint64_t max_examples,
-                            double duration_s, int until_caught_up) {
+int mt__trainer_run_online_marks(mt_trainer_run_t *d, mt_kafka_consumer_t *kc,
+                                 uint64_t max_examples, double duration_s, int until_caught_up) {
     size_t bs = d->cfg->trainer.batch_size;
     mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
     mt_kafka_msg_t *held = calloc(bs, sizeof(*held)); /* the step's messages, to mark */
@@ -417,8 +420,9 @@ int mt__trainer_run_online_marks(mt_trainer_run_t *d, mt_kafka_consumer_t *kc, u
         nheld = 0;
         double now = mt_mono_s();
         if (n && now >= next_commit) { /* at least a second apart: a Stats round trip */
-            unsigned ms =
-                d->cfg->trainer.commit_interval_ms > 1000 ? d->cfg->trainer.commit_interval_ms : 1000;
+            unsigned ms = d->cfg->trainer.commit_interval_ms > 1000
+                              ? d->cfg->trainer.commit_interval_ms
+                              : 1000;
             next_commit = now + ms / 1000.0;
             commit_durable(d, kc);
         }
@@ -445,4 +449,3 @@ out:
     free(probs);
     return rc;
 }
-

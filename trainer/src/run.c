@@ -241,12 +241,13 @@ void mt__trainer_progress(mt_trainer_run_t *d, mt_kafka_consumer_t *kc, uint64_t
     pr->last_t = now;
 }
 
-int mt__trainer_train_batch(mt_trainer_run_t *d, const mt_batch_t *b, float *probs, double *loss_sum) {
+int mt__trainer_train_batch(mt_trainer_run_t *d, const mt_batch_t *b, float *probs,
+                            double *loss_sum) {
     return mt__trainer_train_step(d, b, probs, loss_sum, NULL);
 }
 
 int mt__trainer_train_step(mt_trainer_run_t *d, const mt_batch_t *b, float *probs, double *loss_sum,
-                      int *previous) {
+                           int *previous) {
     uint32_t now_s = (uint32_t)time(NULL);
     for (int attempt = 0;; attempt++) {
         mt_trainer_step_t st;
@@ -359,8 +360,8 @@ static void fmt_eta(double s, char *out, size_t len) {
 }
 
 /* One pass over @p path: training (progressive) or scoring only. @returns 0, 1, 2. */
-static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t epoch, uint32_t epochs,
-                    mt__trainer_pass_t *res) {
+static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t epoch,
+                    uint32_t epochs, mt__trainer_pass_t *res) {
     memset(res, 0, sizeof(*res));
     FILE *in = fopen(path, "r");
     if (!in) {
@@ -459,8 +460,8 @@ static void json_num(FILE *f, const char *key, double v, int last) {
         fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
-int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__trainer_pass_t *tr, uint32_t epochs,
-                        const mt__trainer_pass_t *ev, int have_eval) {
+int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__trainer_pass_t *tr,
+                             uint32_t epochs, const mt__trainer_pass_t *ev, int have_eval) {
     printf("== monolith-trainer report (%s) ==\n", mode);
     if (!strcmp(mode, "batch"))
         printf("examples trained   %" PRIu64 " per epoch (%u epoch%s)\n", tr->examples, epochs,
@@ -512,7 +513,8 @@ int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__tr
     return 0;
 }
 
-int mt_trainer_run_batch(mt_trainer_run_t *d, const char *train, const char *eval, uint32_t epochs) {
+int mt_trainer_run_batch(mt_trainer_run_t *d, const char *train, const char *eval,
+                         uint32_t epochs) {
     mt__trainer_pass_t tr = {0}, ev = {0};
     int rc = 0;
     for (uint32_t ep = 1; ep <= epochs && !rc; ep++) {

@@ -17,7 +17,7 @@
 #include "mt/trainer.h"
 #include "mt/trainer_run.h"
 
-#define WHO "trainer"
+#define WHO                     "trainer"
 #define MT__TRAINER_BAD_LOG_MAX 100 /* bad lines / messages logged one by one; then only counted */
 
 /* Counters shown by /metrics (written by the training thread, read by the HTTP thread). */
@@ -67,8 +67,8 @@ int mt__trainer_train_batch(mt_trainer_run_t *d, const mt_batch_t *b, float *pro
 /* One step. With @p previous (pipelined steps): no retry, since an error may be the previous
  * step's: 3 (drop both, seek back to the marks) in the at-least-once mode; *previous = 1 when
  * the step confirmed the previous one. @returns 0, 1 (stop), 2 (recover) or 3. */
-int mt__trainer_train_step(mt_trainer_run_t *d, const mt_batch_t *b, float *probs,
-                           double *loss_sum, int *previous);
+int mt__trainer_train_step(mt_trainer_run_t *d, const mt_batch_t *b, float *probs, double *loss_sum,
+                           int *previous);
 
 /* The dense half of a step (with the dense parameters on the PS: push and pull on their
  * clock, with @p cover when given). @returns MT_OK (also without them) or the push's error. */

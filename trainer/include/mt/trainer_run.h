@@ -39,10 +39,10 @@ enum {
 typedef struct mt_trainer_run mt_trainer_run_t;
 
 typedef struct mt_trainer_run_config {
-    const mt_config_t *cfg; /* validated (mt_config_validate, mt_trainer_run_check) */
-    const uint16_t *slots;  /* the feature slots (mt_config_derive_trainer_slots) */
-    size_t nslots;          /* 1..256 */
-    int online;             /* an online run (with checkpoints: exactly once) */
+    const mt_config_t *cfg;  /* validated (mt_config_validate, mt_trainer_run_check) */
+    const uint16_t *slots;   /* the feature slots (mt_config_derive_trainer_slots) */
+    size_t nslots;           /* 1..256 */
+    int online;              /* an online run (with checkpoints: exactly once) */
     const char *report_path; /* optional: the final report as one JSON object */
     /* Polled between steps and while waiting: non-zero ends the run as SIGTERM does (a
      * last checkpoint, a last commit, the report). NULL: never. */
@@ -69,8 +69,7 @@ int mt_trainer_run_on_ps(const mt_trainer_run_t *r);
 /** Batch training: @p train for @p epochs, @p eval (optional) after each. @returns an exit
  *  status: 0, 1 (unreadable input, PS failures after retries), 2 (the input's columns do
  *  not fit the model). */
-int mt_trainer_run_batch(mt_trainer_run_t *r, const char *train, const char *eval,
-                         uint32_t epochs);
+int mt_trainer_run_batch(mt_trainer_run_t *r, const char *train, const char *eval, uint32_t epochs);
 
 /** Online training until stop, @p max_examples (0: no limit), @p duration_s (0: none), or
  *  with @p until_caught_up once every assigned partition is consumed to its high watermark
