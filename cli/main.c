@@ -4,6 +4,8 @@
  *   monolith health   --addr HOST:PORT [--service NAME]
  *   monolith stats    --addr HOST:PORT
  *   monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...
+ *   monolith predict  --addr HOST:PORT --user FID[,FID...] --candidate ITEM=FID[,FID...]...
+ *                     [--request-id ID]
  *   monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]
  *   (health, stats, lookup, snapshot: [--tls-ca FILE [--tls-cert FILE --tls-key FILE]
  *    [--tls-server-name NAME]] to talk to daemons with [tls] enabled; docs/security.md)
@@ -33,6 +35,11 @@
  * reads any CSV / TSV log with the columns the [input] section of --config maps, the keys
  * monolith-trainer reads (mt/config_input.h): a bad or missing column setting is exit 2.
  *
+ * predict asks a serving replica (monolith.v1.Serving/Predict) to score the candidates for
+ * the user: the user's fids and each candidate's (ITEM: its item id) are grouped by slot
+ * into SlotFids; it prints {"scores":[...],"sparse_version":N,"dense_version":N}. A
+ * client in Python making the same call is clients/python/monolith_client.py.
+ *
  * A FID is "SLOT:VALUE" (decimal, VALUE < 2^48) or a raw 64-bit number (decimal or 0x hex).
  * lookup routes each id to its shard like every client (the --ps list is shard 0, 1, ...).
  * Output is JSON, one object per line. Exit status: 0 success, 1 the call failed (the
@@ -49,6 +56,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/ps.pb-c.h"
+#include "monolith/v1/serving.pb-c.h"
 #include "mt/config.h"
 #include "mt/config_input.h"
 #include "mt/example_pb.h"
@@ -95,8 +103,11 @@ static int usage(void) {
             "usage: monolith health   --addr HOST:PORT [--service NAME]\n"
             "       monolith stats    --addr HOST:PORT\n"
             "       monolith lookup   --ps HOST:PORT[,HOST:PORT...] [--train] FID...\n"
+            "       monolith predict  --addr HOST:PORT --user FID[,FID...]"
+            " --candidate ITEM=FID[,FID...]...\n"
+            "                         [--request-id ID]\n"
             "       monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]\n"
-            "       (health, stats, lookup, snapshot: [--tls-ca FILE [--tls-cert FILE"
+            "       (health, stats, lookup, predict, snapshot: [--tls-ca FILE [--tls-cert FILE"
             " --tls-key FILE]\n"
             "        [--tls-server-name NAME]]: TLS, as the daemons' [tls] section)\n"
             "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
@@ -323,6 +334,122 @@ out:
     free(fids);
     free(out);
     free(found);
+    return rc;
+}
+
+/* The fids of a comma-separated list, grouped by slot into SlotFids (in the order each slot
+ * first appears). @p sf / @p sfp have room for @p cap slots; the fids are written to
+ * @p fids (room for @p fcap). @returns the number of SlotFids, or -1 (a bad fid, said). */
+static int slot_fids(char *list, Monolith__V1__SlotFids *sf, Monolith__V1__SlotFids **sfp,
+                     size_t cap, uint64_t *fids, size_t fcap) {
+    size_t n = 0, nf = 0;
+    uint64_t tmp[256];
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        if (nf == 256 || nf == fcap || parse_fid(tok, &tmp[nf]) != 0) {
+            fprintf(stderr, "monolith: '%s' is not a fid (SLOT:VALUE or a 64-bit number)%s\n", tok,
+                    nf == 256 || nf == fcap ? ", or too many" : "");
+            return -1;
+        }
+        nf++;
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < nf; i++) {
+        uint16_t slot = MT_FID_SLOT(tmp[i]);
+        size_t k = 0;
+        while (k < n && sf[k].slot != slot)
+            k++;
+        if (k < n) continue; /* this slot's fids were gathered already */
+        if (n == cap) {
+            fprintf(stderr, "monolith: too many slots in '%s'\n", list);
+            return -1;
+        }
+        monolith__v1__slot_fids__init(&sf[n]);
+        sf[n].slot = slot;
+        sf[n].fids = fids + used;
+        for (size_t j = i; j < nf; j++)
+            if (MT_FID_SLOT(tmp[j]) == slot) fids[used + sf[n].n_fids++] = tmp[j];
+        used += sf[n].n_fids;
+        sfp[n] = &sf[n];
+        n++;
+    }
+    return (int)n;
+}
+
+#define PREDICT_MAX_CANDIDATES 1024
+#define PREDICT_MAX_SLOTS      64
+
+static int cmd_predict(const char *addr, const char *request_id, char *user, char **cands,
+                       int ncands) {
+    if (!user || ncands < 1 || ncands > PREDICT_MAX_CANDIDATES) return usage();
+    int rc = 2;
+    Monolith__V1__SlotFids usf[PREDICT_MAX_SLOTS], *usfp[PREDICT_MAX_SLOTS];
+    uint64_t ufids[256];
+    Monolith__V1__Candidate *c = calloc((size_t)ncands, sizeof(*c));
+    Monolith__V1__Candidate **cp = calloc((size_t)ncands, sizeof(*cp));
+    Monolith__V1__SlotFids *csf = calloc((size_t)ncands * PREDICT_MAX_SLOTS, sizeof(*csf));
+    Monolith__V1__SlotFids **csfp = calloc((size_t)ncands * PREDICT_MAX_SLOTS, sizeof(*csfp));
+    uint64_t *cfids = calloc((size_t)ncands * 256, sizeof(uint64_t));
+    uint8_t *buf = NULL, *resp = NULL;
+    Monolith__V1__PredictResponse *pr = NULL;
+    if (!c || !cp || !csf || !csfp || !cfids) {
+        rc = 1;
+        goto out;
+    }
+    Monolith__V1__PredictRequest r = MONOLITH__V1__PREDICT_REQUEST__INIT;
+    r.request_id = (char *)(request_id ? request_id : "");
+    int nu = slot_fids(user, usf, usfp, PREDICT_MAX_SLOTS, ufids, 256);
+    if (nu < 0) goto out;
+    r.n_user = (size_t)nu;
+    r.user = usfp;
+    for (int i = 0; i < ncands; i++) {
+        char *eq = strchr(cands[i], '='), *end;
+        errno = 0;
+        unsigned long long item = strtoull(cands[i], &end, 10);
+        if (!eq || end != eq || errno || eq == cands[i]) {
+            fprintf(stderr, "monolith: --candidate %s: expected ITEM=FID[,FID...]\n", cands[i]);
+            goto out;
+        }
+        monolith__v1__candidate__init(&c[i]);
+        c[i].item_id = item;
+        int ns = slot_fids(eq + 1, csf + (size_t)i * PREDICT_MAX_SLOTS,
+                           csfp + (size_t)i * PREDICT_MAX_SLOTS, PREDICT_MAX_SLOTS,
+                           cfids + (size_t)i * 256, 256);
+        if (ns < 0) goto out;
+        c[i].n_item = (size_t)ns;
+        c[i].item = csfp + (size_t)i * PREDICT_MAX_SLOTS;
+        cp[i] = &c[i];
+    }
+    r.n_candidates = (size_t)ncands;
+    r.candidates = cp;
+    size_t len = monolith__v1__predict_request__get_packed_size(&r);
+    if (!(buf = malloc(len ? len : 1))) {
+        rc = 1;
+        goto out;
+    }
+    monolith__v1__predict_request__pack(&r, buf);
+    size_t rlen = 0;
+    if ((rc = call(addr, "/monolith.v1.Serving/Predict", buf, len, &resp, &rlen, "predict")))
+        goto out;
+    rc = 1;
+    if (!(pr = monolith__v1__predict_response__unpack(NULL, rlen, resp))) {
+        fprintf(stderr, "monolith: predict: malformed answer\n");
+        goto out;
+    }
+    printf("{\"scores\":[");
+    for (size_t i = 0; i < pr->n_scores; i++)
+        printf("%s%.9g", i ? "," : "", pr->scores[i]);
+    printf("],\"sparse_version\":%" PRIu64 ",\"dense_version\":%" PRIu64 "}\n", pr->sparse_version,
+           pr->dense_version);
+    rc = 0;
+out:
+    if (pr) monolith__v1__predict_response__free_unpacked(pr, NULL);
+    free(resp);
+    free(buf);
+    free(c);
+    free(cp);
+    free(csf);
+    free(csfp);
+    free(cfids);
     return rc;
 }
 
@@ -802,7 +929,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "replay")) return cmd_replay(argc - 2, argv + 2);
     const char *cmd = argv[1], *addr = NULL, *service = NULL, *token = NULL, *kafka = NULL,
                *topic = NULL, *group = NULL;
-    char *ps = NULL;
+    char *ps = NULL, *user = NULL;
+    const char *request_id = NULL;
+    char **cands = calloc((size_t)argc, sizeof(char *));
+    int ncands = 0;
     int train = 0;
     uint64_t id = 0, examples = 100000;
     double rate = 0;
@@ -810,7 +940,11 @@ int main(int argc, char **argv) {
     mt_gen_config_init(&gc);
     char **rest = calloc((size_t)argc, sizeof(char *));
     int nrest = 0;
-    if (!rest) return 1;
+    if (!rest || !cands) {
+        free(rest);
+        free(cands);
+        return 1;
+    }
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -818,6 +952,12 @@ int main(int argc, char **argv) {
             addr = argv[++i];
         else if (!strcmp(a, "--ps") && has)
             ps = argv[++i];
+        else if (!strcmp(a, "--user") && has)
+            user = argv[++i];
+        else if (!strcmp(a, "--candidate") && has)
+            cands[ncands++] = argv[++i];
+        else if (!strcmp(a, "--request-id") && has)
+            request_id = argv[++i];
         else if (!strcmp(a, "--service") && has)
             service = argv[++i];
         else if (!strcmp(a, "--token") && has)
@@ -841,6 +981,7 @@ int main(int argc, char **argv) {
             rate = strtod(argv[++i], &end);
             if (*end || !(rate > 0)) {
                 free(rest);
+                free(cands);
                 return usage();
             }
         } else if (!strcmp(a, "--id") && has) {
@@ -848,6 +989,7 @@ int main(int argc, char **argv) {
             id = strtoull(argv[++i], &end, 10);
             if (*end) {
                 free(rest);
+                free(cands);
                 return usage();
             }
         } else if (has && (!strcmp(a, "--examples") || !strcmp(a, "--seed") ||
@@ -870,6 +1012,7 @@ int main(int argc, char **argv) {
             if (*end || !*v) {
                 fprintf(stderr, "monolith: %s: '%s' is not a number\n", a, v);
                 free(rest);
+                free(cands);
                 return 2;
             }
         } else if (!strcmp(a, "--train"))
@@ -877,6 +1020,7 @@ int main(int argc, char **argv) {
         else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "monolith: unknown option %s\n", a);
             free(rest);
+            free(cands);
             return usage();
         } else
             rest[nrest++] = argv[i];
@@ -885,6 +1029,7 @@ int main(int argc, char **argv) {
     if (tls.enabled && !tls.ca_file) {
         fprintf(stderr, "monolith: --tls-cert, --tls-key and --tls-server-name need --tls-ca\n");
         free(rest);
+        free(cands);
         return usage();
     }
     if (tls.enabled) {
@@ -892,6 +1037,7 @@ int main(int argc, char **argv) {
         if (mt_rpc_tls_check(&tls, 0, err, sizeof(err)) != MT_OK) {
             fprintf(stderr, "monolith: %s\n", err);
             free(rest);
+            free(cands);
             return 2;
         }
     }
@@ -906,6 +1052,8 @@ int main(int argc, char **argv) {
         rc = cmd_offsets(kafka, group, topic ? topic : "examples");
     else if (!strcmp(cmd, "gen") && !nrest)
         rc = cmd_gen(examples, &gc, kafka, topic, rate);
+    else if (!strcmp(cmd, "predict") && addr && !nrest)
+        rc = cmd_predict(addr, request_id, user, cands, ncands);
     else if (!strcmp(cmd, "lookup") && (ps || addr)) {
         char *list = strdup(ps ? ps : addr);
         rc = list ? cmd_lookup(list, train, rest, nrest) : 1;
@@ -913,5 +1061,6 @@ int main(int argc, char **argv) {
     } else
         rc = usage();
     free(rest);
+    free(cands);
     return rc;
 }

@@ -10,6 +10,7 @@ PKGS=(
   librdkafka-dev librocksdb-dev libopenblas-dev
   kcat gnuplot-nox clang-format redis-server libhiredis-dev zlib1g-dev
   clang
+  protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf
 )
 
 missing=()
