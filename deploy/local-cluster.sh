@@ -89,6 +89,91 @@ scrape() { # scrape PORT: the /metrics text
   cat <&3; exec 3<&-
 }
 
+# ---- Prometheus (Debian's prometheus): every daemon scraped on loopback, with the alert
+# rules of deploy/prometheus; its address in $run/prometheus.addr, its answers to one query
+# per daemon kind in $run/prometheus.json (the report prints them).
+prom_dir="$run/prometheus"
+free_port() { # a port the kernel has free now (prometheus takes no port 0)
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  done
+  return 1
+}
+# prom_targets: one file_sd list per daemon kind, from the ports their logs announced
+prom_targets() {
+  local i mp first
+  mkdir -p "$prom_dir/targets"
+  first=1
+  { printf '['
+    for i in $(seq 0 $((shards - 1))); do
+      mp=$(metrics_port "$run/ps$i.log")
+      [ -n "$mp" ] || continue
+      [ $first = 1 ] || printf ','
+      first=0
+      printf '{"targets":["127.0.0.1:%s"],"labels":{"daemon":"ps","shard":"%s"}}' "$mp" "$i"
+    done
+    printf ']\n'; } > "$prom_dir/targets/ps.json.tmp"
+  mv "$prom_dir/targets/ps.json.tmp" "$prom_dir/targets/ps.json"
+  for name in serving trainer joiner; do
+    mp=$(metrics_port "$run/$name.log")
+    [ -n "$mp" ] || continue
+    printf '[{"targets":["127.0.0.1:%s"],"labels":{"daemon":"%s"}}]\n' "$mp" "$name" \
+      > "$prom_dir/targets/$name.json.tmp"
+    mv "$prom_dir/targets/$name.json.tmp" "$prom_dir/targets/$name.json"
+  done
+}
+start_prometheus() {
+  if ! command -v prometheus > /dev/null; then
+    echo "== prometheus: not installed (bash scripts/setup.sh installs Debian's prometheus): not started"
+    return 0
+  fi
+  for name in trainer joiner serving; do # their metrics ports are in their logs by now
+    for _ in $(seq 300); do [ -n "$(metrics_port "$run/$name.log")" ] && break; sleep 0.1; done
+  done
+  mkdir -p "$prom_dir"
+  cp deploy/prometheus/prometheus.yml deploy/prometheus/alerts.yml "$prom_dir/"
+  prom_targets
+  local port
+  port=$(free_port) || { echo "== prometheus: no free port"; return 0; }
+  prometheus --config.file="$prom_dir/prometheus.yml" --web.listen-address="127.0.0.1:$port" \
+    --storage.tsdb.path="$runabs/prometheus/data" --storage.tsdb.retention.time=1d \
+    --log.level=warn > /dev/null 2> "$run/prometheus.log" &
+  track prometheus
+  for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:$port/-/ready" > /dev/null 2>&1 && break
+    sleep 0.1
+  done
+  echo "127.0.0.1:$port" > "$run/prometheus.addr"
+  echo "== prometheus: http://127.0.0.1:$port (every daemon every 5 s; rules: deploy/prometheus/alerts.yml)"
+}
+# prom_report: one query per daemon kind through Prometheus' HTTP API, as JSON lines
+prom_report() {
+  [ -s "$run/prometheus.addr" ] || return 0
+  local addr q
+  addr=$(cat "$run/prometheus.addr")
+  : > "$run/prometheus.json"
+  for q in 'up{job="monolith"}' monolith_ps_rows monolith_serving_rows \
+           monolith_trainer_examples_total monolith_joiner_messages_total \
+           process_resident_memory_bytes 'ALERTS{alertstate="firing"}'; do
+    printf '{"query":"%s","answer":%s}\n' "${q//\"/\\\"}" \
+      "$(curl -sf --get --data-urlencode "query=$q" "http://$addr/api/v1/query" || echo null)" \
+      >> "$run/prometheus.json"
+  done
+  echo "prometheus: http://$addr (queries in $run/prometheus.json):"
+  /usr/bin/python3 - "$run/prometheus.json" <<'PY' || true
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    res = ((r.get("answer") or {}).get("data") or {}).get("result") or []
+    vals = ", ".join("%s%s=%s" % (m["metric"].get("daemon", "?"),
+                                  ("/" + m["metric"]["shard"]) if "shard" in m["metric"] else "",
+                                  m["value"][1]) for m in res)
+    print("   %-40s %s" % (r["query"], vals or "(none)"))
+PY
+}
+
 conf=deploy/trainer.example.conf
 # The loop's event time is the wall clock: short windows so that negatives come soon.
 joiner_sets=(--set joiner.window_s=5 --set joiner.allowed_lateness_s=2 --set joiner.idle_advance_ms=2000)
@@ -119,7 +204,8 @@ echo "   $addrs"
 echo "== joiner: monolith-joiner (window ${joiner_sets[1]#*=} s of event time)"
 "$bin/joiner/monolith-joiner" --config "$conf" --set "kafka.bootstrap=$bootstrap" \
   "${joiner_sets[@]}" --set "joiner.state_dir=$runabs/joiner" \
-  --set joiner.progress_interval_ms=0 --duration-s $((total + 12)) --drain \
+  --set joiner.progress_interval_ms=0 --set joiner.metrics_listen=127.0.0.1:0 \
+  --duration-s $((total + 12)) --drain \
   --report "$run/joiner.json" "${extra_sets[@]}" > "$run/joiner.out" 2> "$run/joiner.log" &
 joiner=$!
 track joiner
@@ -179,6 +265,7 @@ echo "== serving: monolith-serving (follows the shards' changes every 100 ms, de
 serving serving "$sync_ms" 1 100
 wait_file "$run/serving.port" || { cat "$run/serving.log"; exit 1; }
 echo "   127.0.0.1:$(cat "$run/serving.port")"
+start_prometheus
 
 # The synthetic world (data/gen.h), on a clock 10x the wall clock: 5,000 users, 2,000 live
 # items of which 50 are born per wall second and whose popularity halves every 30 wall
@@ -221,6 +308,7 @@ for name in serving $(ls "$run" | sed -n 's/^\(sync_.*\)\.port$/\1/p'); do
   [ -n "$mp" ] || continue
   scrape "$mp" > "$run/$name.metrics" 2>/dev/null || true
 done
+prom_report
 printf 'loadgen: '; cat "$run/loadgen.json"
 echo "   (waiting for the joiner to close the last windows and the trainer to finish)"
 wait "$joiner" || echo "joiner failed: see $run/joiner.log"

@@ -45,6 +45,7 @@
 #include "mt/joiner.h"
 #include "mt/kafka.h"
 #include "mt/log.h"
+#include "mt/process.h"
 
 #define WHO         "joiner"
 #define BAD_LOG_MAX 100    /* bad messages logged one by one; then only counted */
@@ -169,6 +170,10 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
     G("uptime_seconds", "Seconds since start.", mt_mono_s() - d->started);
 #undef C
 #undef G
+    char proc[1024];
+    if (mt_process_render_metrics((double)time(NULL) - (mt_mono_s() - d->started), proc,
+                                  sizeof(proc)) > 0)
+        fputs(proc, f);
     if (fclose(f) != 0) {
         free(buf);
         return 500;

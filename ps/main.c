@@ -44,6 +44,7 @@
 #include "mt/http.h"
 #include "mt/jemalloc_conf.h"
 #include "mt/log.h"
+#include "mt/process.h"
 #include "mt/ps.h"
 #include "mt/rpc.h"
 #include "mt/store.h"
@@ -199,13 +200,20 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
         return 200;
     }
     if (strcmp(path, "/metrics") != 0) return 404;
-    char extra[2048];
+    char extra[4096];
     snprintf(extra, sizeof(extra),
              "# HELP monolith_ps_uptime_seconds Seconds since start.\n"
              "# TYPE monolith_ps_uptime_seconds gauge\n"
-             "monolith_ps_uptime_seconds{shard=\"%u\"} %lld\n",
-             d->cfg.ps.shard, (long long)(time(NULL) - d->started));
+             "monolith_ps_uptime_seconds{shard=\"%u\"} %lld\n"
+             "# HELP monolith_ps_snapshot_interval_seconds How often the shard snapshots itself "
+             "(ps.snapshot_interval_s; 0: it does not).\n"
+             "# TYPE monolith_ps_snapshot_interval_seconds gauge\n"
+             "monolith_ps_snapshot_interval_seconds{shard=\"%u\"} %u\n",
+             d->cfg.ps.shard, (long long)(time(NULL) - d->started), d->cfg.ps.shard,
+             d->store ? (unsigned)d->cfg.ps.snapshot_interval_s : 0u);
     size_t n = strlen(extra);
+    mt_process_render_metrics((double)d->started, extra + n, sizeof(extra) - n);
+    n = strlen(extra);
     char lbl[32];
     snprintf(lbl, sizeof(lbl), "shard=\"%u\"", d->cfg.ps.shard);
     mt_rpc_server_render_metrics(d->srv, "monolith_ps", lbl, extra + n, sizeof(extra) - n);

@@ -11,6 +11,7 @@ PKGS=(
   kcat gnuplot-nox clang-format redis-server libhiredis-dev zlib1g-dev
   clang
   protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf
+  prometheus
 )
 
 missing=()

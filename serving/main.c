@@ -39,6 +39,7 @@
 #include "mt/jemalloc_conf.h"
 #include "mt/kafka.h"
 #include "mt/log.h"
+#include "mt/process.h"
 #include "mt/rpc.h"
 #include "mt/serving.h"
 
@@ -77,7 +78,7 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
         return mt_serving_ready(d->sv) ? 200 : 503;
     }
     if (strcmp(path, "/metrics") != 0) return 404;
-    char extra[2048];
+    char extra[4096];
     int n = snprintf(extra, sizeof(extra),
                      "# HELP monolith_serving_resident_bytes Resident memory of the process.\n"
                      "# TYPE monolith_serving_resident_bytes gauge\n"
@@ -89,6 +90,8 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
     if (n > 0 && (size_t)n < sizeof(extra))
         mt_rpc_server_render_metrics(d->srv, "monolith_serving", "", extra + n,
                                      sizeof(extra) - (size_t)n);
+    size_t used = strlen(extra);
+    mt_process_render_metrics((double)d->started, extra + used, sizeof(extra) - used);
     return mt_serving_render_metrics(d->sv, extra, body, len) == MT_OK ? 200 : 500;
 }
 

@@ -73,6 +73,11 @@ struct mt__ps_ckpt {
     _Atomic uint64_t last_id;
     _Atomic uint64_t snapshots, snapshot_failures, restores, restore_failures, incrementals;
     _Atomic uint64_t last_snap_us, last_restore_us;
+    /* Unix time the shard's state was last known durable: a checkpoint written or
+     * restored, or a skipped local snapshot with nothing changed since; the shard's
+     * creation before any (monolith_ps_last_snapshot_timestamp_seconds: its age is what a
+     * crash would lose or replay). */
+    _Atomic int64_t durable_unix_s;
 };
 
 /* ============================== lifecycle ============================== */
@@ -82,6 +87,7 @@ mt_err_t mt__ps_ckpt_create(mt__ps_ckpt_t **out) {
     if (!ck) return MT_NOMEM;
     pthread_mutex_init(&ck->snap_lock, NULL);
     pthread_mutex_init(&ck->durable_lock, NULL);
+    atomic_init(&ck->durable_unix_s, (int64_t)time(NULL));
     *out = ck;
     return MT_OK;
 }
@@ -244,6 +250,7 @@ static void mark_saved_locked(mt__ps_ckpt_t *ck, uint64_t table_version, uint64_
     ck->saved_table_version = table_version;
     ck->saved_dense_version = dense_version;
     ck->saved_examples = examples;
+    atomic_store(&ck->durable_unix_s, (int64_t)time(NULL));
 }
 
 /* 1 if the table, the dense parameters or the counter changed since the last checkpoint
@@ -352,6 +359,7 @@ mt_err_t mt_ps_snapshot(mt_ps_t *ps, const mt_ps_snapshot_req_t *req, mt_ps_ckpt
     if (req->local && atomic_load(&ck->coordinated)) { /* the coordinator's checkpoints only */
         r->skipped = 1;
         r->unsaved = state_changed_locked(ps);
+        if (!r->unsaved) atomic_store(&ck->durable_unix_s, (int64_t)time(NULL));
         r->last_id = atomic_load(&ck->last_id);
         mt_msgf(errbuf, errlen, "the shard's checkpoints are coordinated (%s)", ck->coord_why);
         pthread_mutex_unlock(&ps->ck->snap_lock);
@@ -741,6 +749,10 @@ void mt__ps_ckpt_render(mt_ps_t *ps, mt_strbuf_t *b) {
          (double)atomic_load(&ck->restore_failures)},
         {"monolith_ps_restore_seconds", "gauge", "Duration of the last restore.",
          (double)atomic_load(&ck->last_restore_us) * 1e-6},
+        {"monolith_ps_last_snapshot_timestamp_seconds", "gauge",
+         "Unix time the shard's state was last durable (a checkpoint written or restored, or "
+         "nothing changed since); its start before that.",
+         (double)atomic_load(&ck->durable_unix_s)},
         {"monolith_ps_last_checkpoint_id", "gauge",
          "Id of the last checkpoint written or restored.", (double)atomic_load(&ck->last_id)},
         {"monolith_ps_coordinated", "gauge",

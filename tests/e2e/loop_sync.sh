@@ -37,6 +37,26 @@ clicks=$(json "$lg" clicks)
   fail "joiner impressions: $(cat "$run/joiner.json") vs $(cat "$lg")"
 [ "$(json "$run/joiner.json" positives)" = "$clicks" ] || fail "joiner positives: $(cat "$run/joiner.json")"
 
+# Prometheus (Debian's, started by the cluster on loopback) scraped every daemon: its HTTP
+# API answered the cluster's queries with each daemon kind up and a metric of each
+pj="$run/prometheus.json"
+[ -s "$pj" ] || fail "no Prometheus answers (is prometheus installed? bash scripts/setup.sh)"
+/usr/bin/python3 - "$pj" <<'PY' || fail "Prometheus: $(cat "$pj")"
+import json, sys
+ans = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    ans[r["query"]] = (r.get("answer") or {}).get("data", {}).get("result", [])
+up = {(m["metric"].get("daemon"), m["metric"].get("shard")): m["value"][1]
+      for m in ans['up{job="monolith"}']}
+for d in ("ps", "serving", "trainer", "joiner"):
+    assert any(k[0] == d and v == "1" for k, v in up.items()), (d, up)
+for q in ("monolith_ps_rows", "monolith_serving_rows", "monolith_trainer_examples_total",
+          "monolith_joiner_messages_total", "process_resident_memory_bytes"):
+    assert ans.get(q), q
+print("prometheus: every daemon up and scraped")
+PY
+
 paired() { sed -n "s/.*\"$1\": {[^}]*\"paired_auc\": \([-0-9.enul]*\).*/\1/p" "$lg"; }
 a1=$(paired sync_1s) an=$(paired sync_none) windows=$(json "$lg" paired_windows)
 echo "paired windows $windows: sync 1 s AUC $a1, no sync AUC $an"

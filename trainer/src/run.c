@@ -20,6 +20,7 @@
 #include "mt/config_rpc.h"
 #include "mt/example_pb.h"
 #include "mt/log.h"
+#include "mt/process.h"
 #include "mt/readers.h"
 #include "run_int.h"
 
@@ -108,6 +109,10 @@ int mt_trainer_run_render(void *ud, const char *path, char **body, size_t *len) 
     G("uptime_seconds", "Seconds since start.", mt_mono_s() - d->started);
 #undef C
 #undef G
+    char proc[1024];
+    if (mt_process_render_metrics((double)time(NULL) - (mt_mono_s() - d->started), proc,
+                                  sizeof(proc)) > 0)
+        fputs(proc, f);
     if (fclose(f) != 0) {
         free(buf);
         return 500;
