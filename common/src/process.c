@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 /* snprintf at @p *used into buf; keeps counting what is needed past the end. */
+static void put(char *buf, size_t len, size_t *used, int *bad, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
 static void put(char *buf, size_t len, size_t *used, int *bad, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
