@@ -11,7 +11,7 @@
 # latency, the joiner's and trainer's figures, sync lag, each shard's rows.
 #
 #   deploy/local-cluster.sh [--quick] [--shards N] [--seconds S] [--rate REQ_PER_S]
-#                           [--candidates K] [--sync-ms MS]
+#                           [--candidates K] [--sync-ms MS] [--sharded-serving]
 #   deploy/local-cluster.sh --compare [--warmup S] [--seconds S] [--intervals "1000 10000 60000 none"]
 #   deploy/local-cluster.sh --replay [--quick] [--seconds S] [--rate IMPRESSIONS_PER_S]
 #
@@ -21,6 +21,10 @@
 #   and the same clicks (paired). "none" never syncs after its first sync. Ends with the
 #   AUC per replica over time (build/run/sync-compare.tsv) drawn with gnuplot into
 #   build/run/sync-compare.png, and each replica's mean AUC over the paired windows.
+# --sharded-serving: one serving node per PS shard, each holding its shard only and reading
+#   the others' rows from its peers (docs/serving.md, "Sharded serving"); the load goes to
+#   the node of shard 0 (named serving, the one logging impressions), so every request
+#   reads from a peer.
 # --replay: the stream of issue #5 instead (monolith replay --dataset gen: impressions and
 #   clicks straight into Kafka, no serving).
 #
@@ -35,7 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MT_BIN:-build/release}
 run=${MT_RUN_DIR:-build/run}
-shards=2 seconds=60 rate=200 k=10 sync_ms=1000 mode=loop warmup=60 quick=0
+shards=2 seconds=60 rate=200 k=10 sync_ms=1000 mode=loop warmup=60 quick=0 sharded=0
 intervals="1000 10000 60000 none"
 rate_set=0
 usage() {
@@ -54,6 +58,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift ;;
     --intervals) intervals=$2; shift ;;
     --replay) mode=replay ;;
+    --sharded-serving) sharded=1 ;;
     *) usage ;;
   esac
   shift
@@ -116,10 +121,11 @@ prom_targets() {
     done
     printf ']\n'; } > "$prom_dir/targets/ps.json.tmp"
   mv "$prom_dir/targets/ps.json.tmp" "$prom_dir/targets/ps.json"
-  for name in serving trainer joiner; do
+  for name in serving trainer joiner $(serving_nodes); do
     mp=$(metrics_port "$run/$name.log")
     [ -n "$mp" ] || continue
-    printf '[{"targets":["127.0.0.1:%s"],"labels":{"daemon":"%s"}}]\n' "$mp" "$name" \
+    printf '[{"targets":["127.0.0.1:%s"],"labels":{"daemon":"%s","node":"%s"}}]\n' "$mp" \
+      "${name%%_s[0-9]*}" "$name" \
       > "$prom_dir/targets/$name.json.tmp"
     mv "$prom_dir/targets/$name.json.tmp" "$prom_dir/targets/$name.json"
   done
@@ -129,7 +135,7 @@ start_prometheus() {
     echo "== prometheus: not installed (bash scripts/setup.sh installs Debian's prometheus): not started"
     return 0
   fi
-  for name in trainer joiner serving; do # their metrics ports are in their logs by now
+  for name in trainer joiner serving $(serving_nodes); do # their metrics ports are logged by now
     for _ in $(seq 300); do [ -n "$(metrics_port "$run/$name.log")" ] && break; sleep 0.1; done
   done
   mkdir -p "$prom_dir"
@@ -245,15 +251,16 @@ name_of() {
   else echo "$(($1 / 1000))s"; fi
 }
 
-# serving NAME SYNC_MS LOG_RATE [STREAM_MS]: one replica (port in $run/NAME.port, log in
-# $run/NAME.log). STREAM_MS > 0 follows the shards' change streams (rounds every STREAM_MS);
-# 0 (the compared replicas) polls every SYNC_MS.
+# serving NAME SYNC_MS LOG_RATE [STREAM_MS [LISTEN [SETS...]]]: one replica (port in
+# $run/NAME.port, log in $run/NAME.log). STREAM_MS > 0 follows the shards' change streams
+# (rounds every STREAM_MS); 0 (the compared replicas) polls every SYNC_MS.
 serving() {
-  local name=$1 ms=$2 lograte=$3 stream=${4:-0} dense
+  local name=$1 ms=$2 lograte=$3 stream=${4:-0} listen=${5:-127.0.0.1:0} dense
+  shift 5 2>/dev/null || shift $#
   [ "$ms" = none ] && ms=3600000 # never again within a run (the longest interval allowed)
   dense=$ms
   "$bin/serving/monolith-serving" --config "$conf" --set "cluster.ps=$addrs" \
-    --set "kafka.bootstrap=$bootstrap" --listen 127.0.0.1:0 --port-file "$run/$name.port" \
+    --set "kafka.bootstrap=$bootstrap" --listen "$listen" --port-file "$run/$name.port" "$@" \
     --set "serving.sync_interval_ms=$ms" --set "serving.dense_sync_interval_ms=$dense" \
     --set "serving.sync_stream_ms=$stream" \
     --set "serving.log_sample_rate=$lograte" --set serving.metrics_listen=127.0.0.1:0 \
@@ -261,10 +268,37 @@ serving() {
   track "$name"
 }
 
-echo "== serving: monolith-serving (follows the shards' changes every 100 ms, dense every ${sync_ms} ms; logs impressions to features)"
-serving serving "$sync_ms" 1 100
-wait_file "$run/serving.port" || { cat "$run/serving.log"; exit 1; }
-echo "   127.0.0.1:$(cat "$run/serving.port")"
+# the sharded nodes besides "serving" (the node of shard 0): serving_s1 .. serving_sN-1
+serving_nodes() {
+  [ "$sharded" = 1 ] || return 0
+  for i in $(seq 1 $((shards - 1))); do echo "serving_s$i"; done
+}
+if [ "$sharded" = 1 ]; then
+  echo "== serving: $shards sharded monolith-serving nodes, node i holds PS shard i and reads the others from its peers (follows every 100 ms, dense every ${sync_ms} ms; the node of shard 0 logs impressions)"
+  ports=()
+  for i in $(seq 0 $((shards - 1))); do
+    ports+=("$(free_port)") || { echo "no free port"; exit 1; }
+  done
+  for i in $(seq 0 $((shards - 1))); do
+    peers=""
+    for j in $(seq 0 $((shards - 1))); do
+      [ "$j" = "$i" ] || peers="$peers${peers:+,}127.0.0.1:${ports[$j]}"
+    done
+    name=serving lograte=1
+    [ "$i" = 0 ] || { name="serving_s$i"; lograte=0; }
+    serving "$name" "$sync_ms" "$lograte" 100 "127.0.0.1:${ports[$i]}" \
+      --set "serving.shards=$i" --set "serving.peers=$peers"
+  done
+  for name in serving $(serving_nodes); do
+    wait_file "$run/$name.port" || { cat "$run/$name.log"; exit 1; }
+    echo "   $name: 127.0.0.1:$(cat "$run/$name.port")"
+  done
+else
+  echo "== serving: monolith-serving (follows the shards' changes every 100 ms, dense every ${sync_ms} ms; logs impressions to features)"
+  serving serving "$sync_ms" 1 100
+  wait_file "$run/serving.port" || { cat "$run/serving.log"; exit 1; }
+  echo "   127.0.0.1:$(cat "$run/serving.port")"
+fi
 start_prometheus
 
 # The synthetic world (data/gen.h), on a clock 10x the wall clock: 5,000 users, 2,000 live
@@ -303,7 +337,7 @@ sleep 1
 
 echo "== report"
 lagline=""
-for name in serving $(ls "$run" | sed -n 's/^\(sync_.*\)\.port$/\1/p'); do
+for name in serving $(serving_nodes) $(ls "$run" | sed -n 's/^\(sync_.*\)\.port$/\1/p'); do
   mp=$(metrics_port "$run/$name.log")
   [ -n "$mp" ] || continue
   scrape "$mp" > "$run/$name.metrics" 2>/dev/null || true
@@ -317,9 +351,15 @@ wait "$trainer" || echo "trainer failed: see $run/trainer.log"
 [ -s "$run/report.json" ] && { printf 'trainer: '; cat "$run/report.json"; }
 if [ -s "$run/serving.metrics" ]; then
   echo "serving: sync (from its /metrics, in $run/serving.metrics):"
-  grep -E "^monolith_serving_(sync|dense|rows|predict)[a-z_]*(\{[^}]*\})? " "$run/serving.metrics" \
-    | grep -vE "_bucket" | head -20 | sed 's/^/   /'
+  grep -E "^monolith_serving_(sync|dense|rows|predict|peer|shard_held|remote)[a-z_]*(\{[^}]*\})? " \
+    "$run/serving.metrics" | grep -vE "_bucket" | head -30 | sed 's/^/   /'
 fi
+for name in $(serving_nodes); do
+  [ -s "$run/$name.metrics" ] || continue
+  printf '%s: ' "$name"
+  grep -E "^monolith_serving_(rows|shard_held|peer_lookups_total|peer_failures_total|predict_requests_total)[{ ]" \
+    "$run/$name.metrics" | awk '{ printf "%s=%s ", $1, $2 } END { print "" }'
+done
 for i in $(seq 0 $((shards - 1))); do
   printf 'shard %d: ' "$i"
   "$bin/cli/monolith" stats --addr "127.0.0.1:$(cat "$run/ps$i.port")" | head -c 300; echo

@@ -50,6 +50,7 @@ typedef struct daemon {
     mt_serving_t *sv;
     mt_rpc_server_t *srv; /* for /metrics (admission counters); set before the http thread */
     time_t started;
+    uint32_t held[64]; /* serving.shards, parsed */
 } daemon_t;
 
 static void usage(FILE *f) {
@@ -97,7 +98,7 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
 
 /* The library's configuration from the file's. @returns 0 or 2 (bad configuration). */
 static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t nslots,
-                          mt_serving_config_t *sc, char *err, size_t errlen) {
+                          uint32_t held[64], mt_serving_config_t *sc, char *err, size_t errlen) {
     mt_serving_config_init(sc);
     uint32_t ns = c->cluster.num_shards ? c->cluster.num_shards : (uint32_t)c->cluster.nps;
     if (c->cluster.nps == 0 || ns != c->cluster.nps) {
@@ -135,6 +136,19 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     sc->workers = c->serving.threads;
     sc->features_topic = c->kafka.features_topic;
     sc->log_sample_rate = c->serving.log_sample_rate;
+    uint64_t h[64];
+    size_t nheld = 0;
+    if (mt_config_parse_uint_list(c->serving.shards, 0, ns - 1, h, 64, &nheld, err, errlen))
+        return 2;
+    for (size_t i = 0; i < nheld; i++)
+        held[i] = (uint32_t)h[i];
+    sc->held_shards = held;
+    sc->nheld = (uint32_t)nheld;
+    sc->peer_addrs = (const char *const *)c->serving.peers;
+    sc->npeers = (uint32_t)c->serving.npeers;
+    sc->peer_timeout_ms = c->serving.peer_timeout_ms;
+    sc->peer_refresh_ms = c->serving.peer_refresh_ms;
+    sc->peer_zeros = c->serving.peer_zeros;
     return 0;
 }
 
@@ -178,7 +192,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     mt_serving_config_t sc;
-    if (serving_config(&d.cfg, slots, nslots, &sc, err, sizeof(err))) {
+    if (serving_config(&d.cfg, slots, nslots, d.held, &sc, err, sizeof(err))) {
         fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
         goto out;
     }
@@ -241,6 +255,10 @@ int main(int argc, char **argv) {
     rcfg.threads = d.cfg.serving.threads;
     rcfg.max_message_bytes = (uint32_t)d.cfg.serving.max_message_bytes;
     rcfg.max_queued = d.cfg.serving.max_queued_calls;
+    /* peers' Lookups run on the stream threads (mt_serving_register): as many as the peers'
+     * Predict threads may send at once, within reason */
+    rcfg.max_streams = d.cfg.serving.threads * 4 > 8 ? d.cfg.serving.threads * 4 : 8;
+    if (rcfg.max_streams > 256) rcfg.max_streams = 256;
     mt_config_rpc_tls(&d.cfg, &rcfg.tls);
     int port = 0;
     if ((e = mt_rpc_server_create(&rcfg, &srv)) != MT_OK ||

@@ -110,6 +110,7 @@ static const prop_enum_t bool_enum[] = {{"false", 0}, {"true", 1}, {NULL, 0}};
 static const prop_enum_t sep_enum[] = {{"pipe", '|'},  {"comma", ','}, {"semicolon", ';'},
                                        {"colon", ':'}, {"space", ' '}, {"slash", '/'},
                                        {NULL, 0}};
+static const prop_enum_t peer_failure_enum[] = {{"fail", 0}, {"zeros", 1}, {NULL, 0}};
 static const prop_enum_t time_unit_enum[] = {{"s", 1}, {"ms", 2}, {NULL, 0}};
 static const prop_enum_t precision_enum[] = {
     {"fp32", MT_PREC_FP32}, {"fp16", MT_PREC_FP16}, {NULL, 0}};
@@ -425,6 +426,22 @@ static const prop_t props[] = {
             "RESOURCE_EXHAUSTED at once (docs/security.md); 0: no waiting"},
     {KEY("serving", "metrics_listen"), CFG(serving.metrics_listen), ADDR(PF_EMPTY_OK | PF_PORT0_OK),
      .def = "", .doc = "address of serving's Prometheus `/metrics` endpoint; empty: disabled"},
+    {KEY("serving", "shards"), CFG(serving.shards), STR(0, 65535), .def = "",
+     .doc = "PS shards this node holds, comma-separated (\"0\", \"0,2\"); the other shards' "
+            "rows are read from `peers` (docs/serving.md, \"Sharded serving\"); empty: every "
+            "shard"},
+    {KEY("serving", "peers"), ADDRS(serving.peers, serving.npeers, 0, 1024), .def = "",
+     .doc = "serving nodes to read the shards this node does not hold from, comma-separated; "
+            "which shards each holds is asked (Serving/Shards), several may hold the same"},
+    {KEY("serving", "peer_timeout_ms"), CFG(serving.peer_timeout_ms), UINT(1, 60000), .def = "100",
+     .doc = "deadline of the Lookups a Predict sends to its peers (one per peer, in parallel); "
+            "a peer that misses it is handled as `peer_failure` says"},
+    {KEY("serving", "peer_refresh_ms"), CFG(serving.peer_refresh_ms), UINT(50, 3600 * 1000),
+     .def = "1000", .doc = "period of asking every peer which shards it holds synced"},
+    {KEY("serving", "peer_failure"), CFG(serving.peer_zeros), ENUM(peer_failure_enum),
+     .def = "fail",
+     .doc = "what a Predict does when a peer fails or no peer holds a shard: `fail` "
+            "(UNAVAILABLE, counted) or `zeros` (those ids read zeros, counted)"},
     /* [tls] */
     {KEY("tls", "enabled"), CFG(tls.enabled), ENUM(bool_enum), .def = "false",
      .doc = "TLS on every gRPC server and client that reads this file (docs/security.md); "
@@ -1513,6 +1530,30 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
                 "ps.shard: %" PRIu32 " is not below the number of shards (%" PRIu32 ")",
                 c->ps.shard, nshards);
         return MT_CONFIG;
+    }
+    if (*c->serving.shards) {
+        uint64_t held[64];
+        size_t nh = 0;
+        if (mt_config_parse_uint_list(c->serving.shards, 0, nshards - 1, held, 64, &nh, msg,
+                                      sizeof(msg))) {
+            mt_msgf(errbuf, errlen, "serving.shards: %s (there are %" PRIu32 " shards)", msg,
+                    nshards);
+            return MT_CONFIG;
+        }
+        for (size_t i = 0; i < nh; i++)
+            for (size_t k = 0; k < i; k++)
+                if (held[k] == held[i]) {
+                    mt_msgf(errbuf, errlen, "serving.shards: shard %" PRIu64 " listed twice",
+                            held[i]);
+                    return MT_CONFIG;
+                }
+        if (nh < nshards && c->serving.npeers == 0) {
+            mt_msgf(errbuf, errlen,
+                    "serving.peers: empty, but serving.shards holds %zu of the %" PRIu32
+                    " shards: list the serving nodes holding the others",
+                    nh, nshards);
+            return MT_CONFIG;
+        }
     }
     if (c->nslots == 0) {
         mt_msgf(errbuf, errlen,

@@ -16,7 +16,7 @@
  *
  *   threads: next(cq) -> a slot whose call arrived -> admission (under qlock):
  *     Health / unknown path      -> answered here and now (never waits, never refused)
- *     streaming                  -> streams < max_streams ? run it here : refuse
+ *     streaming, own threads     -> streams < max_streams ? run it here : refuse
  *     unary                      -> running < threads ? run it here, then the queue
  *                                   : queued < max_queued ? queue it : refuse
  *     then the slot is released and requested again (unless shutting down).
@@ -346,7 +346,8 @@ static grpc_channel_credentials *tls_channel_creds(const tls_pem_t *pem) {
 /* How a method's calls are admitted (see the top of the file). */
 typedef enum kind {
     KIND_UNARY,  /* bounded by threads, then max_queued */
-    KIND_STREAM, /* bounded by max_streams, on threads of their own */
+    KIND_STREAM, /* bounded by max_streams, on threads of their own (MT_RPC_STREAMING and
+                    MT_RPC_OWN_THREADS methods) */
     KIND_INLINE  /* Health: answered by the receiving thread, never refused */
 } kind_t;
 
@@ -492,9 +493,10 @@ mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t
     return MT_OK;
 }
 
-mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int streaming,
-                           mt_rpc_handler_fn fn, void *ud) {
+mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int flags, mt_rpc_handler_fn fn,
+                           void *ud) {
     if (s->started || !path || path[0] != '/' || !fn) return MT_INVALID;
+    if (flags & ~(MT_RPC_STREAMING | MT_RPC_OWN_THREADS)) return MT_INVALID;
     const char *slash = strchr(path + 1, '/');
     if (!slash || slash == path + 1 || !slash[1]) return MT_INVALID;
     for (size_t i = 0; i < s->nmethods; i++)
@@ -515,8 +517,8 @@ mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int streaming,
         free(m->service);
         return MT_NOMEM;
     }
-    m->streaming = streaming;
-    m->kind = streaming ? KIND_STREAM : KIND_UNARY;
+    m->streaming = (flags & MT_RPC_STREAMING) != 0;
+    m->kind = flags ? KIND_STREAM : KIND_UNARY;
     m->fn = fn;
     m->ud = ud;
     m->handle = grpc_server_register_method(s->server, m->path, NULL,

@@ -45,6 +45,7 @@
 #include "mt/model.h"
 #include "mt/psclient.h"
 #include "mt/route.h"
+#include "peers.h"
 
 #define WHO         "serving"
 #define FIRST_ORDER 0x8000u
@@ -77,20 +78,23 @@ typedef struct worker {
     uint64_t *set;          /* user fids (raw), open addressing, 0 = empty */
     uint8_t *pack;          /* impression encoding */
     size_t cap_pack;
+    sv_fetch_ws_t *fetch; /* peer reads (sharded serving) */
 } worker_t;
 
 typedef struct shard {
     struct mt_serving *sv;
     uint32_t idx;
     pthread_t thread;
-    int ever; /* this thread applied a full stream once: the replica may hold its rows */
+    int ever;          /* this thread applied a full stream once: the replica may hold its rows */
+    int running;       /* its thread was started (held shards only) */
+    atomic_int synced; /* a first sync completed (Lookup and Shards read it without a lock) */
     /* Guarded by sv->stat_lock (written by the thread, read by metrics). */
     mt_serving_shard_status_t st;
 } shard_t;
 
 typedef struct method_ctx {
     struct mt_serving *sv;
-    int idx; /* 0 Predict, 1 Lookup */
+    int idx; /* 0 Predict, 1 Lookup, 2 Shards */
 } method_ctx_t;
 
 struct mt_serving {
@@ -102,7 +106,16 @@ struct mt_serving {
     mt_rpc_server_t *srv;
     uint32_t max_dim;
     double started_s;
-    method_ctx_t ctx[2];
+    method_ctx_t ctx[3];
+
+    /* Sharded serving: held[i] = 1 for the shards this node holds (all when not sharded);
+     * peers: NULL unless sharded; covered: a discovery round had a peer for every other
+     * shard (part of readiness). */
+    uint8_t *held;
+    uint32_t nheld;
+    sv_peers_t *peers;
+    atomic_int covered;
+    _Atomic uint64_t peer_zero_fids;
 
     /* Threads. stop_lock guards stopping and started; stop_cond wakes the sleepers. */
     pthread_mutex_t stop_lock;
@@ -153,6 +166,8 @@ void mt_serving_config_init(mt_serving_config_t *cfg) {
     cfg->workers = 4;
     cfg->features_topic = "features";
     cfg->log_sample_rate = 1.0;
+    cfg->peer_timeout_ms = 100;
+    cfg->peer_refresh_ms = 1000;
 }
 
 static const mt_table_slot_config_t *find_slot(const mt_table_config_t *t, uint32_t slot) {
@@ -197,6 +212,24 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
         BAD("max_candidates, max_request_fids and workers (1..1024) must be positive");
     if (c->max_message_bytes < 1024)
         BAD("max_message_bytes: %u, at least 1024", c->max_message_bytes);
+    if (c->nheld && !c->held_shards) BAD("held_shards: NULL with nheld %u", c->nheld);
+    for (uint32_t i = 0; i < c->nheld; i++) {
+        if (c->held_shards[i] >= c->num_shards)
+            BAD("shards: shard %u is not below the number of shards (%u)", c->held_shards[i],
+                c->num_shards);
+        for (uint32_t k = 0; k < i; k++)
+            if (c->held_shards[k] == c->held_shards[i])
+                BAD("shards: shard %u listed twice", c->held_shards[i]);
+    }
+    if (c->nheld && c->nheld < c->num_shards) {
+        if (c->npeers == 0 || !c->peer_addrs)
+            BAD("peers: none, but this node holds %u of the %u shards", c->nheld, c->num_shards);
+        if (c->npeers > 1024) BAD("peers: %u, at most 1024", c->npeers);
+        for (uint32_t j = 0; j < c->npeers; j++)
+            if (!c->peer_addrs[j] || !*c->peer_addrs[j]) BAD("peer %u has no address", j);
+        if (c->peer_timeout_ms < 1 || c->peer_refresh_ms < 1)
+            BAD("peer_timeout_ms and peer_refresh_ms must be positive");
+    }
     if (!c->features_topic || !*c->features_topic) BAD("features_topic is empty");
     mt_model_config_t mc;
     mt_model_config_init(&mc);
@@ -209,6 +242,8 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
 #undef BAD
 }
 
+static void on_covered(void *ud);
+
 mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, char *errbuf,
                            size_t errlen) {
     if (!cfg || !out) return MT_CONFIG;
@@ -220,6 +255,8 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     sv->cfg.ps_addrs = NULL;
     sv->cfg.table.slots = NULL;
     sv->cfg.features_topic = NULL;
+    sv->cfg.held_shards = NULL;
+    sv->cfg.peer_addrs = NULL;
     pthread_mutex_init(&sv->stop_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -234,7 +271,13 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     sv->slot_index = malloc(65536 * sizeof(uint16_t));
     sv->shards = calloc(cfg->num_shards, sizeof(shard_t));
     sv->workers = calloc(cfg->workers, sizeof(worker_t));
-    if (!sv->topic || !sv->slot_index || !sv->shards || !sv->workers) goto fail;
+    sv->held = calloc(cfg->num_shards, 1);
+    if (!sv->topic || !sv->slot_index || !sv->shards || !sv->workers || !sv->held) goto fail;
+    for (uint32_t i = 0; i < cfg->num_shards; i++)
+        sv->held[i] = cfg->nheld == 0;
+    for (uint32_t i = 0; i < cfg->nheld; i++)
+        sv->held[cfg->held_shards[i]] = 1;
+    sv->nheld = cfg->nheld ? cfg->nheld : cfg->num_shards;
     for (uint32_t i = 0; i < 65536; i++)
         sv->slot_index[i] = NO_SLOT;
     for (uint32_t s = 0; s < cfg->nslots; s++)
@@ -277,6 +320,24 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
             mt_msgf(errbuf, errlen, "PS channels: %s (TLS files: see the log)", mt_strerror(err));
         goto fail;
     }
+    if (sv->nheld < cfg->num_shards) {
+        sv_peers_config_t prc = {.addrs = cfg->peer_addrs,
+                                 .n = cfg->npeers,
+                                 .num_shards = cfg->num_shards,
+                                 .held = sv->held,
+                                 .timeout_ms = cfg->peer_timeout_ms,
+                                 .refresh_ms = cfg->peer_refresh_ms,
+                                 .tls = cfg->ps_tls,
+                                 .on_covered = on_covered,
+                                 .ud = sv};
+        if ((err = sv_peers_create(&prc, &sv->peers)) != MT_OK) {
+            if (err != MT_NOMEM)
+                mt_msgf(errbuf, errlen, "peer channels: %s (see the log)", mt_strerror(err));
+            goto fail;
+        }
+    } else {
+        atomic_store(&sv->covered, 1);
+    }
     *out = sv;
     return MT_OK;
 fail:
@@ -300,6 +361,7 @@ static void worker_free(worker_t *w) {
     free(w->probs);
     free(w->set);
     free(w->pack);
+    sv_fetch_ws_free(w->fetch);
     memset(w, 0, sizeof(*w));
 }
 
@@ -314,8 +376,10 @@ void mt_serving_destroy(mt_serving_t *sv) {
         for (uint32_t i = 0; i < sv->cfg.workers; i++)
             worker_free(&sv->workers[i]);
     free(sv->workers);
+    sv_peers_destroy(sv->peers);
     mt_psc_destroy(sv->psc);
     mt_table_destroy(sv->table);
+    free(sv->held);
     free(sv->shards);
     free(sv->slot_index);
     free(sv->topic);
@@ -338,17 +402,30 @@ int mt_serving_ready(mt_serving_t *sv) {
 static void update_ready(mt_serving_t *sv) {
     if (atomic_load(&sv->ready)) return;
     pthread_mutex_lock(&sv->stat_lock);
-    int ok = sv->dense_ok_s > 0;
+    int ok = sv->dense_ok_s > 0 && atomic_load(&sv->covered);
     for (uint32_t i = 0; i < sv->cfg.num_shards && ok; i++)
-        ok = sv->shards[i].st.last_ok_s > 0;
+        ok = !sv->held[i] || sv->shards[i].st.last_ok_s > 0;
     pthread_mutex_unlock(&sv->stat_lock);
     if (!ok) return;
     int expected = 0;
     if (atomic_compare_exchange_strong(&sv->ready, &expected, 1)) {
         if (sv->srv) mt_rpc_server_set_serving(sv->srv, 1);
-        mt_log(MT_LOG_INFO, WHO, "ready: dense parameters and %u shards synced",
-               sv->cfg.num_shards);
+        if (sv->peers)
+            mt_log(MT_LOG_INFO, WHO,
+                   "ready: dense parameters and %u of %u shards synced, peers hold the others",
+                   sv->nheld, sv->cfg.num_shards);
+        else
+            mt_log(MT_LOG_INFO, WHO, "ready: dense parameters and %u shards synced",
+                   sv->cfg.num_shards);
     }
+}
+
+/* The peers' discovery thread: every shard not held here has a peer. */
+static void on_covered(void *ud) {
+    mt_serving_t *sv = ud;
+    if (atomic_load(&sv->covered)) return;
+    atomic_store(&sv->covered, 1);
+    update_ready(sv);
 }
 
 /* Sleeps until @p deadline_s (monotonic) or stop. @returns 1 when stopping. */
@@ -528,6 +605,7 @@ static mt_err_t round_done(shard_t *sh, sync_round_t *r, uint64_t upto, uint64_t
     sh->st.entries += r->entries;
     sh->st.deleted += r->deleted;
     pthread_mutex_unlock(&sv->stat_lock);
+    atomic_store(&sh->synced, 1);
     mt_table_stats_t ts;
     mt_table_stats(sv->table, &ts);
     atomic_store(&sv->sparse_version, ts.version);
@@ -726,6 +804,12 @@ static void dense_once(mt_serving_t *sv, dense_state_t *ds) {
     int updated = 0;
     mt_rpc_status_t st = {0};
     err = mt_psc_pull_dense(sv->psc, ts, n, have, &version, &updated, &st);
+    if (!err && !updated && have && version < have) {
+        /* shard 0's clock went back: another life of it (seen here when this node does not
+         * hold shard 0, so never learns its incarnation from a Sync): ask for everything */
+        have = 0;
+        err = mt_psc_pull_dense(sv->psc, ts, n, 0, &version, &updated, &st);
+    }
     if (!err && updated) {
         model_ref_t *r = calloc(1, sizeof(*r));
         if (!r) {
@@ -792,17 +876,24 @@ mt_err_t mt_serving_start(mt_serving_t *sv) {
     sv->stopping = 0;
     pthread_mutex_unlock(&sv->stop_lock);
     uint32_t i = 0;
-    for (; i < sv->cfg.num_shards; i++)
+    for (; i < sv->cfg.num_shards; i++) {
+        if (!sv->held[i]) continue;
         if (pthread_create(&sv->shards[i].thread, NULL, sync_main, &sv->shards[i]) != 0) break;
+        sv->shards[i].running = 1;
+    }
     int dense_ok =
         i == sv->cfg.num_shards && pthread_create(&sv->dense_thread, NULL, dense_main, sv) == 0;
-    if (dense_ok) return MT_OK;
+    if (dense_ok && (!sv->peers || sv_peers_start(sv->peers) == MT_OK)) return MT_OK;
     pthread_mutex_lock(&sv->stop_lock);
     sv->stopping = 1;
     pthread_cond_broadcast(&sv->stop_cond);
     pthread_mutex_unlock(&sv->stop_lock);
-    for (uint32_t k = 0; k < i; k++)
-        pthread_join(sv->shards[k].thread, NULL);
+    if (dense_ok) pthread_join(sv->dense_thread, NULL);
+    for (uint32_t k = 0; k < sv->cfg.num_shards; k++)
+        if (sv->shards[k].running) {
+            pthread_join(sv->shards[k].thread, NULL);
+            sv->shards[k].running = 0;
+        }
     pthread_mutex_lock(&sv->stop_lock);
     sv->started = 0;
     pthread_mutex_unlock(&sv->stop_lock);
@@ -817,8 +908,12 @@ void mt_serving_stop(mt_serving_t *sv) {
     pthread_cond_broadcast(&sv->stop_cond);
     pthread_mutex_unlock(&sv->stop_lock);
     if (!was) return;
+    sv_peers_stop(sv->peers);
     for (uint32_t i = 0; i < sv->cfg.num_shards; i++)
-        pthread_join(sv->shards[i].thread, NULL);
+        if (sv->shards[i].running) {
+            pthread_join(sv->shards[i].thread, NULL);
+            sv->shards[i].running = 0;
+        }
     pthread_join(sv->dense_thread, NULL);
 }
 
@@ -1123,6 +1218,22 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         FAIL(sv, c, MT_RPC_INTERNAL, "replica lookup: %s", mt_strerror(err));
         goto out;
     }
+    if (sv->peers) {
+        /* the ids of shards held elsewhere: from the peers (the replica read them as zeros) */
+        sv_fetch_list_t lists[2] = {{w->fids, k, (uint32_t)d, w->emb}, {w->fids1, k, 1, w->w1}};
+        uint64_t zeroed = 0;
+        err = sv_peers_fetch(sv->peers, &w->fetch, lists, 2, sv->cfg.peer_zeros, &zeroed, why,
+                             sizeof(why));
+        if (zeroed) atomic_fetch_add(&sv->peer_zero_fids, zeroed);
+        if (err) {
+            free(ends);
+            if (err == MT_NOMEM)
+                FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+            else
+                FAIL(sv, c, MT_RPC_UNAVAILABLE, "reading other shards' rows: %s", why);
+            goto out;
+        }
+    }
     /* the user's part once, in the last row; then each candidate's on top of a copy */
     float *Eu = w->E + n * S * d, *W1u = w->W1 + n * S;
     memset(Eu, 0, S * d * sizeof(float));
@@ -1199,6 +1310,22 @@ static void lookup(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_
         }
         nfloats += dim;
     }
+    /* only rows this node holds and has synced: a peer (or a client) reading another shard's
+     * id here would otherwise get zeros without knowing */
+    for (size_t i = 0; i < r->n_fids; i++) {
+        uint32_t s = mt_route_shard_of(r->fids[i], sv->cfg.num_shards);
+        if (!sv->held[s]) {
+            FAIL(sv, c, MT_RPC_FAILED_PRECONDITION,
+                 "fid %zu (0x%016llx) is of shard %u, which this node does not hold", i,
+                 (unsigned long long)r->fids[i], s);
+            goto out;
+        }
+        if (!atomic_load(&sv->shards[s].synced)) {
+            FAIL(sv, c, MT_RPC_UNAVAILABLE, "fid %zu (0x%016llx): shard %u is not synced yet", i,
+                 (unsigned long long)r->fids[i], s);
+            goto out;
+        }
+    }
     if (lookup_reply_bytes(r->n_fids, nfloats) > sv->cfg.max_message_bytes) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED,
              "the reply to %zu fids would be %llu bytes, over the %u-byte message limit", r->n_fids,
@@ -1238,11 +1365,49 @@ out:
     monolith__v1__lookup_request__free_unpacked(r, NULL);
 }
 
+/* Serving/Shards: what this node holds, for its peers' discovery. */
+static void shards(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    Monolith__V1__ShardsRequest *r = monolith__v1__shards_request__unpack(NULL, len, req);
+    if (!r) {
+        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "malformed ShardsRequest");
+        return;
+    }
+    monolith__v1__shards_request__free_unpacked(r, NULL);
+    uint32_t ns = sv->cfg.num_shards;
+    uint32_t *held = malloc(ns * sizeof(uint32_t)), *synced = malloc(ns * sizeof(uint32_t));
+    uint8_t *buf = NULL;
+    if (!held || !synced) goto oom;
+    Monolith__V1__ShardsResponse resp = MONOLITH__V1__SHARDS_RESPONSE__INIT;
+    resp.num_shards = ns;
+    resp.held = held;
+    resp.synced = synced;
+    for (uint32_t i = 0; i < ns; i++) {
+        if (!sv->held[i]) continue;
+        held[resp.n_held++] = i;
+        if (atomic_load(&sv->shards[i].synced)) synced[resp.n_synced++] = i;
+    }
+    size_t plen = monolith__v1__shards_response__get_packed_size(&resp);
+    if (!(buf = malloc(plen ? plen : 1))) goto oom;
+    monolith__v1__shards_response__pack(&resp, buf);
+    mt_rpc_reply(c, buf, plen);
+    goto out;
+oom:
+    FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+out:
+    free(buf);
+    free(held);
+    free(synced);
+}
+
 /* Times Predicts into the latency histogram. */
 static void handler(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     method_ctx_t *ctx = ud;
     if (ctx->idx == 1) {
         lookup(ctx->sv, c, req, len);
+        return;
+    }
+    if (ctx->idx == 2) {
+        shards(ctx->sv, c, req, len);
         return;
     }
     double t0 = mt_mono_s();
@@ -1258,8 +1423,16 @@ static void handler(void *ud, mt_rpc_call_t *c, const uint8_t *req, size_t len) 
 mt_err_t mt_serving_register(mt_serving_t *sv, mt_rpc_server_t *srv) {
     sv->ctx[0] = (method_ctx_t){sv, 0};
     sv->ctx[1] = (method_ctx_t){sv, 1};
+    sv->ctx[2] = (method_ctx_t){sv, 2};
     mt_err_t err = mt_rpc_server_add(srv, "/monolith.v1.Serving/Predict", 0, handler, &sv->ctx[0]);
-    if (!err) err = mt_rpc_server_add(srv, "/monolith.v1.Serving/Lookup", 0, handler, &sv->ctx[1]);
+    /* Lookup and Shards are what peers call from inside their Predicts: on threads of their
+     * own, so that two nodes whose threads all wait for each other's Lookups cannot stall */
+    if (!err)
+        err = mt_rpc_server_add(srv, "/monolith.v1.Serving/Lookup", MT_RPC_OWN_THREADS, handler,
+                                &sv->ctx[1]);
+    if (!err)
+        err = mt_rpc_server_add(srv, "/monolith.v1.Serving/Shards", MT_RPC_OWN_THREADS, handler,
+                                &sv->ctx[2]);
     if (err) return err;
     sv->srv = srv;
     mt_rpc_server_set_serving(srv, atomic_load(&sv->ready));
@@ -1396,6 +1569,7 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
         mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", per[p].name, per[p].help, per[p].name,
                          per[p].type);
         for (uint32_t i = 0; i < ns; i++) {
+            if (!sv->held[i]) continue; /* another node's: its lag is that node's metric */
             double lag = now - (st[i].last_ok_s > 0 ? st[i].last_ok_s : sv->started_s);
             if (lag > max_lag) max_lag = lag;
             double v = per[p].field == 0   ? (double)st[i].syncs
@@ -1416,6 +1590,19 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
         "# TYPE monolith_serving_sync_lag_max_seconds gauge\n"
         "monolith_serving_sync_lag_max_seconds %.3f\n",
         max_lag);
+    mt_strbuf_printf(&b, "# HELP monolith_serving_shard_held 1 for the PS shards this node "
+                         "holds (serving.shards).\n# TYPE monolith_serving_shard_held gauge\n");
+    for (uint32_t i = 0; i < ns; i++)
+        mt_strbuf_printf(&b, "monolith_serving_shard_held{shard=\"%u\"} %d\n", i, sv->held[i]);
+    if (sv->peers) {
+        sv_peers_render_metrics(sv->peers, &b);
+        mt_strbuf_printf(&b,
+                         "# HELP monolith_serving_peer_zero_fids_total Ids read as zeros "
+                         "because their peer failed (serving.peer_failure = zeros).\n"
+                         "# TYPE monolith_serving_peer_zero_fids_total counter\n"
+                         "monolith_serving_peer_zero_fids_total %llu\n",
+                         (unsigned long long)atomic_load(&sv->peer_zero_fids));
+    }
     if (extra) mt_strbuf_printf(&b, "%s", extra);
     if (b.oom) {
         free(b.p);

@@ -18,6 +18,8 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,7 @@
 #include "mt/model.h"
 #include "mt/ps.h"
 #include "mt/psclient.h"
+#include "mt/route.h"
 #include "mt/rpc.h"
 #include "mt/serving.h"
 #include "testutil_tsan.h"
@@ -62,7 +65,18 @@ typedef struct server {
     mt_serving_t *sv;
     mt_rpc_server_t *srv;
     mt_rpc_channel_t *ch;
+    char addr[64];
 } server_t;
+
+/* Sharded serving (server_start_sharded): the shards held, the peers, a failed peer's rule. */
+typedef struct sharding {
+    const uint32_t *held;
+    uint32_t nheld;
+    const char *const *peers;
+    uint32_t npeers;
+    int zeros;
+    const char *listen; /* NULL: any free port */
+} sharding_t;
 
 static double now_s(void) {
     struct timespec ts;
@@ -156,9 +170,9 @@ static void train(cluster_t *c, uint64_t user0, uint64_t item, float label, int 
 
 /* stream_ms: serving's sync_stream_ms (0: poll every SYNC_MS); max_message_bytes: the rpc
  * server's limit, given to serving too as the daemon does (0: the defaults). */
-static void server_start_ex(server_t *s, cluster_t *c, uint32_t max_candidates,
-                            mt_kafka_producer_t *producer, uint32_t stream_ms,
-                            uint32_t max_message_bytes) {
+static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
+                             mt_kafka_producer_t *producer, uint32_t stream_ms,
+                             uint32_t max_message_bytes, const sharding_t *sh) {
     memset(s, 0, sizeof(*s));
     mt_serving_config_t sc;
     mt_serving_config_init(&sc);
@@ -183,23 +197,38 @@ static void server_start_ex(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.workers = 2;
     sc.producer = producer;
     if (max_message_bytes) sc.max_message_bytes = max_message_bytes;
+    if (sh) {
+        sc.held_shards = sh->held;
+        sc.nheld = sh->nheld;
+        sc.peer_addrs = sh->peers;
+        sc.npeers = sh->npeers;
+        sc.peer_zeros = sh->zeros;
+        sc.peer_timeout_ms = 10000; /* what a peer's failure is, not how fast it answers */
+        sc.peer_refresh_ms = 200;
+    }
     char err[256] = "";
     cr_assert_eq(mt_serving_create(&sc, &s->sv, err, sizeof(err)), MT_OK, "%s", err);
     mt_rpc_server_config_t rc;
     mt_rpc_server_config_init(&rc);
     rc.threads = 2;
+    if (sh && sh->listen) rc.listen = sh->listen;
     if (max_message_bytes) rc.max_message_bytes = max_message_bytes;
     cr_assert_eq(mt_rpc_server_create(&rc, &s->srv), MT_OK);
     cr_assert_eq(mt_serving_register(s->sv, s->srv), MT_OK);
     int port;
     cr_assert_eq(mt_rpc_server_start(s->srv, &port), MT_OK);
-    char addr[64];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    snprintf(s->addr, sizeof(s->addr), "127.0.0.1:%d", port);
     mt_rpc_client_config_t cc;
     mt_rpc_client_config_init(&cc);
     cc.retries = 0;
-    cr_assert_eq(mt_rpc_channel_create(addr, &cc, &s->ch), MT_OK);
+    cr_assert_eq(mt_rpc_channel_create(s->addr, &cc, &s->ch), MT_OK);
     cr_assert_eq(mt_serving_start(s->sv), MT_OK);
+}
+
+static void server_start_ex(server_t *s, cluster_t *c, uint32_t max_candidates,
+                            mt_kafka_producer_t *producer, uint32_t stream_ms,
+                            uint32_t max_message_bytes) {
+    server_start_cfg(s, c, max_candidates, producer, stream_ms, max_message_bytes, NULL);
 }
 
 static void server_start(server_t *s, cluster_t *c, uint32_t max_candidates,
@@ -974,5 +1003,282 @@ Test(serving, long_request_ids_are_refused, .timeout = 120, MT_NOT_UNDER_TSAN) {
     cr_assert_eq(k.candidates, 1, "a refused Predict was scored");
     free(id);
     server_stop(&s);
+    cluster_stop(&c);
+}
+
+/* ---------------- sharded serving ---------------- */
+
+/* The value of the metric line starting with @p name (labels included) followed by a space;
+ * NAN when the node does not export it. */
+static double metric(server_t *s, const char *name) {
+    char *body = NULL;
+    size_t len = 0;
+    cr_assert_eq(mt_serving_render_metrics(s->sv, NULL, &body, &len), MT_OK);
+    double v = NAN;
+    size_t nl = strlen(name);
+    for (const char *p = body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, name, nl) && p[nl] == ' ') {
+            v = strtod(p + nl + 1, NULL);
+            break;
+        }
+    free(body);
+    return v;
+}
+
+static uint64_t ps_rows(cluster_t *c, int shard) {
+    mt_table_stats_t ts;
+    mt_table_stats(mt_ps_table(c->ps[shard]), &ts);
+    return ts.rows;
+}
+
+static uint64_t replica_rows(server_t *s) {
+    mt_table_stats_t ts;
+    mt_table_stats(mt_serving_table(s->sv), &ts);
+    return ts.rows;
+}
+
+/* Polls until every node's Predict of q equals the model on the PS's parameters (within
+ * 1e-5) with the PS's dense version. @returns 1 if they all did before the deadline. */
+static int nodes_agree(cluster_t *c, server_t *const *nodes, int n, request_t *q, double secs) {
+    size_t nc = q->r.n_candidates;
+    float want[64], got[64];
+    double end = now_s() + secs;
+    while (now_s() < end) {
+        local_scores(c, q, want);
+        uint64_t ps_dv = mt_trainer_dense_sync_version(c->ds);
+        int ok = 1;
+        for (int k = 0; k < n && ok; k++) {
+            uint64_t dv = 0;
+            ok = predict(nodes[k], q, got, &dv) == MT_RPC_OK && dv == ps_dv;
+            for (size_t i = 0; i < nc && ok; i++)
+                ok = fabsf(got[i] - want[i]) <= 1e-5f;
+        }
+        if (ok) return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/* An id of slot 2 whose embedding row lives on @p shard. */
+static uint64_t id_of_shard(uint32_t shard) {
+    for (uint64_t v = 1;; v++)
+        if (mt_route_shard_of(fid(2, v), NSHARDS) == shard) return fid(2, v);
+}
+
+/* 2 PS shards, 3 serving nodes: F holds both, A shard 0 (peers B, F), B shard 1 (peer F).
+ * While the trainer trains (bursts, each followed by a comparison once the replicas caught
+ * up), every node's Predict equals the model on the PS's parameters within 1e-5; each node's
+ * replica holds only its shards' rows, and says so in /metrics; Lookup on A of a shard-1 id
+ * is FAILED_PRECONDITION. */
+Test(serving, sharded_nodes_score_as_one_node, .timeout = 240) {
+    cluster_t c;
+    cluster_start(&c, 0, 1);
+    uint32_t now = (uint32_t)time(NULL);
+    uint64_t items[8];
+    for (int i = 0; i < 8; i++) {
+        items[i] = 40 + (uint64_t)i;
+        train(&c, 7000, items[i], (float)(i & 1), 30, now);
+    }
+    server_t F, A, B;
+    server_start_ex(&F, &c, 64, NULL, 50, 0);
+    const uint32_t h0[1] = {0}, h1[1] = {1};
+    const char *pb[1] = {F.addr};
+    sharding_t sb = {h1, 1, pb, 1, 0, NULL};
+    server_start_cfg(&B, &c, 64, NULL, 50, 0, &sb);
+    const char *pa[2] = {B.addr, F.addr};
+    sharding_t sa = {h0, 1, pa, 2, 0, NULL};
+    server_start_cfg(&A, &c, 64, NULL, 50, 0, &sa);
+    wait_ready(&F);
+    wait_ready(&B);
+    wait_ready(&A);
+    server_t *nodes[3] = {&F, &A, &B};
+    request_t q;
+    const uint64_t cand[8] = {40, 41, 42, 43, 44, 45, 46, 99999};
+    request_init(&q, "req-sharded", 7005, cand, 8);
+    for (int round = 0; round < 4; round++) {
+        if (round)
+            for (int i = 0; i < 8; i++)
+                train(&c, 7000 + 100 * (uint64_t)round, items[i], (float)((i + round) & 1), 20,
+                      now);
+        cr_assert(nodes_agree(&c, nodes, 3, &q, 60),
+                  "round %d: the nodes' scores did not all reach the PS model's", round);
+    }
+    /* each replica holds its shards' rows only, and /metrics says which */
+    double end = now_s() + 30;
+    while (now_s() < end &&
+           !(replica_rows(&A) == ps_rows(&c, 0) && replica_rows(&B) == ps_rows(&c, 1) &&
+             replica_rows(&F) == ps_rows(&c, 0) + ps_rows(&c, 1)))
+        usleep(20000);
+    cr_assert_eq(replica_rows(&A), ps_rows(&c, 0));
+    cr_assert_eq(replica_rows(&B), ps_rows(&c, 1));
+    cr_assert_eq(replica_rows(&F), ps_rows(&c, 0) + ps_rows(&c, 1));
+    cr_assert_eq(metric(&A, "monolith_serving_rows"), (double)ps_rows(&c, 0));
+    cr_assert_eq(metric(&A, "monolith_serving_shard_held{shard=\"0\"}"), 1.0);
+    cr_assert_eq(metric(&A, "monolith_serving_shard_held{shard=\"1\"}"), 0.0);
+    cr_assert_eq(metric(&B, "monolith_serving_shard_held{shard=\"0\"}"), 0.0);
+    cr_assert_eq(metric(&F, "monolith_serving_shard_held{shard=\"1\"}"), 1.0);
+    cr_assert(isnan(metric(&A, "monolith_serving_sync_lag_seconds{shard=\"1\"}")));
+    cr_assert(!isnan(metric(&A, "monolith_serving_sync_lag_seconds{shard=\"0\"}")));
+    cr_assert(isnan(metric(&F, "monolith_serving_remote_shards_uncovered")), "F has no peers");
+    cr_assert_eq(metric(&A, "monolith_serving_remote_shards_uncovered"), 0.0);
+    char name[160];
+    snprintf(name, sizeof(name), "monolith_serving_peer_up{peer=\"%s\"}", F.addr);
+    cr_assert_eq(metric(&B, name), 1.0);
+    snprintf(name, sizeof(name), "monolith_serving_peer_lookups_total{peer=\"%s\"}", F.addr);
+    cr_assert_gt(metric(&B, name), 0.0);
+    /* A and B answer Lookup for their own shard only; F for both */
+    uint64_t f0 = id_of_shard(0), f1 = id_of_shard(1);
+    float v[DIM];
+    uint8_t found;
+    cr_assert_eq(serving_lookup(&A, &f1, 1, 0, v, DIM, &found), MT_RPC_FAILED_PRECONDITION);
+    cr_assert_eq(serving_lookup(&B, &f0, 1, 0, v, DIM, &found), MT_RPC_FAILED_PRECONDITION);
+    cr_assert_eq(serving_lookup(&A, &f0, 1, 0, v, DIM, &found), MT_RPC_OK);
+    cr_assert_eq(serving_lookup(&F, &f1, 1, 0, v, DIM, &found), MT_RPC_OK);
+    server_stop(&A);
+    server_stop(&B);
+    server_stop(&F);
+    cluster_stop(&c);
+}
+
+/* A node's Predicts in a loop, on a thread of its own (no asserts off the test's thread):
+ * the statuses are counted. */
+typedef struct loader {
+    server_t *s;
+    request_t q;
+    pthread_t t;
+    atomic_int stop;
+    atomic_uint ok, unavailable, other;
+    char last_msg[256];
+} loader_t;
+
+static void *load_main(void *arg) {
+    loader_t *l = arg;
+    size_t len = protobuf_c_message_get_packed_size(&l->q.r.base);
+    uint8_t *buf = malloc(len);
+    protobuf_c_message_pack(&l->q.r.base, buf);
+    while (!atomic_load(&l->stop)) {
+        uint8_t *resp = NULL;
+        size_t rlen = 0;
+        mt_rpc_status_t st = {0};
+        mt_err_t err = mt_rpc_call(l->s->ch, "/monolith.v1.Serving/Predict", buf, len, 60000, &resp,
+                                   &rlen, &st);
+        free(resp);
+        if (err == MT_OK && st.code == MT_RPC_OK) {
+            atomic_fetch_add(&l->ok, 1);
+        } else if (err == MT_UNAVAILABLE || (err == MT_OK && st.code == MT_RPC_UNAVAILABLE)) {
+            snprintf(l->last_msg, sizeof(l->last_msg), "%s", st.message);
+            atomic_fetch_add(&l->unavailable, 1);
+        } else {
+            atomic_fetch_add(&l->other, 1);
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+static void load_start(loader_t *l, server_t *s, const uint64_t *cand, size_t n) {
+    memset(l, 0, sizeof(*l));
+    l->s = s;
+    request_init(&l->q, "", 7005, cand, n); /* no id: nothing logged */
+    cr_assert_eq(pthread_create(&l->t, NULL, load_main, l), 0);
+}
+
+static void load_stop(loader_t *l) {
+    atomic_store(&l->stop, 1);
+    pthread_join(l->t, NULL);
+}
+
+/* Waits until @p cond holds (polled), for up to @p secs. */
+#define WAIT_FOR(cond, secs)              \
+    do {                                  \
+        double end_ = now_s() + (secs);   \
+        while (!(cond) && now_s() < end_) \
+            usleep(20000);                \
+    } while (0)
+
+/* F (both shards) is killed under load. B (shard 1, peer F only, peer_failure = fail)
+ * answers UNAVAILABLE naming what is missing; Z (shard 1, peer F only, zeros) answers, its
+ * shard-0 ids read as zeros and counted; A (shard 0, peers B and F) goes on through B after
+ * at most the requests in flight at the kill. F restarted on its address is found again and
+ * B answers again. */
+Test(serving, a_killed_peer_fails_or_reads_zeros, .timeout = 240) {
+    cluster_t c;
+    cluster_start(&c, 0, 1);
+    uint32_t now = (uint32_t)time(NULL);
+    for (int i = 0; i < 8; i++)
+        train(&c, 7000, 40 + (uint64_t)i, (float)(i & 1), 30, now);
+    server_t F, A, B, Z;
+    server_start_ex(&F, &c, 64, NULL, 50, 0);
+    const uint32_t h0[1] = {0}, h1[1] = {1};
+    const char *pf[1] = {F.addr};
+    sharding_t sb = {h1, 1, pf, 1, 0, NULL}, sz = {h1, 1, pf, 1, 1, NULL};
+    server_start_cfg(&B, &c, 64, NULL, 50, 0, &sb);
+    server_start_cfg(&Z, &c, 64, NULL, 50, 0, &sz);
+    const char *pa[2] = {B.addr, F.addr};
+    sharding_t sa = {h0, 1, pa, 2, 0, NULL};
+    server_start_cfg(&A, &c, 64, NULL, 50, 0, &sa);
+    wait_ready(&F);
+    wait_ready(&B);
+    wait_ready(&Z);
+    wait_ready(&A);
+    const uint64_t cand[8] = {40, 41, 42, 43, 44, 45, 46, 47};
+    request_t q;
+    request_init(&q, "req-z", 7005, cand, 8);
+    server_t *nodes[4] = {&F, &A, &B, &Z};
+    cr_assert(nodes_agree(&c, nodes, 4, &q, 60));
+    float before[8], after[8];
+    cr_assert_eq(predict(&Z, &q, before, NULL), MT_RPC_OK);
+    loader_t la, lb, lz;
+    load_start(&la, &A, cand, 8);
+    load_start(&lb, &B, cand, 8);
+    load_start(&lz, &Z, cand, 8);
+    WAIT_FOR(atomic_load(&la.ok) >= 20 && atomic_load(&lb.ok) >= 20 && atomic_load(&lz.ok) >= 20,
+             60);
+    cr_assert(atomic_load(&lb.ok) >= 20 && atomic_load(&lz.ok) >= 20 && atomic_load(&la.ok) >= 20);
+    cr_assert_eq(atomic_load(&la.unavailable) + atomic_load(&lb.unavailable) +
+                     atomic_load(&lz.unavailable),
+                 0);
+    /* the kill: F's server goes away, connections and all */
+    char faddr[64];
+    snprintf(faddr, sizeof(faddr), "%s", F.addr);
+    server_stop(&F);
+    unsigned a0 = atomic_load(&la.ok), z0 = atomic_load(&lz.ok);
+    WAIT_FOR(atomic_load(&lb.unavailable) >= 20 && atomic_load(&lz.ok) >= z0 + 20 &&
+                 atomic_load(&la.ok) >= a0 + 20,
+             60);
+    load_stop(&la);
+    load_stop(&lb);
+    load_stop(&lz);
+    cr_assert_geq(atomic_load(&lb.unavailable), 20, "B (fail): %u UNAVAILABLE",
+                  atomic_load(&lb.unavailable));
+    cr_assert(strstr(lb.last_msg, "shard 0") || strstr(lb.last_msg, faddr), "B said: %s",
+              lb.last_msg);
+    cr_assert_eq(atomic_load(&lz.unavailable), 0, "Z (zeros) failed: %s", lz.last_msg);
+    cr_assert_geq(atomic_load(&lz.ok), z0 + 20);
+    cr_assert_geq(atomic_load(&la.ok), a0 + 20, "A did not go on through B");
+    cr_assert_leq(atomic_load(&la.unavailable), 3, "A: %u UNAVAILABLE (%s)",
+                  atomic_load(&la.unavailable), la.last_msg);
+    cr_assert_eq(atomic_load(&la.other) + atomic_load(&lb.other) + atomic_load(&lz.other), 0);
+    cr_assert_gt(metric(&Z, "monolith_serving_peer_zero_fids_total"), 0.0);
+    cr_assert_eq(metric(&B, "monolith_serving_remote_shards_uncovered"), 1.0);
+    char name[160];
+    snprintf(name, sizeof(name), "monolith_serving_peer_up{peer=\"%s\"}", faddr);
+    cr_assert_eq(metric(&B, name), 0.0);
+    /* Z's scores without shard 0's rows differ from the full ones */
+    cr_assert_eq(predict(&Z, &q, after, NULL), MT_RPC_OK);
+    cr_assert(memcmp(before, after, sizeof(before)) != 0);
+    /* F comes back on its address: found again, B answers again */
+    sharding_t sf = {NULL, 0, NULL, 0, 0, faddr};
+    server_start_cfg(&F, &c, 64, NULL, 50, 0, &sf);
+    wait_ready(&F);
+    float got[8];
+    WAIT_FOR(predict(&B, &q, got, NULL) == MT_RPC_OK, 60);
+    cr_assert_eq(predict(&B, &q, got, NULL), MT_RPC_OK);
+    server_t *nodes2[4] = {&F, &A, &B, &Z};
+    cr_assert(nodes_agree(&c, nodes2, 4, &q, 60));
+    server_stop(&A);
+    server_stop(&B);
+    server_stop(&Z);
+    server_stop(&F);
     cluster_stop(&c);
 }

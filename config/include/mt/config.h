@@ -184,6 +184,12 @@ typedef struct mt_config_serving {
     uint64_t max_message_bytes;      /* largest gRPC message received or sent */
     uint32_t max_queued_calls;       /* calls waiting for a thread; more: RESOURCE_EXHAUSTED */
     char *metrics_listen;            /* Prometheus /metrics "host:port"; "" = disabled */
+    char *shards;                    /* PS shards held, "0,2"; "" = every shard */
+    char **peers;                    /* serving nodes holding the other shards (owned) */
+    size_t npeers;
+    uint32_t peer_timeout_ms; /* deadline of a peer Lookup inside a Predict */
+    uint32_t peer_refresh_ms; /* period of the peers' discovery (Serving/Shards) */
+    int peer_zeros;           /* a failed peer: 0 = Predict UNAVAILABLE, 1 = zeros */
 } mt_config_serving_t;
 
 /** [tls]: transport security of every gRPC server and client that reads this file (the

@@ -150,15 +150,22 @@ void mt_rpc_server_config_init(mt_rpc_server_config_t *cfg);
  */
 mt_err_t mt_rpc_server_create(const mt_rpc_server_config_t *cfg, mt_rpc_server_t **out);
 
+/* Flags of mt_rpc_server_add(). */
+#define MT_RPC_STREAMING   1 /* the handler may mt_rpc_send() several messages */
+#define MT_RPC_OWN_THREADS 2 /* unary, but admitted as streams are (see below) */
+
 /**
  * Registers a method before mt_rpc_server_start(). @p path is "/package.Service/Method"
- * (copied). @p streaming: the handler may mt_rpc_send() several messages, and its calls are
- * admitted as streams (threads of their own, at most max_streams) rather than as unary
- * calls (threads, then the queue).
- * @returns MT_OK, MT_INVALID (after start, or a path registered twice), MT_NOMEM.
+ * (copied). @p flags: 0 for a unary method (its calls run on the `threads`, then wait in
+ * the queue); MT_RPC_STREAMING: the handler may mt_rpc_send() several messages, and its
+ * calls are admitted as streams (threads of their own, at most max_streams, never queued);
+ * MT_RPC_OWN_THREADS: a unary method admitted as streams are, for calls that other servers
+ * make from inside their own handlers (a serving node's peer Lookups: queued behind Predicts
+ * that themselves wait for peers, they could stall two nodes until their deadlines).
+ * @returns MT_OK, MT_INVALID (after start, a path registered twice, unknown flags), MT_NOMEM.
  */
-mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int streaming,
-                           mt_rpc_handler_fn fn, void *ud);
+mt_err_t mt_rpc_server_add(mt_rpc_server_t *s, const char *path, int flags, mt_rpc_handler_fn fn,
+                           void *ud);
 
 /** Binds, starts the workers. @param[out] port  the bound port. @returns MT_OK or MT_IO. */
 mt_err_t mt_rpc_server_start(mt_rpc_server_t *s, int *port);

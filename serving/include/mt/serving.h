@@ -91,9 +91,18 @@ typedef struct mt_serving_config {
                                         at most): a Predict or Lookup whose reply could be
                                         larger is refused first (default 64 MiB, as
                                         mt_rpc_server_config_init()) */
-    mt_rpc_tls_config_t ps_tls;      /* TLS of the PS channels (paths borrowed during create;
-                                        default: plaintext) */
-    uint32_t workers;                /* workspaces kept for concurrent Predicts (default 4) */
+    mt_rpc_tls_config_t ps_tls;      /* TLS of the PS and peer channels (paths borrowed
+                                        during create; default: plaintext) */
+    /* Sharded serving (docs/serving.md): the PS shards this node holds (borrowed during
+     * create; nheld = 0: every shard) and the serving nodes to read the others from. */
+    const uint32_t *held_shards;
+    uint32_t nheld;
+    const char *const *peer_addrs; /* borrowed during create */
+    uint32_t npeers;
+    uint32_t peer_timeout_ms; /* deadline of a Predict's peer Lookups (default 100) */
+    uint32_t peer_refresh_ms; /* period of the peers' discovery (default 1000) */
+    int peer_zeros;           /* a failed peer: 0 = Predict UNAVAILABLE, 1 = read zeros */
+    uint32_t workers;         /* workspaces kept for concurrent Predicts (default 4) */
     /* Impression log: producer borrowed (must outlive the service), NULL = no logging. */
     mt_kafka_producer_t *producer;
     const char *features_topic; /* copied (default "features") */

@@ -47,6 +47,7 @@
 #define P_GATE    "/mt.test.Echo/Gate"
 #define P_COUNT   "/mt.test.Stream/Count"
 #define P_HOLD    "/mt.test.Stream/Hold"
+#define P_PEER    "/mt.test.Echo/PeerReverse" /* Reverse on threads of its own */
 #define P_HEALTH  "/grpc.health.v1.Health/Check"
 
 static char dir[64];
@@ -142,6 +143,7 @@ static mt_rpc_server_t *start(const mt_rpc_server_config_t *cfg, int *port) {
         {P_GATE, 0, h_gate, NULL},
         {P_COUNT, 1, h_count, NULL},
         {P_HOLD, 1, h_hold, NULL},
+        {P_PEER, MT_RPC_OWN_THREADS, h_reverse, NULL},
     };
     return tu_rpc_server_start(cfg, m, sizeof(m) / sizeof(m[0]), port);
 }
@@ -520,6 +522,48 @@ Test(rpc_admission, no_queue_refuses_when_the_threads_are_busy, .timeout = 180) 
     cr_assert(wait_idle(s));
     cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_OK, "%s", msg);
     mt_rpc_channel_destroy(ch);
+    mt_rpc_server_destroy(s);
+}
+
+/* A unary method registered MT_RPC_OWN_THREADS (serving's peer Lookup) is answered while
+ * every unary thread is held and the queue is full, and counted as a stream; unknown flags
+ * are refused. */
+Test(rpc_admission, own_thread_methods_are_answered_while_unary_threads_are_busy, .timeout = 180) {
+    mt_rpc_server_config_t cfg;
+    mt_rpc_server_config_init(&cfg);
+    cfg.threads = 1;
+    cfg.max_queued = 0;
+    int port;
+    mt_rpc_server_t *s = start(&cfg, &port);
+    mt_rpc_channel_t *ch = channel("127.0.0.1", port, NULL);
+    gate_call_t held = {.ch = ch};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, gate_thread, &held), 0);
+    cr_assert(tu_wait_for(&g.gate_started, 1, GUARD_MS));
+    char msg[256];
+    cr_assert_eq(reverse(ch, msg, sizeof(msg)), MT_RPC_RESOURCE_EXHAUSTED, "%s", msg);
+    const uint8_t req[] = "monolith";
+    for (int i = 0; i < 3; i++) {
+        uint8_t *resp = NULL;
+        size_t rl = 0;
+        mt_rpc_status_t st;
+        mt_rpc_call(ch, P_PEER, req, 8, GUARD_MS, &resp, &rl, &st);
+        cr_assert_eq(st.code, MT_RPC_OK, "%s", st.message);
+        cr_assert_eq(rl, 8);
+        cr_assert_eq(memcmp(resp, "htilonom", 8), 0);
+        free(resp);
+    }
+    cr_assert_eq(atomic_load(&g.calls_done), 0, "the held call returned");
+    atomic_store(&g.gate_open, 1);
+    pthread_join(th, NULL);
+    cr_assert_eq(held.code, MT_RPC_OK, "%s", held.msg);
+    cr_assert(wait_idle(s));
+    mt_rpc_channel_destroy(ch);
+    mt_rpc_server_destroy(s);
+    mt_rpc_server_config_init(&cfg);
+    cr_assert_eq(mt_rpc_server_create(&cfg, &s), MT_OK);
+    cr_assert_eq(mt_rpc_server_add(s, "/a.B/C", 4, h_reverse, NULL), MT_INVALID);
+    cr_assert_eq(mt_rpc_server_add(s, "/a.B/C", MT_RPC_OWN_THREADS, h_reverse, NULL), MT_OK);
     mt_rpc_server_destroy(s);
 }
 
