@@ -142,6 +142,7 @@ static size_t encode_predict(uint64_t r, uint8_t **buf) {
 typedef struct load {
     pthread_t th;
     uint32_t id;
+    mt_rpc_channel_t *ch;   /* NULL: E.serving */
     mt_bench_samples_t lat; /* ms */
     uint64_t errors;
 } load_t;
@@ -160,8 +161,8 @@ static void *load_main(void *arg) {
         mt_rpc_status_t st;
         size_t k = (size_t)(i++ % NREQ);
         double t0 = mt_mono_s();
-        mt_err_t err =
-            mt_rpc_call(E.serving, PREDICT, g_req[k], g_req_len[k], 5000, &resp, &rlen, &st);
+        mt_err_t err = mt_rpc_call(l->ch ? l->ch : E.serving, PREDICT, g_req[k], g_req_len[k], 5000,
+                                   &resp, &rlen, &st);
         double dt = mt_mono_s() - t0;
         int ok = err == MT_OK && st.code == MT_RPC_OK;
         if (ok) {
@@ -231,6 +232,19 @@ static int served(mt_rpc_channel_t *ch, uint64_t f) {
     }
     free(resp);
     return r;
+}
+
+/* Predict one call at a time on @p ch for E.seconds: p50 and p99 (ms). @returns 0 or -1. */
+static int predict_one_in_flight(mt_rpc_channel_t *ch, double *p50, double *p99, size_t *n,
+                                 uint64_t *errors) {
+    load_t l = {.id = 3, .ch = ch};
+    load_main(&l);
+    *n = l.lat.n;
+    *errors = l.errors;
+    *p50 = mt_bench_pct(l.lat.v, l.lat.n, 0.5);
+    *p99 = mt_bench_pct(l.lat.v, l.lat.n, 0.99);
+    free(l.lat.v);
+    return l.lat.n ? 0 : -1;
 }
 
 /* ============================== training ============================== */
@@ -511,6 +525,76 @@ int main(int argc, char **argv) {
              "\"target\":\"<= 2\"",
              p50_1, floor_ms, e50);
     emit("predict_vs_floor", p50_1 / (floor_ms + e50), "x", extra);
+
+    /* Sharded serving (shards >= 2): a node holding shard 0 only, reading the other shards'
+     * rows from a peer that holds them (one Lookup per request), against the node holding
+     * every shard; the two measured one after the other, each for E.seconds, twice
+     * (full, half, full, half) so that a drift of the machine shows. */
+    if (shards >= 2) {
+        char rest[64] = "serving.shards=", peers[128];
+        for (int i = 1; i < shards; i++)
+            snprintf(rest + strlen(rest), sizeof(rest) - strlen(rest), "%s%d", i > 1 ? "," : "", i);
+        snprintf(peers, sizeof(peers), "serving.peers=127.0.0.1:%d", sport);
+        snprintf(path, sizeof(path), "%s/rest.port", root);
+        snprintf(log, sizeof(log), "%s/rest.log", root);
+        char *rv[] = {MT_SERVING_BIN, "--config",    conf,          "--set",
+                      cluster,        "--set",       rest,          "--set",
+                      peers,          "--listen",    "127.0.0.1:0", "--port-file",
+                      path,           "--log-level", "warn",        NULL};
+        int rport = start_daemon(rv, path, log);
+        if (rport < 0) return 1;
+        snprintf(peers, sizeof(peers), "serving.peers=127.0.0.1:%d", rport);
+        snprintf(path, sizeof(path), "%s/half.port", root);
+        snprintf(log, sizeof(log), "%s/half.log", root);
+        char *hv[] = {MT_SERVING_BIN,
+                      "--config",
+                      conf,
+                      "--set",
+                      cluster,
+                      "--set",
+                      "serving.shards=0",
+                      "--set",
+                      peers,
+                      "--listen",
+                      "127.0.0.1:0",
+                      "--port-file",
+                      path,
+                      "--log-level",
+                      "warn",
+                      NULL};
+        int hport = start_daemon(hv, path, log);
+        if (hport < 0) return 1;
+        mt_rpc_channel_t *rest_ch = NULL, *half = NULL;
+        snprintf(saddr, sizeof(saddr), "127.0.0.1:%d", rport);
+        if (mt_rpc_channel_create(saddr, &cc, &rest_ch) != MT_OK) return 1;
+        snprintf(saddr, sizeof(saddr), "127.0.0.1:%d", hport);
+        if (mt_rpc_channel_create(saddr, &cc, &half) != MT_OK) return 1;
+        if (wait_healthy(rest_ch, "the node of shards 1..") || wait_healthy(half, "the half node"))
+            return 1;
+        double f50[2], f99[2], h50[2], h99[2];
+        size_t fn[2], hn[2];
+        uint64_t fe[2], he[2];
+        for (int r = 0; r < 2; r++)
+            if (predict_one_in_flight(E.serving, &f50[r], &f99[r], &fn[r], &fe[r]) ||
+                predict_one_in_flight(half, &h50[r], &h99[r], &hn[r], &he[r])) {
+                fprintf(stderr, "serving_bench: sharded Predicts failed (see %s)\n", log);
+                return 1;
+            }
+        double full50 = (f50[0] + f50[1]) / 2, half50 = (h50[0] + h50[1]) / 2;
+        snprintf(extra, sizeof(extra),
+                 "\"shards_held\":1,\"shards\":%d,\"peers\":1,\"inflight\":1,"
+                 "\"full_p50_ms\":[%.4f,%.4f],\"full_p99_ms\":[%.4f,%.4f],"
+                 "\"half_p50_ms\":[%.4f,%.4f],\"half_p99_ms\":[%.4f,%.4f],"
+                 "\"requests\":%zu,\"errors\":%llu,\"target\":\"< 0.5 ms at p50\"",
+                 shards, f50[0], f50[1], f99[0], f99[1], h50[0], h50[1], h99[0], h99[1],
+                 fn[0] + fn[1] + hn[0] + hn[1],
+                 (unsigned long long)(fe[0] + fe[1] + he[0] + he[1]));
+        emit("predict_sharded_extra_p50_ms", half50 - full50, "ms", extra);
+        snprintf(extra, sizeof(extra), "\"full_p50_ms\":%.4f,\"half_p50_ms\":%.4f", full50, half50);
+        emit("predict_sharded_vs_full", half50 / full50, "x", extra);
+        mt_rpc_channel_destroy(rest_ch);
+        mt_rpc_channel_destroy(half);
+    }
 
     /* sync lag under training load: the following replica and a polling one */
     snprintf(path, sizeof(path), "%s/poller.port", root);

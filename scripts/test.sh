@@ -21,7 +21,7 @@ build/release/bench/table_bench --quick --reps 1
 build/release/bench/ps_bench --quick
 build/release/bench/trainer_bench --quick
 build/release/bench/movielens_bench --quick
-build/release/bench/serving_bench --quick
+build/release/bench/serving_bench --quick --shards 2
 build/release/bench/sweep_bench --quick
 bash bench/many_trainers_bench.sh --quick
 

@@ -76,8 +76,9 @@ typedef struct worker {
     float *emb, *w1;        /* [fids * d], [fids] */
     float *E, *W1, *probs;  /* [n * S * d], [n * S], [n] */
     uint64_t *set;          /* user fids (raw), open addressing, 0 = empty */
-    uint8_t *pack;          /* impression encoding */
+    uint8_t *pack;          /* impression encoding, and the packed reply */
     size_t cap_pack;
+    size_t *ends;         /* [n] end of each candidate's fids */
     sv_fetch_ws_t *fetch; /* peer reads (sharded serving) */
 } worker_t;
 
@@ -361,6 +362,7 @@ static void worker_free(worker_t *w) {
     free(w->probs);
     free(w->set);
     free(w->pack);
+    free(w->ends);
     sv_fetch_ws_free(w->fetch);
     memset(w, 0, sizeof(*w));
 }
@@ -958,7 +960,8 @@ static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, si
     if (rows > w->cap_n) {
         if (grow((void **)&w->E, rows * S * d, sizeof(float)) ||
             grow((void **)&w->W1, rows * S, sizeof(float)) ||
-            grow((void **)&w->probs, rows, sizeof(float)))
+            grow((void **)&w->probs, rows, sizeof(float)) ||
+            grow((void **)&w->ends, rows, sizeof(size_t)))
             return -1;
         w->cap_n = rows;
     }
@@ -1200,11 +1203,7 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     }
     /* fids: the user's [0, ku), then candidate i's [ends[i-1], ends[i]) */
     size_t ku = collect(sv, w, 0, r->user, r->n_user, 0);
-    size_t *ends = malloc((n ? n : 1) * sizeof(size_t));
-    if (!ends) {
-        FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
+    size_t *ends = w->ends;
     size_t k = ku;
     for (size_t i = 0; i < n; i++) {
         k = collect(sv, w, k, r->candidates[i]->item, r->candidates[i]->n_item, 1);
@@ -1214,7 +1213,6 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     mt_err_t err = mt_table_lookup(sv->table, w->fids, k, w->emb, k * d, NULL, 0, 0, NULL);
     if (!err) err = mt_table_lookup(sv->table, w->fids1, k, w->w1, k, NULL, 0, 0, NULL);
     if (err) {
-        free(ends);
         FAIL(sv, c, MT_RPC_INTERNAL, "replica lookup: %s", mt_strerror(err));
         goto out;
     }
@@ -1226,7 +1224,6 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
                              sizeof(why));
         if (zeroed) atomic_fetch_add(&sv->peer_zero_fids, zeroed);
         if (err) {
-            free(ends);
             if (err == MT_NOMEM)
                 FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
             else
@@ -1245,7 +1242,6 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         memcpy(W1, W1u, S * sizeof(float));
         pool(sv, w, i ? ends[i - 1] : ku, ends[i], E, W1);
     }
-    free(ends);
     err = mt_model_forward_serving(m->m, w->ws, w->E, w->W1, n, sv->cfg.negative_rate, w->probs);
     if (err) {
         FAIL(sv, c, MT_RPC_INTERNAL, "model: %s", mt_strerror(err));
@@ -1258,14 +1254,13 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     resp.dense_version = m->version;
     size_t plen = monolith__v1__predict_response__get_packed_size(&resp);
     assert(plen <= predict_reply_max_bytes(n));
-    uint8_t *buf = malloc(plen ? plen : 1);
-    if (!buf) {
+    if (plen > w->cap_pack && grow((void **)&w->pack, plen, 1)) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    monolith__v1__predict_response__pack(&resp, buf);
-    mt_rpc_reply(c, buf, plen);
-    free(buf);
+    if (plen > w->cap_pack) w->cap_pack = plen;
+    monolith__v1__predict_response__pack(&resp, w->pack);
+    mt_rpc_reply(c, w->pack, plen);
     /* after the reply: the client does not wait for the log */
     if (n && sampled(sv, r->request_id)) {
         int64_t ts_ms = r->timestamp_ms;
