@@ -181,6 +181,11 @@ static const char *const all_keys[] = {
     "[serving] max_message_bytes",
     "[serving] max_queued_calls",
     "[serving] metrics_listen",
+    "[serving] shards",
+    "[serving] peers",
+    "[serving] peer_timeout_ms",
+    "[serving] peer_refresh_ms",
+    "[serving] peer_failure",
     "[tls] enabled",
     "[tls] cert_file",
     "[tls] key_file",
@@ -302,8 +307,12 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         v1->max_candidates != v2->max_candidates || v1->max_request_fids != v2->max_request_fids ||
         v1->max_message_bytes != v2->max_message_bytes ||
         v1->max_queued_calls != v2->max_queued_calls ||
-        strcmp(v1->metrics_listen, v2->metrics_listen))
+        strcmp(v1->metrics_listen, v2->metrics_listen) || strcmp(v1->shards, v2->shards) ||
+        v1->npeers != v2->npeers || v1->peer_timeout_ms != v2->peer_timeout_ms ||
+        v1->peer_refresh_ms != v2->peer_refresh_ms || v1->peer_zeros != v2->peer_zeros)
         return false;
+    for (size_t i = 0; i < v1->npeers; i++)
+        if (strcmp(v1->peers[i], v2->peers[i])) return false;
     const mt_config_tls_t *s1 = &a->tls, *s2 = &b->tls;
     if (s1->enabled != s2->enabled || strcmp(s1->cert_file, s2->cert_file) ||
         strcmp(s1->key_file, s2->key_file) || strcmp(s1->ca_file, s2->ca_file) ||
