@@ -158,7 +158,10 @@ long mt__trainer_inflight_confirm(mt__trainer_inflight_t *f, mt_trainer_run_t *d
     long n = (long)f->n;
     if (e) {
         atomic_fetch_add(&d->ctr.ps_errors, 1);
-        mt_log(MT_LOG_WARN, WHO, "pipelined step: %s", mt_strerror(e));
+        /* exactly-once: the caller recovers from the last checkpoint (said as a training
+         * step says it: operators and the checkpoint test look for "recovering") */
+        mt_log(MT_LOG_WARN, WHO, "pipelined step: %s%s", mt_strerror(e),
+               d->exact ? ": recovering" : "");
         f->n = 0;
         f->busy = 0;
         return -1;
