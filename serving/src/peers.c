@@ -14,6 +14,7 @@
  *    holds synced, else the index of the peer that answers shard s under rotation r.
  */
 #include "peers.h"
+#include "sv_util.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -126,9 +127,9 @@ static route_t *route_build(sv_peers_t *p) {
     if (!r) return NULL;
     r->nplans = up == 0 ? 1 : up < MAX_PLANS ? up : MAX_PLANS;
     r->plan = malloc((size_t)r->nplans * S * sizeof(int32_t));
-    uint8_t *todo = malloc(S);
-    if (!r->plan || !todo) {
-        free(todo);
+    uint8_t *need = malloc(S);
+    if (!r->plan || !need) {
+        free(need);
         route_free(r);
         return NULL;
     }
@@ -137,8 +138,8 @@ static route_t *route_build(sv_peers_t *p) {
         uint32_t left = 0;
         for (uint32_t s = 0; s < S; s++) {
             plan[s] = p->held[s] ? HELD : NO_PEER;
-            todo[s] = !p->held[s];
-            left += todo[s];
+            need[s] = !p->held[s];
+            left += need[s];
         }
         while (left) {
             int32_t best = -1;
@@ -148,7 +149,7 @@ static route_t *route_build(sv_peers_t *p) {
                 if (!p->peers[j].up) continue;
                 uint32_t c = 0;
                 for (uint32_t s = 0; s < S; s++)
-                    c += todo[s] && p->peers[j].synced[s];
+                    c += need[s] && p->peers[j].synced[s];
                 if (c > best_n) {
                     best_n = c;
                     best = (int32_t)j;
@@ -156,15 +157,15 @@ static route_t *route_build(sv_peers_t *p) {
             }
             if (best < 0) break;
             for (uint32_t s = 0; s < S; s++)
-                if (todo[s] && p->peers[best].synced[s]) {
+                if (need[s] && p->peers[best].synced[s]) {
                     plan[s] = best;
-                    todo[s] = 0;
+                    need[s] = 0;
                     left--;
                 }
         }
         if (k == 0) r->uncovered = left;
     }
-    free(todo);
+    free(need);
     return r;
 }
 
@@ -255,16 +256,7 @@ static void discover(sv_peers_t *p) {
 }
 
 static int sleep_until(sv_peers_t *p, double deadline_s) {
-    struct timespec ts;
-    ts.tv_sec = (time_t)deadline_s;
-    ts.tv_nsec = (long)((deadline_s - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-    pthread_mutex_lock(&p->stop_lock);
-    while (!p->stopping && mt_mono_s() < deadline_s)
-        if (pthread_cond_timedwait(&p->stop_cond, &p->stop_lock, &ts) != 0) break;
-    int stop = p->stopping;
-    pthread_mutex_unlock(&p->stop_lock);
-    return stop;
+    return sv_sleep_until(&p->stop_lock, &p->stop_cond, &p->stopping, deadline_s);
 }
 
 static void *discovery_main(void *arg) {
@@ -278,13 +270,6 @@ static void *discovery_main(void *arg) {
 }
 
 /* ============================== fetch ============================== */
-
-static int grow(void **ptr, size_t want, size_t elem) {
-    void *np = realloc(*ptr, (want ? want : 1) * elem);
-    if (!np) return -1;
-    *ptr = np;
-    return 0;
-}
 
 void sv_fetch_ws_free(sv_fetch_ws_t *w) {
     if (!w) return;
@@ -308,13 +293,13 @@ void sv_fetch_ws_free(sv_fetch_ws_t *w) {
 
 static int ws_reserve(sv_fetch_ws_t *w, size_t nocc, size_t npeers) {
     if (nocc > w->cap_occ) {
-        if (grow((void **)&w->occ, nocc, sizeof(uint32_t)) ||
-            grow((void **)&w->uniq, nocc, sizeof(uint64_t)) ||
-            grow((void **)&w->uniq_peer, nocc, sizeof(int32_t)) ||
-            grow((void **)&w->uniq_dim, nocc, sizeof(uint32_t)) ||
-            grow((void **)&w->uniq_pos, nocc, sizeof(uint32_t)) ||
-            grow((void **)&w->by_peer, nocc, sizeof(uint64_t)) ||
-            grow((void **)&w->val_off, nocc, sizeof(size_t)))
+        if (sv_grow((void **)&w->occ, nocc, sizeof(uint32_t)) ||
+            sv_grow((void **)&w->uniq, nocc, sizeof(uint64_t)) ||
+            sv_grow((void **)&w->uniq_peer, nocc, sizeof(int32_t)) ||
+            sv_grow((void **)&w->uniq_dim, nocc, sizeof(uint32_t)) ||
+            sv_grow((void **)&w->uniq_pos, nocc, sizeof(uint32_t)) ||
+            sv_grow((void **)&w->by_peer, nocc, sizeof(uint64_t)) ||
+            sv_grow((void **)&w->val_off, nocc, sizeof(size_t)))
             return -1;
         w->cap_occ = nocc;
     }
@@ -322,16 +307,16 @@ static int ws_reserve(sv_fetch_ws_t *w, size_t nocc, size_t npeers) {
     while (m < 2 * nocc)
         m *= 2;
     if (m > w->cap_map) {
-        if (grow((void **)&w->map, m, sizeof(uint32_t))) return -1;
+        if (sv_grow((void **)&w->map, m, sizeof(uint32_t))) return -1;
         w->cap_map = m;
     }
     if (npeers > w->npeers) {
-        if (grow((void **)&w->cnt, npeers, sizeof(uint32_t)) ||
-            grow((void **)&w->start, npeers, sizeof(uint32_t)) ||
-            grow((void **)&w->req_off, npeers, sizeof(size_t)) ||
-            grow((void **)&w->nvals, npeers, sizeof(size_t)) ||
-            grow((void **)&w->calls, npeers, sizeof(mt_rpc_batch_call_t)) ||
-            grow((void **)&w->resp, npeers, sizeof(*w->resp)))
+        if (sv_grow((void **)&w->cnt, npeers, sizeof(uint32_t)) ||
+            sv_grow((void **)&w->start, npeers, sizeof(uint32_t)) ||
+            sv_grow((void **)&w->req_off, npeers, sizeof(size_t)) ||
+            sv_grow((void **)&w->nvals, npeers, sizeof(size_t)) ||
+            sv_grow((void **)&w->calls, npeers, sizeof(mt_rpc_batch_call_t)) ||
+            sv_grow((void **)&w->resp, npeers, sizeof(*w->resp)))
             return -1;
         w->npeers = npeers;
     }
@@ -422,7 +407,7 @@ mt_err_t sv_peers_fetch(sv_peers_t *p, sv_fetch_ws_t **wsp, const sv_fetch_list_
         if (w->cnt[j]) req_bytes += 16 + 8 * (size_t)w->cnt[j];
     }
     if (req_bytes > w->cap_req) {
-        if (grow((void **)&w->req, req_bytes, 1)) return MT_NOMEM;
+        if (sv_grow((void **)&w->req, req_bytes, 1)) return MT_NOMEM;
         w->cap_req = req_bytes;
     }
     uint32_t call_peer[1024];

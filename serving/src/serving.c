@@ -46,6 +46,7 @@
 #include "mt/psclient.h"
 #include "mt/route.h"
 #include "peers.h"
+#include "sv_util.h"
 
 #define WHO         "serving"
 #define FIRST_ORDER 0x8000u
@@ -432,16 +433,7 @@ static void on_covered(void *ud) {
 
 /* Sleeps until @p deadline_s (monotonic) or stop. @returns 1 when stopping. */
 static int sleep_until(mt_serving_t *sv, double deadline_s) {
-    struct timespec ts;
-    ts.tv_sec = (time_t)deadline_s;
-    ts.tv_nsec = (long)((deadline_s - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-    pthread_mutex_lock(&sv->stop_lock);
-    while (!sv->stopping && mt_mono_s() < deadline_s)
-        if (pthread_cond_timedwait(&sv->stop_cond, &sv->stop_lock, &ts) != 0) break;
-    int stop = sv->stopping;
-    pthread_mutex_unlock(&sv->stop_lock);
-    return stop;
+    return sv_sleep_until(&sv->stop_lock, &sv->stop_cond, &sv->stopping, deadline_s);
 }
 
 static int stopping(mt_serving_t *sv) {
@@ -936,32 +928,25 @@ static void worker_put(mt_serving_t *sv, worker_t *w, worker_t *tmp) {
     (void)sv;
 }
 
-static int grow(void **p, size_t want, size_t elem) {
-    void *np = realloc(*p, (want ? want : 1) * elem);
-    if (!np) return -1;
-    *p = np;
-    return 0;
-}
-
 /* Sizes the scratch for @p nf fids and @p n candidates. @returns 0 or -1 (out of memory). */
 static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, size_t nuser) {
     size_t d = sv->cfg.dim, S = sv->cfg.nslots;
     if (!w->ws && mt_model_ws_create(&w->ws) != MT_OK) return -1;
     if (nf > w->cap_fids) {
-        if (grow((void **)&w->fids, nf, sizeof(uint64_t)) ||
-            grow((void **)&w->fids1, nf, sizeof(uint64_t)) ||
-            grow((void **)&w->cell, nf, sizeof(uint16_t)) ||
-            grow((void **)&w->emb, nf * d, sizeof(float)) ||
-            grow((void **)&w->w1, nf, sizeof(float)))
+        if (sv_grow((void **)&w->fids, nf, sizeof(uint64_t)) ||
+            sv_grow((void **)&w->fids1, nf, sizeof(uint64_t)) ||
+            sv_grow((void **)&w->cell, nf, sizeof(uint16_t)) ||
+            sv_grow((void **)&w->emb, nf * d, sizeof(float)) ||
+            sv_grow((void **)&w->w1, nf, sizeof(float)))
             return -1;
         w->cap_fids = nf;
     }
     size_t rows = n + 1; /* row 0: the user's pooled part */
     if (rows > w->cap_n) {
-        if (grow((void **)&w->E, rows * S * d, sizeof(float)) ||
-            grow((void **)&w->W1, rows * S, sizeof(float)) ||
-            grow((void **)&w->probs, rows, sizeof(float)) ||
-            grow((void **)&w->ends, rows, sizeof(size_t)))
+        if (sv_grow((void **)&w->E, rows * S * d, sizeof(float)) ||
+            sv_grow((void **)&w->W1, rows * S, sizeof(float)) ||
+            sv_grow((void **)&w->probs, rows, sizeof(float)) ||
+            sv_grow((void **)&w->ends, rows, sizeof(size_t)))
             return -1;
         w->cap_n = rows;
     }
@@ -969,7 +954,7 @@ static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, si
     while (sz < 2 * nuser)
         sz *= 2;
     if (sz > w->cap_set) {
-        if (grow((void **)&w->set, sz, sizeof(uint64_t))) return -1;
+        if (sv_grow((void **)&w->set, sz, sizeof(uint64_t))) return -1;
         w->cap_set = sz;
     }
     memset(w->set, 0, w->cap_set * sizeof(uint64_t));
@@ -1254,7 +1239,7 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     resp.dense_version = m->version;
     size_t plen = monolith__v1__predict_response__get_packed_size(&resp);
     assert(plen <= predict_reply_max_bytes(n));
-    if (plen > w->cap_pack && grow((void **)&w->pack, plen, 1)) {
+    if (plen > w->cap_pack && sv_grow((void **)&w->pack, plen, 1)) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
