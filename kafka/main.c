@@ -5,7 +5,7 @@
  *                      [--bootstrap-file PATH] [--log-level debug|info|warn|error]
  *
  * Starts N mock brokers (librdkafka's, see kafka/include/mt/kafka.h) on 127.0.0.1, creates the
- * topics (default features:8,actions:8,examples:8), prints the bootstrap string
+ * topics (default features:8,actions:8,examples:8,params:16), prints the bootstrap string
  * "127.0.0.1:p1,..." as one line on stdout and, with --bootstrap-file, writes the same line to
  * PATH atomically (a temporary file renamed over it). The ports are chosen by the OS
  * (librdkafka 2.0.2 cannot be told a port): the bootstrap file is how other processes find
@@ -26,7 +26,7 @@
 #define WHO        "kafka-dev"
 #define MAX_TOPICS 64
 
-static const char DEFAULT_TOPICS[] = "features:8,actions:8,examples:8";
+static const char DEFAULT_TOPICS[] = "features:8,actions:8,examples:8,params:16";
 
 static void usage(FILE *f) {
     fprintf(f,

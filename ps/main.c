@@ -56,7 +56,8 @@ typedef struct daemon {
     mt_config_t cfg;
     mt_ps_t *ps;
     mt_store_t *store;
-    mt_rpc_server_t *srv; /* for /metrics (admission counters); set before the http thread */
+    mt_rpc_server_t *srv;   /* for /metrics (admission counters); set before the http thread */
+    mt_ps_publisher_t *pub; /* ps.publish_ms > 0: the change stream on Kafka; else NULL */
     time_t started;
 } daemon_t;
 
@@ -200,7 +201,7 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
         return 200;
     }
     if (strcmp(path, "/metrics") != 0) return 404;
-    char extra[4096];
+    char extra[8192];
     snprintf(extra, sizeof(extra),
              "# HELP monolith_ps_uptime_seconds Seconds since start.\n"
              "# TYPE monolith_ps_uptime_seconds gauge\n"
@@ -217,6 +218,8 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
     char lbl[32];
     snprintf(lbl, sizeof(lbl), "shard=\"%u\"", d->cfg.ps.shard);
     mt_rpc_server_render_metrics(d->srv, "monolith_ps", lbl, extra + n, sizeof(extra) - n);
+    n = strlen(extra);
+    mt_ps_publisher_render_metrics(d->pub, extra + n, sizeof(extra) - n);
     return mt_ps_render_metrics(d->ps, extra, body, len) == MT_OK ? 200 : 500;
 }
 
@@ -338,6 +341,23 @@ int main(int argc, char **argv) {
     }
     mt_ps_set_restoring(d.ps, 0);
     mt_rpc_server_set_serving(srv, 1);
+    if (d.cfg.ps.publish_ms) {
+        /* the change stream for replicas following through Kafka (docs/serving.md) */
+        char bootstrap[8192];
+        if (mt_config_kafka_bootstrap(&d.cfg, bootstrap, sizeof(bootstrap), err, sizeof(err))) {
+            mt_log(MT_LOG_ERROR, WHO, "ps.publish_ms: %s", err);
+            goto out;
+        }
+        mt_ps_publish_config_t pcfg;
+        mt_ps_publish_config_init(&pcfg);
+        pcfg.bootstrap = bootstrap;
+        pcfg.topic = d.cfg.kafka.params_topic;
+        pcfg.interval_ms = d.cfg.ps.publish_ms;
+        if ((e = mt_ps_publisher_start(d.ps, &pcfg, &d.pub, err, sizeof(err))) != MT_OK) {
+            mt_log(MT_LOG_ERROR, WHO, "cannot publish to %s on %s: %s", pcfg.topic, bootstrap, err);
+            goto out;
+        }
+    }
     if (*d.cfg.ps.metrics_listen) {
         int mport = 0;
         if (mt_http_start(d.cfg.ps.metrics_listen, render, &d, &mport, &http) != MT_OK) {
@@ -386,6 +406,7 @@ int main(int argc, char **argv) {
     mt_log(MT_LOG_INFO, WHO, "stopped");
 out:
     mt_http_stop(http);
+    mt_ps_publisher_stop(d.pub); /* before the shard it reads */
     mt_rpc_server_destroy(srv);
     mt_ps_destroy(d.ps); /* before the store it borrows */
     mt_store_close(d.store);

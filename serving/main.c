@@ -149,6 +149,8 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     sc->peer_timeout_ms = c->serving.peer_timeout_ms;
     sc->peer_refresh_ms = c->serving.peer_refresh_ms;
     sc->peer_zeros = c->serving.peer_zeros;
+    sc->sync_kafka = c->serving.sync_kafka;
+    sc->params_topic = c->kafka.params_topic;
     return 0;
 }
 
@@ -198,6 +200,15 @@ int main(int argc, char **argv) {
     }
     if (check_only) {
         /* the library's own checks too (model shape, slots of the model in the table) */
+        char params_bootstrap[8192];
+        if (sc.sync_kafka) {
+            if (mt_config_kafka_bootstrap(&d.cfg, params_bootstrap, sizeof(params_bootstrap), err,
+                                          sizeof(err))) {
+                mt_log(MT_LOG_ERROR, WHO, "serving.sync_source = kafka: %s", err);
+                goto out;
+            }
+            sc.kafka_bootstrap = params_bootstrap;
+        }
         mt_err_t e = mt_serving_create(&sc, &d.sv, err, sizeof(err));
         if (e) {
             fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
@@ -242,6 +253,15 @@ int main(int argc, char **argv) {
             goto out;
         }
         sc.producer = producer;
+    }
+    char params_bootstrap[8192];
+    if (sc.sync_kafka) {
+        if (mt_config_kafka_bootstrap(&d.cfg, params_bootstrap, sizeof(params_bootstrap), err,
+                                      sizeof(err))) {
+            mt_log(MT_LOG_ERROR, WHO, "serving.sync_source = kafka: %s", err);
+            goto out;
+        }
+        sc.kafka_bootstrap = params_bootstrap;
     }
     mt_err_t e = mt_serving_create(&sc, &d.sv, err, sizeof(err));
     if (e) {

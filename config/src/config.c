@@ -111,6 +111,7 @@ static const prop_enum_t sep_enum[] = {{"pipe", '|'},  {"comma", ','}, {"semicol
                                        {"colon", ':'}, {"space", ' '}, {"slash", '/'},
                                        {NULL, 0}};
 static const prop_enum_t peer_failure_enum[] = {{"fail", 0}, {"zeros", 1}, {NULL, 0}};
+static const prop_enum_t sync_source_enum[] = {{"direct", 0}, {"kafka", 1}, {NULL, 0}};
 static const prop_enum_t time_unit_enum[] = {{"s", 1}, {"ms", 2}, {NULL, 0}};
 static const prop_enum_t precision_enum[] = {
     {"fp32", MT_PREC_FP32}, {"fp16", MT_PREC_FP16}, {NULL, 0}};
@@ -158,6 +159,10 @@ static const prop_t props[] = {
      .doc = "follow Sync streams open at once (each holds one of the `max_streams` stream "
             "threads, so it must be below `max_streams`); more replicas are answered one round "
             "at a time and poll"},
+    {KEY("ps", "publish_ms"), CFG(ps.publish_ms), UINT(0, 60000), .def = "0",
+     .doc = "publish the shard's changes (rows and deletions, versioned) to partition <shard> "
+            "of `kafka.params_topic` every this many milliseconds, for replicas with "
+            "`serving.sync_source = kafka`; 0: off"},
     {KEY("ps", "snapshot_dir"), CFG(ps.snapshot_dir), STR(0, 4095), .def = "",
      .doc = "directory of table snapshots; empty: no snapshots"},
     {KEY("ps", "snapshot_interval_s"), CFG(ps.snapshot_interval_s), UINT(0, 7 * 86400),
@@ -335,6 +340,9 @@ static const prop_t props[] = {
      .doc = "topic of served impressions (Impression protobufs)"},
     {KEY("kafka", "actions_topic"), CFG(kafka.actions_topic), STR(1, 249), .def = "actions",
      .doc = "topic of user actions (Action protobufs)"},
+    {KEY("kafka", "params_topic"), CFG(kafka.params_topic), STR(1, 249), .def = "params",
+     .doc = "topic of the PS shards' change streams (SyncChunk protobufs, partition i = shard "
+            "i: it needs at least as many partitions as shards)"},
     {KEY("kafka", "group"), CFG(kafka.group), STR(1, 249), .def = "monolith-trainer",
      .doc = "consumer group of the trainers (they split the partitions)"},
     {KEY("kafka", "session_timeout_ms"), CFG(kafka.session_timeout_ms), UINT(6000, 300000),
@@ -442,6 +450,12 @@ static const prop_t props[] = {
      .def = "fail",
      .doc = "what a Predict does when a peer fails or no peer holds a shard: `fail` "
             "(UNAVAILABLE, counted) or `zeros` (those ids read zeros, counted)"},
+    {KEY("serving", "sync_source"), CFG(serving.sync_kafka), ENUM(sync_source_enum),
+     .def = "direct",
+     .doc = "where the replica follows the shards' changes: `direct` (a Sync stream per shard, "
+            "`sync_stream_ms`; each costs the shard a stream) or `kafka` (one full Sync per "
+            "shard at start, then `kafka.params_topic`, which the shards publish with "
+            "`ps.publish_ms`: the shards' cost does not grow with the replicas)"},
     /* [tls] */
     {KEY("tls", "enabled"), CFG(tls.enabled), ENUM(bool_enum), .def = "false",
      .doc = "TLS on every gRPC server and client that reads this file (docs/security.md); "

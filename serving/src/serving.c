@@ -102,6 +102,7 @@ typedef struct method_ctx {
 struct mt_serving {
     mt_serving_config_t cfg;
     char *topic;
+    char *params_topic, *bootstrap, **kafka_conf; /* sync_kafka: owned copies */
     uint16_t *slot_index; /* [65536]: model slot index of a feature slot, or NO_SLOT */
     mt_table_t *table;
     mt_psc_t *psc;
@@ -167,6 +168,7 @@ void mt_serving_config_init(mt_serving_config_t *cfg) {
     cfg->max_message_bytes = 64u << 20;
     cfg->workers = 4;
     cfg->features_topic = "features";
+    cfg->params_topic = "params";
     cfg->log_sample_rate = 1.0;
     cfg->peer_timeout_ms = 100;
     cfg->peer_refresh_ms = 1000;
@@ -233,6 +235,9 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
             BAD("peer_timeout_ms and peer_refresh_ms must be positive");
     }
     if (!c->features_topic || !*c->features_topic) BAD("features_topic is empty");
+    if (c->sync_kafka && (!c->kafka_bootstrap || !*c->kafka_bootstrap))
+        BAD("sync_source kafka needs the Kafka bootstrap servers");
+    if (c->sync_kafka && (!c->params_topic || !*c->params_topic)) BAD("params_topic is empty");
     mt_model_config_t mc;
     mt_model_config_init(&mc);
     mc.nslots = c->nslots;
@@ -257,6 +262,9 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     sv->cfg.ps_addrs = NULL;
     sv->cfg.table.slots = NULL;
     sv->cfg.features_topic = NULL;
+    sv->cfg.kafka_bootstrap = NULL;
+    sv->cfg.kafka_conf = NULL;
+    sv->cfg.params_topic = NULL;
     sv->cfg.held_shards = NULL;
     sv->cfg.peer_addrs = NULL;
     pthread_mutex_init(&sv->stop_lock, NULL);
@@ -270,6 +278,17 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     sv->started_s = mt_mono_s();
     err = MT_NOMEM;
     sv->topic = strdup(cfg->features_topic);
+    if (cfg->sync_kafka) {
+        sv->params_topic = strdup(cfg->params_topic);
+        sv->bootstrap = strdup(cfg->kafka_bootstrap);
+        if (!sv->params_topic || !sv->bootstrap) goto fail;
+        size_t nk = 0;
+        while (cfg->kafka_conf && cfg->kafka_conf[nk])
+            nk++;
+        if (!(sv->kafka_conf = calloc(nk + 1, sizeof(char *)))) goto fail;
+        for (size_t k = 0; k < nk; k++)
+            if (!(sv->kafka_conf[k] = strdup(cfg->kafka_conf[k]))) goto fail;
+    }
     sv->slot_index = malloc(65536 * sizeof(uint16_t));
     sv->shards = calloc(cfg->num_shards, sizeof(shard_t));
     sv->workers = calloc(cfg->workers, sizeof(worker_t));
@@ -287,6 +306,7 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     for (uint32_t i = 0; i < cfg->num_shards; i++) {
         sv->shards[i].sv = sv;
         sv->shards[i].idx = i;
+        sv->shards[i].st.kafka_offset = -1;
     }
 
     /* The replica: the slots' dims and precision; no filter, no expiry (deletions come from
@@ -386,6 +406,11 @@ void mt_serving_destroy(mt_serving_t *sv) {
     free(sv->shards);
     free(sv->slot_index);
     free(sv->topic);
+    free(sv->params_topic);
+    free(sv->bootstrap);
+    for (size_t k = 0; sv->kafka_conf && sv->kafka_conf[k]; k++)
+        free(sv->kafka_conf[k]);
+    free(sv->kafka_conf);
     pthread_mutex_destroy(&sv->stop_lock);
     pthread_cond_destroy(&sv->stop_cond);
     pthread_mutex_destroy(&sv->model_lock);
@@ -623,7 +648,7 @@ static mt_err_t round_done(shard_t *sh, sync_round_t *r, uint64_t upto, uint64_t
  * @param[out] rounds  rounds completed
  * @returns MT_OK, or an error (logged and counted).
  */
-static mt_err_t sync_once(shard_t *sh, unsigned *rounds) {
+static mt_err_t sync_once(shard_t *sh, uint32_t follow_ms, unsigned *rounds) {
     mt_serving_t *sv = sh->sv;
     char why[512] = "";
     pthread_mutex_lock(&sv->stat_lock);
@@ -633,7 +658,7 @@ static mt_err_t sync_once(shard_t *sh, unsigned *rounds) {
     rq.since_version = since;
     rq.incarnation = inc;
     rq.max_chunk_fids = sv->cfg.sync_chunk_fids;
-    rq.follow_ms = sv->cfg.sync_stream_ms;
+    rq.follow_ms = follow_ms;
     uint8_t req[64];
     size_t rlen = monolith__v1__sync_request__pack(&rq, req);
     mt_rpc_stream_t *s = NULL;
@@ -741,7 +766,7 @@ static void *sync_main(void *arg) {
     double period = sv->cfg.sync_interval_ms / 1000.0, next = mt_mono_s();
     while (!sleep_until(sv, next)) {
         unsigned rounds = 0;
-        mt_err_t err = sync_once(sh, &rounds);
+        mt_err_t err = sync_once(sh, sv->cfg.sync_stream_ms, &rounds);
         double now = mt_mono_s();
         if (err) {
             next = now + (sv->cfg.sync_stream_ms && period > 1.0 ? 1.0 : period);
@@ -752,6 +777,178 @@ static void *sync_main(void *arg) {
             if (next < now) next = now;
         }
     }
+    return NULL;
+}
+
+/* ---------------- following through Kafka (docs/serving.md) ---------------- */
+
+#define KAFKA_POLL_MS 200 /* a poll's wait: how soon a stop is noticed */
+
+/* Counts one return to a direct sync and says why. @returns MT_OK (a resync is not a
+ * failure of the replica: the next bootstrap takes it). */
+static mt_err_t kafka_resync(shard_t *sh, int failure, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static mt_err_t kafka_resync(shard_t *sh, int failure, const char *fmt, ...) {
+    mt_serving_t *sv = sh->sv;
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&sv->stat_lock);
+    sh->st.kafka_resyncs++;
+    sh->st.failures += failure != 0;
+    sh->st.kafka_offset = -1;
+    pthread_mutex_unlock(&sv->stat_lock);
+    mt_log(failure ? MT_LOG_WARN : MT_LOG_INFO, WHO, "shard %u: %s: syncing from the shard again",
+           sh->idx, why);
+    return failure ? MT_CORRUPT : MT_OK;
+}
+
+/*
+ * One life of following shard sh through Kafka: (1) the partition's end offset O, (2) a Sync
+ * from the shard (one round: full when the replica has nothing of this incarnation), (3)
+ * the partition from O on, skipping rounds the Sync already covered (upto_version <= the
+ * replica's) and applying the others in order, each recorded at its caught_up chunk. It
+ * returns to the caller (who starts it again) at a resync marker of a newer version, a
+ * chunk of another incarnation, a round starting above the replica's version (a gap), an
+ * offset out of range, a malformed message, or a stop. No message between the Sync and O
+ * can be missing: each was published from a table read before the Sync's, and the one at
+ * O starts where the one before it ended.
+ * @returns MT_OK (a stop or a resync), or an error (logged and counted).
+ */
+static mt_err_t kafka_follow(shard_t *sh, mt_kafka_reader_t *r) {
+    mt_serving_t *sv = sh->sv;
+    const char *topic = sv->params_topic;
+    int32_t part = (int32_t)sh->idx;
+    char why[512] = "";
+    int64_t end = -1;
+    mt_err_t err = mt_kafka_reader_end(r, topic, part, 5000, NULL, &end, why, sizeof(why));
+    if (err) {
+        pthread_mutex_lock(&sv->stat_lock);
+        sh->st.failures++;
+        pthread_mutex_unlock(&sv->stat_lock);
+        mt_log(MT_LOG_WARN, WHO,
+               "shard %u: the end of %s[%d]: %s: %s (the partition must "
+               "exist: one per shard)",
+               sh->idx, topic, (int)part, mt_strerror(err), why);
+        return err;
+    }
+    unsigned rounds = 0;
+    if ((err = sync_once(sh, 0, &rounds)) != MT_OK) return err; /* logged and counted */
+    if ((err = mt_kafka_reader_start(r, topic, part, end, why, sizeof(why))) != MT_OK) {
+        mt_log(MT_LOG_WARN, WHO, "shard %u: reading %s[%d]: %s", sh->idx, topic, (int)part, why);
+        return err;
+    }
+    pthread_mutex_lock(&sv->stat_lock);
+    sh->st.kafka_offset = end;
+    pthread_mutex_unlock(&sv->stat_lock);
+    sync_round_t rd = {0};
+    int64_t next = end;
+    mt_kafka_msg_t msgs[64];
+    while (!stopping(sv)) {
+        mt_kafka_reader_event_t ev;
+        size_t n = mt_kafka_reader_poll(r, msgs, 64, KAFKA_POLL_MS, &ev);
+        if (ev.out_of_range)
+            return kafka_resync(sh, 0, "offset %lld of %s[%d] is no longer in the log",
+                                (long long)next, topic, (int)part);
+        for (size_t i = 0; i < n; i++) {
+            if (msgs[i].partition != part || msgs[i].offset < next) continue; /* an old start */
+            next = msgs[i].offset + 1;
+            Monolith__V1__SyncChunk *ch =
+                msgs[i].value ? monolith__v1__sync_chunk__unpack(NULL, msgs[i].len, msgs[i].value)
+                              : NULL;
+            if (!ch)
+                return kafka_resync(sh, 1, "%s[%d] offset %lld is not a SyncChunk (%zu bytes)",
+                                    topic, (int)part, (long long)msgs[i].offset, msgs[i].len);
+            pthread_mutex_lock(&sv->stat_lock);
+            uint64_t since = sh->st.since_version, inc = sh->st.incarnation;
+            sh->st.kafka_offset = next;
+            pthread_mutex_unlock(&sv->stat_lock);
+            uint64_t upto = ch->upto_version, from = ch->since_version;
+            int old = ch->incarnation == inc && upto <= since;
+            if (ch->incarnation != inc && !old) {
+                uint64_t other = ch->incarnation;
+                monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+                return kafka_resync(sh, 0,
+                                    "%s[%d] offset %lld: incarnation %llx, the replica's "
+                                    "is %llx",
+                                    topic, (int)part, (long long)msgs[i].offset,
+                                    (unsigned long long)other, (unsigned long long)inc);
+            }
+            if (ch->full && !old) {
+                monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+                return kafka_resync(sh, 0, "resync marker at version %llu",
+                                    (unsigned long long)upto);
+            }
+            if (old) {
+                /* published before the replica's version: the Sync had it. A round's end at
+                 * exactly that version is a heartbeat: nothing changed, and the replica is
+                 * as fresh as the shard's last round */
+                int beat = ch->caught_up && upto == since && !rd.started;
+                monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+                pthread_mutex_lock(&sv->stat_lock);
+                sh->st.kafka_skipped += !beat;
+                pthread_mutex_unlock(&sv->stat_lock);
+                if (beat) {
+                    rd.t0 = mt_mono_s();
+                    if ((err = round_done(sh, &rd, since, inc, why, sizeof(why))) != MT_OK) break;
+                }
+                continue;
+            }
+            if (from > since) {
+                monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+                return kafka_resync(sh, 1,
+                                    "%s[%d] offset %lld starts at version %llu, the "
+                                    "replica is at %llu (a round is missing)",
+                                    topic, (int)part, (long long)msgs[i].offset,
+                                    (unsigned long long)from, (unsigned long long)since);
+            }
+            if (!rd.started) {
+                rd.started = 1;
+                rd.t0 = mt_mono_s();
+            }
+            err = apply_chunk(sh, ch, &rd.entries, &rd.deleted, why, sizeof(why));
+            int caught_up = ch->caught_up;
+            monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+            if (!err && caught_up) err = round_done(sh, &rd, upto, inc, why, sizeof(why));
+            if (err) break;
+        }
+        if (err) break;
+    }
+    pthread_mutex_lock(&sv->stat_lock);
+    sh->st.entries += rd.entries; /* a round cut short: applied, not recorded */
+    sh->st.deleted += rd.deleted;
+    sh->st.kafka_offset = -1;
+    if (err) sh->st.failures++;
+    pthread_mutex_unlock(&sv->stat_lock);
+    if (err)
+        mt_log(MT_LOG_WARN, WHO, "shard %u: following %s[%d]: %s: %s", sh->idx, topic, (int)part,
+               mt_strerror(err), why);
+    return err;
+}
+
+static void *sync_kafka_main(void *arg) {
+    shard_t *sh = arg;
+    mt_serving_t *sv = sh->sv;
+    mt_kafka_reader_t *r = NULL;
+    double next = mt_mono_s();
+    while (!sleep_until(sv, next)) {
+        mt_err_t err = MT_OK;
+        if (!r) {
+            char why[512] = "";
+            const char *const *conf = (const char *const *)sv->kafka_conf;
+            if ((err = mt_kafka_reader_create(sv->bootstrap, conf, &r, why, sizeof(why))))
+                mt_log(MT_LOG_ERROR, WHO, "shard %u: a Kafka reader on %s: %s", sh->idx,
+                       sv->bootstrap, why);
+        }
+        if (!err) err = kafka_follow(sh, r);
+        /* a resync at once; a failure after a pause (at most 1 s) */
+        next =
+            mt_mono_s() +
+            (err ? (sv->cfg.sync_interval_ms > 1000 ? 1.0 : sv->cfg.sync_interval_ms / 1000.0) : 0);
+    }
+    mt_kafka_reader_destroy(r);
     return NULL;
 }
 
@@ -872,7 +1069,9 @@ mt_err_t mt_serving_start(mt_serving_t *sv) {
     uint32_t i = 0;
     for (; i < sv->cfg.num_shards; i++) {
         if (!sv->held[i]) continue;
-        if (pthread_create(&sv->shards[i].thread, NULL, sync_main, &sv->shards[i]) != 0) break;
+        if (pthread_create(&sv->shards[i].thread, NULL,
+                           sv->cfg.sync_kafka ? sync_kafka_main : sync_main, &sv->shards[i]) != 0)
+            break;
         sv->shards[i].running = 1;
     }
     int dense_ok =
@@ -1544,8 +1743,17 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
         {"monolith_serving_sync_version", "gauge", "The shard's version the replica is up to.", 6},
         {"monolith_serving_sync_duration_seconds", "gauge",
          "How long the shard's last good sync took (stream and applies).", 7},
+        {"monolith_serving_sync_skipped_total", "counter",
+         "Parameter-topic messages skipped: their round was already applied.", 8},
+        {"monolith_serving_sync_resyncs_total", "counter",
+         "Returns from the parameters topic to a Sync from the shard (a resync marker, "
+         "another incarnation, a gap, an offset out of range, a bad message).",
+         9},
+        {"monolith_serving_sync_kafka_offset", "gauge",
+         "The offset of the next parameters-topic message to read (-1: not following).", 10},
     };
     for (size_t p = 0; p < sizeof(per) / sizeof(per[0]); p++) {
+        if (per[p].field >= 8 && !sv->cfg.sync_kafka) continue;
         mt_strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", per[p].name, per[p].help, per[p].name,
                          per[p].type);
         for (uint32_t i = 0; i < ns; i++) {
@@ -1559,7 +1767,10 @@ mt_err_t mt_serving_render_metrics(mt_serving_t *sv, const char *extra, char **b
                        : per[p].field == 4 ? (double)st[i].deleted
                        : per[p].field == 5 ? lag
                        : per[p].field == 6 ? (double)st[i].since_version
-                                           : st[i].last_duration_s;
+                       : per[p].field == 7 ? st[i].last_duration_s
+                       : per[p].field == 8 ? (double)st[i].kafka_skipped
+                       : per[p].field == 9 ? (double)st[i].kafka_resyncs
+                                           : (double)st[i].kafka_offset;
             mt_strbuf_printf(&b, "%s{shard=\"%u\"} %.17g\n", per[p].name, i, v);
         }
     }

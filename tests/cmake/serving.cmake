@@ -4,7 +4,7 @@
 if(TARGET mt_serving)
   mt_add_test(test_e2e_serving e2e/test_serving.c)
   target_include_directories(test_e2e_serving PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit/ps)
-  target_link_libraries(test_e2e_serving PRIVATE mt_serving mt_trainer mt_ps mt_psclient mt_route mt_kafka
+  target_link_libraries(test_e2e_serving PRIVATE mt_serving mt_trainer mt_ps mt_store mt_psclient mt_route mt_kafka
                                                  mt_rpc mt_proto mt_data mt_model mt_embedding m)
   # --monolith-serving --check on a configuration that trains and serves
   add_test(NAME test_serving_check_config COMMAND bash -c "\

@@ -37,6 +37,7 @@
 #include "mt/route.h"
 #include "mt/rpc.h"
 #include "mt/serving.h"
+#include "mt/store.h"
 #include "testutil_tsan.h"
 #include "mt/trainer.h"
 #include "testutil_ps.h"
@@ -52,6 +53,8 @@ static const uint16_t slot_ids[NSLOTS] = {1, 2, 3};
 typedef struct cluster {
     mt_table_slot_config_t slots[2 * NSLOTS];
     mt_ps_t *ps[NSHARDS];
+    mt_ps_publisher_t *pub[NSHARDS]; /* kafka set: each shard publishes its changes */
+    const char *kafka;               /* NULL, or the bootstrap of the parameters topic */
     mt_rpc_server_t *srv[NSHARDS];
     char addr[NSHARDS][TU_PS_ADDR_LEN];
     const char *addrs[NSHARDS];
@@ -76,6 +79,7 @@ typedef struct sharding {
     uint32_t npeers;
     int zeros;
     const char *listen; /* NULL: any free port */
+    const char *kafka;  /* not NULL: follow the shards through "params" on these brokers */
 } sharding_t;
 
 static double now_s(void) {
@@ -98,9 +102,20 @@ static void start_shard(cluster_t *c, uint32_t i, const char *listen) {
     cr_assert_eq(mt_ps_create(&pc, NULL, &c->ps[i]), MT_OK);
     c->srv[i] = tu_ps_serve(c->ps[i], 2, 0, listen, c->addr[i]);
     c->addrs[i] = c->addr[i];
+    if (c->kafka) {
+        mt_ps_publish_config_t pub;
+        mt_ps_publish_config_init(&pub);
+        pub.bootstrap = c->kafka;
+        pub.interval_ms = 50;
+        char err[256] = "";
+        cr_assert_eq(mt_ps_publisher_start(c->ps[i], &pub, &c->pub[i], err, sizeof(err)), MT_OK,
+                     "%s", err);
+    }
 }
 
 static void stop_shard(cluster_t *c, uint32_t i) {
+    mt_ps_publisher_stop(c->pub[i]);
+    c->pub[i] = NULL;
     mt_ps_stop_streams(c->ps[i]); /* as monolith-ps does before its rpc shutdown */
     mt_rpc_server_destroy(c->srv[i]);
     mt_ps_destroy(c->ps[i]);
@@ -110,8 +125,9 @@ static void stop_shard(cluster_t *c, uint32_t i) {
 
 /* Shards (rows idle longer than ttl_s expire, 0: never) and a trainer; with_dense: the
  * trainer keeps its dense parameters on shard 0 (which gives serving a model). */
-static void cluster_start(cluster_t *c, uint32_t ttl_s, int with_dense) {
+static void cluster_start_kafka(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka) {
     memset(c, 0, sizeof(*c));
+    c->kafka = kafka;
     mt_trainer_config_init(&c->tc);
     c->tc.nslots = NSLOTS;
     memcpy(c->tc.slot_ids, slot_ids, sizeof(slot_ids));
@@ -135,6 +151,10 @@ static void cluster_start(cluster_t *c, uint32_t ttl_s, int with_dense) {
     if (with_dense)
         cr_assert_eq(mt_trainer_dense_sync_create(c->tr, c->psc, 1, &c->ds, err, sizeof(err)),
                      MT_OK, "%s", err);
+}
+
+static void cluster_start(cluster_t *c, uint32_t ttl_s, int with_dense) {
+    cluster_start_kafka(c, ttl_s, with_dense, NULL);
 }
 
 static void cluster_stop(cluster_t *c) {
@@ -197,6 +217,10 @@ static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.workers = 2;
     sc.producer = producer;
     if (max_message_bytes) sc.max_message_bytes = max_message_bytes;
+    if (sh && sh->kafka) {
+        sc.sync_kafka = 1;
+        sc.kafka_bootstrap = sh->kafka;
+    }
     if (sh) {
         sc.held_shards = sh->held;
         sc.nheld = sh->nheld;
@@ -1090,10 +1114,10 @@ Test(serving, sharded_nodes_score_as_one_node, .timeout = 240, MT_NOT_UNDER_TSAN
     server_start_ex(&F, &c, 64, NULL, 50, 0);
     const uint32_t h0[1] = {0}, h1[1] = {1};
     const char *pb[1] = {F.addr};
-    sharding_t sb = {h1, 1, pb, 1, 0, NULL};
+    sharding_t sb = {h1, 1, pb, 1, 0, NULL, NULL};
     server_start_cfg(&B, &c, 64, NULL, 50, 0, &sb);
     const char *pa[2] = {B.addr, F.addr};
-    sharding_t sa = {h0, 1, pa, 2, 0, NULL};
+    sharding_t sa = {h0, 1, pa, 2, 0, NULL, NULL};
     server_start_cfg(&A, &c, 64, NULL, 50, 0, &sa);
     wait_ready(&F);
     wait_ready(&B);
@@ -1218,11 +1242,11 @@ Test(serving, a_killed_peer_fails_or_reads_zeros, .timeout = 240, MT_NOT_UNDER_T
     server_start_ex(&F, &c, 64, NULL, 50, 0);
     const uint32_t h0[1] = {0}, h1[1] = {1};
     const char *pf[1] = {F.addr};
-    sharding_t sb = {h1, 1, pf, 1, 0, NULL}, sz = {h1, 1, pf, 1, 1, NULL};
+    sharding_t sb = {h1, 1, pf, 1, 0, NULL, NULL}, sz = {h1, 1, pf, 1, 1, NULL, NULL};
     server_start_cfg(&B, &c, 64, NULL, 50, 0, &sb);
     server_start_cfg(&Z, &c, 64, NULL, 50, 0, &sz);
     const char *pa[2] = {B.addr, F.addr};
-    sharding_t sa = {h0, 1, pa, 2, 0, NULL};
+    sharding_t sa = {h0, 1, pa, 2, 0, NULL, NULL};
     server_start_cfg(&A, &c, 64, NULL, 50, 0, &sa);
     wait_ready(&F);
     wait_ready(&B);
@@ -1277,7 +1301,7 @@ Test(serving, a_killed_peer_fails_or_reads_zeros, .timeout = 240, MT_NOT_UNDER_T
     cr_assert_eq(predict(&Z, &q, after, NULL), MT_RPC_OK);
     cr_assert(memcmp(before, after, sizeof(before)) != 0);
     /* F comes back on its address: found again, B answers again */
-    sharding_t sf = {NULL, 0, NULL, 0, 0, faddr};
+    sharding_t sf = {NULL, 0, NULL, 0, 0, faddr, NULL};
     server_start_cfg(&F, &c, 64, NULL, 50, 0, &sf);
     wait_ready(&F);
     float got[8];
@@ -1307,7 +1331,7 @@ Test(serving, peer_loss_and_return_under_concurrent_predicts, .timeout = 300) {
     server_start_ex(&F, &c, 64, NULL, 50, 0);
     const uint32_t h1[1] = {1};
     const char *pf[1] = {F.addr};
-    sharding_t sb = {h1, 1, pf, 1, 0, NULL};
+    sharding_t sb = {h1, 1, pf, 1, 0, NULL, NULL};
     server_start_cfg(&B, &c, 64, NULL, 50, 0, &sb);
     wait_ready(&F);
     wait_ready(&B);
@@ -1324,7 +1348,7 @@ Test(serving, peer_loss_and_return_under_concurrent_predicts, .timeout = 300) {
     size_t len = 0;
     cr_assert_eq(mt_serving_render_metrics(B.sv, NULL, &body, &len), MT_OK);
     free(body);
-    sharding_t sf = {NULL, 0, NULL, 0, 0, faddr};
+    sharding_t sf = {NULL, 0, NULL, 0, 0, faddr, NULL};
     server_start_cfg(&F, &c, 64, NULL, 50, 0, &sf);
     wait_ready(&F);
     unsigned ok1 = atomic_load(&l1.ok), ok2 = atomic_load(&l2.ok);
@@ -1342,4 +1366,278 @@ Test(serving, peer_loss_and_return_under_concurrent_predicts, .timeout = 300) {
     server_stop(&B);
     server_stop(&F);
     cluster_stop(&c);
+}
+
+/* ---------------- parameter fan-out through Kafka ---------------- */
+
+#define FANOUT 8
+
+typedef struct fanout {
+    cluster_t c;
+    mt_kafka_mock_t *mock;
+    server_t nodes[FANOUT];
+    char dir[64];
+    mt_store_t *store; /* shard 1's checkpoints */
+} fanout_t;
+
+/* A mock cluster with "params" (a partition per shard), the shards publishing every 50 ms, a
+ * store for shard 1, and @p n replicas following through the topic (not started yet). */
+static void fanout_start(fanout_t *f, uint32_t ttl_s) {
+    memset(f, 0, sizeof(*f));
+    char err[256] = "";
+    mt_kafka_topic_spec_t ts = {"params", NSHARDS};
+    cr_assert_eq(mt_kafka_mock_create(1, &ts, 1, &f->mock, err, sizeof(err)), MT_OK, "%s", err);
+    cluster_start_kafka(&f->c, ttl_s, 1, mt_kafka_mock_bootstrap(f->mock));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/mt-fanout-XXXXXX");
+    cr_assert_not_null(mkdtemp(f->dir));
+    mt_store_config_t sc;
+    mt_store_config_init(&sc);
+    cr_assert_eq(mt_store_open(f->dir, &sc, &f->store, err, sizeof(err)), MT_OK, "%s", err);
+    mt_ps_set_store(f->c.ps[1], f->store);
+}
+
+static void fanout_nodes_start(fanout_t *f, int n) {
+    sharding_t opt = {.kafka = mt_kafka_mock_bootstrap(f->mock)};
+    for (int k = 0; k < n; k++)
+        server_start_cfg(&f->nodes[k], &f->c, 100, NULL, 0, 0, &opt);
+    for (int k = 0; k < n; k++)
+        wait_ready(&f->nodes[k]);
+}
+
+static void fanout_stop(fanout_t *f, int n) {
+    for (int k = 0; k < n; k++)
+        server_stop(&f->nodes[k]);
+    cluster_stop(&f->c);
+    mt_store_close(f->store);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+    cr_assert_eq(system(cmd), 0);
+    mt_kafka_mock_destroy(f->mock);
+}
+
+static int all_converged(fanout_t *f, int n, const uint64_t *fids, size_t nf) {
+    for (int k = 0; k < n; k++)
+        if (!converged(&f->nodes[k], &f->c, fids, nf, 60)) {
+            cr_log_error("replica %d differs from the PS", k);
+            return 0;
+        }
+    return 1;
+}
+
+static uint64_t shard_sync_calls(cluster_t *c, uint32_t i) {
+    mt_ps_counters_t pc;
+    mt_ps_counters(c->ps[i], &pc);
+    return pc.calls[MT_PS_SYNC];
+}
+
+/* 8 replicas follow the shards through the parameters topic: each asks the shards for one
+ * Sync at start and nothing after (the shards' cost does not grow with the replicas), and
+ * every change reaches all of them: training, an expiry's deletions, a checkpoint restored
+ * on a running shard (rows trained after it disappear, changed ones come back), and a shard
+ * that comes back empty (a new incarnation: its rows, and only its rows, go). */
+Test(serving, eight_replicas_follow_through_kafka, .timeout = 300, MT_NOT_UNDER_TSAN) {
+    fanout_t f;
+    fanout_start(&f, 600);
+    cluster_t *c = &f.c;
+    uint32_t now = (uint32_t)time(NULL);
+    /* categories (item % 7) 2, 3, 4 for the old items, 5, 6, 0, 1 for the others */
+    const uint64_t old_items[3] = {100, 101, 102}, items[6] = {201, 202, 203, 204, 208, 209};
+    for (int i = 0; i < 3; i++)
+        train(c, 5000, old_items[i], 1.0f, 10, now - 3600); /* idle for an hour: expires */
+    for (int i = 0; i < 3; i++)
+        train(c, 6000, items[i], (float)(i % 2), 10, now);
+    fanout_nodes_start(&f, FANOUT);
+    static uint64_t olds[256], fids[1024];
+    size_t no = all_fids(olds, 256, 5000, 10, old_items, 3);
+    size_t nf = all_fids(fids, 1024, 6000, 40, items, 6);
+    cr_assert(all_converged(&f, FANOUT, fids, nf));
+    uint64_t calls0 = shard_sync_calls(c, 0), calls1 = shard_sync_calls(c, 1);
+    cr_assert_geq(calls0, FANOUT, "a Sync per replica at start");
+
+    /* training: every replica follows, the shards answer no Sync */
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 6; i++)
+            train(c, 6000 + (uint64_t)r * 10, items[i], (float)((i + r) % 2), 10, now);
+    cr_assert(all_converged(&f, FANOUT, fids, nf));
+    cr_assert_eq(shard_sync_calls(c, 0), calls0, "the replicas asked shard 0 for a Sync");
+    cr_assert_eq(shard_sync_calls(c, 1), calls1, "the replicas asked shard 1 for a Sync");
+    mt_ps_publish_stats_t ps0;
+    mt_ps_publisher_stats(c->pub[0], &ps0);
+    cr_assert_gt(ps0.entries, 0);
+    cr_assert_eq(ps0.failures, 0);
+
+    /* the expiry's deletions reach every replica */
+    uint64_t expired = 0;
+    for (int i = 0; i < NSHARDS; i++)
+        expired +=
+            mt_ps_expire_tick(c->ps[i], now, (size_t)mt_table_buckets(mt_ps_table(c->ps[i])));
+    cr_assert_eq(expired, no);
+    cr_assert(all_converged(&f, FANOUT, fids, nf), "rows that did not expire must stay");
+    float *v = malloc(nfloats(olds, no) * sizeof(float));
+    uint8_t found[256];
+    for (int k = 0; k < FANOUT; k++) {
+        cr_assert_eq(serving_lookup(&f.nodes[k], olds, no, 0, v, nfloats(olds, no), found),
+                     MT_RPC_OK);
+        for (size_t i = 0; i < no; i++)
+            cr_assert_eq(found[i], 0, "replica %d still serves expired id %zu", k, i);
+    }
+    free(v);
+    cr_assert_eq(shard_sync_calls(c, 0), calls0);
+
+    /* a checkpoint of shard 1, more training, then the checkpoint restored while it runs */
+    mt_ps_snapshot_req_t req = {0};
+    mt_ps_ckpt_result_t res;
+    char err[256] = "";
+    cr_assert_eq(mt_ps_snapshot(c->ps[1], &req, &res, err, sizeof(err)), MT_OK, "%s", err);
+    const uint64_t later[3] = {301, 302, 303};
+    static uint64_t lfids[256];
+    size_t nl = all_fids(lfids, 256, 7000, 10, later, 3);
+    for (int i = 0; i < 3; i++)
+        train(c, 7000, later[i], 1.0f, 10, now);
+    train(c, 6000, items[0], 1.0f, 10, now);
+    cr_assert(all_converged(&f, FANOUT, lfids, nl));
+    uint64_t inc = mt_ps_incarnation(c->ps[1]);
+    cr_assert_eq(mt_ps_restore(c->ps[1], res.checkpoint_id, NULL, err, sizeof(err)), MT_OK, "%s",
+                 err);
+    cr_assert_neq(mt_ps_incarnation(c->ps[1]), inc);
+    cr_assert(all_converged(&f, FANOUT, fids, nf), "the restored shard's rows");
+    cr_assert(all_converged(&f, FANOUT, lfids, nl), "rows trained after the checkpoint");
+    for (int k = 0; k < FANOUT; k++) {
+        mt_serving_shard_status_t st;
+        cr_assert_eq(mt_serving_shard_status(f.nodes[k].sv, 1, &st), MT_OK);
+        cr_assert_eq(st.incarnation, mt_ps_incarnation(c->ps[1]));
+        cr_assert_geq(st.kafka_resyncs, 1, "replica %d: the restore's resync marker", k);
+        cr_assert_geq(st.full_syncs, 2, "replica %d: a full Sync after the restore", k);
+        cr_assert_geq(st.kafka_offset, 0);
+    }
+
+    /* the twin of restarted_instance_converges: shard 1 comes back empty */
+    mt_ps_set_store(c->ps[1], NULL);
+    char listen[64];
+    snprintf(listen, sizeof(listen), "%s", c->addr[1]);
+    stop_shard(c, 1);
+    start_shard(c, 1, listen);
+    for (int k = 0; k < FANOUT; k++) {
+        double end = now_s() + 60;
+        while (replica_rows(&f.nodes[k]) != ps_rows(c, 0) && now_s() < end)
+            usleep(20000);
+        cr_assert_eq(replica_rows(&f.nodes[k]), ps_rows(c, 0),
+                     "replica %d: %llu rows, shard 0 alone has %llu", k,
+                     (unsigned long long)replica_rows(&f.nodes[k]),
+                     (unsigned long long)ps_rows(c, 0));
+    }
+    cr_assert(all_converged(&f, FANOUT, fids, nf));
+    train(c, 8000, items[1], 1.0f, 10, now);
+    cr_assert(all_converged(&f, FANOUT, fids, nf), "following again after the restart");
+    cr_assert(!isnan(metric(&f.nodes[0], "monolith_serving_sync_resyncs_total{shard=\"1\"}")));
+    fanout_stop(&f, FANOUT);
+}
+
+/* The first message of partition @p part of "params" with entries and caught_up = 0 (a
+ * round's chunk), copied into *val (malloc'd). @returns its length, 0 if none. */
+static size_t a_published_chunk(fanout_t *f, int32_t part, uint8_t **val) {
+    mt_kafka_reader_t *r;
+    char err[256] = "";
+    cr_assert_eq(
+        mt_kafka_reader_create(mt_kafka_mock_bootstrap(f->mock), NULL, &r, err, sizeof(err)), MT_OK,
+        "%s", err);
+    cr_assert_eq(mt_kafka_reader_start(r, "params", part, 0, err, sizeof(err)), MT_OK, "%s", err);
+    size_t len = 0;
+    double end = now_s() + 20;
+    while (!len && now_s() < end) {
+        mt_kafka_msg_t m[64];
+        size_t n = mt_kafka_reader_poll(r, m, 64, 100, NULL);
+        for (size_t i = 0; i < n && !len; i++) {
+            Monolith__V1__SyncChunk *ch =
+                monolith__v1__sync_chunk__unpack(NULL, m[i].len, m[i].value);
+            cr_assert_not_null(ch, "the publisher wrote something that is not a SyncChunk");
+            if (ch->n_fids && !ch->caught_up && !ch->full) {
+                *val = malloc(m[i].len);
+                memcpy(*val, m[i].value, m[i].len);
+                len = m[i].len;
+            }
+            monolith__v1__sync_chunk__free_unpacked(ch, NULL);
+        }
+    }
+    mt_kafka_reader_destroy(r);
+    return len;
+}
+
+static uint64_t status_sum(fanout_t *f, int n, uint32_t shard, int field) {
+    uint64_t sum = 0;
+    for (int k = 0; k < n; k++) {
+        mt_serving_shard_status_t st;
+        cr_assert_eq(mt_serving_shard_status(f->nodes[k].sv, shard, &st), MT_OK);
+        sum += field == 0 ? st.kafka_skipped : field == 1 ? st.kafka_resyncs : st.failures;
+    }
+    return sum;
+}
+
+/* The failure table's message rows: a duplicate of an old round is skipped by version and
+ * changes nothing; a message that is not a SyncChunk is counted as a failure and sends the
+ * replicas back to a Sync from the shard, after which they follow again. */
+Test(serving, duplicate_and_garbage_messages_on_the_parameters_topic, .timeout = 180,
+     MT_NOT_UNDER_TSAN) {
+    fanout_t f;
+    fanout_start(&f, 0);
+    cluster_t *c = &f.c;
+    uint32_t now = (uint32_t)time(NULL);
+    const uint64_t items[4] = {11, 12, 13, 14};
+    fanout_nodes_start(&f, 2);
+    for (int i = 0; i < 4; i++)
+        train(c, 100, items[i], (float)(i % 2), 10, now);
+    static uint64_t fids[512];
+    size_t nf = all_fids(fids, 512, 100, 30, items, 4);
+    cr_assert(all_converged(&f, 2, fids, nf));
+    uint8_t *dup = NULL;
+    size_t dlen = a_published_chunk(&f, 0, &dup);
+    cr_assert_gt(dlen, 0, "no round with entries in params[0]");
+    /* the rows it carries change after it was published */
+    for (int i = 0; i < 4; i++)
+        train(c, 100, items[i], 1.0f, 10, now);
+    cr_assert(all_converged(&f, 2, fids, nf));
+    uint64_t skipped0 = status_sum(&f, 2, 0, 0), resyncs0 = status_sum(&f, 2, 0, 1);
+    uint64_t fail0 = status_sum(&f, 2, 0, 2);
+    mt_kafka_producer_t *p;
+    char err[256] = "";
+    cr_assert_eq(
+        mt_kafka_producer_create(mt_kafka_mock_bootstrap(f.mock), NULL, &p, err, sizeof(err)),
+        MT_OK, "%s", err);
+    cr_assert_eq(mt_kafka_produce(p, "params", 0, "0", 1, dup, dlen, 5000), MT_OK);
+    cr_assert_eq(mt_kafka_producer_flush(p, 10000), MT_OK);
+    double end = now_s() + 30;
+    while (status_sum(&f, 2, 0, 0) < skipped0 + 2 && now_s() < end)
+        usleep(20000);
+    cr_assert_geq(status_sum(&f, 2, 0, 0), skipped0 + 2, "each replica skips the duplicate");
+    cr_assert(all_converged(&f, 2, fids, nf), "a duplicate of an old round moved rows back");
+    cr_assert_eq(status_sum(&f, 2, 0, 1), resyncs0, "a duplicate is not a reason to resync");
+
+    const char garbage[] = "\xff\xff\xff\xff not a SyncChunk";
+    cr_assert_eq(mt_kafka_produce(p, "params", 0, "0", 1, garbage, sizeof(garbage) - 1, 5000),
+                 MT_OK);
+    cr_assert_eq(mt_kafka_producer_flush(p, 10000), MT_OK);
+    end = now_s() + 30;
+    while (status_sum(&f, 2, 0, 1) < resyncs0 + 2 && now_s() < end)
+        usleep(20000);
+    cr_assert_geq(status_sum(&f, 2, 0, 1), resyncs0 + 2, "each replica resyncs");
+    cr_assert_geq(status_sum(&f, 2, 0, 2), fail0 + 2, "and counts a failure");
+    for (int k = 0; k < 2; k++) { /* its Sync done, it reads the topic again */
+        mt_serving_shard_status_t st = {.kafka_offset = -1};
+        end = now_s() + 30;
+        while (now_s() < end &&
+               (mt_serving_shard_status(f.nodes[k].sv, 0, &st) != MT_OK || st.kafka_offset < 0))
+            usleep(20000);
+        cr_assert_geq(st.kafka_offset, 0, "replica %d does not follow again", k);
+    }
+    uint64_t calls = shard_sync_calls(c, 0);
+    for (int i = 0; i < 4; i++)
+        train(c, 200, items[i], 0.0f, 10, now);
+    static uint64_t more[512];
+    size_t nm = all_fids(more, 512, 200, 10, items, 4);
+    cr_assert(all_converged(&f, 2, more, nm), "following again after the resync");
+    cr_assert(all_converged(&f, 2, fids, nf));
+    cr_assert_eq(shard_sync_calls(c, 0), calls, "following through the topic again");
+    free(dup);
+    mt_kafka_producer_destroy(p);
+    fanout_stop(&f, 2);
 }

@@ -67,6 +67,7 @@ typedef struct mt_config_ps {
     uint32_t sync_chunk_fids;         /* entries per Sync chunk unless the client asks */
     uint32_t sync_follow_max_s;       /* a follow Sync stream's longest life */
     uint32_t sync_max_followers;      /* follow Sync streams at once (< max_streams) */
+    uint32_t publish_ms;              /* changes to kafka.params_topic every this many ms; 0 off */
     char *snapshot_dir;               /* "" = no snapshots */
     uint32_t snapshot_interval_s;     /* 0 = no periodic snapshots */
     uint32_t snapshot_keep;           /* snapshots kept; older ones are deleted */
@@ -145,7 +146,8 @@ typedef struct mt_config_kafka {
     char *bootstrap;      /* "host:port,..."; "" = read bootstrap_file */
     char *bootstrap_file; /* written by monolith-kafka-dev */
     char *examples_topic, *features_topic, *actions_topic;
-    char *group; /* consumer group of the trainers */
+    char *params_topic; /* the shards' change streams (partition = shard) */
+    char *group;        /* consumer group of the trainers */
     uint32_t session_timeout_ms;
 } mt_config_kafka_t;
 
@@ -190,6 +192,7 @@ typedef struct mt_config_serving {
     uint32_t peer_timeout_ms; /* deadline of a peer Lookup inside a Predict */
     uint32_t peer_refresh_ms; /* period of the peers' discovery (Serving/Shards) */
     int peer_zeros;           /* a failed peer: 0 = Predict UNAVAILABLE, 1 = zeros */
+    int sync_kafka;           /* sync_source: 0 = direct (Sync streams), 1 = kafka */
 } mt_config_serving_t;
 
 /** [tls]: transport security of every gRPC server and client that reads this file (the

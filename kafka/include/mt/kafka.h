@@ -391,4 +391,74 @@ mt_err_t mt_kafka_group_offsets(const char *bootstrap, const char *const *conf, 
                                 const char *topic, int timeout_ms, mt_kafka_group_offset_t *out,
                                 size_t cap, size_t *n, char *errbuf, size_t errlen);
 
+/* ---------------- a reader of chosen partitions (no group) ----------------
+ *
+ * Reads the partitions the caller starts, from the offsets it gives, outside any consumer
+ * group: every reader sees every message (serving replicas following the parameters topic,
+ * docs/serving.md). Nothing is committed. An offset out of range (below the log start after
+ * retention, above the end) stops that partition and is reported by the next poll.
+ *
+ *   mt_kafka_reader_t *r;
+ *   mt_kafka_reader_create(bootstrap, NULL, &r, err, sizeof(err));
+ *   int64_t end;
+ *   mt_kafka_reader_end(r, "params", 0, 2000, NULL, &end, err, sizeof(err));
+ *   mt_kafka_reader_start(r, "params", 0, end, err, sizeof(err));
+ *   n = mt_kafka_reader_poll(r, m, 64, 100, &ev);
+ */
+typedef struct mt_kafka_reader mt_kafka_reader_t;
+
+/* What a reader's poll saw besides messages. */
+typedef struct mt_kafka_reader_event {
+    int out_of_range;  /* a started partition's offset is not in the log: start it again */
+    int32_t partition; /* which (the first, if several) */
+} mt_kafka_reader_event_t;
+
+/**
+ * Creates a reader. Our settings: auto.offset.reset=error, fetch.wait.max.ms=100 (a fetch
+ * returns as soon as a message arrives: this bounds idle fetches), client.id=monolith;
+ * @p conf entries win. @returns MT_OK, MT_INVALID, MT_CONFIG, MT_NOMEM, MT_INTERNAL.
+ * Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_reader_create(const char *bootstrap, const char *const *conf,
+                                mt_kafka_reader_t **out, char *errbuf, size_t errlen);
+
+/**
+ * A partition's log start and end (the offset the next message will take), asked of its
+ * leader within @p timeout_ms. Either out-pointer may be NULL.
+ * @returns MT_OK, MT_TIMEOUT, MT_NOT_FOUND (no such topic or partition), MT_IO.
+ * Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_reader_end(mt_kafka_reader_t *r, const char *topic, int32_t partition,
+                             int timeout_ms, int64_t *start, int64_t *end, char *errbuf,
+                             size_t errlen);
+
+/**
+ * Reads @p partition of @p topic from @p offset on (again, if it was started: messages
+ * fetched for the old offset and not yet polled may still come first; compare offsets).
+ * @returns MT_OK, MT_INVALID, MT_IO. Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_reader_start(mt_kafka_reader_t *r, const char *topic, int32_t partition,
+                               int64_t offset, char *errbuf, size_t errlen);
+
+/** Stops reading a partition (nothing if it was not started). @returns MT_OK, MT_IO.
+ *  Thread safety: thread-safe. */
+mt_err_t mt_kafka_reader_stop(mt_kafka_reader_t *r, const char *topic, int32_t partition,
+                              char *errbuf, size_t errlen);
+
+/**
+ * Up to @p cap messages, waiting at most @p timeout_ms for the first. The previous poll's
+ * messages die here. @p ev (may be NULL) reports an offset out of range; the poll returns
+ * at once when it sees one.
+ * Thread safety: one thread at a time per reader.
+ */
+size_t mt_kafka_reader_poll(mt_kafka_reader_t *r, mt_kafka_msg_t *msgs, size_t cap, int timeout_ms,
+                            mt_kafka_reader_event_t *ev);
+
+/** Counters since creation (any may be NULL). Thread safety: thread-safe. */
+void mt_kafka_reader_counts(const mt_kafka_reader_t *r, uint64_t *messages, uint64_t *errors,
+                            uint64_t *out_of_range);
+
+/** Closes and frees @p r (NULL: no-op). Thread safety: no other call on @p r may run. */
+void mt_kafka_reader_destroy(mt_kafka_reader_t *r);
+
 #endif /* MT_KAFKA_H */

@@ -257,4 +257,52 @@ void mt_ps_counters(mt_ps_t *ps, mt_ps_counters_t *out);
  */
 mt_err_t mt_ps_render_metrics(mt_ps_t *ps, const char *extra, char **body, size_t *len);
 
+/* ---------------- the change stream on Kafka (docs/serving.md) ---------------- */
+
+typedef struct mt_ps_publisher mt_ps_publisher_t;
+
+typedef struct mt_ps_publish_config {
+    const char *bootstrap;         /* borrowed during start */
+    const char *const *kafka_conf; /* NULL or "key=value" entries (TLS, SASL), borrowed */
+    const char *topic;             /* copied (default "params"); partition = the shard */
+    uint32_t interval_ms;          /* a round every this many ms (default 100) */
+    uint32_t max_message_bytes;    /* a message's payload at most (default 900000) */
+    uint32_t flush_ms;             /* how long a round waits for its delivery (default 5000) */
+} mt_ps_publish_config_t;
+
+typedef struct mt_ps_publish_stats {
+    uint64_t rounds, messages, entries; /* closed rounds, messages produced, entries in them */
+    uint64_t failures;                  /* rounds or markers not delivered (retried) */
+    uint64_t resyncs;                   /* resync markers published */
+    uint64_t version;                   /* published up to */
+    double last_ok_s;                   /* CLOCK_MONOTONIC s of the last round; 0: none */
+} mt_ps_publish_stats_t;
+
+void mt_ps_publish_config_init(mt_ps_publish_config_t *c);
+
+/**
+ * Starts a thread that publishes the shard's changes to partition <shard> of cfg->topic
+ * (publish.c says how: rounds of SyncChunks closed by a caught_up chunk once delivered, a
+ * resync marker after a start, a restore or a change log that no longer covers the last
+ * round). A round that fails is retried from the same version; nothing here ever blocks a
+ * method or a restore on Kafka.
+ * @param[out] out  stop with mt_ps_publisher_stop() before mt_ps_destroy()
+ * @returns MT_OK, MT_INVALID, MT_CONFIG (a property, or a row too wide for a message:
+ * errbuf says), MT_NOMEM, MT_INTERNAL.
+ * Thread safety: thread-safe.
+ */
+mt_err_t mt_ps_publisher_start(mt_ps_t *ps, const mt_ps_publish_config_t *cfg,
+                               mt_ps_publisher_t **out, char *errbuf, size_t errlen);
+
+/** Stops the thread (the round in progress ends first), flushes and frees @p p (NULL: no-op).
+ *  Thread safety: no other call on @p p may run or follow. */
+void mt_ps_publisher_stop(mt_ps_publisher_t *p);
+
+/** Reads the counters. Thread safety: thread-safe. */
+void mt_ps_publisher_stats(const mt_ps_publisher_t *p, mt_ps_publish_stats_t *out);
+
+/** The monolith_ps_publish_* metrics (Prometheus text) into @p buf (NULL @p p: empty).
+ *  Thread safety: thread-safe. */
+void mt_ps_publisher_render_metrics(const mt_ps_publisher_t *p, char *buf, size_t len);
+
 #endif /* MT_PS_H */

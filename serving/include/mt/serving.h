@@ -102,7 +102,14 @@ typedef struct mt_serving_config {
     uint32_t peer_timeout_ms; /* deadline of a Predict's peer Lookups (default 100) */
     uint32_t peer_refresh_ms; /* period of the peers' discovery (default 1000) */
     int peer_zeros;           /* a failed peer: 0 = Predict UNAVAILABLE, 1 = read zeros */
-    uint32_t workers;         /* workspaces kept for concurrent Predicts (default 4) */
+    /* Following through Kafka (docs/serving.md, "Parameter fan-out through Kafka"): 0 =
+     * a Sync stream per shard (sync_stream_ms); 1 = one Sync per shard at start (and after
+     * a resync), then partition <shard> of params_topic, which the shards publish. */
+    int sync_kafka;
+    const char *kafka_bootstrap;   /* copied; needed with sync_kafka */
+    const char *const *kafka_conf; /* NULL or "key=value" entries, borrowed during create */
+    const char *params_topic;      /* copied (default "params") */
+    uint32_t workers;              /* workspaces kept for concurrent Predicts (default 4) */
     /* Impression log: producer borrowed (must outlive the service), NULL = no logging. */
     mt_kafka_producer_t *producer;
     const char *features_topic; /* copied (default "features") */
@@ -117,6 +124,11 @@ typedef struct mt_serving_shard_status {
     uint64_t incarnation;      /* of the shard at the last good sync */
     double last_ok_s;          /* CLOCK_MONOTONIC seconds of the last good sync; 0: never */
     double last_duration_s;    /* how long the last good sync took (stream + applies) */
+    /* Following through Kafka: rounds skipped (already applied), returns to a direct sync
+     * (a resync marker, another incarnation, a gap, an offset out of range, a bad message),
+     * and the offset of the next message to read (-1: not following). */
+    uint64_t kafka_skipped, kafka_resyncs;
+    int64_t kafka_offset;
 } mt_serving_shard_status_t;
 
 /** Counters of the service (what /metrics exports besides the histograms). */

@@ -88,6 +88,7 @@ static const char *const all_keys[] = {
     "[ps] sync_chunk_fids",
     "[ps] sync_follow_max_s",
     "[ps] sync_max_followers",
+    "[ps] publish_ms",
     "[ps] snapshot_dir",
     "[ps] snapshot_interval_s",
     "[ps] snapshot_keep",
@@ -152,6 +153,7 @@ static const char *const all_keys[] = {
     "[kafka] examples_topic",
     "[kafka] features_topic",
     "[kafka] actions_topic",
+    "[kafka] params_topic",
     "[kafka] group",
     "[kafka] session_timeout_ms",
     "[joiner] window_s",
@@ -186,6 +188,7 @@ static const char *const all_keys[] = {
     "[serving] peer_timeout_ms",
     "[serving] peer_refresh_ms",
     "[serving] peer_failure",
+    "[serving] sync_source",
     "[tls] enabled",
     "[tls] cert_file",
     "[tls] key_file",
@@ -245,7 +248,7 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
     if (p->shard != q->shard || strcmp(p->listen, q->listen) || p->threads != q->threads ||
         p->max_message_bytes != q->max_message_bytes || p->max_batch_fids != q->max_batch_fids ||
         p->sync_chunk_fids != q->sync_chunk_fids || p->sync_follow_max_s != q->sync_follow_max_s ||
-        p->sync_max_followers != q->sync_max_followers ||
+        p->sync_max_followers != q->sync_max_followers || p->publish_ms != q->publish_ms ||
         strcmp(p->snapshot_dir, q->snapshot_dir) ||
         p->snapshot_interval_s != q->snapshot_interval_s || p->snapshot_keep != q->snapshot_keep ||
         p->snapshot_full_every != q->snapshot_full_every ||
@@ -285,7 +288,8 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
     if (strcmp(k1->bootstrap, k2->bootstrap) || strcmp(k1->bootstrap_file, k2->bootstrap_file) ||
         strcmp(k1->examples_topic, k2->examples_topic) ||
         strcmp(k1->features_topic, k2->features_topic) ||
-        strcmp(k1->actions_topic, k2->actions_topic) || strcmp(k1->group, k2->group) ||
+        strcmp(k1->actions_topic, k2->actions_topic) ||
+        strcmp(k1->params_topic, k2->params_topic) || strcmp(k1->group, k2->group) ||
         k1->session_timeout_ms != k2->session_timeout_ms)
         return false;
     const mt_config_joiner_t *j1 = &a->joiner, *j2 = &b->joiner;
@@ -309,7 +313,8 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         v1->max_queued_calls != v2->max_queued_calls ||
         strcmp(v1->metrics_listen, v2->metrics_listen) || strcmp(v1->shards, v2->shards) ||
         v1->npeers != v2->npeers || v1->peer_timeout_ms != v2->peer_timeout_ms ||
-        v1->peer_refresh_ms != v2->peer_refresh_ms || v1->peer_zeros != v2->peer_zeros)
+        v1->peer_refresh_ms != v2->peer_refresh_ms || v1->peer_zeros != v2->peer_zeros ||
+        v1->sync_kafka != v2->sync_kafka)
         return false;
     for (size_t i = 0; i < v1->npeers; i++)
         if (strcmp(v1->peers[i], v2->peers[i])) return false;

@@ -591,3 +591,107 @@ Test(kafka, caller_owned_positions, .timeout = 90) {
     mt_kafka_producer_destroy(p);
     mt_kafka_mock_destroy(m);
 }
+
+/* Reads @p want messages of partition 1 of "params" through @p r (or until 20 s pass);
+ * checks they come in order from @p from and returns how many came. */
+static int read_in_order(mt_kafka_reader_t *r, int64_t from, int want) {
+    mt_kafka_msg_t msgs[64];
+    int got = 0;
+    double deadline = now_s() + 20;
+    while (got < want && now_s() < deadline) {
+        mt_kafka_reader_event_t ev;
+        size_t n = mt_kafka_reader_poll(r, msgs, 64, 100, &ev);
+        cr_assert_eq(ev.out_of_range, 0);
+        for (size_t k = 0; k < n; k++) {
+            if (msgs[k].offset < from + got) continue; /* fetched for an earlier start */
+            cr_assert_eq(msgs[k].partition, 1);
+            cr_assert_eq(msgs[k].offset, from + got, "offset %lld, want %lld",
+                         (long long)msgs[k].offset, (long long)(from + got));
+            char val[32];
+            int vl = snprintf(val, sizeof(val), "v%lld", (long long)msgs[k].offset);
+            cr_assert_eq(msgs[k].len, (size_t)vl);
+            cr_assert_eq(memcmp(msgs[k].value, val, (size_t)vl), 0);
+            got++;
+        }
+    }
+    return got;
+}
+
+/* Readers outside any group: each reads every message of the partition it starts, from the
+ * offset it gives; the end offset is the next message's; a restart moves it; an offset past
+ * the end is reported, not reset; bad arguments are refused. */
+Test(kafka, readers_read_every_message_from_their_offsets, .timeout = 90) {
+    char err[512];
+    mt_kafka_topic_spec_t ts = {"params", 2};
+    mt_kafka_mock_t *m;
+    cr_assert_eq(mt_kafka_mock_create(1, &ts, 1, &m, err, sizeof(err)), MT_OK, "%s", err);
+    const char *bs = mt_kafka_mock_bootstrap(m);
+    mt_kafka_reader_t *bad;
+    cr_assert_eq(mt_kafka_reader_create("", NULL, &bad, err, sizeof(err)), MT_INVALID);
+    const char *const badconf[] = {"fetch.wait.max.ms=nope", NULL};
+    cr_assert_eq(mt_kafka_reader_create(bs, badconf, &bad, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "fetch.wait.max.ms"), "%s", err);
+
+    mt_kafka_producer_t *p;
+    cr_assert_eq(mt_kafka_producer_create(bs, NULL, &p, err, sizeof(err)), MT_OK, "%s", err);
+    for (int i = 0; i < 100; i++) {
+        char val[32];
+        int vl = snprintf(val, sizeof(val), "v%d", i);
+        cr_assert_eq(mt_kafka_produce(p, "params", 1, "k", 1, val, (size_t)vl, 5000), MT_OK);
+    }
+    cr_assert_eq(mt_kafka_producer_flush(p, 20000), MT_OK);
+
+    mt_kafka_reader_t *a, *b;
+    cr_assert_eq(mt_kafka_reader_create(bs, NULL, &a, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_kafka_reader_create(bs, NULL, &b, err, sizeof(err)), MT_OK, "%s", err);
+    int64_t lo = -1, hi = -1;
+    cr_assert_eq(mt_kafka_reader_end(a, "params", 1, 5000, &lo, &hi, err, sizeof(err)), MT_OK, "%s",
+                 err);
+    cr_assert_eq(lo, 0);
+    cr_assert_eq(hi, 100);
+    cr_assert_eq(mt_kafka_reader_end(a, "params", 0, 5000, &lo, &hi, err, sizeof(err)), MT_OK);
+    cr_assert_eq(hi, 0);
+    cr_assert_eq(mt_kafka_reader_start(a, "params", 1, -1, err, sizeof(err)), MT_INVALID);
+
+    /* both readers get everything: no group splits the partition */
+    cr_assert_eq(mt_kafka_reader_start(a, "params", 1, 0, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_kafka_reader_start(b, "params", 1, 50, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(read_in_order(a, 0, 100), 100);
+    cr_assert_eq(read_in_order(b, 50, 50), 50);
+    /* messages produced now arrive too */
+    for (int i = 100; i < 110; i++) {
+        char val[32];
+        int vl = snprintf(val, sizeof(val), "v%d", i);
+        cr_assert_eq(mt_kafka_produce(p, "params", 1, "k", 1, val, (size_t)vl, 5000), MT_OK);
+    }
+    cr_assert_eq(mt_kafka_producer_flush(p, 20000), MT_OK);
+    cr_assert_eq(read_in_order(a, 100, 10), 10);
+    /* a restart reads again from its offset */
+    cr_assert_eq(mt_kafka_reader_start(a, "params", 1, 10, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(read_in_order(a, 10, 100), 100);
+
+    /* past the end: reported by the poll, not reset to somewhere else */
+    cr_assert_eq(mt_kafka_reader_start(b, "params", 1, 5000, err, sizeof(err)), MT_OK);
+    int reported = 0;
+    double deadline = now_s() + 20;
+    while (!reported && now_s() < deadline) {
+        mt_kafka_msg_t msgs[16];
+        mt_kafka_reader_event_t ev;
+        size_t n = mt_kafka_reader_poll(b, msgs, 16, 100, &ev);
+        for (size_t k = 0; k < n; k++)
+            cr_assert_lt(msgs[k].offset, 110); /* only what was fetched before the restart */
+        if (ev.out_of_range) {
+            cr_assert_eq(ev.partition, 1);
+            reported = 1;
+        }
+    }
+    cr_assert(reported, "an offset past the end was not reported");
+    uint64_t nm, ne, noor;
+    mt_kafka_reader_counts(b, &nm, &ne, &noor);
+    cr_assert_geq(noor, 1);
+    cr_assert_eq(mt_kafka_reader_stop(b, "params", 1, err, sizeof(err)), MT_OK);
+    mt_kafka_reader_destroy(a);
+    mt_kafka_reader_destroy(b);
+    mt_kafka_producer_destroy(p);
+    mt_kafka_mock_destroy(m);
+}
