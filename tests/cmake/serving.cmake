@@ -25,6 +25,12 @@ for bad in serving.shards=2 serving.shards=0,0 serving.peer_failure=maybe; do \
 done; \
 if $<TARGET_FILE:monolith-serving> --config $f --set serving.shards=1 --check 2>$e; then exit 1; else [ $? -eq 2 ]; grep -q serving.peers $e; fi")
   # 2 PS shards, 4 serving daemons holding different shards, one killed with SIGKILL under load
+  # the parameters through Kafka: 2 publishing PS shards, 3 replicas on the topic, kill -9s
+  if(TARGET monolith-kafka-dev)
+    add_test(NAME test_e2e_fanout COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/fanout_e2e.sh)
+    set_tests_properties(test_e2e_fanout PROPERTIES TIMEOUT 600 ENVIRONMENT
+      "MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_SERVING_BIN=$<TARGET_FILE:monolith-serving>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_KAFKA_BIN=$<TARGET_FILE:monolith-kafka-dev>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  endif()
   add_test(NAME test_e2e_sharded_serving COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/sharded_serving_e2e.sh)
   set_tests_properties(test_e2e_sharded_serving PROPERTIES TIMEOUT 600 ENVIRONMENT
     "MT_PS_BIN=$<TARGET_FILE:monolith-ps>;MT_TRAINER_BIN=$<TARGET_FILE:monolith-trainer>;MT_SERVING_BIN=$<TARGET_FILE:monolith-serving>;MT_CLI_BIN=$<TARGET_FILE:monolith>;MT_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
