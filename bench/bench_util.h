@@ -157,7 +157,7 @@ void mt_bench_free_huge(void *p, size_t bytes);
 /* ============================== processes (main thread only) ============================== */
 
 /** Children the registry holds at once. */
-#define MT_BENCH_MAX_CHILDREN 8
+#define MT_BENCH_MAX_CHILDREN 16
 
 /**
  * Creates the temporary directory /tmp/@p name-XXXXXX, removed (rm -rf) at exit or on a

@@ -22,6 +22,7 @@ build/release/bench/ps_bench --quick
 build/release/bench/trainer_bench --quick
 build/release/bench/movielens_bench --quick
 build/release/bench/serving_bench --quick --shards 2
+build/release/bench/fanout_bench --quick
 build/release/bench/sweep_bench --quick
 bash bench/many_trainers_bench.sh --quick
 

@@ -200,15 +200,8 @@ int main(int argc, char **argv) {
     }
     if (check_only) {
         /* the library's own checks too (model shape, slots of the model in the table) */
-        char params_bootstrap[8192];
-        if (sc.sync_kafka) {
-            if (mt_config_kafka_bootstrap(&d.cfg, params_bootstrap, sizeof(params_bootstrap), err,
-                                          sizeof(err))) {
-                mt_log(MT_LOG_ERROR, WHO, "serving.sync_source = kafka: %s", err);
-                goto out;
-            }
-            sc.kafka_bootstrap = params_bootstrap;
-        }
+        /* the brokers are not asked here: --check needs no running Kafka */
+        if (sc.sync_kafka) sc.kafka_bootstrap = "not-checked:9092";
         mt_err_t e = mt_serving_create(&sc, &d.sv, err, sizeof(err));
         if (e) {
             fprintf(stderr, "monolith-serving: %s: %s\n", config, err);
@@ -254,7 +247,8 @@ int main(int argc, char **argv) {
         }
         sc.producer = producer;
     }
-    char params_bootstrap[8192];
+    char params_bootstrap[8192], fetch_wait[64] = "";
+    const char *kconf[] = {fetch_wait, NULL};
     if (sc.sync_kafka) {
         if (mt_config_kafka_bootstrap(&d.cfg, params_bootstrap, sizeof(params_bootstrap), err,
                                       sizeof(err))) {
@@ -262,6 +256,8 @@ int main(int argc, char **argv) {
             goto out;
         }
         sc.kafka_bootstrap = params_bootstrap;
+        snprintf(fetch_wait, sizeof(fetch_wait), "fetch.wait.max.ms=%u", d.cfg.kafka.fetch_wait_ms);
+        sc.kafka_conf = kconf;
     }
     mt_err_t e = mt_serving_create(&sc, &d.sv, err, sizeof(err));
     if (e) {

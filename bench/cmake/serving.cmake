@@ -12,3 +12,17 @@ if(TARGET monolith-serving)
   add_dependencies(serving_bench monolith-ps monolith-serving)
   mt_link_malloc(serving_bench)
 endif()
+
+# The parameters' fan-out to 1/4/8 replicas: directly against through Kafka (starts
+# monolith-kafka-dev, monolith-ps and monolith-serving processes).
+if(TARGET monolith-serving AND TARGET monolith-kafka-dev)
+  add_executable(fanout_bench ${CMAKE_CURRENT_SOURCE_DIR}/fanout_bench.c)
+  target_compile_options(fanout_bench PRIVATE ${MT_WARNINGS} ${MT_C_FLAGS})
+  target_link_libraries(fanout_bench PRIVATE mt_bench_util mt_trainer mt_psclient mt_rpc mt_proto
+                                             mt_data m)
+  target_compile_definitions(fanout_bench PRIVATE MT_PS_BIN="$<TARGET_FILE:monolith-ps>"
+                             MT_SERVING_BIN="$<TARGET_FILE:monolith-serving>"
+                             MT_KAFKA_BIN="$<TARGET_FILE:monolith-kafka-dev>")
+  add_dependencies(fanout_bench monolith-ps monolith-serving monolith-kafka-dev)
+  mt_link_malloc(fanout_bench)
+endif()

@@ -343,6 +343,11 @@ static const prop_t props[] = {
     {KEY("kafka", "params_topic"), CFG(kafka.params_topic), STR(1, 249), .def = "params",
      .doc = "topic of the PS shards' change streams (SyncChunk protobufs, partition i = shard "
             "i: it needs at least as many partitions as shards)"},
+    {KEY("kafka", "fetch_wait_ms"), CFG(kafka.fetch_wait_ms), UINT(1, 10000), .def = "100",
+     .doc = "how long a broker holds a replica's fetch of `params_topic` while nothing new is "
+            "there (a real broker answers as soon as a message arrives, so this bounds idle "
+            "fetches; librdkafka's mock cluster, monolith-kafka-dev, answers only then: set "
+            "it low, 10-20, there)"},
     {KEY("kafka", "group"), CFG(kafka.group), STR(1, 249), .def = "monolith-trainer",
      .doc = "consumer group of the trainers (they split the partitions)"},
     {KEY("kafka", "session_timeout_ms"), CFG(kafka.session_timeout_ms), UINT(6000, 300000),

@@ -1576,8 +1576,7 @@ static uint64_t status_sum(fanout_t *f, int n, uint32_t shard, int field) {
 /* The failure table's message rows: a duplicate of an old round is skipped by version and
  * changes nothing; a message that is not a SyncChunk is counted as a failure and sends the
  * replicas back to a Sync from the shard, after which they follow again. */
-Test(serving, duplicate_and_garbage_messages_on_the_parameters_topic, .timeout = 180,
-     MT_NOT_UNDER_TSAN) {
+Test(serving, duplicate_and_garbage_messages_on_the_parameters_topic, .timeout = 300) {
     fanout_t f;
     fanout_start(&f, 0);
     cluster_t *c = &f.c;

@@ -146,8 +146,9 @@ typedef struct mt_config_kafka {
     char *bootstrap;      /* "host:port,..."; "" = read bootstrap_file */
     char *bootstrap_file; /* written by monolith-kafka-dev */
     char *examples_topic, *features_topic, *actions_topic;
-    char *params_topic; /* the shards' change streams (partition = shard) */
-    char *group;        /* consumer group of the trainers */
+    char *params_topic;     /* the shards' change streams (partition = shard) */
+    uint32_t fetch_wait_ms; /* a parameters-topic fetch held by the broker at most */
+    char *group;            /* consumer group of the trainers */
     uint32_t session_timeout_ms;
 } mt_config_kafka_t;
 

@@ -154,6 +154,7 @@ static const char *const all_keys[] = {
     "[kafka] features_topic",
     "[kafka] actions_topic",
     "[kafka] params_topic",
+    "[kafka] fetch_wait_ms",
     "[kafka] group",
     "[kafka] session_timeout_ms",
     "[joiner] window_s",
@@ -289,8 +290,8 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         strcmp(k1->examples_topic, k2->examples_topic) ||
         strcmp(k1->features_topic, k2->features_topic) ||
         strcmp(k1->actions_topic, k2->actions_topic) ||
-        strcmp(k1->params_topic, k2->params_topic) || strcmp(k1->group, k2->group) ||
-        k1->session_timeout_ms != k2->session_timeout_ms)
+        strcmp(k1->params_topic, k2->params_topic) || k1->fetch_wait_ms != k2->fetch_wait_ms ||
+        strcmp(k1->group, k2->group) || k1->session_timeout_ms != k2->session_timeout_ms)
         return false;
     const mt_config_joiner_t *j1 = &a->joiner, *j2 = &b->joiner;
     if (j1->window_s != j2->window_s || j1->allowed_lateness_s != j2->allowed_lateness_s ||
