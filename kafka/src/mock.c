@@ -130,6 +130,13 @@ mt_err_t mt_kafka_mock_topic_create(mt_kafka_mock_t *m, const char *name, int32_
     return topic_create(m, name, partitions, NULL, 0);
 }
 
+mt_err_t mt_kafka_mock_broker_set_up(mt_kafka_mock_t *m, int broker, int up) {
+    if (!m || broker < 1 || broker > m->nbrokers) return MT_INVALID;
+    rd_kafka_resp_err_t e = up ? rd_kafka_mock_broker_set_up(m->mc, (int32_t)broker)
+                               : rd_kafka_mock_broker_set_down(m->mc, (int32_t)broker);
+    return e ? MT_INTERNAL : MT_OK;
+}
+
 void mt_kafka_mock_destroy(mt_kafka_mock_t *m) {
     if (!m) return;
     if (m->mc) rd_kafka_mock_cluster_destroy(m->mc);

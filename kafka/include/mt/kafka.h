@@ -88,6 +88,13 @@ const char *mt_kafka_mock_bootstrap(const mt_kafka_mock_t *m);
 mt_err_t mt_kafka_mock_topic_create(mt_kafka_mock_t *m, const char *name, int32_t partitions);
 
 /**
+ * Takes mock broker @p broker (1..nbrokers) down (@p up 0: its connections are closed and
+ * new ones refused, as a broker that died) or back up (1). Tests use it for "Kafka is
+ * unreachable". @returns MT_OK, MT_INVALID, MT_INTERNAL. Thread safety: thread-safe.
+ */
+mt_err_t mt_kafka_mock_broker_set_up(mt_kafka_mock_t *m, int broker, int up);
+
+/**
  * Stops the brokers (clients still connected see their connections fail) and frees @p m.
  * NULL is a no-op. Thread safety: no other call on @p m may run or follow.
  */
