@@ -11,7 +11,7 @@
 # latency, the joiner's and trainer's figures, sync lag, each shard's rows.
 #
 #   deploy/local-cluster.sh [--quick] [--shards N] [--seconds S] [--rate REQ_PER_S]
-#                           [--candidates K] [--sync-ms MS] [--sharded-serving]
+#                           [--candidates K] [--sync-ms MS] [--sharded-serving] [--kafka-sync]
 #   deploy/local-cluster.sh --compare [--warmup S] [--seconds S] [--intervals "1000 10000 60000 none"]
 #   deploy/local-cluster.sh --replay [--quick] [--seconds S] [--rate IMPRESSIONS_PER_S]
 #
@@ -25,6 +25,9 @@
 #   the others' rows from its peers (docs/serving.md, "Sharded serving"); the load goes to
 #   the node of shard 0 (named serving, the one logging impressions), so every request
 #   reads from a peer.
+# --kafka-sync: the shards publish their changes to the params topic every 100 ms and the
+#   serving nodes follow it instead of a Sync stream each (docs/serving.md, "Parameter
+#   fan-out through Kafka"); combines with --sharded-serving.
 # --replay: the stream of issue #5 instead (monolith replay --dataset gen: impressions and
 #   clicks straight into Kafka, no serving).
 #
@@ -39,7 +42,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MT_BIN:-build/release}
 run=${MT_RUN_DIR:-build/run}
-shards=2 seconds=60 rate=200 k=10 sync_ms=1000 mode=loop warmup=60 quick=0 sharded=0
+shards=2 seconds=60 rate=200 k=10 sync_ms=1000 mode=loop warmup=60 quick=0 sharded=0 ksync=0
 intervals="1000 10000 60000 none"
 rate_set=0
 usage() {
@@ -59,6 +62,7 @@ while [ $# -gt 0 ]; do
     --intervals) intervals=$2; shift ;;
     --replay) mode=replay ;;
     --sharded-serving) sharded=1 ;;
+    --kafka-sync) ksync=1 ;;
     *) usage ;;
   esac
   shift
@@ -78,6 +82,9 @@ track() {
   echo "$1 $!" >> "$run/pids"
 }
 extra_sets=()
+# the parameters through Kafka: each daemon reads only its own section of these
+[ "$ksync" = 1 ] && extra_sets+=(--set ps.publish_ms=100 --set serving.sync_source=kafka
+                                 --set kafka.fetch_wait_ms=20)
 for kv in ${MT_CLUSTER_SETS:-}; do extra_sets+=(--set "$kv"); done
 read -r -a loadgen_extra <<< "${MT_LOADGEN_ARGS:-}"
 cleanup() {
@@ -187,8 +194,8 @@ joiner_sets=(--set joiner.window_s=5 --set joiner.allowed_lateness_s=2 --set joi
 total=$seconds
 [ "$mode" = compare ] && total=$((warmup + seconds))
 
-echo "== broker: monolith-kafka-dev (8 partitions per topic)"
-"$bin/kafka/monolith-kafka-dev" --topics examples:8,features:8,actions:8 \
+echo "== broker: monolith-kafka-dev (8 partitions per topic, params: one per shard)"
+"$bin/kafka/monolith-kafka-dev" --topics "examples:8,features:8,actions:8,params:$shards" \
   --bootstrap-file "$run/bootstrap" > /dev/null 2> "$run/kafka.log" &
 track kafka
 wait_file "$run/bootstrap" || { cat "$run/kafka.log"; exit 1; }
