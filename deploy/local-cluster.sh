@@ -207,7 +207,8 @@ addrs=""
 for i in $(seq 0 $((shards - 1))); do
   "$bin/ps/monolith-ps" --config "$conf" --shard "$i" --num-shards "$shards" \
     --listen 127.0.0.1:0 --port-file "$run/ps$i.port" --set ps.metrics_listen=127.0.0.1:0 \
-    --set "ps.snapshot_dir=$runabs/snap$i" "${extra_sets[@]}" 2> "$run/ps$i.log" &
+    --set "ps.snapshot_dir=$runabs/snap$i" --set "kafka.bootstrap=$bootstrap" \
+    "${extra_sets[@]}" 2> "$run/ps$i.log" &
   track "ps$i"
   wait_file "$run/ps$i.port" || { cat "$run/ps$i.log"; exit 1; }
   addrs="$addrs${addrs:+,}127.0.0.1:$(cat "$run/ps$i.port")"
