@@ -31,9 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_serving.h"
 #include "bench_util.h"
-#include "grpc/health/v1/health.pb-c.h"
-#include "monolith/v1/serving.pb-c.h"
 #include "mt/batch.h"
 #include "mt/clock.h"
 #include "mt/psclient.h"
@@ -43,8 +42,6 @@
 #define NSLOTS       8
 #define DIM          16
 #define MAX_REPLICAS 8
-#define LOOKUP       "/monolith.v1.Serving/Lookup"
-#define HEALTH       "/grpc.health.v1.Health/Check"
 
 static void emit(const char *metric, double v, const char *unit, const char *extra) {
     mt_bench_emit("fanout", metric, v, unit, extra);
@@ -110,45 +107,6 @@ static void *trainer_main(void *arg) {
 
 /* ---------------- replicas ---------------- */
 
-static int healthy(mt_rpc_channel_t *ch) {
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    mt_rpc_status_t st;
-    int ok = 0;
-    if (mt_rpc_call(ch, HEALTH, NULL, 0, 1000, &resp, &rlen, &st) == MT_OK &&
-        st.code == MT_RPC_OK) {
-        Grpc__Health__V1__HealthCheckResponse *h =
-            grpc__health__v1__health_check_response__unpack(NULL, rlen, resp);
-        ok = h && h->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-        if (h) grpc__health__v1__health_check_response__free_unpacked(h, NULL);
-    }
-    free(resp);
-    return ok;
-}
-
-/* 1 if the replica behind @p ch has a row for @p f, 0 if not, -1 on error. */
-static int served(mt_rpc_channel_t *ch, uint64_t f) {
-    Monolith__V1__LookupRequest q = MONOLITH__V1__LOOKUP_REQUEST__INIT;
-    q.n_fids = 1;
-    q.fids = &f;
-    uint8_t buf[64];
-    size_t len = monolith__v1__lookup_request__pack(&q, buf);
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    mt_rpc_status_t st;
-    int r = -1;
-    if (mt_rpc_call(ch, LOOKUP, buf, len, 2000, &resp, &rlen, &st) == MT_OK &&
-        st.code == MT_RPC_OK) {
-        Monolith__V1__LookupResponse *lr = monolith__v1__lookup_response__unpack(NULL, rlen, resp);
-        if (lr) {
-            r = lr->found.len == 1 && lr->found.data[0] == 1;
-            monolith__v1__lookup_response__free_unpacked(lr, NULL);
-        }
-    }
-    free(resp);
-    return r;
-}
-
 typedef struct fleet {
     int n;
     pid_t pid[MAX_REPLICAS];
@@ -185,7 +143,7 @@ static int fleet_start(fleet_t *f, int n, const char *conf, const char *cluster,
     }
     double t0 = mt_mono_s();
     for (int k = 0; k < n; k++)
-        while (!healthy(f->ch[k])) {
+        while (!mt_bench_serving_healthy(f->ch[k])) {
             if (mt_mono_s() - t0 > 120) {
                 fprintf(stderr, "fanout_bench: a %s replica not ready after 120 s\n", source);
                 return -1;
@@ -238,7 +196,7 @@ static int measure(trainer_ctx_t *t, mt_psc_t *psc, pid_t ps_pid, fleet_t *f, do
         int seen[MAX_REPLICAS] = {0}, left = n;
         while (left && mt_mono_s() - c < 10) {
             for (int k = 0; k < n; k++)
-                if (!seen[k] && served(f->ch[k], probe) == 1) {
+                if (!seen[k] && mt_bench_serving_served(f->ch[k], probe) == 1) {
                     seen[k] = 1;
                     left--;
                     lag[nl++] = (mt_mono_s() - c) * 1000;

@@ -42,8 +42,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_serving.h"
 #include "bench_util.h"
-#include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/ps.pb-c.h"
 #include "monolith/v1/serving.pb-c.h"
 #include "mt/clock.h"
@@ -59,8 +59,6 @@
 #define SYNC_INTERVAL_S 1.0 /* serving.sync_interval_ms of the sync-lag run */
 #define MAX_SHARDS      4
 #define PREDICT         "/monolith.v1.Serving/Predict"
-#define LOOKUP          "/monolith.v1.Serving/Lookup"
-#define HEALTH          "/grpc.health.v1.Health/Check"
 
 /* ============================== helpers ============================== */
 
@@ -181,27 +179,11 @@ static void *load_main(void *arg) {
     return NULL;
 }
 
-static int healthy(mt_rpc_channel_t *ch) {
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    mt_rpc_status_t st;
-    int ok = 0;
-    if (mt_rpc_call(ch, HEALTH, NULL, 0, 1000, &resp, &rlen, &st) == MT_OK &&
-        st.code == MT_RPC_OK) {
-        Grpc__Health__V1__HealthCheckResponse *h =
-            grpc__health__v1__health_check_response__unpack(NULL, rlen, resp);
-        ok = h && h->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-        if (h) grpc__health__v1__health_check_response__free_unpacked(h, NULL);
-    }
-    free(resp);
-    return ok;
-}
-
 /* Waits up to 60 s for the replica behind @p ch to answer SERVING. @returns 0, or -1 (and
  * says so, naming it @p what). */
 static int wait_healthy(mt_rpc_channel_t *ch, const char *what) {
     double t0 = mt_mono_s();
-    while (!healthy(ch)) {
+    while (!mt_bench_serving_healthy(ch)) {
         if (mt_mono_s() - t0 > 60) {
             fprintf(stderr, "serving_bench: %s not ready after 60 s\n", what);
             return -1;
@@ -209,29 +191,6 @@ static int wait_healthy(mt_rpc_channel_t *ch, const char *what) {
         mt_bench_sleep_s(0.05);
     }
     return 0;
-}
-
-/* 1 if the replica behind @p ch has a row for @p f, 0 if not, -1 on error. */
-static int served(mt_rpc_channel_t *ch, uint64_t f) {
-    Monolith__V1__LookupRequest q = MONOLITH__V1__LOOKUP_REQUEST__INIT;
-    q.n_fids = 1;
-    q.fids = &f;
-    uint8_t buf[64];
-    size_t len = monolith__v1__lookup_request__pack(&q, buf);
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    mt_rpc_status_t st;
-    int r = -1;
-    if (mt_rpc_call(ch, LOOKUP, buf, len, 2000, &resp, &rlen, &st) == MT_OK &&
-        st.code == MT_RPC_OK) {
-        Monolith__V1__LookupResponse *lr = monolith__v1__lookup_response__unpack(NULL, rlen, resp);
-        if (lr) {
-            r = lr->found.len == 1 && lr->found.data[0] == 1;
-            monolith__v1__lookup_response__free_unpacked(lr, NULL);
-        }
-    }
-    free(resp);
-    return r;
 }
 
 /* Predict one call at a time on @p ch for E.seconds: p50 and p99 (ms). @returns 0 or -1. */
@@ -459,7 +418,7 @@ int main(int argc, char **argv) {
     if (!el) return 1;
     for (size_t i = 0; i < ne + 50; i++) {
         double c0 = mt_mono_s();
-        if (!healthy(E.serving)) return 1;
+        if (!mt_bench_serving_healthy(E.serving)) return 1;
         if (i >= 50) el[i - 50] = (mt_mono_s() - c0) * 1000;
     }
     double e50 = mt_bench_pct(el, ne, 0.5), e99 = mt_bench_pct(el, ne, 0.99);
@@ -639,11 +598,11 @@ int main(int argc, char **argv) {
         }
         int seen = 0, pseen = 0;
         while (mt_mono_s() - c0 < 10 && !(seen && pseen)) {
-            if (!seen && served(E.serving, probe) == 1) {
+            if (!seen && mt_bench_serving_served(E.serving, probe) == 1) {
                 seen = 1;
                 lag[nlag++] = (mt_mono_s() - c0) * 1000;
             }
-            if (!pseen && served(E.poller, probe) == 1) {
+            if (!pseen && mt_bench_serving_served(E.poller, probe) == 1) {
                 pseen = 1;
                 plag[nplag++] = (mt_mono_s() - c0) * 1000;
             }

@@ -230,6 +230,20 @@ static void *publish_main(void *arg) {
     return NULL;
 }
 
+/* Destroys the producer (a flush of up to 5 s) and frees everything (no thread runs). */
+static void publisher_free(mt_ps_publisher_t *p) {
+    mt_kafka_producer_destroy(p->producer);
+    free(p->topic);
+    free(p->ents);
+    free(p->vals);
+    free(p->fids);
+    free(p->del);
+    free(p->buf);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cond);
+    free(p);
+}
+
 mt_err_t mt_ps_publisher_start(mt_ps_t *ps, const mt_ps_publish_config_t *cfg,
                                mt_ps_publisher_t **out, char *errbuf, size_t errlen) {
     if (!ps || !cfg || !out || !cfg->bootstrap || !*cfg->bootstrap || !cfg->topic || !*cfg->topic ||
@@ -292,15 +306,7 @@ mt_err_t mt_ps_publisher_start(mt_ps_t *ps, const mt_ps_publish_config_t *cfg,
     *out = p;
     return MT_OK;
 fail:
-    mt_kafka_producer_destroy(p->producer);
-    free(p->topic);
-    free(p->ents);
-    free(p->vals);
-    free(p->fids);
-    free(p->del);
-    pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->cond);
-    free(p);
+    publisher_free(p);
     return err;
 }
 
@@ -312,16 +318,7 @@ void mt_ps_publisher_stop(mt_ps_publisher_t *p) {
     pthread_mutex_unlock(&p->lock);
     pthread_join(p->thread, NULL);
     if (!p->need_marker) round_once(p); /* what changed since the last round */
-    mt_kafka_producer_destroy(p->producer);
-    free(p->topic);
-    free(p->ents);
-    free(p->vals);
-    free(p->fids);
-    free(p->del);
-    free(p->buf);
-    pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->cond);
-    free(p);
+    publisher_free(p);
 }
 
 void mt_ps_publisher_stats(const mt_ps_publisher_t *p, mt_ps_publish_stats_t *out) {
