@@ -1210,13 +1210,22 @@ mt_err_t mt_rpc_call(mt_rpc_channel_t *ch, const char *path, const uint8_t *req,
 }
 
 mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms) {
-    if (n == 0) return MT_OK;
+    return mt_rpc_call_many_overlap(calls, n, deadline_ms, NULL, NULL);
+}
+
+mt_err_t mt_rpc_call_many_overlap(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms,
+                                  void (*meanwhile)(void *ud), void *ud) {
+    if (n == 0) {
+        if (meanwhile) meanwhile(ud);
+        return MT_OK;
+    }
     gpr_timespec deadline = deadline_after_ms(deadline_ms);
     attempt_t *at = calloc(n, sizeof(*at));
     uint8_t *retry = calloc(n, 1); /* 1: the call needs an attempt */
     if (!at || !retry) {
         free(at);
         free(retry);
+        if (meanwhile) meanwhile(ud);
         return MT_NOMEM;
     }
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
@@ -1239,6 +1248,10 @@ mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline
                 calls[i].st.code = MT_RPC_INTERNAL;
                 snprintf(calls[i].st.message, sizeof(calls[i].st.message), "cannot start the call");
             }
+        }
+        if (meanwhile) { /* the first attempts are on their way */
+            meanwhile(ud);
+            meanwhile = NULL;
         }
         while (inflight > 0) {
             grpc_event ev =

@@ -339,8 +339,36 @@ static uint32_t uniq_of(sv_fetch_ws_t *w, size_t *nuniq, uint64_t id, int32_t pe
     return u;
 }
 
+/* The caller's work to run while the Lookups are in flight, once (see sv_peers_fetch). */
+typedef struct meanwhile {
+    void (*fn)(void *ud);
+    void *ud;
+    int done;
+} meanwhile_t;
+
+static void meanwhile_run(void *arg) {
+    meanwhile_t *m = arg;
+    if (m->done || !m->fn) return;
+    m->done = 1;
+    m->fn(m->ud);
+}
+
+static mt_err_t fetch(sv_peers_t *p, sv_fetch_ws_t **wsp, const sv_fetch_list_t *lists,
+                      size_t nlists, int zeros, uint64_t *zero_fids, meanwhile_t *mw, char *why,
+                      size_t whylen);
+
 mt_err_t sv_peers_fetch(sv_peers_t *p, sv_fetch_ws_t **wsp, const sv_fetch_list_t *lists,
-                        size_t nlists, int zeros, uint64_t *zero_fids, char *why, size_t whylen) {
+                        size_t nlists, int zeros, uint64_t *zero_fids, void (*meanwhile)(void *),
+                        void *ud, char *why, size_t whylen) {
+    meanwhile_t mw = {meanwhile, ud, 0};
+    mt_err_t err = fetch(p, wsp, lists, nlists, zeros, zero_fids, &mw, why, whylen);
+    meanwhile_run(&mw); /* a path that sent nothing: now (nothing was written yet) */
+    return err;
+}
+
+static mt_err_t fetch(sv_peers_t *p, sv_fetch_ws_t **wsp, const sv_fetch_list_t *lists,
+                      size_t nlists, int zeros, uint64_t *zero_fids, meanwhile_t *mw, char *why,
+                      size_t whylen) {
     if (!*wsp && !(*wsp = calloc(1, sizeof(sv_fetch_ws_t)))) return MT_NOMEM;
     sv_fetch_ws_t *w = *wsp;
     size_t nocc = 0;
@@ -424,7 +452,7 @@ mt_err_t sv_peers_fetch(sv_peers_t *p, sv_fetch_ws_t **wsp, const sv_fetch_list_
     }
 
     /* 3. the calls, in parallel */
-    err = ncalls ? mt_rpc_call_many(w->calls, ncalls, p->timeout_ms) : MT_OK;
+    err = mt_rpc_call_many_overlap(w->calls, ncalls, p->timeout_ms, meanwhile_run, mw);
     if (err) { /* out of memory before anything was sent */
         for (size_t c = 0; c < ncalls; c++)
             free(w->calls[c].resp);
@@ -474,7 +502,8 @@ mt_err_t sv_peers_fetch(sv_peers_t *p, sv_fetch_ws_t **wsp, const sv_fetch_list_
         goto out;
     }
 
-    /* 4. scatter the values back to every occurrence */
+    /* 4. scatter the values back to every occurrence (after the caller's own writes) */
+    meanwhile_run(mw);
     o = 0;
     uint64_t zeroed = 0;
     for (size_t l = 0; l < nlists; l++) {

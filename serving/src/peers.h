@@ -65,11 +65,16 @@ typedef struct sv_fetch_list {
  * @param[in,out] ws    the caller's scratch (created on first use; sv_fetch_ws_free())
  * @param zeros         on a failed peer or an uncovered shard: 1 = write zeros for its ids
  *                      and count them in *zero_fids, 0 = fail
+ * @param meanwhile     NULL, or the caller's work, run once on this thread (with @p ud) while
+ *                      the Lookups are in flight, always before a value is written to the
+ *                      lists' out (with nothing to send, or on an early error: before the
+ *                      return): a Predict's lookups of its own shards
  * @returns MT_OK, MT_UNAVAILABLE (!zeros: a peer failed or a shard has no peer; @p why names
  *          them), MT_NOMEM.
  */
 mt_err_t sv_peers_fetch(sv_peers_t *p, sv_fetch_ws_t **ws, const sv_fetch_list_t *lists,
-                        size_t nlists, int zeros, uint64_t *zero_fids, char *why, size_t whylen);
+                        size_t nlists, int zeros, uint64_t *zero_fids, void (*meanwhile)(void *),
+                        void *ud, char *why, size_t whylen);
 
 void sv_fetch_ws_free(sv_fetch_ws_t *ws);
 

@@ -1324,6 +1324,22 @@ static void log_impressions(mt_serving_t *sv, worker_t *w, const Monolith__V1__P
     }
 }
 
+/* A Predict's lookups in the replica (embeddings and first-order weights of its k ids). */
+typedef struct local_lookup {
+    mt_serving_t *sv;
+    worker_t *w;
+    size_t k;
+    mt_err_t err;
+} local_lookup_t;
+
+static void local_lookup(void *arg) {
+    local_lookup_t *l = arg;
+    size_t d = l->sv->cfg.dim;
+    l->err = mt_table_lookup(l->sv->table, l->w->fids, l->k, l->w->emb, l->k * d, NULL, 0, 0, NULL);
+    if (!l->err)
+        l->err = mt_table_lookup(l->sv->table, l->w->fids1, l->k, l->w->w1, l->k, NULL, 0, 0, NULL);
+}
+
 static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
     atomic_fetch_add(&sv->predicts, 1);
     if (!atomic_load(&sv->ready)) {
@@ -1394,18 +1410,15 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         ends[i] = k;
     }
     size_t d = sv->cfg.dim, S = sv->cfg.nslots;
-    mt_err_t err = mt_table_lookup(sv->table, w->fids, k, w->emb, k * d, NULL, 0, 0, NULL);
-    if (!err) err = mt_table_lookup(sv->table, w->fids1, k, w->w1, k, NULL, 0, 0, NULL);
-    if (err) {
-        FAIL(sv, c, MT_RPC_INTERNAL, "replica lookup: %s", mt_strerror(err));
-        goto out;
-    }
+    local_lookup_t ll = {sv, w, k, MT_OK};
+    mt_err_t err = MT_OK;
     if (sv->peers) {
-        /* the ids of shards held elsewhere: from the peers (the replica read them as zeros) */
+        /* the ids of shards held elsewhere: from the peers, while the replica reads its own
+         * (as zeros for the others: the peers' values are written over them after) */
         sv_fetch_list_t lists[2] = {{w->fids, k, (uint32_t)d, w->emb}, {w->fids1, k, 1, w->w1}};
         uint64_t zeroed = 0;
-        err = sv_peers_fetch(sv->peers, &w->fetch, lists, 2, sv->cfg.peer_zeros, &zeroed, why,
-                             sizeof(why));
+        err = sv_peers_fetch(sv->peers, &w->fetch, lists, 2, sv->cfg.peer_zeros, &zeroed,
+                             local_lookup, &ll, why, sizeof(why));
         if (zeroed) atomic_fetch_add(&sv->peer_zero_fids, zeroed);
         if (err) {
             if (err == MT_NOMEM)
@@ -1414,6 +1427,12 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
                 FAIL(sv, c, MT_RPC_UNAVAILABLE, "reading other shards' rows: %s", why);
             goto out;
         }
+    } else {
+        local_lookup(&ll);
+    }
+    if (ll.err) {
+        FAIL(sv, c, MT_RPC_INTERNAL, "replica lookup: %s", mt_strerror(ll.err));
+        goto out;
     }
     /* the user's part once, in the last row; then each candidate's on top of a copy */
     float *Eu = w->E + n * S * d, *W1u = w->W1 + n * S;

@@ -267,6 +267,13 @@ typedef struct mt_rpc_batch_call {
  *  are sent again together. @returns MT_OK once all completed; see each call's st. */
 mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms);
 
+/** mt_rpc_call_many(), running @p meanwhile(@p ud) on the calling thread once the calls are
+ *  sent and before their answers are waited for (work that overlaps the round trips: a
+ *  Predict's own lookups while its peers answer). @p meanwhile is called exactly once, also
+ *  when @p n is 0 or nothing could be sent; it must not call into this batch. */
+mt_err_t mt_rpc_call_many_overlap(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms,
+                                  void (*meanwhile)(void *ud), void *ud);
+
 /** Opens a server-streaming call and waits for the server's first response (its initial
  *  metadata, a message or its status). @param[out] out  caller closes with
  *  mt_rpc_stream_close(). */

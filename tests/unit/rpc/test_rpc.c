@@ -946,6 +946,54 @@ Test(rpc, call_many_across_two_servers) {
     }
 }
 
+/* What mt_rpc_call_many_overlap's callback saw. */
+typedef struct overlap_seen {
+    int calls;
+    int handlers_started; /* g.sleep_started when it ran */
+    int handlers_done;    /* g.sleep_done when it ran */
+} overlap_seen_t;
+
+static void overlap_cb(void *ud) {
+    overlap_seen_t *o = ud;
+    o->calls++;
+    /* the calls are on their way: wait until a handler runs them, which shows that the
+     * requests were sent before the callback and that the batch waits after it */
+    int64_t end = tu_now_ms() + 10000;
+    while (atomic_load(&g.sleep_started) < 2 && tu_now_ms() < end)
+        tu_sleep_ms(2);
+    o->handlers_started = atomic_load(&g.sleep_started);
+    o->handlers_done = atomic_load(&g.sleep_done);
+}
+
+/* The callback runs once, while the calls are in flight (sent, not answered: the handlers
+ * sleep 300 ms), and also for an empty batch. */
+Test(rpc, call_many_overlap_runs_its_work_while_the_calls_fly) {
+    int port;
+    server_opts_t o = {.threads = 2, .max_queued = 8};
+    mt_rpc_server_t *srv = start_server_opts(&o, &port);
+    mt_rpc_channel_t *ch = open_channel(port, -1, 0);
+    uint8_t req[4];
+    put_u32(req, 300);
+    mt_rpc_batch_call_t calls[2];
+    for (int i = 0; i < 2; i++)
+        calls[i] = (mt_rpc_batch_call_t){.ch = ch, .path = P_SLEEP, .req = req, .len = 4};
+    overlap_seen_t seen = {0};
+    cr_assert_eq(mt_rpc_call_many_overlap(calls, 2, 20000, overlap_cb, &seen), MT_OK);
+    cr_assert_eq(seen.calls, 1);
+    cr_assert_eq(seen.handlers_started, 2, "the requests were not sent before the callback");
+    cr_assert_eq(seen.handlers_done, 0, "the callback ran after the answers");
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(calls[i].st.code, MT_RPC_OK);
+        cr_assert_eq(calls[i].resp_len, 5);
+        free(calls[i].resp);
+    }
+    overlap_seen_t none = {0};
+    cr_assert_eq(mt_rpc_call_many_overlap(calls, 0, 1000, overlap_cb, &none), MT_OK);
+    cr_assert_eq(none.calls, 1, "an empty batch runs the work too");
+    mt_rpc_channel_destroy(ch);
+    mt_rpc_server_destroy(srv);
+}
+
 typedef struct worker_arg {
     mt_rpc_channel_t *ch;
     int id;
