@@ -13,7 +13,7 @@
  * Answer sizes: gRPC refuses to send a message over the server's max_message_bytes (the
  * call then fails inside gRPC, after the work, uncounted). So a Lookup's answer size
  * (lookup_bytes: exact protobuf size) is checked against cfg.max_message_bytes before the
- * table is read, Sync chunks are cut to fit it (sync_chunk_fit), and reply_msg refuses any
+ * table is read, Sync chunks are cut to fit it (mt__ps_chunk_fit), and reply_msg refuses any
  * other answer over it; each refusal is RESOURCE_EXHAUSTED, counted like every error.
  */
 #include <math.h>
@@ -484,12 +484,7 @@ static int sync_round(mt_ps_t *ps, mt_rpc_call_t *c, sync_bufs_t *b, uint64_t *s
             FAIL(ps, MT_PS_SYNC, c, MT_RPC_INTERNAL, "sync: %s", mt_strerror(err));
             goto out;
         }
-        size_t nv = 0;
-        for (size_t i = 0; i < n; i++) {
-            b->fids[i] = b->ents[i].fid;
-            b->del[i] = b->ents[i].deleted;
-            nv += b->ents[i].dim;
-        }
+        size_t nv = mt__ps_chunk_split(b->ents, n, b->fids, b->del);
         Monolith__V1__SyncChunk m = MONOLITH__V1__SYNC_CHUNK__INIT;
         m.full = first && full;
         m.incarnation = ps->incarnation;
@@ -530,15 +525,6 @@ static void follow_sleep(mt_ps_t *ps, uint32_t ms) {
     }
 }
 
-/* The most entries a SyncChunk can carry within the message limit: each at most an id (8),
- * its deleted byte and max_dim floats; the fixed fields (full, incarnation, upto_version,
- * last, caught_up, the three length prefixes) take under SYNC_FIXED_BYTES. */
-#define SYNC_FIXED_BYTES 64
-static size_t sync_chunk_fit(const mt_ps_t *ps) {
-    size_t per = 8 + 1 + 4 * (size_t)ps->max_dim, limit = ps->cfg.max_message_bytes;
-    return limit > SYNC_FIXED_BYTES ? (limit - SYNC_FIXED_BYTES) / per : 0;
-}
-
 /*
  * Sync: a server stream of SyncChunk. Without follow_ms one round (the catch-up) whose
  * last chunk has last = 1. With follow_ms the catch-up, then a round every follow_ms until
@@ -550,7 +536,7 @@ static void h_sync(mt_ps_t *ps, mt_rpc_call_t *c, const void *req) {
     if (r->incarnation != ps->incarnation) since = 0; /* another life of this shard */
     size_t chunk = r->max_chunk_fids ? r->max_chunk_fids : ps->cfg.sync_chunk_fids;
     if (chunk > 65536) chunk = 65536;
-    size_t fit = sync_chunk_fit(ps);
+    size_t fit = mt__ps_chunk_fit(ps, ps->cfg.max_message_bytes);
     if (fit == 0) {
         FAIL(ps, MT_PS_SYNC, c, MT_RPC_RESOURCE_EXHAUSTED,
              "a SyncChunk of one row of dim %u does not fit the %u-byte message limit "

@@ -149,12 +149,7 @@ static int round_once(mt_ps_publisher_t *p) {
             break;
         }
         if (err || n == 0) break;
-        size_t nv = 0;
-        for (size_t i = 0; i < n; i++) {
-            p->fids[i] = p->ents[i].fid;
-            p->del[i] = p->ents[i].deleted;
-            nv += p->ents[i].dim;
-        }
+        size_t nv = mt__ps_chunk_split(p->ents, n, p->fids, p->del);
         Monolith__V1__SyncChunk m = MONOLITH__V1__SYNC_CHUNK__INIT;
         m.incarnation = inc;
         m.since_version = p->pub;
@@ -251,10 +246,8 @@ mt_err_t mt_ps_publisher_start(mt_ps_t *ps, const mt_ps_publish_config_t *cfg,
         mt_msgf(errbuf, errlen, "the publisher needs a bootstrap, a topic and an interval");
         return MT_INVALID;
     }
-    /* entries per chunk: what fits max_message_bytes (an id, its flag and max_dim floats
-     * each, plus the fixed fields), at most ps.sync_chunk_fids */
-    size_t per = 8 + 1 + 4 * (size_t)ps->max_dim, limit = cfg->max_message_bytes;
-    size_t fit = limit > 64 ? (limit - 64) / per : 0;
+    /* entries per chunk: what fits max_message_bytes, at most ps.sync_chunk_fids */
+    size_t fit = mt__ps_chunk_fit(ps, cfg->max_message_bytes);
     size_t chunk = ps->cfg.sync_chunk_fids ? ps->cfg.sync_chunk_fids : 4096;
     if (chunk > fit) chunk = fit;
     if (chunk == 0) {

@@ -86,6 +86,31 @@ void mt__ps_epoch_raise(mt_ps_t *ps, uint64_t epoch);
 int mt__ps_fenced(mt_ps_t *ps, uint64_t epoch, char *why, size_t len);
 uint64_t mt__ps_step(mt_ps_t *ps);
 
+/* The fixed fields of a SyncChunk (full, incarnation, since_version, upto_version, last,
+ * caught_up, the three length prefixes) take under this many bytes. */
+#define MT__PS_CHUNK_FIXED_BYTES 64
+
+/** The most change entries a SyncChunk can carry within @p limit bytes: each at most an id
+ *  (8), its deleted byte and max_dim floats. 0: not even one row fits. (Sync streams and the
+ *  publisher cut their chunks with it.) */
+static inline size_t mt__ps_chunk_fit(const mt_ps_t *ps, size_t limit) {
+    size_t per = 8 + 1 + 4 * (size_t)ps->max_dim;
+    return limit > MT__PS_CHUNK_FIXED_BYTES ? (limit - MT__PS_CHUNK_FIXED_BYTES) / per : 0;
+}
+
+/** Splits @p n change entries into a SyncChunk's ids and deletion flags.
+ *  @returns how many values they carry (the sum of their dims). */
+static inline size_t mt__ps_chunk_split(const mt_table_change_t *ents, size_t n, uint64_t *fids,
+                                        uint8_t *del) {
+    size_t nv = 0;
+    for (size_t i = 0; i < n; i++) {
+        fids[i] = ents[i].fid;
+        del[i] = ents[i].deleted;
+        nv += ents[i].dim;
+    }
+    return nv;
+}
+
 /** *a = max(*a, v), lock-free. */
 static inline void mt__atomic_max(_Atomic uint64_t *a, uint64_t v) {
     uint64_t cur = atomic_load(a);
