@@ -486,15 +486,7 @@ size_t mt_kafka_consumer_poll(mt_kafka_consumer_t *c, mt_kafka_msg_t *msgs, size
             continue;
         }
         c->held[c->nheld++] = rkm;
-        mt_kafka_msg_t *m = &msgs[n++];
-        m->topic = topic_of(c, rkm);
-        m->partition = rkm->partition;
-        m->offset = rkm->offset;
-        m->timestamp_ms = rd_kafka_message_timestamp(rkm, NULL);
-        m->key = rkm->key;
-        m->key_len = rkm->key_len;
-        m->value = rkm->payload;
-        m->len = rkm->len;
+        mt__kafka_msg_fill(&msgs[n++], rkm, topic_of(c, rkm));
     }
     atomic_fetch_add(&c->messages, (uint64_t)n);
     return n;

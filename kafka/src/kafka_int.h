@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "mt/err.h"
+#include "mt/kafka.h"
 
 #define MT__KAFKA_WHO "kafka"
 
@@ -30,6 +31,20 @@ mt_err_t mt__kafka_conf_new(const char *const *defaults, const char *const *user
 /** Sets one property; the same errors as mt__kafka_conf_new. */
 mt_err_t mt__kafka_conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, char *errbuf,
                             size_t errlen);
+
+/** Our view of a consumed message: @p m points into @p rkm (valid while it lives) and
+ *  takes @p topic as its topic name. */
+static inline void mt__kafka_msg_fill(mt_kafka_msg_t *m, const rd_kafka_message_t *rkm,
+                                      const char *topic) {
+    m->topic = topic;
+    m->partition = rkm->partition;
+    m->offset = rkm->offset;
+    m->timestamp_ms = rd_kafka_message_timestamp(rkm, NULL);
+    m->key = rkm->key;
+    m->key_len = rkm->key_len;
+    m->value = rkm->payload;
+    m->len = rkm->len;
+}
 
 /** Milliseconds of CLOCK_MONOTONIC. */
 int64_t mt__kafka_now_ms(void);

@@ -197,15 +197,7 @@ size_t mt_kafka_reader_poll(mt_kafka_reader_t *r, mt_kafka_msg_t *msgs, size_t c
             continue;
         }
         r->held[r->nheld++] = rkm;
-        mt_kafka_msg_t *m = &msgs[n++];
-        m->topic = rd_kafka_topic_name(rkm->rkt);
-        m->partition = rkm->partition;
-        m->offset = rkm->offset;
-        m->timestamp_ms = rd_kafka_message_timestamp(rkm, NULL);
-        m->key = rkm->key;
-        m->key_len = rkm->key_len;
-        m->value = rkm->payload;
-        m->len = rkm->len;
+        mt__kafka_msg_fill(&msgs[n++], rkm, rd_kafka_topic_name(rkm->rkt));
     }
     atomic_fetch_add(&r->messages, (uint64_t)n);
     return n;
