@@ -798,7 +798,6 @@ static mt_err_t kafka_resync(shard_t *sh, int failure, const char *fmt, ...) {
     pthread_mutex_lock(&sv->stat_lock);
     sh->st.kafka_resyncs++;
     sh->st.failures += failure != 0;
-    sh->st.kafka_offset = -1;
     pthread_mutex_unlock(&sv->stat_lock);
     mt_log(failure ? MT_LOG_WARN : MT_LOG_INFO, WHO, "shard %u: %s: syncing from the shard again",
            sh->idx, why);
@@ -849,37 +848,43 @@ static mt_err_t kafka_follow(shard_t *sh, mt_kafka_reader_t *r) {
     while (!stopping(sv)) {
         mt_kafka_reader_event_t ev;
         size_t n = mt_kafka_reader_poll(r, msgs, 64, KAFKA_POLL_MS, &ev);
-        if (ev.out_of_range)
-            return kafka_resync(sh, 0, "offset %lld of %s[%d] is no longer in the log",
-                                (long long)next, topic, (int)part);
+        if (ev.out_of_range) {
+            err = kafka_resync(sh, 0, "offset %lld of %s[%d] is no longer in the log",
+                               (long long)next, topic, (int)part);
+            goto resynced;
+        }
         for (size_t i = 0; i < n; i++) {
             if (msgs[i].partition != part || msgs[i].offset < next) continue; /* an old start */
             next = msgs[i].offset + 1;
             Monolith__V1__SyncChunk *ch =
                 msgs[i].value ? monolith__v1__sync_chunk__unpack(NULL, msgs[i].len, msgs[i].value)
                               : NULL;
-            if (!ch)
-                return kafka_resync(sh, 1, "%s[%d] offset %lld is not a SyncChunk (%zu bytes)",
-                                    topic, (int)part, (long long)msgs[i].offset, msgs[i].len);
+            if (!ch) {
+                err = kafka_resync(sh, 1, "%s[%d] offset %lld is not a SyncChunk (%zu bytes)",
+                                   topic, (int)part, (long long)msgs[i].offset, msgs[i].len);
+                goto resynced;
+            }
             pthread_mutex_lock(&sv->stat_lock);
             uint64_t since = sh->st.since_version, inc = sh->st.incarnation;
             sh->st.kafka_offset = next;
             pthread_mutex_unlock(&sv->stat_lock);
             uint64_t upto = ch->upto_version, from = ch->since_version;
             int old = ch->incarnation == inc && upto <= since;
-            if (ch->incarnation != inc && !old) {
+            if (ch->incarnation != inc) {
                 uint64_t other = ch->incarnation;
                 monolith__v1__sync_chunk__free_unpacked(ch, NULL);
-                return kafka_resync(sh, 0,
-                                    "%s[%d] offset %lld: incarnation %llx, the replica's "
-                                    "is %llx",
-                                    topic, (int)part, (long long)msgs[i].offset,
-                                    (unsigned long long)other, (unsigned long long)inc);
+                err = kafka_resync(sh, 0,
+                                   "%s[%d] offset %lld: incarnation %llx, the replica's "
+                                   "is %llx",
+                                   topic, (int)part, (long long)msgs[i].offset,
+                                   (unsigned long long)other, (unsigned long long)inc);
+                goto resynced;
             }
             if (ch->full && !old) {
                 monolith__v1__sync_chunk__free_unpacked(ch, NULL);
-                return kafka_resync(sh, 0, "resync marker at version %llu",
-                                    (unsigned long long)upto);
+                err =
+                    kafka_resync(sh, 0, "resync marker at version %llu", (unsigned long long)upto);
+                goto resynced;
             }
             if (old) {
                 /* published before the replica's version: the Sync had it. A round's end at
@@ -898,11 +903,12 @@ static mt_err_t kafka_follow(shard_t *sh, mt_kafka_reader_t *r) {
             }
             if (from > since) {
                 monolith__v1__sync_chunk__free_unpacked(ch, NULL);
-                return kafka_resync(sh, 1,
-                                    "%s[%d] offset %lld starts at version %llu, the "
-                                    "replica is at %llu (a round is missing)",
-                                    topic, (int)part, (long long)msgs[i].offset,
-                                    (unsigned long long)from, (unsigned long long)since);
+                err = kafka_resync(sh, 1,
+                                   "%s[%d] offset %lld starts at version %llu, the "
+                                   "replica is at %llu (a round is missing)",
+                                   topic, (int)part, (long long)msgs[i].offset,
+                                   (unsigned long long)from, (unsigned long long)since);
+                goto resynced;
             }
             if (!rd.started) {
                 rd.started = 1;
@@ -916,15 +922,19 @@ static mt_err_t kafka_follow(shard_t *sh, mt_kafka_reader_t *r) {
         }
         if (err) break;
     }
+    if (err) {
+        pthread_mutex_lock(&sv->stat_lock);
+        sh->st.failures++;
+        pthread_mutex_unlock(&sv->stat_lock);
+        mt_log(MT_LOG_WARN, WHO, "shard %u: following %s[%d]: %s: %s", sh->idx, topic, (int)part,
+               mt_strerror(err), why);
+    }
+resynced: /* kafka_resync() counted and logged it */
     pthread_mutex_lock(&sv->stat_lock);
     sh->st.entries += rd.entries; /* a round cut short: applied, not recorded */
     sh->st.deleted += rd.deleted;
     sh->st.kafka_offset = -1;
-    if (err) sh->st.failures++;
     pthread_mutex_unlock(&sv->stat_lock);
-    if (err)
-        mt_log(MT_LOG_WARN, WHO, "shard %u: following %s[%d]: %s: %s", sh->idx, topic, (int)part,
-               mt_strerror(err), why);
     return err;
 }
 
