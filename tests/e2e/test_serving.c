@@ -1245,12 +1245,15 @@ Test(serving, a_killed_peer_fails_or_reads_zeros, .timeout = 240, MT_NOT_UNDER_T
     sharding_t sb = {h1, 1, pf, 1, 0, NULL, NULL}, sz = {h1, 1, pf, 1, 1, NULL, NULL};
     server_start_cfg(&B, &c, 64, NULL, 50, 0, &sb);
     server_start_cfg(&Z, &c, 64, NULL, 50, 0, &sz);
-    const char *pa[2] = {B.addr, F.addr};
-    sharding_t sa = {h0, 1, pa, 2, 0, NULL, NULL};
-    server_start_cfg(&A, &c, 64, NULL, 50, 0, &sa);
     wait_ready(&F);
     wait_ready(&B);
     wait_ready(&Z);
+    /* A after B is ready: A's first discovery round then sees B holding shard 1 synced, so
+     * its route has B beside F (started earlier, A could be ready through F alone and learn
+     * of B only a refresh later: on a busy machine F's kill fell in that window) */
+    const char *pa[2] = {B.addr, F.addr};
+    sharding_t sa = {h0, 1, pa, 2, 0, NULL, NULL};
+    server_start_cfg(&A, &c, 64, NULL, 50, 0, &sa);
     wait_ready(&A);
     const uint64_t cand[8] = {40, 41, 42, 43, 44, 45, 46, 47};
     request_t q;
