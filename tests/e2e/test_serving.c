@@ -832,8 +832,13 @@ Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN
     request_init(&e, "", 5, items, 1); /* no request id: nothing to join, not logged */
     cr_assert_eq(predict(&s, &e, sc + 2, NULL), MT_RPC_OK);
     cr_assert_eq(predict(&s, &q, sc, NULL), MT_RPC_OK); /* deterministic: the same scores */
-    cr_assert_eq(mt_kafka_producer_flush(p, 10000), MT_OK);
+    /* the log is written after the reply: wait for the last request's, then flush */
     mt_serving_counters_t k;
+    double end = now_s() + 30;
+    do {
+        mt_serving_counters(s.sv, &k);
+    } while (k.logged < 6 && now_s() < end && usleep(10000) == 0);
+    cr_assert_eq(mt_kafka_producer_flush(p, 10000), MT_OK);
     mt_serving_counters(s.sv, &k);
     cr_assert_eq(k.logged, 6);
     cr_assert_eq(k.log_dropped, 0);
@@ -846,7 +851,7 @@ Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN
                  MT_OK, "%s", err);
     mt_kafka_msg_t msgs[16];
     int got = 0;
-    double end = now_s() + 60;
+    end = now_s() + 60;
     while (got < 6 && now_s() < end) {
         size_t n = mt_kafka_consumer_poll(kc, msgs, 16, 200);
         for (size_t i = 0; i < n; i++, got++) {
