@@ -28,6 +28,7 @@
  */
 #include "mt/model.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
@@ -66,6 +67,7 @@ struct mt_model {
 /* Workspace carved for one call. */
 typedef struct mt__model_scratch {
     float *acts, *logits, *ga, *gb, *g, *fm, *sq;
+    float *zc; /* [max_width]: the first layer's part shared by every row (serving) */
 } mt__model_scratch_t;
 
 /* ============================== private helpers ============================== */
@@ -84,7 +86,8 @@ static float sigmoidf_stable(float z) {
 }
 
 static size_t ws_need(const mt_model_t *m, size_t n) {
-    return n * (m->sum_width + 2 * (size_t)m->max_width + 2 + m->cfg.dim) + m->cfg.dim;
+    return n * (m->sum_width + 2 * (size_t)m->max_width + 2 + m->cfg.dim) + m->cfg.dim +
+           m->max_width;
 }
 
 static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n,
@@ -110,6 +113,8 @@ static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n,
     sc->fm = p;
     p += n * m->cfg.dim;
     sc->sq = p;
+    p += m->cfg.dim;
+    sc->zc = p;
     return MT_OK;
 }
 
@@ -152,14 +157,115 @@ static void bias_relu(float *restrict a, const float *restrict b, size_t n, uint
     }
 }
 
+/* a[i,j] = relu(a[i,j]) over an [n x h] block. */
+static void relu(float *a, size_t n, uint32_t h) {
+    for (size_t j = 0; j < n * h; j++)
+        a[j] = a[j] > 0 ? a[j] : 0;
+}
+
+/* Runs of slots [lo, hi) the first layer reads per row; the slots between them are read
+ * once. At most this many runs (one sgemm each): closer runs are merged, and since every
+ * row holds the full values, reading a shared slot per row is only slower, never wrong. */
+#define MT__MAX_RUNS 4
+
+typedef struct mt__run {
+    uint32_t lo, hi;
+} mt__run_t;
+
+/* Merges the two neighbouring runs of r[0..*nr) with the smallest gap between them. */
+static void merge_closest(mt__run_t *r, size_t *nr) {
+    size_t best = 0;
+    for (size_t j = 1; j + 1 < *nr; j++)
+        if (r[j + 1].lo - r[j].hi < r[best + 1].lo - r[best].hi) best = j;
+    r[best].hi = r[best + 1].hi;
+    memmove(&r[best + 1], &r[best + 2], (*nr - best - 2) * sizeof(r[0]));
+    (*nr)--;
+}
+
+/* The runs of varying slots, at most MT__MAX_RUNS; @returns their count (0: none varies). */
+static size_t varying_runs(const uint8_t *varies, uint32_t S, mt__run_t *runs) {
+    mt__run_t r[MT__MAX_RUNS + 1];
+    size_t nr = 0;
+    for (uint32_t s = 0; s < S; s++) {
+        if (!varies[s]) continue;
+        if (nr && r[nr - 1].hi == s) {
+            r[nr - 1].hi = s + 1;
+            continue;
+        }
+        if (nr == MT__MAX_RUNS + 1) merge_closest(r, &nr);
+        r[nr].lo = s;
+        r[nr].hi = s + 1;
+        nr++;
+    }
+    if (nr == MT__MAX_RUNS + 1) merge_closest(r, &nr);
+    memcpy(runs, r, nr * sizeof(r[0]));
+    return nr;
+}
+
+#ifndef NDEBUG
+/* The caller's promise: a slot not flagged as varying holds row 0's values in every row. */
+static int shared_slots_hold(const uint8_t *varies, const float *E, const float *W1, size_t n,
+                             uint32_t S, uint32_t d) {
+    for (size_t i = 1; i < n; i++)
+        for (uint32_t s = 0; s < S; s++) {
+            if (varies[s]) continue;
+            if (W1[i * S + s] != W1[s]) return 0;
+            if (memcmp(E + (i * S + s) * d, E + (size_t)s * d, d * sizeof(float))) return 0;
+        }
+    return 1;
+}
+#endif
+
+/*
+ * The first hidden layer, x W_0 + b_0, into a [n x h] when some slots are shared by every
+ * row: their part (with the bias) once, zc = E[0][shared] W_0[shared] + b_0, then per row
+ * zc + E[i][varying] W_0[varying], one sgemm per run of varying slots (the sub-matrices are
+ * read in place: a run is contiguous in a row of E and in the rows of W_0). @returns 0, or -1
+ * when sharing would save too little (most slots vary): the caller does the plain sgemm.
+ */
+static int first_layer_shared(const mt_model_t *m, const mt__model_scratch_t *sc, const float *E,
+                              size_t n, const uint8_t *varies, float *a) {
+    const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width, h = m->cfg.hidden[0];
+    mt__run_t runs[MT__MAX_RUNS];
+    size_t nr = varying_runs(varies, S, runs);
+    uint32_t per_row = 0;
+    for (size_t r = 0; r < nr; r++)
+        per_row += runs[r].hi - runs[r].lo;
+    /* the shared part costs one row's worth of its slots: worth it from a few rows on */
+    if (n < 4 || 8 * (uint64_t)per_row > 7 * (uint64_t)S) return -1;
+    const float *W = tensor_values(m, 1), *b = tensor_values(m, 2);
+    float *zc = sc->zc;
+    memcpy(zc, b, h * sizeof(float));
+    uint32_t lo = 0;
+    for (size_t r = 0; r <= nr; r++) {
+        uint32_t hi = r < nr ? runs[r].lo : S; /* shared slots [lo, hi) */
+        if (hi > lo)
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)((hi - lo) * d), (int)h, 1.0f,
+                        W + (size_t)lo * d * h, (int)h, E + (size_t)lo * d, 1, 1.0f, zc, 1);
+        if (r < nr) lo = runs[r].hi;
+    }
+    for (size_t i = 0; i < n; i++)
+        memcpy(a + i * h, zc, h * sizeof(float));
+    for (size_t r = 0; r < nr; r++) {
+        uint32_t k = (runs[r].hi - runs[r].lo) * d;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)k, 1.0f,
+                    E + (size_t)runs[r].lo * d, (int)in0, W + (size_t)runs[r].lo * d * h, (int)h,
+                    1.0f, a, (int)h);
+    }
+    relu(a, n, h);
+    return 0;
+}
+
 /*
  * logits[i] = b0 + sum_s W1 + FM + MLP(E[i]); leaves the hidden activations in sc->acts and
- * the per-example slot sums of E in sc->fm.
+ * the per-example slot sums of E in sc->fm. @p varies (NULL: all) as in
+ * mt_model_forward_serving().
  */
 static void forward_logits(const mt_model_t *m, const mt__model_scratch_t *sc, const float *E,
-                           const float *W1, size_t n) {
+                           const float *W1, size_t n, const uint8_t *varies) {
     const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width;
     const float b0 = m->values[m->tensors[0].off];
+    assert(!varies || shared_slots_hold(varies, E, W1, n, S, d));
 
     /* First order, FM second order. */
     for (size_t i = 0; i < n; i++) {
@@ -178,11 +284,13 @@ static void forward_logits(const mt_model_t *m, const mt__model_scratch_t *sc, c
     float *a = sc->acts;
     for (uint32_t l = 0; l < m->cfg.nhidden; l++) {
         const uint32_t h = m->cfg.hidden[l];
-        const float *W = tensor_values(m, 1 + 2 * l);
-        const float *b = tensor_values(m, 2 + 2 * l);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)w_prev, 1.0f,
-                    a_prev, (int)w_prev, W, (int)h, 0.0f, a, (int)h);
-        bias_relu(a, b, n, h);
+        if (l > 0 || !varies || first_layer_shared(m, sc, E, n, varies, a)) {
+            const float *W = tensor_values(m, 1 + 2 * l);
+            const float *b = tensor_values(m, 2 + 2 * l);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)w_prev,
+                        1.0f, a_prev, (int)w_prev, W, (int)h, 0.0f, a, (int)h);
+            bias_relu(a, b, n, h);
+        }
         a_prev = a;
         w_prev = h;
         a += n * h;
@@ -241,7 +349,8 @@ static mt_err_t check_forward_args(const mt_model_t *m, const float *E, const fl
 }
 
 static mt_err_t forward_impl(const mt_model_t *m, mt_model_ws_t *ws, const float *E,
-                             const float *W1, size_t n, float log_rate, float *probs) {
+                             const float *W1, size_t n, float log_rate, const uint8_t *varies,
+                             float *probs) {
     mt_err_t err = check_forward_args(m, E, W1, n, probs);
     if (err != MT_OK || n == 0) return err;
     mt_model_ws_t tmp = {0};
@@ -249,7 +358,7 @@ static mt_err_t forward_impl(const mt_model_t *m, mt_model_ws_t *ws, const float
     mt__model_scratch_t sc;
     err = ws_reserve(use, m, n, &sc);
     if (err != MT_OK) goto out;
-    forward_logits(m, &sc, E, W1, n);
+    forward_logits(m, &sc, E, W1, n, varies);
     for (size_t i = 0; i < n; i++)
         probs[i] = sigmoidf_stable(sc.logits[i] + log_rate);
 out:
@@ -422,13 +531,14 @@ void mt_model_ws_destroy(mt_model_ws_t *ws) {
 
 mt_err_t mt_model_forward(const mt_model_t *m, mt_model_ws_t *ws, const float *E, const float *W1,
                           size_t n, float *probs) {
-    return forward_impl(m, ws, E, W1, n, 0.0f, probs);
+    return forward_impl(m, ws, E, W1, n, 0.0f, NULL, probs);
 }
 
 mt_err_t mt_model_forward_serving(const mt_model_t *m, mt_model_ws_t *ws, const float *E,
-                                  const float *W1, size_t n, float sample_rate, float *probs) {
+                                  const float *W1, size_t n, float sample_rate,
+                                  const uint8_t *varies, float *probs) {
     if (!(sample_rate > 0.0f && sample_rate <= 1.0f)) return MT_INVALID;
-    return forward_impl(m, ws, E, W1, n, logf(sample_rate), probs);
+    return forward_impl(m, ws, E, W1, n, logf(sample_rate), varies, probs);
 }
 
 mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W1,
@@ -450,7 +560,7 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
     mt__model_scratch_t sc;
     mt_err_t err = ws_reserve(&m->ws, m, n, &sc);
     if (err != MT_OK) return err;
-    forward_logits(m, &sc, E, W1, n);
+    forward_logits(m, &sc, E, W1, n, NULL);
 
     const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width, L = m->cfg.nhidden;
     const double inv_n = 1.0 / (double)n;

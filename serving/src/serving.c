@@ -46,6 +46,7 @@
 #include "mt/psclient.h"
 #include "mt/route.h"
 #include "peers.h"
+#include "request.h"
 #include "sv_util.h"
 
 #define WHO         "serving"
@@ -77,9 +78,12 @@ typedef struct worker {
     float *emb, *w1;        /* [fids * d], [fids] */
     float *E, *W1, *probs;  /* [n * S * d], [n * S], [n] */
     uint64_t *set;          /* user fids (raw), open addressing, 0 = empty */
+    uint8_t *varies;        /* [S] slots the candidates' fids fill (the others: the user's) */
+    uint8_t *user_has;      /* [S] slots the user's fids fill (varies + S, one allocation) */
     uint8_t *pack;          /* impression encoding, and the packed reply */
     size_t cap_pack;
     size_t *ends;         /* [n] end of each candidate's fids */
+    sv_req_t req;         /* the request, read in place */
     sv_fetch_ws_t *fetch; /* peer reads (sharded serving) */
 } worker_t;
 
@@ -382,8 +386,10 @@ static void worker_free(worker_t *w) {
     free(w->W1);
     free(w->probs);
     free(w->set);
+    free(w->varies);
     free(w->pack);
     free(w->ends);
+    sv_req_free(&w->req);
     sv_fetch_ws_free(w->fetch);
     memset(w, 0, sizeof(*w));
 }
@@ -1141,6 +1147,10 @@ static void worker_put(mt_serving_t *sv, worker_t *w, worker_t *tmp) {
 static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, size_t nuser) {
     size_t d = sv->cfg.dim, S = sv->cfg.nslots;
     if (!w->ws && mt_model_ws_create(&w->ws) != MT_OK) return -1;
+    if (!w->varies) {
+        if (!(w->varies = malloc(2 * S))) return -1;
+        w->user_has = w->varies + S;
+    }
     if (nf > w->cap_fids) {
         if (sv_grow((void **)&w->fids, nf, sizeof(uint64_t)) ||
             sv_grow((void **)&w->fids1, nf, sizeof(uint64_t)) ||
@@ -1167,6 +1177,7 @@ static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, si
         w->cap_set = sz;
     }
     memset(w->set, 0, w->cap_set * sizeof(uint64_t));
+    memset(w->varies, 0, 2 * S);
     return 0;
 }
 
@@ -1229,45 +1240,41 @@ static uint64_t predict_reply_max_bytes(uint64_t n) {
     return len_field_bytes(4 * n) + 2 * (1 + 10);
 }
 
-/* Checks a request's SlotFids: slot range and every fid's top 16 bits. Counts fids of
- * model slots into *nf and the others into *ignored. @returns 0 or -1 (message in why). */
-static int check_slot_fids(const mt_serving_t *sv, Monolith__V1__SlotFids *const *sf, size_t n,
-                           size_t *nf, size_t *ignored, char *why, size_t whylen) {
+/* Counts the fids of SlotFids sf[0, n): those of model slots into *nf, the others into
+ * *ignored (sv_req_parse() checked their slots). */
+static void count_fids(const mt_serving_t *sv, const sv_sf_t *sf, size_t n, size_t *nf,
+                       size_t *ignored) {
     for (size_t i = 0; i < n; i++) {
-        if (sf[i]->slot > 0xFFFF) {
-            mt_msgf(why, whylen, "slot %u is not a 16-bit slot id", sf[i]->slot);
-            return -1;
-        }
-        for (size_t k = 0; k < sf[i]->n_fids; k++) {
-            if (MT_FID_SLOT(sf[i]->fids[k]) != sf[i]->slot) {
-                mt_msgf(why, whylen, "fid 0x%016llx is not of its SlotFids' slot %u",
-                        (unsigned long long)sf[i]->fids[k], sf[i]->slot);
-                return -1;
-            }
-        }
-        if (sv->slot_index[sf[i]->slot] == NO_SLOT)
-            *ignored += sf[i]->n_fids;
+        if (sv->slot_index[sf[i].slot] == NO_SLOT)
+            *ignored += sf[i].nfids;
         else
-            *nf += sf[i]->n_fids;
+            *nf += sf[i].nfids;
     }
-    return 0;
 }
 
-/* Appends the fids of model slots in sf to the worker's lists (skipping those in the user
- * set when @p dedup). @returns the new count. */
-static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k,
-                      Monolith__V1__SlotFids *const *sf, size_t n, int dedup) {
+/* Appends the fids of model slots in sf to the worker's lists. With @p dedup (a
+ * candidate's), skips those in the user set and flags the slots filled in w->varies; without
+ * (the user's), adds them to the set. @returns the new count. */
+static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf_t *sf, size_t n,
+                      int dedup) {
     for (size_t i = 0; i < n; i++) {
-        uint16_t s = sv->slot_index[sf[i]->slot];
+        uint16_t s = sv->slot_index[sf[i].slot];
         if (s == NO_SLOT) continue;
-        for (size_t j = 0; j < sf[i]->n_fids; j++) {
-            uint64_t raw = sf[i]->fids[j];
-            if (dedup && set_has(w, raw)) continue;
-            if (!dedup) set_add(w, raw);
+        sv_fids_t it;
+        uint64_t raw;
+        sv_fids_begin(&it, &w->req, &sf[i]);
+        while (sv_fids_next(&it, &raw)) {
+            /* a fid holds its slot: only a slot the user fills can repeat a user fid */
+            if (dedup && w->user_has[s] && set_has(w, raw)) continue;
+            if (!dedup) {
+                set_add(w, raw);
+                w->user_has[s] = 1;
+            }
             uint64_t f = reduce(sv, raw);
             w->fids[k] = f;
             w->fids1[k] = f | ((uint64_t)FIRST_ORDER << 48);
             w->cell[k] = s;
+            if (dedup) w->varies[s] = 1;
             k++;
         }
     }
@@ -1287,29 +1294,18 @@ static void pool(const mt_serving_t *sv, const worker_t *w, size_t from, size_t 
 }
 
 /* Deterministic sampling of a request: XXH3 of its id against the rate. */
-static int sampled(const mt_serving_t *sv, const char *request_id) {
+static int sampled(const mt_serving_t *sv, const char *request_id, size_t len) {
     double r = sv->cfg.log_sample_rate;
-    if (r <= 0.0 || !sv->cfg.producer || !request_id || !*request_id) return 0;
+    if (r <= 0.0 || !sv->cfg.producer || !len) return 0;
     if (r >= 1.0) return 1;
-    uint64_t h = XXH3_64bits(request_id, strlen(request_id));
+    uint64_t h = XXH3_64bits(request_id, len);
     return (double)(h >> 11) * 0x1.0p-53 < r;
 }
 
-static void log_impressions(mt_serving_t *sv, worker_t *w, const Monolith__V1__PredictRequest *r,
-                            int64_t ts_ms, const float *scores) {
-    Monolith__V1__Impression im = MONOLITH__V1__IMPRESSION__INIT;
-    im.request_id = r->request_id;
-    im.timestamp_ms = ts_ms;
-    im.n_user = r->n_user;
-    im.user = r->user;
-    size_t klen = strlen(r->request_id);
-    for (size_t i = 0; i < r->n_candidates; i++) {
-        const Monolith__V1__Candidate *c = r->candidates[i];
-        im.n_item = c->n_item;
-        im.item = c->item;
-        im.item_id = c->item_id;
-        im.score = scores[i];
-        size_t len = monolith__v1__impression__get_packed_size(&im);
+static void log_impressions(mt_serving_t *sv, worker_t *w, int64_t ts_ms, const float *scores) {
+    const sv_req_t *r = &w->req;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        size_t len = sv_req_impression(r, i, ts_ms, scores[i], NULL);
         if (len > w->cap_pack) {
             uint8_t *np = realloc(w->pack, len);
             if (!np) {
@@ -1319,9 +1315,9 @@ static void log_impressions(mt_serving_t *sv, worker_t *w, const Monolith__V1__P
             w->pack = np;
             w->cap_pack = len;
         }
-        monolith__v1__impression__pack(&im, w->pack);
-        mt_err_t err =
-            mt_kafka_produce(sv->cfg.producer, sv->topic, -1, r->request_id, klen, w->pack, len, 0);
+        sv_req_impression(r, i, ts_ms, scores[i], w->pack);
+        mt_err_t err = mt_kafka_produce(sv->cfg.producer, sv->topic, -1, r->request_id,
+                                        r->request_id_len, w->pack, len, 0);
         if (err == MT_OK) {
             atomic_fetch_add(&sv->logged, 1);
         } else if (err == MT_KAFKA_BUSY) {
@@ -1350,24 +1346,42 @@ static void local_lookup(void *arg) {
         l->err = mt_table_lookup(l->sv->table, l->w->fids1, l->k, l->w->w1, l->k, NULL, 0, 0, NULL);
 }
 
+static double PH[8];
+static long PHN;
+static double phnow(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+#define PHASE(i)             \
+    do {                     \
+        double _t = phnow(); \
+        PH[i] += _t - _pt;   \
+        _pt = _t;            \
+    } while (0)
 static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
+    double _pt = phnow();
     atomic_fetch_add(&sv->predicts, 1);
     if (!atomic_load(&sv->ready)) {
         FAIL(sv, c, MT_RPC_UNAVAILABLE, "serving is starting: parameters not synced yet");
         return;
     }
-    Monolith__V1__PredictRequest *r = monolith__v1__predict_request__unpack(NULL, len, req);
-    if (!r) {
-        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "malformed PredictRequest");
-        return;
-    }
     char why[256];
-    worker_t tmp, *w = NULL;
+    worker_t tmp, *w = worker_get(sv, &tmp);
+    sv_req_t *r = &w->req;
     model_ref_t *m = NULL;
-    size_t n = r->n_candidates, nf = 0, ignored = 0, nuser = 0;
-    size_t idlen = r->request_id ? strlen(r->request_id) : 0;
-    if (idlen > MT_SERVING_MAX_REQUEST_ID_BYTES) {
-        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "request_id: %zu bytes, at most %d", idlen,
+    int rc = sv_req_parse(r, req, len, why, sizeof(why));
+    if (rc) {
+        if (rc == SV_REQ_NOMEM)
+            FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+        else
+            FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "%s", why);
+        goto out;
+    }
+    PHASE(0);
+    size_t n = r->n_cands, nf = 0, ignored = 0, nuser = 0;
+    if (r->request_id_len > MT_SERVING_MAX_REQUEST_ID_BYTES) {
+        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "request_id: %zu bytes, at most %d", r->request_id_len,
              MT_SERVING_MAX_REQUEST_ID_BYTES);
         goto out;
     }
@@ -1382,18 +1396,9 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
              (unsigned long long)predict_reply_max_bytes(n), sv->cfg.max_message_bytes);
         goto out;
     }
-    if (check_slot_fids(sv, r->user, r->n_user, &nf, &ignored, why, sizeof(why))) {
-        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "user: %s", why);
-        goto out;
-    }
+    count_fids(sv, r->user, r->n_user, &nf, &ignored);
     nuser = nf;
-    for (size_t i = 0; i < n; i++) {
-        if (check_slot_fids(sv, r->candidates[i]->item, r->candidates[i]->n_item, &nf, &ignored,
-                            why, sizeof(why))) {
-            FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "candidate %zu: %s", i, why);
-            goto out;
-        }
-    }
+    count_fids(sv, r->items, r->n_items, &nf, &ignored);
     if (nf + ignored > sv->cfg.max_request_fids) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "%zu fids in one request, the limit is %u",
              nf + ignored, sv->cfg.max_request_fids);
@@ -1406,20 +1411,21 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         FAIL(sv, c, MT_RPC_UNAVAILABLE, "no dense parameters yet");
         goto out;
     }
-    w = worker_get(sv, &tmp);
     if (worker_reserve(sv, w, nf, n, nuser)) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    PHASE(1);
     /* fids: the user's [0, ku), then candidate i's [ends[i-1], ends[i]) */
     size_t ku = collect(sv, w, 0, r->user, r->n_user, 0);
     size_t *ends = w->ends;
     size_t k = ku;
     for (size_t i = 0; i < n; i++) {
-        k = collect(sv, w, k, r->candidates[i]->item, r->candidates[i]->n_item, 1);
+        k = collect(sv, w, k, r->items + r->cands[i].from, r->cands[i].to - r->cands[i].from, 1);
         ends[i] = k;
     }
     size_t d = sv->cfg.dim, S = sv->cfg.nslots;
+    PHASE(2);
     local_lookup_t ll = {sv, w, k, MT_OK};
     mt_err_t err = MT_OK;
     if (sv->peers) {
@@ -1444,6 +1450,7 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         FAIL(sv, c, MT_RPC_INTERNAL, "replica lookup: %s", mt_strerror(ll.err));
         goto out;
     }
+    PHASE(3);
     /* the user's part once, in the last row; then each candidate's on top of a copy */
     float *Eu = w->E + n * S * d, *W1u = w->W1 + n * S;
     memset(Eu, 0, S * d * sizeof(float));
@@ -1455,11 +1462,14 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         memcpy(W1, W1u, S * sizeof(float));
         pool(sv, w, i ? ends[i - 1] : ku, ends[i], E, W1);
     }
-    err = mt_model_forward_serving(m->m, w->ws, w->E, w->W1, n, sv->cfg.negative_rate, w->probs);
+    PHASE(4);
+    err = mt_model_forward_serving(m->m, w->ws, w->E, w->W1, n, sv->cfg.negative_rate, w->varies,
+                                   w->probs);
     if (err) {
         FAIL(sv, c, MT_RPC_INTERNAL, "model: %s", mt_strerror(err));
         goto out;
     }
+    PHASE(5);
     Monolith__V1__PredictResponse resp = MONOLITH__V1__PREDICT_RESPONSE__INIT;
     resp.n_scores = n;
     resp.scores = w->probs;
@@ -1474,20 +1484,27 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     if (plen > w->cap_pack) w->cap_pack = plen;
     monolith__v1__predict_response__pack(&resp, w->pack);
     mt_rpc_reply(c, w->pack, plen);
+    PHASE(6);
+    if (++PHN % 2000 == 0) {
+        fprintf(stderr, "PH");
+        for (int i = 0; i < 7; i++)
+            fprintf(stderr, " %.1f", PH[i] / 2000);
+        fprintf(stderr, "\n");
+        memset(PH, 0, sizeof PH);
+    }
     /* after the reply: the client does not wait for the log */
-    if (n && sampled(sv, r->request_id)) {
+    if (n && sampled(sv, r->request_id, r->request_id_len)) {
         int64_t ts_ms = r->timestamp_ms;
         if (ts_ms <= 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         }
-        log_impressions(sv, w, r, ts_ms, w->probs);
+        log_impressions(sv, w, ts_ms, w->probs);
     }
 out:
-    if (w) worker_put(sv, w, &tmp);
+    worker_put(sv, w, &tmp);
     model_release(sv, m);
-    monolith__v1__predict_request__free_unpacked(r, NULL);
 }
 
 static void lookup(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_t len) {

@@ -661,7 +661,7 @@ static void local_scores(cluster_t *c, request_t *q, float *out) {
                          MT_OK);
         }
     }
-    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, n, RATE, out), MT_OK);
+    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, n, RATE, NULL, out), MT_OK);
     free(E);
     free(W1);
     mt_model_destroy(m);

@@ -147,11 +147,19 @@ mt_err_t mt_model_forward(const mt_model_t *m, mt_model_ws_t *ws, const float *E
 /**
  * Serving scores: like mt_model_forward() with the negative sampling correction,
  * probs[i] = sigmoid(logit_i + log(sample_rate)).
+ *
+ * The rows of one request share their user's slots: when @p varies says which slots differ
+ * between rows, the first hidden layer reads the shared ones once per call (their product
+ * with the layer's weights is added to every row) instead of once per row. The scores are
+ * those of mt_model_forward() up to float rounding (the sums run in another order).
  * @param sample_rate  rate at which training kept negatives, in (0, 1]; 1 = no correction
+ * @param varies       [S]: 0 promises that slot s holds row 0's values (of E and W1) in every
+ *                     row (asserted in debug builds); NULL: every slot may vary
  * @returns as mt_model_forward(), and MT_INVALID for a rate outside (0, 1].
  */
 mt_err_t mt_model_forward_serving(const mt_model_t *m, mt_model_ws_t *ws, const float *E,
-                                  const float *W1, size_t n, float sample_rate, float *probs);
+                                  const float *W1, size_t n, float sample_rate,
+                                  const uint8_t *varies, float *probs);
 
 /**
  * Forward and backward for the weighted mean log loss. Overwrites (does not accumulate) the

@@ -278,16 +278,59 @@ Test(model_sampling, serving_forward_applies_it) {
     for (int j = 0; j < 12; j++)
         W1[j] = rng_uniform(&rs, -1, 1);
     cr_assert_eq(mt_model_forward(m, NULL, E, W1, 4, p), MT_OK);
-    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 0.05f, ps), MT_OK);
-    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 1.0f, p1), MT_OK);
+    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 0.05f, NULL, ps), MT_OK);
+    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 1.0f, NULL, p1), MT_OK);
     for (int i = 0; i < 4; i++) {
         cr_expect_float_eq(ps[i], mt_model_correct_prob(p[i], 0.05f), 1e-6f);
         cr_expect(ps[i] < p[i]);
         cr_expect_eq(p1[i], p[i]);
     }
-    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 0.0f, ps), MT_INVALID);
-    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 1.5f, ps), MT_INVALID);
-    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, NAN, ps), MT_INVALID);
+    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 0.0f, NULL, ps), MT_INVALID);
+    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, 1.5f, NULL, ps), MT_INVALID);
+    cr_expect_eq(mt_model_forward_serving(m, NULL, E, W1, 4, NAN, NULL, ps), MT_INVALID);
+    mt_model_destroy(m);
+}
+
+/* The first layer reads the slots shared by every row once: the scores are the plain
+ * forward's up to rounding, for every pattern of shared slots (none, all, one block, more
+ * runs than the model reads apart, the two ends) and below the rows where it pays. */
+Test(model_sampling, shared_slots_give_the_plain_scores) {
+    enum { S = 12, D = 4, N = 7 };
+    const uint32_t h[] = {8, 5};
+    mt_model_t *m = mk_model(S, D, 2, h, 21);
+    uint64_t rs = 5;
+    for (size_t t = 0; t < mt_model_nparams(m); t++) {
+        mt_model_param_t p;
+        cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+        for (size_t j = 0; j < p.size; j++)
+            p.values[j] = rng_uniform(&rs, -0.5f, 0.5f); /* biases too: they are folded in */
+    }
+    static const char *patterns[] = {"111111111111", "000000000000", "000000111111",
+                                     "101010101010", "100000000001", "011101101110"};
+    mt_model_ws_t *ws = NULL;
+    cr_assert_eq(mt_model_ws_create(&ws), MT_OK);
+    for (size_t q = 0; q < sizeof(patterns) / sizeof(patterns[0]); q++) {
+        for (size_t n = 1; n <= N; n += 3) {
+            uint8_t varies[S];
+            float E[N * S * D], W1[N * S], plain[N], shared[N];
+            for (int s = 0; s < S; s++)
+                varies[s] = patterns[q][s] == '1';
+            for (size_t i = 0; i < n; i++)
+                for (int s = 0; s < S; s++) {
+                    int own = i == 0 || varies[s];
+                    W1[i * S + s] = own ? rng_uniform(&rs, -1, 1) : W1[s];
+                    for (int k = 0; k < D; k++)
+                        E[(i * S + s) * D + k] = own ? rng_uniform(&rs, -1, 1) : E[s * D + k];
+                }
+            cr_assert_eq(mt_model_forward_serving(m, ws, E, W1, n, 0.5f, NULL, plain), MT_OK);
+            cr_assert_eq(mt_model_forward_serving(m, ws, E, W1, n, 0.5f, varies, shared), MT_OK);
+            for (size_t i = 0; i < n; i++)
+                cr_expect(fabsf(shared[i] - plain[i]) <= 1e-6f + 1e-5f * fabsf(plain[i]),
+                          "pattern %s, %zu rows, row %zu: %.9g shared, %.9g plain", patterns[q], n,
+                          i, shared[i], plain[i]);
+        }
+    }
+    mt_model_ws_destroy(ws);
     mt_model_destroy(m);
 }
 
