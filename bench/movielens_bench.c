@@ -255,7 +255,7 @@ static mt_err_t run(const opts_t *o, const mt_batch_t *all, const size_t *train,
     res->examples_per_s = (double)ntrain * o->epochs / train_s;
     mt_table_stats_t st;
     mt_table_stats(mt_trainer_table(tr), &st);
-    res->rows = st.rows / 2; /* embedding rows (each has a first-order twin) */
+    res->rows = st.rows; /* one row per id: embedding and first-order weight */
 out:
     mt_batch_free(&b);
     mt_trainer_destroy(tr);

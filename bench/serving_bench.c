@@ -358,7 +358,7 @@ int main(int argc, char **argv) {
                  addrs[i]);
     }
 
-    /* fill: a trainer covers every id of every slot (embedding and first-order rows) */
+    /* fill: a trainer covers every id of every slot (rows of embedding and first-order weight) */
     const char *pa[MAX_SHARDS];
     for (int i = 0; i < shards; i++)
         pa[i] = addrs[i];

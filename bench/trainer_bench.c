@@ -157,12 +157,13 @@ static mt_err_t shared_apply(void *ud, const uint64_t *fids, size_t n, const flo
 
 /* The same table a local trainer makes for itself (mt_trainer_create). */
 static mt_table_t *shared_table(const mt_trainer_config_t *tc) {
-    mt_table_slot_config_t slots[2 * NSLOTS];
-    mt_trainer_slot_configs(tc, slots, 2 * NSLOTS);
+    mt_table_slot_config_t slots[NSLOTS];
+    size_t nslots = 0;
+    mt_trainer_slot_configs(tc, slots, NSLOTS, &nslots);
     mt_table_config_t c;
     mt_table_config_init(&c);
     c.slots = slots;
-    c.nslots = 2 * NSLOTS;
+    c.nslots = nslots;
     c.shards_log2 = tc->table_shards_log2;
     c.initial_rows = tc->table_initial_rows;
     c.changelog_entries = 0;
@@ -299,8 +300,8 @@ typedef struct shard_proc {
     char log[256];
 } shard_proc_t;
 
-/* Starts a monolith-ps holding @p slots (the trainer's: each feature slot and its
- * first-order twin) with no frequency filter, snapshots or expiry, 2 rpc workers, and the
+/* Starts a monolith-ps holding @p slots (the trainer's: each feature slot's row, embedding
+ * and first-order weight) with no frequency filter, snapshots or expiry, 2 rpc workers, and the
  * daemon's defaults otherwise (1,024 parts, a change log of 1 Mi entries: what a shard that
  * serving replicas follow keeps). @returns 0 or -1 (said on stderr). */
 static int shard_start(const mt_table_slot_config_t *slots, size_t nslots, uint64_t initial_rows,
@@ -321,8 +322,11 @@ static int shard_start(const mt_table_slot_config_t *slots, size_t nslots, uint6
             "[table]\nfilter_bytes = 0\ninitial_rows = %llu\n",
             (unsigned long long)initial_rows);
     for (size_t i = 0; i < nslots; i++)
-        fprintf(f, "[slot.%u]\ndim = %u\ninit = %s\ninit_scale = %g\noptimizer = %s\nlr = %g\n",
-                slots[i].slot, slots[i].dim, slots[i].init == MT_INIT_ZEROS ? "zeros" : "uniform",
+        fprintf(f,
+                "[slot.%u]\ndim = %u\nzero_tail = %u\ninit = %s\ninit_scale = %g\noptimizer = "
+                "%s\nlr = %g\n",
+                slots[i].slot, slots[i].dim, slots[i].zero_tail,
+                slots[i].init == MT_INIT_ZEROS ? "zeros" : "uniform",
                 slots[i].init_scale > 0 ? slots[i].init_scale : 0.01,
                 slots[i].opt == MT_OPT_ADAGRAD ? "adagrad" : "sgd", slots[i].lr);
     if (fclose(f) != 0) return -1;
@@ -462,8 +466,9 @@ int main(int argc, char **argv) {
      * threads), shard_cpu_us_per_example: the shard's process, cpu_us_per_example: both (on
      * this machine they share the cores); vs_local_cpu: the local table's CPU time per
      * example over the trainer's, vs_local_cpu_total over both. */
-    mt_table_slot_config_t slots[2 * NSLOTS];
-    mt_trainer_slot_configs(&tc, slots, 2 * NSLOTS);
+    mt_table_slot_config_t slots[NSLOTS];
+    size_t nslots = 0;
+    mt_trainer_slot_configs(&tc, slots, NSLOTS, &nslots);
     stream_t sm;
     stream_init(&sm, PHASE_COLD, 1);
     batches_t bs = {0};
@@ -477,7 +482,7 @@ int main(int argc, char **argv) {
     for (int mode = 0; mode <= 2; mode++) { /* unpipelined, pipelined, with prefetch */
         int pipelined = mode >= 1, prefetch = mode == 2;
         shard_proc_t sp;
-        if (shard_start(slots, 2 * NSLOTS, initial_rows, mode, &sp)) return 1;
+        if (shard_start(slots, nslots, initial_rows, mode, &sp)) return 1;
         char addr[64];
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", sp.port);
         const char *addrs[1] = {addr};

@@ -4,8 +4,8 @@
  *
  * Once per process the target builds a one-shard cluster in process, with gRPC replaced by
  * fuzz_rpc_stub.c on both sides (WRAP_RPC_CLIENT):
- *  - an mt_ps_t with the model's table slots (feature slots 1..3, dim 4, and their
- *    first-order slots s | 0x8000, dim 1);
+  *  - an mt_ps_t with the model's table slots (feature slots 1..3, rows of the dim-4
+ *    embedding and the first-order weight);
  *  - the trainer's path into it, through the real psclient: dense tensors pushed with their
  *    initial values (PushDense), ROWS ids of each slot created (Lookup train) and moved by
  *    one gradient step (ApplyGradients);
@@ -57,15 +57,16 @@ static void at_exit(void) {
     mt_ps_destroy(ps);
 }
 
-/* The model's table slots in @p slots (2 * NSLOTS), and a small table config over them. */
+/* The model's table slots in @p slots (NSLOTS, rows of the embedding and the first-order
+ * weight), and a small table config over them. */
 static void table_config(mt_table_config_t *cfg, mt_table_slot_config_t *slots) {
     for (uint16_t i = 0; i < NSLOTS; i++) {
-        mt_table_slot_config_init(&slots[i], (uint16_t)(i + 1), DIM);
-        mt_table_slot_config_init(&slots[NSLOTS + i], (uint16_t)((i + 1) | 0x8000), 1);
+        mt_table_slot_config_init(&slots[i], (uint16_t)(i + 1), mt_model_row_floats(DIM));
+        slots[i].zero_tail = MT_MODEL_ROW_TAIL;
     }
     mt_table_config_init(cfg);
     cfg->slots = slots;
-    cfg->nslots = 2 * NSLOTS;
+    cfg->nslots = NSLOTS;
     cfg->shards_log2 = 2;
 }
 
@@ -103,16 +104,13 @@ static void train_once(const char *const *addrs) {
         free(zeros[i]);
     mt_model_destroy(m);
 
-    enum { NFIDS = 2 * NSLOTS * ROWS, FLOATS = NSLOTS * ROWS * (DIM + 1) };
+    enum { NFIDS = NSLOTS * ROWS, FLOATS = NSLOTS * ROWS * (DIM + MT_MODEL_ROW_TAIL) };
     static uint64_t fids[NFIDS];
     static float emb[FLOATS], grad[FLOATS];
     size_t k = 0;
-    for (uint16_t s = 1; s <= NSLOTS; s++) {
-        for (uint64_t id = 0; id < ROWS; id++) {
+    for (uint16_t s = 1; s <= NSLOTS; s++)
+        for (uint64_t id = 0; id < ROWS; id++)
             fids[k++] = MT_FID_MAKE(s, id);
-            fids[k++] = MT_FID_MAKE(s | 0x8000, id);
-        }
-    }
     int64_t now = (int64_t)time(NULL);
     if (mt_psc_lookup(psc, fids, NFIDS, 1, now, emb, FLOATS, NULL, &st) != MT_OK)
         die("Lookup", st.message);
@@ -125,7 +123,7 @@ static void train_once(const char *const *addrs) {
 
 static void build(void) {
     static const char *const addrs[] = {"127.0.0.1:1"}; /* never dialled: the stub answers */
-    mt_table_slot_config_t slots[2 * NSLOTS];
+    mt_table_slot_config_t slots[NSLOTS];
     mt_fuzz_rpc_reset();
 
     mt_ps_config_t pcfg;
@@ -167,7 +165,7 @@ static void build(void) {
     mt_serving_stop(sv);
     mt_serving_counters_t k;
     mt_serving_counters(sv, &k);
-    if (!k.ready || k.rows != 2 * NSLOTS * ROWS)
+    if (!k.ready || k.rows != NSLOTS * ROWS)
         die("serving", "the replica did not sync the shard's rows and dense parameters in 10 s");
 }
 

@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     Monolith__V1__PredictRequest pr = MONOLITH__V1__PREDICT_REQUEST__INIT;
     pr.request_id = "r1", pr.n_user = 1, pr.user = user, pr.n_candidates = 1, pr.candidates = cands;
     put_msg("serving_predict", "predict", &pr.base);
-    /* fuzz_serving's replica has rows for ids 0..63 of slots 1..3 (and s | 0x8000) */
+    /* fuzz_serving's replica has rows for ids 0..63 of slots 1..3 */
     uint64_t u1[3] = {MT_FID_MAKE(1, 3), MT_FID_MAKE(1, 63), MT_FID_MAKE(1, 64)};
     uint64_t u3[2] = {MT_FID_MAKE(3, 0), MT_FID_MAKE(3, 9)};
     uint64_t i2[4][2] = {{MT_FID_MAKE(2, 1), MT_FID_MAKE(2, 2)},

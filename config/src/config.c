@@ -26,6 +26,7 @@
  * and free; the line parser; public API; the reference.
  */
 #include "mt/config.h"
+#include "mt/model.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -252,8 +253,8 @@ static const prop_t props[] = {
             "comparison)"},
     {KEY("trainer", "table_initial_rows"), CFG(trainer.table_initial_rows), UINT(0, 1ull << 40),
      .def = "0",
-     .doc = "without PS shards: pre-size the trainer's own table for this many rows (2 per id: "
-            "the embedding and the first-order weight); 0: grow from empty"},
+     .doc = "without PS shards: pre-size the trainer's own table for this many rows (one per "
+            "id: the embedding and the first-order weight); 0: grow from empty"},
     {KEY("trainer", "seed"), CFG(trainer.seed), UINT(0, UINT64_MAX), .def = "1",
      .doc = "seed of the model and embedding initialization"},
     {KEY("trainer", "epochs"), CFG(trainer.epochs), UINT(1, 1000), .def = "1",
@@ -480,7 +481,11 @@ static const prop_t props[] = {
             "(e.g. dialing by IP address); empty: the host"},
     /* [slot.N]: mt_table_slot_config_t, defaults as mt_table_slot_config_init() */
     {KEY("slot", "dim"), SLOT(dim), UINT(1, MT_TABLE_MAX_DIM), .def = NULL,
-     .doc = "embedding width"},
+     .doc = "row width; a slot of the trainer's model may give the embedding's (`trainer.dim`): "
+            "its row is one float wider, for the first-order weight"},
+    {KEY("slot", "zero_tail"), SLOT(zero_tail), UINT(0, MT_TABLE_MAX_DIM), .def = "0",
+     .doc = "the last this many floats of a new row start at 0 whatever `init` (a model "
+            "slot's first-order weight: 1, set by the model's layout)"},
     {KEY("slot", "init"), SLOT(init), ENUM(init_enum), .def = "uniform",
      .doc = "initializer of a new row (deterministic per id and `init_seed`)"},
     {KEY("slot", "init_scale"), SLOT(init_scale), REAL(0, FINITE, PF_MAX_OPEN), .def = "0.01",
@@ -1635,8 +1640,8 @@ mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint
 }
 
 /* The feature slots of [trainer]: the list, or the input format's. For tsv / csv, the
- * slots of input.columns, unless a [slot.N] section configures a slot (or first-order slot)
- * that they do not name: such a file describes a PS table of its own, not this model. */
+ * slots of input.columns, unless a [slot.N] section configures a slot that they do not name:
+ * such a file describes a PS table of its own, not this model. */
 static mt_err_t trainer_slots(const mt_config_t *c, uint64_t *v, size_t cap, size_t *n,
                               char *errbuf, size_t errlen) {
     char msg[256];
@@ -1665,7 +1670,7 @@ static mt_err_t trainer_slots(const mt_config_t *c, uint64_t *v, size_t cap, siz
         mt_err_t err = mt__config_column_slots(c->input.columns, v, cap, n, errbuf, errlen);
         if (err) return err;
         for (size_t k = 0; k < c->nslots && *n; k++) {
-            uint64_t s = c->slots[k].slot & 0x7fffu;
+            uint64_t s = c->slots[k].slot;
             size_t i = 0;
             while (i < *n && v[i] != s)
                 i++;
@@ -1687,38 +1692,47 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
         mt_msgf(errbuf, errlen, "trainer.slots: more than %zu slots", *nslots_out);
         return MT_CONFIG;
     }
+    const uint32_t row = mt_model_row_floats(c->trainer.dim);
     for (size_t i = 0; i < n; i++) {
-        for (int fo = 0; fo < 2; fo++) {
-            uint16_t id = (uint16_t)(v[i] | (fo ? 0x8000u : 0));
-            uint32_t dim = fo ? 1 : c->trainer.dim;
-            ptrdiff_t at = slot_find(c, id);
-            if (at >= 0) {
-                if (c->slots[at].dim != dim) {
-                    mt_msgf(errbuf, errlen,
-                            "slot.%u.dim: %u, but the trainer's model needs %u (trainer.%s)", id,
-                            c->slots[at].dim, dim, fo ? "slots: first-order weights" : "dim");
-                    return MT_CONFIG;
-                }
-                continue;
-            }
-            size_t idx;
-            if ((err = slot_add(c, id, &idx))) {
-                mt_msgf(errbuf, errlen, "slot.%u: %s", id, mt_strerror(err));
-                return err;
-            }
-            mt_table_slot_config_t *sc = &c->slots[idx];
-            uint32_t keep_ttl = c->trainer.ttl_s;
-            mt_table_slot_config_init(sc, id, dim);
-            sc->init = fo ? MT_INIT_ZEROS : MT_INIT_UNIFORM;
-            if (!fo) {
-                sc->init_scale = c->trainer.init_scale;
-                sc->init_seed = c->trainer.seed;
-            }
-            sc->opt = c->trainer.sparse_opt;
-            sc->lr = c->trainer.sparse_lr;
-            sc->min_count = c->trainer.min_count;
-            sc->ttl_s = keep_ttl;
+        uint16_t id = (uint16_t)v[i];
+        /* the old layout's first-order slot: its weight is in slot id's row now */
+        if (slot_find(c, (uint16_t)(id | 0x8000u)) >= 0) {
+            mt_msgf(errbuf, errlen,
+                    "slot.%u: a model slot's first-order weight is kept in its row (slot.%u, "
+                    "dim + 1): remove this section",
+                    id | 0x8000u, id);
+            return MT_CONFIG;
         }
+        ptrdiff_t at = slot_find(c, id);
+        if (at >= 0) {
+            mt_table_slot_config_t *sc = &c->slots[at];
+            if (sc->dim == row && sc->zero_tail == MT_MODEL_ROW_TAIL) continue; /* derived */
+            if (sc->dim != c->trainer.dim) {
+                mt_msgf(errbuf, errlen,
+                        "slot.%u.dim: %u, but the trainer's model needs %u (trainer.dim)", id,
+                        sc->dim, c->trainer.dim);
+                return MT_CONFIG;
+            }
+            sc->dim = row; /* the embedding, then the first-order weight */
+            sc->zero_tail = MT_MODEL_ROW_TAIL;
+            continue;
+        }
+        size_t idx;
+        if ((err = slot_add(c, id, &idx))) {
+            mt_msgf(errbuf, errlen, "slot.%u: %s", id, mt_strerror(err));
+            return err;
+        }
+        mt_table_slot_config_t *sc = &c->slots[idx];
+        uint32_t keep_ttl = c->trainer.ttl_s;
+        mt_table_slot_config_init(sc, id, row);
+        sc->zero_tail = MT_MODEL_ROW_TAIL;
+        sc->init = MT_INIT_UNIFORM;
+        sc->init_scale = c->trainer.init_scale;
+        sc->init_seed = c->trainer.seed;
+        sc->opt = c->trainer.sparse_opt;
+        sc->lr = c->trainer.sparse_lr;
+        sc->min_count = c->trainer.min_count;
+        sc->ttl_s = keep_ttl;
     }
     if (slots_out && nslots_out) {
         for (size_t i = 0; i < n; i++)

@@ -158,4 +158,7 @@ void mt__init_emb(const mt_table_slot_config_t *s, uint64_t fid, float *w) {
         }
         break;
     }
+    /* the draws above fill every float, so the first dim - zero_tail are those of a slot of
+     * that dim with the same seed */
+    if (s->zero_tail) memset(w + (s->dim - s->zero_tail), 0, s->zero_tail * sizeof(float));
 }

@@ -125,6 +125,8 @@ mt_err_t mt_table_config_validate(const mt_table_config_t *cfg, char *errbuf, si
             bad = "dim out of range 1..1024";
         else if (s->init > MT_INIT_NORMAL)
             bad = "init: unknown initializer";
+        else if (s->zero_tail > s->dim)
+            bad = "zero_tail: above dim";
         else if (!(s->init_scale >= 0.0f && s->init_scale < 1e30f))
             bad = "init_scale: not finite";
         else if (s->init_mean != s->init_mean)

@@ -15,9 +15,9 @@
  *  - a worker context (scratch buffers, model workspace) is owned by one Predict at a time:
  *    taken with an atomic exchange on its busy flag, never with a lock.
  *
- * Pooling is the trainer's (trainer/src/trainer.c): for feature slot s, the sum of the
- * dim-d rows of its fids (slot s) and the sum of their dim-1 first-order rows (slot
- * s | 0x8000), after the same hash_buckets reduction. A request's fids of slot s are the
+  * Pooling is the trainer's (trainer/src/trainer.c): for feature slot s, the sums of the
+ * embeddings and of the first-order weights of its fids' rows (mt_model_row_floats()), after
+ * the same hash_buckets reduction. A request's fids of slot s are the
  * user's followed by the candidate's, a candidate fid the user side already gave being left
  * out: that is how the joiner merges an Impression into the Example the trainer learns from.
  */
@@ -49,10 +49,10 @@
 #include "request.h"
 #include "sv_util.h"
 
-#define WHO         "serving"
-#define FIRST_ORDER 0x8000u
-#define NO_SLOT     0xFFFFu
-#define SYNC_PATH   "/monolith.v1.ParameterServer/Sync"
+#define WHO        "serving"
+#define SLOT_LIMIT 0x8000u /* feature slots are below it, as the trainer's */
+#define NO_SLOT    0xFFFFu
+#define SYNC_PATH  "/monolith.v1.ParameterServer/Sync"
 
 #define HIST_BUCKETS 14
 static const double hist_bounds_s[HIST_BUCKETS - 1] = {
@@ -73,14 +73,14 @@ typedef struct worker {
     atomic_int busy;
     mt_model_ws_t *ws;
     size_t cap_fids, cap_n, cap_set;
-    uint64_t *fids, *fids1; /* [fids] embedding and first-order ids (reduced) */
-    uint16_t *cell;         /* [fids] model slot index of each id */
-    float *emb, *w1;        /* [fids * d], [fids] */
-    float *E, *W1, *probs;  /* [n * S * d], [n * S], [n] */
-    uint64_t *set;          /* user fids (raw), open addressing, 0 = empty */
-    uint8_t *varies;        /* [S] slots the candidates' fids fill (the others: the user's) */
-    uint8_t *user_has;      /* [S] slots the user's fids fill (varies + S, one allocation) */
-    uint8_t *pack;          /* impression encoding, and the packed reply */
+    uint64_t *fids;        /* [fids] ids (reduced) */
+    uint16_t *cell;        /* [fids] model slot index of each id */
+    float *emb;            /* [fids * (d + 1)] their rows: embedding, first-order weight */
+    float *E, *W1, *probs; /* [n * S * d], [n * S], [n] */
+    uint64_t *set;         /* user fids (raw), open addressing, 0 = empty */
+    uint8_t *varies;       /* [S] slots the candidates' fids fill (the others: the user's) */
+    uint8_t *user_has;     /* [S] slots the user's fids fill (varies + S, one allocation) */
+    uint8_t *pack;         /* impression encoding, and the packed reply */
     size_t cap_pack;
     size_t *ends;         /* [n] end of each candidate's fids */
     sv_req_t req;         /* the request, read in place */
@@ -197,17 +197,15 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
         BAD("nslots: %u feature slots, 1..%d allowed", c->nslots, MT_SERVING_MAX_SLOTS);
     if (c->nhidden > MT_SERVING_MAX_HIDDEN) BAD("nhidden: %u hidden layers", c->nhidden);
     for (uint32_t s = 0; s < c->nslots; s++) {
-        if (c->slot_ids[s] >= FIRST_ORDER)
-            BAD("feature slot %u is not below 32768", c->slot_ids[s]);
+        if (c->slot_ids[s] >= SLOT_LIMIT) BAD("feature slot %u is not below 32768", c->slot_ids[s]);
         for (uint32_t k = 0; k < s; k++)
             if (c->slot_ids[k] == c->slot_ids[s])
                 BAD("feature slot %u listed twice", c->slot_ids[s]);
         const mt_table_slot_config_t *e = find_slot(&c->table, c->slot_ids[s]);
-        const mt_table_slot_config_t *w = find_slot(&c->table, c->slot_ids[s] | FIRST_ORDER);
-        if (!e || e->dim != c->dim)
-            BAD("table slot %u: missing or not of dim %u", c->slot_ids[s], c->dim);
-        if (!w || w->dim != 1)
-            BAD("first-order table slot %u: missing or not of dim 1", c->slot_ids[s] | FIRST_ORDER);
+        if (!e || e->dim != mt_model_row_floats(c->dim))
+            BAD("table slot %u: missing or not of the model's row (dim %u + its first-order "
+                "weight)",
+                c->slot_ids[s], c->dim);
     }
     if (!(c->negative_rate > 0.0f && c->negative_rate <= 1.0f))
         BAD("negative_rate: %g is not in (0, 1]", (double)c->negative_rate);
@@ -378,10 +376,8 @@ void mt_serving_stop(mt_serving_t *sv);
 static void worker_free(worker_t *w) {
     mt_model_ws_destroy(w->ws);
     free(w->fids);
-    free(w->fids1);
     free(w->cell);
     free(w->emb);
-    free(w->w1);
     free(w->E);
     free(w->W1);
     free(w->probs);
@@ -1153,10 +1149,8 @@ static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, si
     }
     if (nf > w->cap_fids) {
         if (sv_grow((void **)&w->fids, nf, sizeof(uint64_t)) ||
-            sv_grow((void **)&w->fids1, nf, sizeof(uint64_t)) ||
             sv_grow((void **)&w->cell, nf, sizeof(uint16_t)) ||
-            sv_grow((void **)&w->emb, nf * d, sizeof(float)) ||
-            sv_grow((void **)&w->w1, nf, sizeof(float)))
+            sv_grow((void **)&w->emb, nf * mt_model_row_floats((uint32_t)d), sizeof(float)))
             return -1;
         w->cap_fids = nf;
     }
@@ -1272,7 +1266,6 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
             }
             uint64_t f = reduce(sv, raw);
             w->fids[k] = f;
-            w->fids1[k] = f | ((uint64_t)FIRST_ORDER << 48);
             w->cell[k] = s;
             if (dedup) w->varies[s] = 1;
             k++;
@@ -1283,13 +1276,13 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
 
 static void pool(const mt_serving_t *sv, const worker_t *w, size_t from, size_t to, float *E,
                  float *W1) {
-    size_t d = sv->cfg.dim;
+    size_t d = sv->cfg.dim, rw = mt_model_row_floats(sv->cfg.dim);
     for (size_t k = from; k < to; k++) {
         float *e = E + (size_t)w->cell[k] * d;
-        const float *x = w->emb + k * d;
+        const float *x = w->emb + k * rw; /* the row: embedding, then first-order weight */
         for (size_t j = 0; j < d; j++)
             e[j] += x[j];
-        W1[w->cell[k]] += w->w1[k];
+        W1[w->cell[k]] += x[d];
     }
 }
 
@@ -1330,7 +1323,7 @@ static void log_impressions(mt_serving_t *sv, worker_t *w, int64_t ts_ms, const 
     }
 }
 
-/* A Predict's lookups in the replica (embeddings and first-order weights of its k ids). */
+/* A Predict's lookup in the replica (the rows of its k ids). */
 typedef struct local_lookup {
     mt_serving_t *sv;
     worker_t *w;
@@ -1340,10 +1333,9 @@ typedef struct local_lookup {
 
 static void local_lookup(void *arg) {
     local_lookup_t *l = arg;
-    size_t d = l->sv->cfg.dim;
-    l->err = mt_table_lookup(l->sv->table, l->w->fids, l->k, l->w->emb, l->k * d, NULL, 0, 0, NULL);
-    if (!l->err)
-        l->err = mt_table_lookup(l->sv->table, l->w->fids1, l->k, l->w->w1, l->k, NULL, 0, 0, NULL);
+    size_t rw = mt_model_row_floats(l->sv->cfg.dim);
+    l->err =
+        mt_table_lookup(l->sv->table, l->w->fids, l->k, l->w->emb, l->k * rw, NULL, 0, 0, NULL);
 }
 
 static double PH[8];
@@ -1431,9 +1423,9 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     if (sv->peers) {
         /* the ids of shards held elsewhere: from the peers, while the replica reads its own
          * (as zeros for the others: the peers' values are written over them after) */
-        sv_fetch_list_t lists[2] = {{w->fids, k, (uint32_t)d, w->emb}, {w->fids1, k, 1, w->w1}};
+        sv_fetch_list_t lists[1] = {{w->fids, k, mt_model_row_floats((uint32_t)d), w->emb}};
         uint64_t zeroed = 0;
-        err = sv_peers_fetch(sv->peers, &w->fetch, lists, 2, sv->cfg.peer_zeros, &zeroed,
+        err = sv_peers_fetch(sv->peers, &w->fetch, lists, 1, sv->cfg.peer_zeros, &zeroed,
                              local_lookup, &ll, why, sizeof(why));
         if (zeroed) atomic_fetch_add(&sv->peer_zero_fids, zeroed);
         if (err) {

@@ -141,27 +141,27 @@ Test(security_e2e, ps_and_serving_over_mutual_tls) {
     mt_psc_t *c = client(addr, 1, 1);
     enum { B = 300 };
     uint64_t fids[B];
-    float emb[B * 8], g[B * 8];
+    float emb[B * 9], g[B * 9]; /* rows of dim 8 + the first-order weight */
     for (int i = 0; i < B; i++)
         fids[i] = MT_FID_MAKE(1, (uint64_t)i * 31 + 7);
     mt_rpc_status_t st;
-    cr_assert_eq(mt_psc_lookup(c, fids, B, 1, 0, emb, B * 8, NULL, &st), MT_OK, "%s", st.message);
-    for (int k = 0; k < B * 8; k++)
+    cr_assert_eq(mt_psc_lookup(c, fids, B, 1, 0, emb, B * 9, NULL, &st), MT_OK, "%s", st.message);
+    for (int k = 0; k < B * 9; k++)
         g[k] = 0.25f;
-    cr_assert_eq(mt_psc_apply(c, fids, B, g, B * 8, 0, 1, 0, NULL, NULL, &st), MT_OK, "%s",
+    cr_assert_eq(mt_psc_apply(c, fids, B, g, B * 9, 0, 1, 0, NULL, NULL, &st), MT_OK, "%s",
                  st.message);
     uint8_t found[B];
-    cr_assert_eq(mt_psc_lookup(c, fids, B, 0, 0, emb, B * 8, found, &st), MT_OK, "%s", st.message);
+    cr_assert_eq(mt_psc_lookup(c, fids, B, 0, 0, emb, B * 9, found, &st), MT_OK, "%s", st.message);
     for (int i = 0; i < B; i++)
         cr_assert_eq(found[i], 1);
 
     /* Request limit: 10,000 ids are ~80 KB, over ps.max_message_bytes = 65536. */
     enum { BIG = 10000 };
     uint64_t *big = malloc(BIG * sizeof(uint64_t));
-    float *bigout = malloc(BIG * 8 * sizeof(float));
+    float *bigout = malloc(BIG * 9 * sizeof(float));
     for (int i = 0; i < BIG; i++)
         big[i] = MT_FID_MAKE(1, (uint64_t)i);
-    mt_err_t e = mt_psc_lookup(c, big, BIG, 0, 0, bigout, BIG * 8, NULL, &st);
+    mt_err_t e = mt_psc_lookup(c, big, BIG, 0, 0, bigout, BIG * 9, NULL, &st);
     cr_assert_neq(e, MT_OK);
     cr_assert_eq(st.code, MT_RPC_RESOURCE_EXHAUSTED, "%d %s", st.code, st.message);
     free(big);
@@ -177,10 +177,10 @@ Test(security_e2e, ps_and_serving_over_mutual_tls) {
 
     /* Without TLS, or without the client certificate: no connection. */
     c = client(addr, 0, 0);
-    cr_assert_eq(mt_psc_lookup(c, fids, 1, 0, 0, emb, 8, NULL, &st), MT_UNAVAILABLE);
+    cr_assert_eq(mt_psc_lookup(c, fids, 1, 0, 0, emb, 9, NULL, &st), MT_UNAVAILABLE);
     mt_psc_destroy(c);
     c = client(addr, 1, 0);
-    cr_assert_eq(mt_psc_lookup(c, fids, 1, 0, 0, emb, 8, NULL, &st), MT_UNAVAILABLE);
+    cr_assert_eq(mt_psc_lookup(c, fids, 1, 0, 0, emb, 9, NULL, &st), MT_UNAVAILABLE);
     mt_psc_destroy(c);
 
     /* The CLI. */

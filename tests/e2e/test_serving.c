@@ -51,7 +51,7 @@
 static const uint16_t slot_ids[NSLOTS] = {1, 2, 3};
 
 typedef struct cluster {
-    mt_table_slot_config_t slots[2 * NSLOTS];
+    mt_table_slot_config_t slots[NSLOTS];
     mt_ps_t *ps[NSHARDS];
     mt_ps_publisher_t *pub[NSHARDS]; /* kafka set: each shard publishes its changes */
     const char *kafka;               /* NULL, or the bootstrap of the parameters topic */
@@ -94,7 +94,7 @@ static void start_shard(cluster_t *c, uint32_t i, const char *listen) {
     pc.shard = i;
     pc.num_shards = NSHARDS;
     pc.table.slots = c->slots;
-    pc.table.nslots = 2 * NSLOTS;
+    pc.table.nslots = NSLOTS;
     pc.table.shards_log2 = 3;
     pc.table.filter_bytes = 0;
     pc.sync_chunk_fids = 64;   /* several chunks per stream */
@@ -136,8 +136,10 @@ static void cluster_start_kafka(cluster_t *c, uint32_t ttl_s, int with_dense, co
     c->tc.hidden[1] = 8;
     c->tc.sparse_lr = 0.2f;
     c->tc.dense_lr = 0.01f;
-    cr_assert_eq(mt_trainer_slot_configs(&c->tc, c->slots, 2 * NSLOTS), MT_OK);
-    for (int i = 0; i < 2 * NSLOTS; i++)
+    size_t nslots = 0;
+    cr_assert_eq(mt_trainer_slot_configs(&c->tc, c->slots, NSLOTS, &nslots), MT_OK);
+    cr_assert_eq(nslots, NSLOTS);
+    for (int i = 0; i < NSLOTS; i++)
         c->slots[i].ttl_s = ttl_s;
     for (uint32_t i = 0; i < NSHARDS; i++)
         start_shard(c, i, "127.0.0.1:0");
@@ -205,7 +207,7 @@ static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.hidden[0] = 16;
     sc.hidden[1] = 8;
     sc.table.slots = c->slots;
-    sc.table.nslots = 2 * NSLOTS;
+    sc.table.nslots = NSLOTS;
     sc.table.shards_log2 = 2;
     sc.negative_rate = RATE;
     sc.sync_interval_ms = SYNC_MS;
@@ -381,28 +383,23 @@ static int serving_lookup(server_t *s, const uint64_t *fids, size_t n, int train
     return code;
 }
 
-/* The embedding and first-order fids of every id of the given users and items. */
+/* The fids of every id of the given users and items (each row: the embedding, then the
+ * first-order weight). */
 static size_t all_fids(uint64_t *out, size_t cap, uint64_t user0, size_t nusers,
                        const uint64_t *items, size_t nitems) {
     size_t n = 0;
-    for (size_t i = 0; i < nusers && n + 2 <= cap; i++) {
+    for (size_t i = 0; i < nusers && n + 1 <= cap; i++)
         out[n++] = fid(1, user0 + i);
-        out[n++] = fid(1 | 0x8000, user0 + i);
-    }
-    for (size_t i = 0; i < nitems && n + 4 <= cap; i++) {
+    for (size_t i = 0; i < nitems && n + 2 <= cap; i++) {
         out[n++] = fid(2, items[i]);
-        out[n++] = fid(2 | 0x8000, items[i]);
         out[n++] = fid(3, items[i] % 7);
-        out[n++] = fid(3 | 0x8000, items[i] % 7);
     }
     return n;
 }
 
 static size_t nfloats(const uint64_t *fids, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        k += MT_FID_SLOT(fids[i]) & 0x8000 ? 1 : DIM;
-    return k;
+    (void)fids;
+    return n * (DIM + 1);
 }
 
 /* Polls until serving's Lookup of fids equals the PS's (values bit for bit, found flags) and
@@ -458,9 +455,9 @@ static void burst_changes_score(uint32_t stream_ms) {
     cr_assert_eq(predict(&s, &q, s0, NULL), MT_RPC_OK);
     /* the new item has no row yet: serving reads zeros */
     uint64_t f = fid(2, 777777);
-    float v[DIM];
+    float v[DIM + 1]; /* a row: the embedding, then the first-order weight */
     uint8_t found = 1;
-    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM, &found), MT_RPC_OK);
+    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM + 1, &found), MT_RPC_OK);
     cr_assert_eq(found, 0);
     for (int k = 0; k < 10; k++)
         train(&c, 1000, 777777, 1.0f, 50, now);
@@ -480,7 +477,7 @@ static void burst_changes_score(uint32_t stream_ms) {
     uint64_t fids[64];
     size_t n = all_fids(fids, 64, 1000, 50, ids, 1);
     cr_assert(converged(&s, &c, fids, n, 30));
-    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM, &found), MT_RPC_OK);
+    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM + 1, &found), MT_RPC_OK);
     cr_assert_eq(found, 1);
     cr_assert_eq(predict(&s, &q, s1, NULL), MT_RPC_OK);
     cr_assert_gt(s1[1], s0[1], "clicks should raise the score: %g -> %g", s0[1], s1[1]);
@@ -653,12 +650,10 @@ static void local_scores(cluster_t *c, request_t *q, float *out) {
         /* slot 1 from the user, slots 2 and 3 from the candidate */
         uint64_t f[3] = {q->ufid, q->ifid[i][0], q->ifid[i][1]};
         for (int s = 0; s < NSLOTS; s++) {
-            uint64_t f1 = f[s] | (0x8000ull << 48);
-            cr_assert_eq(
-                mt_psc_lookup(c->psc, &f[s], 1, 0, 0, E + (i * NSLOTS + s) * DIM, DIM, NULL, &st),
-                MT_OK);
-            cr_assert_eq(mt_psc_lookup(c->psc, &f1, 1, 0, 0, W1 + i * NSLOTS + s, 1, NULL, &st),
-                         MT_OK);
+            float row[DIM + 1]; /* the embedding, then the first-order weight */
+            cr_assert_eq(mt_psc_lookup(c->psc, &f[s], 1, 0, 0, row, DIM + 1, NULL, &st), MT_OK);
+            memcpy(E + (i * NSLOTS + s) * DIM, row, DIM * sizeof(float));
+            W1[i * NSLOTS + s] = row[DIM];
         }
     }
     cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, n, RATE, NULL, out), MT_OK);
@@ -749,12 +744,12 @@ Test(serving, predict_matches_a_local_model_and_rejects_bad_requests, .timeout =
     cr_assert_eq(st.code, MT_RPC_INVALID_ARGUMENT);
     free(resp);
     /* Lookup: training lookups and unknown slots are refused */
-    float v[DIM];
+    float v[DIM + 1]; /* a row: the embedding, then the first-order weight */
     uint8_t found;
     uint64_t f = fid(2, 40);
-    cr_assert_eq(serving_lookup(&s, &f, 1, 1, v, DIM, &found), MT_RPC_INVALID_ARGUMENT);
+    cr_assert_eq(serving_lookup(&s, &f, 1, 1, v, DIM + 1, &found), MT_RPC_INVALID_ARGUMENT);
     f = fid(42, 1);
-    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM, &found), MT_RPC_INVALID_ARGUMENT);
+    cr_assert_eq(serving_lookup(&s, &f, 1, 0, v, DIM + 1, &found), MT_RPC_INVALID_ARGUMENT);
     /* no candidates: no scores */
     request_t none;
     request_init(&none, "req-none", 7005, NULL, 0);
@@ -881,10 +876,10 @@ Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN
     mt_kafka_mock_destroy(mock);
 }
 
-/* The encoded size of a LookupResponse of n ids of dim DIM (protobuf-c's own count). */
+/* The encoded size of a LookupResponse of n rows of DIM + 1 floats (protobuf-c's own count). */
 static size_t lookup_reply_bytes(size_t n) {
     Monolith__V1__LookupResponse r = MONOLITH__V1__LOOKUP_RESPONSE__INIT;
-    r.n_values = n * DIM;
+    r.n_values = n * (DIM + 1);
     r.found.len = n;
     return monolith__v1__lookup_response__get_packed_size(&r);
 }
@@ -944,14 +939,14 @@ Test(serving, replies_over_the_message_limit_are_refused_first, .timeout = 120, 
     while (lookup_reply_bytes(n + 1) <= LIMIT)
         n++;
     uint64_t *fids = malloc((n + 1) * sizeof(uint64_t));
-    float *values = malloc((n + 1) * DIM * sizeof(float));
+    float *values = malloc((n + 1) * (DIM + 1) * sizeof(float));
     uint8_t *found = malloc(n + 1);
     cr_assert(fids && values && found);
     for (size_t i = 0; i <= n; i++)
         fids[i] = fid(2, 1000000 + i);
     fids[0] = fid(2, 40); /* one trained id among them */
     /* just fits: answered */
-    cr_assert_eq(serving_lookup(&s, fids, n, 0, values, n * DIM, found), MT_RPC_OK);
+    cr_assert_eq(serving_lookup(&s, fids, n, 0, values, n * (DIM + 1), found), MT_RPC_OK);
     cr_assert_eq(found[0], 1);
     /* one more id: refused, with serving's message (not gRPC's), and counted */
     Monolith__V1__LookupRequest rq = MONOLITH__V1__LOOKUP_REQUEST__INIT;
@@ -1164,12 +1159,12 @@ Test(serving, sharded_nodes_score_as_one_node, .timeout = 240, MT_NOT_UNDER_TSAN
     cr_assert_gt(metric(&B, name), 0.0);
     /* A and B answer Lookup for their own shard only; F for both */
     uint64_t f0 = id_of_shard(0), f1 = id_of_shard(1);
-    float v[DIM];
+    float v[DIM + 1]; /* a row: the embedding, then the first-order weight */
     uint8_t found;
-    cr_assert_eq(serving_lookup(&A, &f1, 1, 0, v, DIM, &found), MT_RPC_FAILED_PRECONDITION);
-    cr_assert_eq(serving_lookup(&B, &f0, 1, 0, v, DIM, &found), MT_RPC_FAILED_PRECONDITION);
-    cr_assert_eq(serving_lookup(&A, &f0, 1, 0, v, DIM, &found), MT_RPC_OK);
-    cr_assert_eq(serving_lookup(&F, &f1, 1, 0, v, DIM, &found), MT_RPC_OK);
+    cr_assert_eq(serving_lookup(&A, &f1, 1, 0, v, DIM + 1, &found), MT_RPC_FAILED_PRECONDITION);
+    cr_assert_eq(serving_lookup(&B, &f0, 1, 0, v, DIM + 1, &found), MT_RPC_FAILED_PRECONDITION);
+    cr_assert_eq(serving_lookup(&A, &f0, 1, 0, v, DIM + 1, &found), MT_RPC_OK);
+    cr_assert_eq(serving_lookup(&F, &f1, 1, 0, v, DIM + 1, &found), MT_RPC_OK);
     server_stop(&A);
     server_stop(&B);
     server_stop(&F);

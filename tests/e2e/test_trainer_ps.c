@@ -39,8 +39,9 @@ static void run_mode(uint32_t dense_every, int covered) {
     tc.dim = 8;
     tc.hidden[0] = 32;
     tc.hidden[1] = 16;
-    mt_table_slot_config_t slots[2 * MT_GEN_NSLOTS];
-    cr_assert_eq(mt_trainer_slot_configs(&tc, slots, 2 * MT_GEN_NSLOTS), MT_OK);
+    mt_table_slot_config_t slots[MT_GEN_NSLOTS];
+    size_t nslots = 0;
+    cr_assert_eq(mt_trainer_slot_configs(&tc, slots, MT_GEN_NSLOTS, &nslots), MT_OK);
 
     mt_ps_t *ps[NSHARDS];
     mt_rpc_server_t *srv[NSHARDS];
@@ -51,7 +52,7 @@ static void run_mode(uint32_t dense_every, int covered) {
         pc.shard = i;
         pc.num_shards = NSHARDS;
         pc.table.slots = slots;
-        pc.table.nslots = 2 * MT_GEN_NSLOTS;
+        pc.table.nslots = nslots;
         pc.table.shards_log2 = 4;
         pc.table.filter_bytes = 0;
         cr_assert_eq(mt_ps_create(&pc, NULL, &ps[i]), MT_OK);

@@ -31,7 +31,8 @@
 #include <emmintrin.h>
 #endif
 
-#define FIRST_ORDER 0x8000u
+#define SLOT_LIMIT \
+    0x8000u /* feature slots are below it (above: an older layout's first-order slots) */
 
 /* The ids of one batch and their looked-up values: a step's own, or a prefetched batch's. */
 enum { IDS_FREE, IDS_QUEUED, IDS_READY, IDS_STEP };
@@ -41,10 +42,11 @@ enum { IDS_FREE, IDS_QUEUED, IDS_READY, IDS_STEP };
 typedef struct idset {
     size_t cap_occ; /* of uidx; ufid, uemb are sized for as many unique ids */
     uint32_t *uidx; /* [occurrences] unique index */
-    /* [2U]: the U embedding fids, then their U first-order fids, so that a step makes one
-     * lookup and one apply (one request per shard: docs/checkpoint.md, "Many trainers") */
+    /* [U]: the unique fids, so that a step makes one lookup and one apply (one request per
+     * shard: docs/checkpoint.md, "Many trainers") */
     uint64_t *ufid;
-    float *uemb; /* [U * (dim + 1)]: the U embeddings then the U first-order weights */
+    float *uemb; /* [U * (dim + 1)]: their rows, each the embedding then the first-order
+                    weight (mt_model_row_floats()) */
     size_t nu;
     /* a prefetch's (state under pipe.lock) */
     int state;
@@ -159,23 +161,20 @@ static mt_err_t local_apply(void *ud, const uint64_t *fids, size_t n, const floa
 }
 
 mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *sc,
-                                 size_t cap) {
-    if (cap < 2 * (size_t)cfg->nslots) return MT_TOO_SMALL;
+                                 size_t cap, size_t *n) {
+    if (cap < (size_t)cfg->nslots) return MT_TOO_SMALL;
     for (uint32_t s = 0; s < cfg->nslots; s++) {
-        mt_table_slot_config_t *e = &sc[2 * s], *w = &sc[2 * s + 1];
-        mt_table_slot_config_init(e, cfg->slot_ids[s], cfg->dim);
+        mt_table_slot_config_t *e = &sc[s];
+        mt_table_slot_config_init(e, cfg->slot_ids[s], mt_model_row_floats(cfg->dim));
+        e->zero_tail = MT_MODEL_ROW_TAIL; /* the first-order weight starts at 0 */
         e->init = MT_INIT_UNIFORM;
         e->init_scale = cfg->init_scale;
         e->init_seed = cfg->seed;
         e->opt = cfg->sparse_opt;
         e->lr = cfg->sparse_lr;
         e->min_count = cfg->min_count;
-        mt_table_slot_config_init(w, (uint16_t)(cfg->slot_ids[s] | FIRST_ORDER), 1);
-        w->init = MT_INIT_ZEROS;
-        w->opt = cfg->sparse_opt;
-        w->lr = cfg->sparse_lr;
-        w->min_count = cfg->min_count;
     }
+    *n = cfg->nslots;
     return MT_OK;
 }
 
@@ -188,7 +187,7 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     for (uint32_t s = cfg->nslots; s < 256; s++)
         if (cfg->slot_hash_buckets[s]) return MT_CONFIG;
     for (uint32_t s = 0; s < cfg->nslots; s++) {
-        if (cfg->slot_ids[s] >= FIRST_ORDER) return MT_CONFIG;
+        if (cfg->slot_ids[s] >= SLOT_LIMIT) return MT_CONFIG;
         for (uint32_t k = 0; k < s; k++)
             if (cfg->slot_ids[k] == cfg->slot_ids[s]) return MT_CONFIG;
     }
@@ -200,13 +199,14 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         tr->backend = *cfg->backend;
         tr->cfg.backend = NULL;
     } else {
-        mt_table_slot_config_t *sc = calloc(2 * cfg->nslots, sizeof(*sc));
+        mt_table_slot_config_t *sc = calloc(cfg->nslots, sizeof(*sc));
+        size_t nsc = 0;
         if (!sc) goto fail;
-        mt_trainer_slot_configs(cfg, sc, 2 * cfg->nslots);
+        mt_trainer_slot_configs(cfg, sc, cfg->nslots, &nsc);
         mt_table_config_t tc;
         mt_table_config_init(&tc);
         tc.slots = sc;
-        tc.nslots = 2 * cfg->nslots;
+        tc.nslots = nsc;
         tc.shards_log2 = cfg->table_shards_log2;
         tc.initial_rows = cfg->table_initial_rows;
         tc.changelog_entries = 0; /* a local training table has no replicas to sync */
@@ -281,8 +281,8 @@ static mt_err_t reserve_ids(idset_t *s, size_t occ, size_t d) {
         size_t c = grown(s->cap_occ, occ, 1024);
         /* unique ids never outnumber occurrences: their buffers share the capacity */
         if (resize((void **)&s->uidx, c * sizeof(uint32_t)) ||
-            resize((void **)&s->ufid, 2 * c * sizeof(uint64_t)) ||
-            resize((void **)&s->uemb, c * (d + 1) * sizeof(float)))
+            resize((void **)&s->ufid, c * sizeof(uint64_t)) ||
+            resize((void **)&s->uemb, c * mt_model_row_floats((uint32_t)d) * sizeof(float)))
             return MT_NOMEM;
         s->cap_occ = c;
     }
@@ -295,7 +295,8 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
     size_t d = tr->cfg.dim, S = tr->cfg.nslots;
     if (occ > tr->cap_ug || !tr->ug) {
         size_t c = grown(tr->cap_ug, occ, 1024);
-        if (resize((void **)&tr->ug, c * (d + 1) * sizeof(float))) return MT_NOMEM;
+        if (resize((void **)&tr->ug, c * mt_model_row_floats((uint32_t)d) * sizeof(float)))
+            return MT_NOMEM;
         tr->cap_ug = c;
     }
     if (n > tr->cap_n || !tr->E) {
@@ -320,8 +321,8 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
     return MT_OK;
 }
 
-/* Maps the batch's occurrences to unique ids in @p ids (ufid[0..U), their first-order fids
- * after them); sets and @returns U. The map must hold 2 * b->nfids (reserve()). */
+/* Maps the batch's occurrences to unique ids in @p ids (ufid[0..U)); sets and @returns U.
+ * The map must hold 2 * b->nfids (reserve()). */
 static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
     size_t sz = 16, nu = 0;
     while (sz < 2 * b->nfids)
@@ -355,8 +356,6 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
         }
         ids->uidx[k] = tr->map[h] - 1;
     }
-    for (size_t i = 0; i < nu; i++) /* the first-order fids after the embedding fids */
-        ids->ufid[nu + i] = ids->ufid[i] | ((uint64_t)FIRST_ORDER << 48);
     ids->nu = nu;
     return nu;
 }
@@ -381,34 +380,36 @@ static inline void add16(float *restrict y, const float *restrict x, float a) {
         y[j] += a * x[j];
 }
 
-/* The one lookup of an id set's embeddings and first-order weights: packed, nu * d then nu. */
+/* The one lookup of an id set's rows (embedding, then first-order weight). */
 static mt_err_t look_up(const mt_trainer_t *tr, idset_t *ids, int train, uint32_t now_s) {
     size_t nu = ids->nu;
-    return tr->backend.lookup(tr->backend.ud, ids->ufid, 2 * nu, train, now_s, ids->uemb,
-                              nu * (tr->cfg.dim + 1));
+    return tr->backend.lookup(tr->backend.ud, ids->ufid, nu, train, now_s, ids->uemb,
+                              nu * mt_model_row_floats(tr->cfg.dim));
 }
 
 /* Sum-pools the looked-up values of @p ids into E and W1. */
 static void pool(mt_trainer_t *tr, const mt_batch_t *b, const idset_t *ids) {
-    size_t d = tr->cfg.dim, S = tr->cfg.nslots;
+    size_t d = tr->cfg.dim, S = tr->cfg.nslots, rw = mt_model_row_floats(tr->cfg.dim);
     /* A cell starts from its first id's row (no clearing pass over E), or zeros. */
     const uint32_t *uidx = ids->uidx;
-    const float *uemb = ids->uemb, *uw1 = ids->uemb + ids->nu * d;
+    const float *uemb = ids->uemb;
     for (size_t cell = 0; cell < b->n * S; cell++) {
         float *e = tr->E + cell * d, w1 = 0;
         size_t k = b->offsets[cell], end = b->offsets[cell + 1];
         if (k == end) {
             memset(e, 0, d * sizeof(float));
         } else {
-            memcpy(e, uemb + (size_t)uidx[k] * d, d * sizeof(float));
-            w1 = uw1[uidx[k++]];
+            const float *row = uemb + (size_t)uidx[k++] * rw;
+            memcpy(e, row, d * sizeof(float));
+            w1 = row[d];
         }
         for (; k < end; k++) {
+            const float *row = uemb + (size_t)uidx[k] * rw;
             if (d == 16)
-                add16(e, uemb + (size_t)uidx[k] * 16, 1.0f);
+                add16(e, row, 1.0f);
             else
-                add_scaled(e, uemb + (size_t)uidx[k] * d, 1.0f, d);
-            w1 += uw1[uidx[k]];
+                add_scaled(e, row, 1.0f, d);
+            w1 += row[d];
         }
         tr->W1[cell] = w1;
     }
@@ -687,7 +688,7 @@ mt_err_t mt_trainer_set_pipelined(mt_trainer_t *tr, int on) {
 static mt_err_t pipe_send(mt_trainer_t *tr, const idset_t *ids, size_t len, uint32_t now_s,
                           uint64_t examples, const mt_psc_range_t *cover, size_t ncover) {
     pipe_t *p = &tr->pipe;
-    size_t n = 2 * ids->nu;
+    size_t n = ids->nu;
     if (n > p->cap_fids) {
         size_t c = grown(p->cap_fids, n, 2048);
         if (resize((void **)&p->fids, c * sizeof(uint64_t))) return MT_NOMEM;
@@ -773,33 +774,34 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     if (!err && b->n) {
         /* Scatter: an id's gradient is the sum over its occurrences of the per-example
          * gradient (the batch mean's gradient times n). */
-        size_t nu = ids->nu;
+        size_t nu = ids->nu, rw = mt_model_row_floats(tr->cfg.dim);
         float scale = (float)b->n;
-        float *ug = tr->ug, *ugw = tr->ug + nu * d;
-        memset(ug, 0, nu * (d + 1) * sizeof(float));
+        float *ug = tr->ug;
+        memset(ug, 0, nu * rw * sizeof(float));
         const uint32_t *uidx = ids->uidx;
         for (size_t cell = 0; cell < b->n * S; cell++) {
             const float *de = tr->dE + cell * d;
             const float gw = scale * tr->dW1[cell];
             for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
+                float *g = ug + (size_t)uidx[k] * rw; /* the row's gradient */
                 if (d == 16)
-                    add16(ug + (size_t)uidx[k] * 16, de, scale);
+                    add16(g, de, scale);
                 else
-                    add_scaled(ug + (size_t)uidx[k] * d, de, scale, d);
-                ugw[uidx[k]] += gw;
+                    add_scaled(g, de, scale, d);
+                g[d] += gw;
             }
         }
-        /* one apply of both (ug, then ugw right after it), with the step's examples */
+        /* one apply of the rows, with the step's examples */
         uint32_t skipped = 0;
         if (tr->pipe.on) {
             if (ncover && !tr->backend.apply_cover)
                 err = MT_INVALID;
             else
-                err = pipe_send(tr, ids, nu * (d + 1), now_s, b->n, cover, ncover);
+                err = pipe_send(tr, ids, nu * rw, now_s, b->n, cover, ncover);
             skipped = prev.skipped_shards;
         } else {
-            err = do_apply(tr, ids->ufid, 2 * nu, tr->ug, nu * (d + 1), now_s, b->n, cover, ncover,
-                           &skipped);
+            err =
+                do_apply(tr, ids->ufid, nu, tr->ug, nu * rw, now_s, b->n, cover, ncover, &skipped);
         }
         if (!err && st) {
             st->loss = loss;

@@ -294,13 +294,15 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen);
  * model's feature slots are [trainer] slots, or when it is empty the input format's: criteo
  * 1..39; movielens 1, 2 and the side-file slots; tsv / csv the slots input.columns maps
  * columns to, in the order of their first entry (the reader's order), unless a [slot.N]
- * section configures a slot (or first-order slot) they do not name (a PS-only table: then
- * none). For each feature slot s: slot s (dim = trainer.dim, uniform init of half-width
- * init_scale seeded with trainer.seed, the sparse optimizer, lr, min_count and ttl_s) and
- * its first-order slot s | 0x8000 (dim 1, zeros, the same optimizer). These are the slots
- * mt_trainer_slot_configs() makes, so PS shards and a local trainer agree. A configured
- * [slot.s] must have dim = trainer.dim, a configured first-order slot dim 1. Call it after
- * loading and overrides, before mt_config_validate(); calling it twice changes nothing.
+  * section configures a slot they do not name (a PS-only table: then none). For each feature
+ * slot s, table slot s holds the model's row (mt_model_row_floats()): the embedding
+ * (trainer.dim floats, uniform init of half-width init_scale seeded with trainer.seed) then
+ * the first-order weight (starting at 0: zero_tail 1), with the sparse optimizer, lr,
+ * min_count and ttl_s. These are the slots mt_trainer_slot_configs() makes, so PS shards and
+ * a local trainer agree. A configured [slot.s] must have dim = trainer.dim (the embedding's:
+ * the row is one float wider); a configured s | 0x8000 (the first-order slot of an older
+ * layout) is refused. Call it after loading and overrides, before mt_config_validate();
+ * calling it twice changes nothing.
  * @param[out] slots_out  optional: the feature slots parsed from trainer.slots
  * @param[in,out] nslots_out  in: capacity of slots_out; out: their number
  * @returns MT_OK, MT_CONFIG (bad trainer.slots or input.columns, a dim mismatch; message in

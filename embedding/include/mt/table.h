@@ -90,6 +90,9 @@ typedef struct mt_table_slot_config {
                                sighting; 0 and 1 admit at once (default 0) */
     uint32_t ttl_s;       /* rows idle longer than this are evicted; 0 never (default 0) */
     mt_table_precision_t precision; /* storage precision of the embedding (default fp32) */
+    uint32_t zero_tail; /* the last zero_tail floats of a new row start at 0 whatever the
+                             initializer (a model's own weight kept in the row, as a slot's
+                             first-order weight beside its embedding); 0..dim (default 0) */
 } mt_table_slot_config_t;
 
 /** Table settings. Initialize with mt_table_config_init(), then set fields. */

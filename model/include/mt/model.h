@@ -56,12 +56,25 @@
 
 #include "mt/err.h"
 
-#define MT_MODEL_MAX_HIDDEN 8          /* hidden layers at most */
-#define MT_MODEL_MAX_SLOTS  65536      /* a slot id is 16 bits */
-#define MT_MODEL_MAX_DIM    4096       /* embedding dim at most */
-#define MT_MODEL_MAX_WIDTH  65536      /* hidden layer width at most */
-#define MT_MODEL_MAX_INPUT  (1u << 22) /* nslots * dim at most (the MLP's input width) */
-#define MT_MODEL_NAME_MAX   32         /* parameter names are shorter than this (NUL included) */
+#define MT_MODEL_MAX_HIDDEN 8 /* hidden layers at most */
+
+/*
+ * The table row of a feature slot: what the trainer, the PS and serving store and look up for
+ * an id. The slot's embedding (d floats, E's part) then its first-order weight (one float,
+ * W1's part), which a new row starts at 0 (the table's zero_tail): one lookup and one
+ * gradient apply per id give the model both.
+ */
+#define MT_MODEL_ROW_TAIL 1
+
+/** Floats in the row of a slot of embedding dim @p dim. */
+static inline uint32_t mt_model_row_floats(uint32_t dim) {
+    return dim + MT_MODEL_ROW_TAIL;
+}
+#define MT_MODEL_MAX_SLOTS 65536      /* a slot id is 16 bits */
+#define MT_MODEL_MAX_DIM   4096       /* embedding dim at most */
+#define MT_MODEL_MAX_WIDTH 65536      /* hidden layer width at most */
+#define MT_MODEL_MAX_INPUT (1u << 22) /* nslots * dim at most (the MLP's input width) */
+#define MT_MODEL_NAME_MAX  32         /* parameter names are shorter than this (NUL included) */
 
 typedef struct mt_model mt_model_t;
 typedef struct mt_model_ws mt_model_ws_t;

@@ -4,8 +4,8 @@
  * servers by periodic sync (docs/serving.md).
  *
  * What one mt_serving_t holds and does:
- *  - a replica table (mt/table.h) with the table slots of the trainer's model (embedding
- *    slot s, dim d, and first-order slot s | 0x8000, dim 1, for every feature slot s). It is
+  *  - a replica table (mt/table.h) with the table slots of the trainer's model (slot s for
+ *    every feature slot s, its row the embedding then the first-order weight). It is
  *    written only by the sync threads (mt_table_assign / mt_table_remove, under the table's
  *    own per-part locks) and read by Predict and Lookup with lock-free seqlocked lookups that
  *    never insert and never count;

@@ -58,6 +58,7 @@ static const char *const example =
     "eps = 1e-8\n"
     "[slot.1]                # one section per slot id (0..65535)\n"
     "dim = 16\n"
+    "zero_tail = 0\n"
     "init = uniform          # zeros | uniform | normal\n"
     "init_scale = 0.01\n"
     "init_mean = 0\n"
@@ -197,6 +198,7 @@ static const char *const all_keys[] = {
     "[tls] client_auth",
     "[tls] server_name",
     "[slot.N] dim",
+    "[slot.N] zero_tail",
     "[slot.N] init",
     "[slot.N] init_scale",
     "[slot.N] init_mean",
@@ -229,7 +231,8 @@ static bool slot_eq(const mt_table_slot_config_t *a, const mt_table_slot_config_
            a->init_seed == b->init_seed && a->opt == b->opt && a->lr == b->lr && a->eps == b->eps &&
            a->init_accum == b->init_accum && a->beta1 == b->beta1 && a->beta2 == b->beta2 &&
            a->ftrl_beta == b->ftrl_beta && a->l1 == b->l1 && a->l2 == b->l2 &&
-           a->min_count == b->min_count && a->ttl_s == b->ttl_s && a->precision == b->precision;
+           a->min_count == b->min_count && a->ttl_s == b->ttl_s && a->precision == b->precision &&
+           a->zero_tail == b->zero_tail;
 }
 
 static bool table_eq(const mt_table_config_t *a, const mt_table_config_t *b) {
@@ -1295,22 +1298,41 @@ Test(config, trainer_slots_are_derived_as_the_trainer_makes_them) {
     cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
     cr_assert_eq(n, 2);
     cr_assert(slots[0] == 3 && slots[1] == 1);
-    cr_assert_eq(c.nslots, 4); /* 1, 3, 0x8001, 0x8003 */
+    cr_assert_eq(c.nslots, 2); /* 1 and 3: each row holds its first-order weight */
     const mt_table_slot_config_t *s1 = mt_config_slot(&c, 1, NULL),
-                                 *s3 = mt_config_slot(&c, 3, NULL),
-                                 *w3 = mt_config_slot(&c, 0x8003, NULL);
-    cr_assert(s1 && s3 && w3);
+                                 *s3 = mt_config_slot(&c, 3, NULL);
+    cr_assert(s1 && s3);
     cr_assert_float_eq(s1->lr, 0.5f, 1e-9, "a configured slot keeps its values");
-    cr_assert_eq(s3->dim, 8);
+    cr_assert_eq(s1->dim, 9, "a configured slot of trainer.dim gets the model's row");
+    cr_assert_eq(s1->zero_tail, 1);
+    cr_assert_eq(s3->dim, 9);
+    cr_assert_eq(s3->zero_tail, 1);
+    cr_assert_eq(s3->init, MT_INIT_UNIFORM);
     cr_assert_float_eq(s3->lr, 0.2f, 1e-9);
     cr_assert_eq(s3->min_count, 2);
     cr_assert_eq(s3->init_seed, 7);
-    cr_assert_eq(w3->dim, 1);
-    cr_assert_eq(w3->init, MT_INIT_ZEROS);
     cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
     n = 4; /* twice: nothing changes */
     cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK);
-    cr_assert_eq(c.nslots, 4);
+    cr_assert_eq(c.nslots, 2);
+    cr_assert_eq(mt_config_slot(&c, 1, NULL)->dim, 9);
+    /* the whole row written out is the model's too */
+    cr_assert_eq(mt_config_set(&c, "slot.1.dim", "9", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "slot.1.zero_tail", "1", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK, "%s",
+                 err);
+    cr_assert_eq(mt_config_slot(&c, 1, NULL)->dim, 9);
+    /* an older layout's first-order slot is refused, by name */
+    cr_assert_eq(mt_config_set(&c, "slot.32771.dim", "1", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "slot.32771: a model slot's first-order weight is kept in its row"), "%s",
+              err);
+    mt_config_free(&c);
+    init(&c);
+    cr_assert_eq(
+        mt_config_load_string(&c, "[trainer]\nslots = 3, 1\ndim = 8\n", NULL, err, sizeof(err)),
+        MT_OK, "%s", err);
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK);
     /* a configured slot of another dim is refused, by name */
     cr_assert_eq(mt_config_set(&c, "slot.3.dim", "4", err, sizeof(err)), MT_OK);
     cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_CONFIG);
@@ -1328,7 +1350,7 @@ Test(config, trainer_slots_are_derived_as_the_trainer_makes_them) {
     init(&c);
     cr_assert_eq(mt_config_set(&c, "input.format", "criteo", err, sizeof(err)), MT_OK);
     cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK);
-    cr_assert_eq(c.nslots, 78);
+    cr_assert_eq(c.nslots, 39);
     mt_config_free(&c);
     init(&c);
     cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK);
@@ -1355,20 +1377,19 @@ Test(config, trainer_slots_derived_from_input_columns) {
     cr_assert_eq(n, 3);
     cr_assert(slots[0] == 5 && slots[1] == 2 && slots[2] == 7, "%u %u %u", slots[0], slots[1],
               slots[2]);
-    cr_assert_eq(c.nslots, 6); /* 2, 5, 7 and their first-order slots */
-    const mt_table_slot_config_t *s5 = mt_config_slot(&c, 5, NULL),
-                                 *w7 = mt_config_slot(&c, 0x8007, NULL);
-    cr_assert(s5 && w7);
-    cr_assert_eq(s5->dim, 8);
+    cr_assert_eq(c.nslots, 3); /* 2, 5, 7: rows of embedding and first-order weight */
+    const mt_table_slot_config_t *s5 = mt_config_slot(&c, 5, NULL);
+    cr_assert(s5);
+    cr_assert_eq(s5->dim, 9);
+    cr_assert_eq(s5->zero_tail, 1);
     cr_assert_eq(s5->init, MT_INIT_UNIFORM);
     cr_assert_float_eq(s5->lr, 0.2f, 1e-9);
-    cr_assert_eq(w7->dim, 1);
     cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
     n = 8; /* twice: the same slots out, nothing added */
     cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
     cr_assert_eq(n, 3);
     cr_assert(slots[0] == 5 && slots[1] == 2 && slots[2] == 7);
-    cr_assert_eq(c.nslots, 6);
+    cr_assert_eq(c.nslots, 3);
     mt_config_free(&c);
     /* csv too; a [slot.N] of one of the columns' slots overrides its settings */
     init(&c);
@@ -1380,7 +1401,7 @@ Test(config, trainer_slots_derived_from_input_columns) {
     n = 8;
     cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
     cr_assert_eq(n, 2);
-    cr_assert_eq(c.nslots, 4);
+    cr_assert_eq(c.nslots, 2);
     cr_assert_float_eq(mt_config_slot(&c, 2, NULL)->lr, 0.5f, 1e-9);
     mt_config_free(&c);
     /* bad columns are an error of input.columns (not a silent "no slots") */
@@ -1405,7 +1426,7 @@ Test(config, explicit_trainer_slots_and_slot_sections_win_over_columns) {
     cr_assert_eq(mt_config_derive_trainer_slots(&c, slots, &n, err, sizeof(err)), MT_OK, "%s", err);
     cr_assert_eq(n, 1);
     cr_assert_eq(slots[0], 2);
-    cr_assert_eq(c.nslots, 2);
+    cr_assert_eq(c.nslots, 1);
     cr_assert_null(mt_config_slot(&c, 1, NULL));
     mt_config_free(&c);
     /* a [slot.N] the columns do not name: a PS-only table, no trainer slots derived */
@@ -1427,7 +1448,7 @@ Test(config, explicit_trainer_slots_and_slot_sections_win_over_columns) {
     n = 8;
     cr_assert_eq(mt_config_derive_trainer_slots(&c, NULL, NULL, err, sizeof(err)), MT_OK, "%s",
                  err);
-    cr_assert_eq(c.nslots, 78);
+    cr_assert_eq(c.nslots, 39);
     mt_config_free(&c);
 }
 

@@ -728,6 +728,33 @@ Test(init, zeros) {
     mt_table_destroy(t);
 }
 
+/* A zero tail: the row's last floats start at 0, the others are those of a slot as wide as
+ * the rest with the same seed (a first-order weight kept beside its embedding), for each
+ * initializer. */
+Test(init, zero_tail_starts_at_zero) {
+    const mt_table_init_t inits[] = {MT_INIT_UNIFORM, MT_INIT_NORMAL, MT_INIT_ZEROS};
+    for (size_t q = 0; q < 3; q++) {
+        /* a 17-wide slot with a tail of 1 beside a 16-wide one, same id and seed */
+        mt_table_slot_config_t w[1], n[1];
+        mt_table_slot_config_init(&w[0], 3, 17);
+        mt_table_slot_config_init(&n[0], 3, 16);
+        w[0].init = n[0].init = inits[q];
+        w[0].init_scale = n[0].init_scale = 0.5f;
+        w[0].zero_tail = 1;
+        mt_table_t *tw = mk_table(w, 1, 2), *tn = mk_table(n, 1, 2);
+        float *rw = init_rows(tw, 3, 17, 100), *rn = init_rows(tn, 3, 16, 100);
+        for (size_t i = 0; i < 100; i++) {
+            cr_assert_eq(f2u(rw[i * 17 + 16]), 0u, "init %d, row %zu: tail %g", (int)inits[q], i,
+                         (double)rw[i * 17 + 16]);
+            cr_assert_eq(memcmp(rw + i * 17, rn + i * 16, 16 * sizeof(float)), 0, "row %zu", i);
+        }
+        free(rw);
+        free(rn);
+        mt_table_destroy(tw);
+        mt_table_destroy(tn);
+    }
+}
+
 /* ============================== configuration ============================== */
 
 static void base_cfg(mt_table_config_t *c, mt_table_slot_config_t *s) {
@@ -790,6 +817,7 @@ Test(config, bad_fields_are_named) {
     BAD("slot id", "slot 1", s[1].slot = 1);
     BAD("dim", "slot 2", s[1].dim = 0);
     BAD("dim", "slot 2", s[1].dim = 1025);
+    BAD("zero_tail", "slot 2", s[1].zero_tail = 5);
     BAD("lr", "slot 2", s[1].lr = 0.0f);
     BAD("lr", "slot 2", s[1].lr = NAN);
     BAD("lr", "slot 2", s[1].lr = -0.1f);
@@ -846,6 +874,7 @@ Test(config, defaults_and_bounds_are_accepted) {
     }
     GOOD(1, s[1].dim = 1);
     GOOD(1, s[1].dim = 1024);
+    GOOD(1, s[1].zero_tail = 4);
     GOOD(1, s[1].min_count = 255);
     GOOD(1, s[1].min_count = 1, c.filter_bytes = 0);
     GOOD(1, c.max_load = 0.5);

@@ -110,7 +110,7 @@ Test(trainer, bad_input) {
     mt_trainer_config_init(&tc);
     tc.nslots = 2;
     tc.slot_ids[0] = 1;
-    tc.slot_ids[1] = 0x8001; /* first-order slots live above 0x8000 */
+    tc.slot_ids[1] = 0x8001; /* feature slots are below 0x8000 */
     mt_trainer_t *tr = NULL;
     cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
     tc.slot_ids[1] = 1;
@@ -139,7 +139,7 @@ Test(trainer, bad_input) {
     b.labels[0] = 1.0f;
     cr_assert_eq(mt_trainer_train(tr, &b, 1, p, NULL), MT_OK);
     mt_table_stats(mt_trainer_table(tr), &st);
-    cr_assert_eq(st.rows, 4, "2 embeddings + 2 first-order weights");
+    cr_assert_eq(st.rows, 2, "one row per id: its embedding and its first-order weight");
     mt_batch_free(&b);
     mt_trainer_destroy(tr);
 }
@@ -191,21 +191,21 @@ Test(trainer, per_slot_buckets_collide_only_their_slot) {
         cr_assert_eq(mt_batch_add(&b, (float)(v % 2), 0, 1, f, c), MT_OK);
     }
     cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK);
-    cr_assert_eq(rows_of(tr, 1, 100, 4), 10, "slot 1 collides into its 10 buckets");
-    cr_assert_eq(rows_of(tr, 2, 100, 4), 100, "slot 2 stays collisionless");
-    cr_assert_eq(rows_of(tr, 3, 100, 4), 7, "slot 3 collides into its 7 buckets");
-    cr_assert_eq(rows_of(tr, 1 | 0x8000, 100, 1), 10, "first-order weights collide alike");
+    /* rows of 5 floats: the embedding (dim 4), then the first-order weight */
+    cr_assert_eq(rows_of(tr, 1, 100, 5), 10, "slot 1 collides into its 10 buckets");
+    cr_assert_eq(rows_of(tr, 2, 100, 5), 100, "slot 2 stays collisionless");
+    cr_assert_eq(rows_of(tr, 3, 100, 5), 7, "slot 3 collides into its 7 buckets");
     mt_table_stats_t st;
     mt_table_stats(mt_trainer_table(tr), &st);
-    cr_assert_eq(st.rows, 2 * (10 + 100 + 7));
+    cr_assert_eq(st.rows, 10 + 100 + 7);
     mt_trainer_destroy(tr);
     /* The global hash_buckets still applies to the slots without their own count. */
     tc.hash_buckets = 3;
     cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
     cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK);
-    cr_assert_eq(rows_of(tr, 1, 100, 4), 10);
-    cr_assert_eq(rows_of(tr, 2, 100, 4), 3, "slot 2 falls back to hash_buckets");
-    cr_assert_eq(rows_of(tr, 3, 100, 4), 7);
+    cr_assert_eq(rows_of(tr, 1, 100, 5), 10);
+    cr_assert_eq(rows_of(tr, 2, 100, 5), 3, "slot 2 falls back to hash_buckets");
+    cr_assert_eq(rows_of(tr, 3, 100, 5), 7);
     mt_batch_free(&b);
     mt_trainer_destroy(tr);
 }

@@ -3,10 +3,11 @@
  * them per slot, run the model forward and backward, push the sparse gradients back with
  * each slot's optimizer, and update the dense parameters.
  *
- * Parameters live in an embedding table (mt/table.h) the trainer owns: for every feature
- * slot s of the batches there are two table slots, s itself (the dim-d embedding used by
- * the FM term and the MLP) and s | 0x8000 (the dim-1 first-order weight). Feature slots
- * must therefore be below 0x8000. With a backend (mt_trainer_backend_t) the same step
+  * Parameters live in an embedding table (mt/table.h) the trainer owns: every feature slot s
+ * of the batches is table slot s, whose row is the model's (mt_model_row_floats()): the
+ * dim-d embedding used by the FM term and the MLP, then the first-order weight. One lookup
+ * and one apply per id. Feature slots are below 0x8000 (the ids above were the first-order
+ * slots of an older layout). With a backend (mt_trainer_backend_t) the same step
  * runs against parameters held elsewhere, e.g. sharded parameter servers through
  * mt_trainer_backend_psc(); those must configure the same table slots.
  *
@@ -88,9 +89,8 @@ typedef struct mt_trainer_config {
                                         hash_buckets applies (default all 0) */
     uint32_t table_shards_log2;      /* parts of the table (default 6) */
     uint64_t table_initial_rows;     /* local table: pre-size its bucket arrays for this many
-                                        rows, embedding and first-order rows together (2 per
-                                        id); 0 grows from empty (default 0). Ignored with a
-                                        backend. */
+                                        rows (one per id); 0 grows from empty (default 0).
+                                        Ignored with a backend. */
     const mt_trainer_backend_t *backend; /* NULL: a local table; else copied at create */
 } mt_trainer_config_t;
 
@@ -184,11 +184,13 @@ typedef struct mt_psc mt_psc_t;
  *  outlive the trainer). Errors of the client come back as its mt_err_t. */
 void mt_trainer_backend_psc(mt_psc_t *c, mt_trainer_backend_t *out);
 
-/** The table slots a backend must serve for this configuration (2 * nslots entries: the
- *  embedding slot and the first-order slot of each feature slot), as a local trainer makes
- *  them, so that a remote run computes exactly what a local one does. */
+/** The table slots a backend must serve for this configuration (one per feature slot, of
+ *  the model's row: embedding then first-order weight), as a local trainer makes them, so
+ *  that a remote run computes exactly what a local one does.
+ *  @param[out] n  the number written (cfg->nslots)
+ *  @returns MT_OK or MT_TOO_SMALL (@p cap below cfg->nslots). */
 mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *out,
-                                 size_t cap);
+                                 size_t cap, size_t *n);
 
 /** With @p remote set, a training step leaves the dense parameters alone (their gradients
  *  are still computed, in the model): someone else updates them, e.g. mt_trainer_dense_sync. */
