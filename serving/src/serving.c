@@ -1338,21 +1338,7 @@ static void local_lookup(void *arg) {
         mt_table_lookup(l->sv->table, l->w->fids, l->k, l->w->emb, l->k * rw, NULL, 0, 0, NULL);
 }
 
-static double PH[8];
-static long PHN;
-static double phnow(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-#define PHASE(i)             \
-    do {                     \
-        double _t = phnow(); \
-        PH[i] += _t - _pt;   \
-        _pt = _t;            \
-    } while (0)
 static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
-    double _pt = phnow();
     atomic_fetch_add(&sv->predicts, 1);
     if (!atomic_load(&sv->ready)) {
         FAIL(sv, c, MT_RPC_UNAVAILABLE, "serving is starting: parameters not synced yet");
@@ -1370,7 +1356,6 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
             FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "%s", why);
         goto out;
     }
-    PHASE(0);
     size_t n = r->n_cands, nf = 0, ignored = 0, nuser = 0;
     if (r->request_id_len > MT_SERVING_MAX_REQUEST_ID_BYTES) {
         FAIL(sv, c, MT_RPC_INVALID_ARGUMENT, "request_id: %zu bytes, at most %d", r->request_id_len,
@@ -1407,7 +1392,6 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    PHASE(1);
     /* fids: the user's [0, ku), then candidate i's [ends[i-1], ends[i]) */
     size_t ku = collect(sv, w, 0, r->user, r->n_user, 0);
     size_t *ends = w->ends;
@@ -1417,7 +1401,6 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         ends[i] = k;
     }
     size_t d = sv->cfg.dim, S = sv->cfg.nslots;
-    PHASE(2);
     local_lookup_t ll = {sv, w, k, MT_OK};
     mt_err_t err = MT_OK;
     if (sv->peers) {
@@ -1442,7 +1425,6 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         FAIL(sv, c, MT_RPC_INTERNAL, "replica lookup: %s", mt_strerror(ll.err));
         goto out;
     }
-    PHASE(3);
     /* the user's part once, in the last row; then each candidate's on top of a copy */
     float *Eu = w->E + n * S * d, *W1u = w->W1 + n * S;
     memset(Eu, 0, S * d * sizeof(float));
@@ -1454,14 +1436,12 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         memcpy(W1, W1u, S * sizeof(float));
         pool(sv, w, i ? ends[i - 1] : ku, ends[i], E, W1);
     }
-    PHASE(4);
     err = mt_model_forward_serving(m->m, w->ws, w->E, w->W1, n, sv->cfg.negative_rate, w->varies,
                                    w->probs);
     if (err) {
         FAIL(sv, c, MT_RPC_INTERNAL, "model: %s", mt_strerror(err));
         goto out;
     }
-    PHASE(5);
     Monolith__V1__PredictResponse resp = MONOLITH__V1__PREDICT_RESPONSE__INIT;
     resp.n_scores = n;
     resp.scores = w->probs;
@@ -1476,14 +1456,6 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     if (plen > w->cap_pack) w->cap_pack = plen;
     monolith__v1__predict_response__pack(&resp, w->pack);
     mt_rpc_reply(c, w->pack, plen);
-    PHASE(6);
-    if (++PHN % 2000 == 0) {
-        fprintf(stderr, "PH");
-        for (int i = 0; i < 7; i++)
-            fprintf(stderr, " %.1f", PH[i] / 2000);
-        fprintf(stderr, "\n");
-        memset(PH, 0, sizeof PH);
-    }
     /* after the reply: the client does not wait for the log */
     if (n && sampled(sv, r->request_id, r->request_id_len)) {
         int64_t ts_ms = r->timestamp_ms;
