@@ -186,10 +186,10 @@ static int measure(trainer_ctx_t *t, mt_psc_t *psc, pid_t ps_pid, fleet_t *f, do
     for (int p = 0; p < probes && n; p++) {
         mt_bench_sleep_s((double)(mt_bench_mix64((uint64_t)p) % 100) / 1000.0);
         uint64_t probe = fid(1, (1ull << 40) + (uint64_t)p * 977 + (uint64_t)mt_mono_s() * 1000);
-        float emb[DIM];
+        float emb[DIM + 1]; /* a row: the embedding, then the first-order weight */
         mt_rpc_status_t st;
         double c = mt_mono_s();
-        if (mt_psc_lookup(psc, &probe, 1, 1, 0, emb, DIM, NULL, &st) != MT_OK) {
+        if (mt_psc_lookup(psc, &probe, 1, 1, 0, emb, DIM + 1, NULL, &st) != MT_OK) {
             out->lost++;
             continue;
         }

@@ -589,10 +589,10 @@ int main(int argc, char **argv) {
         mt_bench_sleep_s((double)(mt_bench_mix64((uint64_t)p) % 1000) / 1000.0 * SYNC_INTERVAL_S);
         uint64_t probe =
             fid(1, (1ull << 40) + (uint64_t)p * 977 + (uint64_t)time(NULL) % 1000 * 100000);
-        float emb[DIM];
+        float emb[DIM + 1]; /* a row: the embedding, then the first-order weight */
         mt_rpc_status_t st;
         double c0 = mt_mono_s();
-        if (mt_psc_lookup(E.psc, &probe, 1, 1, 0, emb, DIM, NULL, &st) != MT_OK) {
+        if (mt_psc_lookup(E.psc, &probe, 1, 1, 0, emb, DIM + 1, NULL, &st) != MT_OK) {
             lost++;
             continue;
         }
