@@ -187,6 +187,10 @@ static void consume_and_check(const char *bs, long long want_imp, long long want
             int t = strcmp(m[i].topic, "features") == 0 ? 0 : 1;
             cr_assert_lt(m[i].partition, 64);
             part_state_t *ps = &parts[t][m[i].partition];
+            /* a message again: the group rebalanced before a commit (a consumer starved past
+             * its session timeout on a busy machine) and its new owner starts over; a gap
+             * is what retention would make */
+            if (m[i].offset < ps->next_offset) continue;
             cr_assert_eq(m[i].offset, ps->next_offset,
                          "%s/%d: offset %lld, expected %lld (retention dropped messages?)",
                          m[i].topic, m[i].partition, (long long)m[i].offset,
@@ -231,8 +235,13 @@ static void consume_and_check(const char *bs, long long want_imp, long long want
         cr_assert_not_null(ts, "action %zu names no shown (request, item)", i);
         cr_assert_eq(act_ts[i], *ts + delay_ms);
     }
-    /* nothing more arrives */
-    cr_assert_eq(mt_kafka_consumer_poll(c, m, 512, 1000), 0);
+    /* nothing more arrives (but messages again after a rebalance) */
+    size_t more = mt_kafka_consumer_poll(c, m, 512, 1000);
+    for (size_t i = 0; i < more; i++) {
+        int t = strcmp(m[i].topic, "features") == 0 ? 0 : 1;
+        cr_assert_lt(m[i].offset, parts[t][m[i].partition].next_offset, "%s/%d@%lld: more",
+                     m[i].topic, m[i].partition, (long long)m[i].offset);
+    }
     free(act_h);
     free(act_ts);
     free(set.keys);

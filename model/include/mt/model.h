@@ -10,7 +10,7 @@
  * (all row-major, contiguous):
  *
  *   E  [n x S x d]   pooled second-order / deep embeddings: E[(i*S + s)*d + k]
- *   W1 [n x S]       pooled first-order weights (each slot's dim-1 weights, sum-pooled)
+ *   W1 [n x S]       pooled first-order weights (each id's weight, the last float of its row)
  *
  * Forward, for example i (x_i = E[i] read as one row of S*d floats, the slot concatenation):
  *
