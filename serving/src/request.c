@@ -347,6 +347,24 @@ void sv_req_free(sv_req_t *r) {
     r->cap_user = r->cap_items = r->cap_cands = 0;
 }
 
+void sv_req_trim(sv_req_t *r, size_t keep) {
+    if (r->cap_user > keep) {
+        free(r->user);
+        r->user = NULL;
+        r->cap_user = r->n_user = 0;
+    }
+    if (r->cap_items > keep) {
+        free(r->items);
+        r->items = NULL;
+        r->cap_items = r->n_items = 0;
+    }
+    if (r->cap_cands > keep) {
+        free(r->cands);
+        r->cands = NULL;
+        r->cap_cands = r->n_cands = 0;
+    }
+}
+
 void sv_fids_begin(sv_fids_t *it, const sv_req_t *r, const sv_sf_t *sf) {
     it->end = r->buf + sf->off + sf->len;
     if (sf->run) { /* one packed field: its fids, and nothing else to read */

@@ -69,6 +69,11 @@ int sv_req_parse(sv_req_t *r, const uint8_t *buf, size_t len, char *why, size_t 
 /** Frees the arrays of @p r (not @p r itself). */
 void sv_req_free(sv_req_t *r);
 
+/** Frees the arrays of @p r grown past @p keep entries (a request of many tiny messages:
+ *  a 16 MiB one of empty SlotFids grows them to 128 MiB), so that a reused reader keeps
+ *  what ordinary requests need. */
+void sv_req_trim(sv_req_t *r, size_t keep);
+
 /* The fids of a parsed SlotFids, in order. */
 typedef struct sv_fids {
     const uint8_t *p, *end; /* the fields left */

@@ -51,6 +51,9 @@
 
 #define WHO        "serving"
 #define SLOT_LIMIT 0x8000u /* feature slots are below it, as the trainer's */
+/* SlotFids and Candidates a worker's request reader keeps room for between requests (a
+ * request with more frees its arrays after it: sv_req_trim) */
+#define REQ_KEEP   65536
 #define NO_SLOT    0xFFFFu
 #define SYNC_PATH  "/monolith.v1.ParameterServer/Sync"
 
@@ -1467,6 +1470,7 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         log_impressions(sv, w, ts_ms, w->probs);
     }
 out:
+    sv_req_trim(r, REQ_KEEP);
     worker_put(sv, w, &tmp);
     model_release(sv, m);
 }

@@ -372,6 +372,16 @@ Test(request, a_reader_is_reused) {
     cr_assert_eq(r.n_cands, 0);
     cr_assert_eq(r.n_items, 0);
     cr_assert_eq(r.n_user, 1);
+    /* trimmed: only arrays grown past the bound go */
+    cr_assert_eq(sv_req_parse(&r, big.b, big.n, why, sizeof(why)), SV_REQ_OK);
+    sv_req_trim(&r, 1000);
+    cr_assert_not_null(r.items, "arrays under the bound are kept");
+    sv_req_trim(&r, 50);
+    cr_assert_null(r.items);
+    cr_assert_null(r.cands);
+    cr_assert_not_null(r.user, "the user's array was not over 50");
+    cr_assert_eq(sv_req_parse(&r, big.b, big.n, why, sizeof(why)), SV_REQ_OK, "reads again");
+    cr_assert_eq(r.n_cands, 100);
     sv_req_free(&r);
     sv_req_free(&r); /* twice is harmless */
 }
