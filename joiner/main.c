@@ -87,11 +87,11 @@ static void usage(FILE *f) {
                "       monolith-joiner --config-reference\n");
 }
 
-/* A SIGTERM or SIGINT, taken from the pending set rather than only seen there: a signal
- * left pending dies by its default action (no handler here) if anything unblocks it before
- * the process ends. Seen once under ASan on a busy machine: the joiner exited 143 after its
- * SIGTERM in two tests at once; what unblocked it was not found (LeakSanitizer's exit-time
- * stop-the-world is a suspect). Taken, nothing is left to deliver. */
+/* A SIGTERM or SIGINT, taken from the pending set (as ps and serving take theirs) so that
+ * none is left to deliver at exit. Every thread blocks them (main does before it starts
+ * any), so they wait there; a library thread started before main would not block them and
+ * would die of them (no handler here): OpenBLAS starts its threads at load, so the joiner
+ * must not link it (the ASan build did once, through config: it exited 143 on SIGTERM). */
 static int stop_requested(daemon_t *d) {
     if (d->stop) return 1;
     const struct timespec zero = {0, 0};
