@@ -14,6 +14,10 @@
  *     untimed warm-up pass of as many examples: most ids have a row, as in a steady stream;
  *   - each with 1 thread (a trainer and its own table) and 2 threads (two trainers, each
  *     its dense model, on one shared table: hogwild on the sparse part);
+  *   - pytorch_examples_per_s: a plain PyTorch DeepFM of the same shapes and optimizers on
+ *     the warm stream (bench/pytorch_deepfm.py, one thread, run by /usr/bin/python3 when
+ *     Debian's python3-torch is installed; otherwise a line saying why it is missing), and
+ *     vs_pytorch: our warm one-thread figure over it;
  *   - the cold stream with one PS shard over loopback (a monolith-ps process), one
  *     thread: steps one after another, then pipelined (mt_trainer_set_pipelined: the
  *     apply of a step in flight while the next one computes), then with prefetched
@@ -26,16 +30,19 @@
  * table's rows at its end ("rows"), the size to pass (default 0: grown from empty).
  *
  * Usage: trainer_bench [--examples N] [--batch B] [--reps R] [--threads 1|2]
- *                      [--phase cold|warm] [--initial-rows N] [--no-ps] [--quick]
+  *                      [--phase cold|warm] [--initial-rows N] [--no-ps] [--no-pytorch]
+ *                      [--quick]
  * A figure is the median of R runs (default 1); examples are per thread.
  */
 #include <cblas.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench_util.h"
 #include "mt/clock.h"
@@ -245,7 +252,7 @@ static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t n
     mt_table_stats(t, &s1);
     for (int i = 0; i < nt; i++)
         if (w[i].err) goto out;
-    double ids = (double)nt * (double)nbatches * (double)batch * NSLOTS * 2; /* emb + w1 */
+    double ids = (double)nt * (double)nbatches * (double)batch * NSLOTS; /* one row per id */
     res->rate = (double)nt * (double)nbatches * (double)batch / sec;
     res->new_row_share = (double)(s1.rows - s0.rows) / ids;
     res->rows = (double)s1.rows;
@@ -344,6 +351,68 @@ static int shard_start(const mt_table_slot_config_t *slots, size_t nslots, uint6
     return 0;
 }
 
+/* The PyTorch baseline's figures (bench/pytorch_deepfm.py's JSON object). */
+typedef struct torch_result {
+    double rate, cpu_rate, min, max;
+    char version[32];
+} torch_result_t;
+
+/* Reads the number after "key": in @p json. @returns 0 or -1. */
+static int json_number(const char *json, const char *key, double *out) {
+    char pat[48];
+    snprintf(pat, sizeof(pat), "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    if (!p) return -1;
+    char *end;
+    *out = strtod(p + strlen(pat), &end);
+    return end == p + strlen(pat) ? -1 : 0;
+}
+
+/* Runs the PyTorch baseline (warm stream, @p examples timed per rep). @returns 0 with *res
+ * filled, or -1 with @p why saying what is missing or what failed. */
+static int run_pytorch(size_t examples, size_t batch, int reps, torch_result_t *res, char *why,
+                       size_t whylen) {
+    if (access(MT_PYTHON, X_OK) != 0) {
+        snprintf(why, whylen, "%s not found (Debian: python3, python3-torch)", MT_PYTHON);
+        return -1;
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s %s --examples %zu --batch %zu --reps %d 2>&1", MT_PYTHON,
+             MT_PYTORCH_BENCH, examples, batch, reps);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        snprintf(why, whylen, "cannot run %s: %s", MT_PYTORCH_BENCH, strerror(errno));
+        return -1;
+    }
+    /* Its JSON object is a line of its own (warnings may come before it); on failure the
+     * last line says why. */
+    char out[2048] = "", last[2048] = "", line[2048];
+    while (fgets(line, sizeof(line), p)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!*line) continue;
+        snprintf(last, sizeof(last), "%s", line);
+        if (*line == '{') snprintf(out, sizeof(out), "%s", line);
+    }
+    int ws = pclose(p);
+    for (char *q = last; *q; q++) /* it goes into a JSON string */
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '\'';
+    if (ws == -1 || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        snprintf(why, whylen, "%s (exit status %d)", last,
+                 ws != -1 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+        return -1;
+    }
+    if (json_number(out, "examples_per_s", &res->rate) ||
+        json_number(out, "cpu_examples_per_s", &res->cpu_rate) ||
+        json_number(out, "min", &res->min) || json_number(out, "max", &res->max)) {
+        snprintf(why, whylen, "unreadable output: %.200s", last);
+        return -1;
+    }
+    const char *v = strstr(out, "\"torch\": \"");
+    snprintf(res->version, sizeof(res->version), "%.*s", v ? (int)strcspn(v + 10, "\"") : 1,
+             v ? v + 10 : "?");
+    return 0;
+}
+
 /* Stops the shard (SIGTERM). @returns 0, or -1 if it did not exit 0 (its log on stderr). */
 static int shard_stop(shard_proc_t *sp) {
     int ws = mt_bench_child_stop(sp->pid, SIGTERM);
@@ -359,7 +428,8 @@ int main(int argc, char **argv) {
     mt_bench_run_conditions("trainer");
     size_t total = 300000, batch = 512;
     uint64_t initial_rows = 0;
-    int reps = 1, with_ps = 1, max_threads = 2, phase_lo = PHASE_COLD, phase_hi = PHASE_WARM;
+    int reps = 1, with_ps = 1, with_torch = 1, max_threads = 2, phase_lo = PHASE_COLD,
+        phase_hi = PHASE_WARM;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             total = 20000;
@@ -378,10 +448,12 @@ int main(int argc, char **argv) {
             phase_lo = phase_hi = !strcmp(argv[i], "warm") ? PHASE_WARM : PHASE_COLD;
         } else if (!strcmp(argv[i], "--no-ps"))
             with_ps = 0;
+        else if (!strcmp(argv[i], "--no-pytorch"))
+            with_torch = 0;
         else {
             fprintf(stderr, "usage: trainer_bench [--examples N] [--batch B] [--reps R] "
                             "[--threads 1|2] [--phase cold|warm] [--initial-rows N] [--no-ps] "
-                            "[--quick]\n");
+                            "[--no-pytorch] [--quick]\n");
             return 2;
         }
     }
@@ -418,7 +490,7 @@ int main(int argc, char **argv) {
     /* Local table: cold and warm streams, 1 and 2 threads. */
     /* examples/s, cold, 1 thread (by the wall clock and by CPU time): the PS figures'
      * reference */
-    double local_cold = 0, local_cold_cpu = 0;
+    double local_cold = 0, local_cold_cpu = 0, local_warm = 0, local_warm_cpu = 0;
     for (int phase = phase_lo; phase <= phase_hi; phase++) {
         for (int nt = 1; nt <= max_threads; nt++) {
             double r[15], rc[15], share = 0, rows = 0;
@@ -438,6 +510,9 @@ int main(int argc, char **argv) {
             if (phase == PHASE_COLD && nt == 1) {
                 local_cold = med;
                 local_cold_cpu = med_cpu;
+            } else if (nt == 1) {
+                local_warm = med;
+                local_warm_cpu = med_cpu;
             }
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"%s\",\"ids\":\"%s\",\"threads\":%d,\"per_thread\":%.6g,"
@@ -453,6 +528,28 @@ int main(int argc, char **argv) {
                      nt > 1 ? "local table shared by the threads" : "local table",
                      nbatches * batch * (size_t)nt, rows, (unsigned long long)initial_rows);
             emit("train_examples_per_s", med, "examples/s", extra);
+        }
+    }
+    /* The PyTorch baseline beside our warm one-thread figure. */
+    if (with_torch && phase_hi == PHASE_WARM) {
+        torch_result_t tres;
+        char why[512];
+        if (run_pytorch(nbatches * batch, batch, reps, &tres, why, sizeof(why)) == 0) {
+            snprintf(extra, sizeof(extra),
+                     "\"phase\":\"warm\",\"threads\":1,\"min\":%.6g,\"max\":%.6g,"
+                     "\"cpu\":%.6g,\"vs_compute_floor\":%.3f,\"reps\":%d,\"torch\":\"%s\","
+                     "\"model\":\"DeepFM, one pre-sized table of 26 x 1M rows of dim 17, "
+                     "sparse Adagrad + dense Adam\"",
+                     tres.min, tres.max, tres.cpu_rate, tres.rate / floor_rate, reps, tres.version);
+            emit("pytorch_examples_per_s", tres.rate, "examples/s", extra);
+            snprintf(extra, sizeof(extra),
+                     "\"phase\":\"warm\",\"threads\":1,\"ours\":%.6g,\"pytorch\":%.6g,"
+                     "\"vs_pytorch_cpu\":%.3f,\"target\":1.8",
+                     local_warm, tres.rate, tres.cpu_rate > 0 ? local_warm_cpu / tres.cpu_rate : 0);
+            emit("vs_pytorch", tres.rate > 0 ? local_warm / tres.rate : 0, "x", extra);
+        } else {
+            snprintf(extra, sizeof(extra), "\"skipped\":\"%s\"", why);
+            emit("pytorch_examples_per_s", 0, "examples/s", extra);
         }
     }
     if (!with_ps) return 0;

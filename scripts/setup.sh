@@ -11,7 +11,8 @@ PKGS=(
   kcat gnuplot-nox clang-format redis-server libhiredis-dev zlib1g-dev
   clang
   protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf
-  prometheus
+    prometheus
+  python3-torch
 )
 
 missing=()

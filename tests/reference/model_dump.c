@@ -1,0 +1,156 @@
+/*
+ * model_dump.c - one model computation written out as JSON for an independent check
+ * (tests/reference/torch_reference.py rebuilds the model in PyTorch from it).
+ *
+ * Usage: model_dump SLOTS DIM N SEED [HIDDEN...]
+ *
+  * Creates the model (mt_model_create), overwrites every dense parameter with new draws (a
+ * weight matrix U(-a, a) in its Xavier range, a bias or b0 U(-0.1, 0.1): so that they are
+ * not the zeros of initialization), draws the inputs
+ * (E, W1 in U(-0.5, 0.5), labels in {0, 1} with every fourth one fractional, weights in
+ * [0, 2)), and writes:
+ *   - "params": name, shape, values and the gradients of mt_model_forward_backward();
+ *   - "E", "W1", "labels", "weights" and its "probs", "loss", "dE", "dW1";
+ *   - "forward": mt_model_forward()'s probabilities of the same inputs;
+ *   - "serving": inputs where only the slots flagged in "varies" differ between rows (the
+ *     others copy row 0, as a request's user slots), the rate, and the probabilities of
+ *     mt_model_forward_serving().
+ * Every float is printed with 9 significant digits (it reads back exactly). Exit status 0,
+ * 1 on a model error, 2 on bad arguments.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt/model.h"
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float uniform(uint64_t *s, float lo, float hi) {
+    return lo + (hi - lo) * (float)((double)(rng_next(s) >> 11) * 0x1.0p-53);
+}
+
+static void floats(const char *key, const float *v, size_t n, int comma) {
+    printf("\"%s\":[", key);
+    for (size_t i = 0; i < n; i++)
+        printf("%s%.9g", i ? "," : "", (double)v[i]);
+    printf("]%s\n", comma ? "," : "");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: model_dump SLOTS DIM N SEED [HIDDEN...]\n");
+        return 2;
+    }
+    mt_model_config_t c;
+    mt_model_config_init(&c);
+    c.nslots = (uint32_t)strtoul(argv[1], NULL, 10);
+    c.dim = (uint32_t)strtoul(argv[2], NULL, 10);
+    size_t n = strtoul(argv[3], NULL, 10);
+    uint64_t seed = strtoull(argv[4], NULL, 10);
+    c.nhidden = (uint32_t)(argc - 5);
+    if (c.nhidden > MT_MODEL_MAX_HIDDEN || n < 1 || n > 4096) {
+        fprintf(stderr, "model_dump: at most %d hidden layers, N in 1..4096\n",
+                MT_MODEL_MAX_HIDDEN);
+        return 2;
+    }
+    for (uint32_t l = 0; l < c.nhidden; l++)
+        c.hidden[l] = (uint32_t)strtoul(argv[5 + l], NULL, 10);
+    c.init_seed = seed;
+    char why[256];
+    if (mt_model_config_validate(&c, why, sizeof(why)) != MT_OK) {
+        fprintf(stderr, "model_dump: %s\n", why);
+        return 2;
+    }
+    mt_model_t *m = NULL;
+    if (mt_model_create(&c, &m) != MT_OK) return 1;
+    uint64_t rs = seed * 7919 + 1;
+    size_t np = mt_model_nparams(m);
+    for (size_t i = 0; i < np; i++) {
+        mt_model_param_t p;
+        mt_model_param(m, i, &p);
+        /* a weight matrix in its Xavier range (the model's initialization: activations of
+         * the scale training sees), a bias or b0 in (-0.1, 0.1) */
+        float a = p.ndim == 2 ? sqrtf(6.0f / (float)(p.shape[0] + p.shape[1])) : 0.1f;
+        for (size_t j = 0; j < p.size; j++)
+            p.values[j] = uniform(&rs, -a, a);
+    }
+    size_t S = c.nslots, d = c.dim;
+    float *E = malloc(n * S * d * sizeof(float)), *W1 = malloc(n * S * sizeof(float)),
+          *y = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float)),
+          *probs = malloc(n * sizeof(float)), *fwd = malloc(n * sizeof(float)),
+          *dE = malloc(n * S * d * sizeof(float)), *dW1 = malloc(n * S * sizeof(float)),
+          *Es = malloc(n * S * d * sizeof(float)), *W1s = malloc(n * S * sizeof(float)),
+          *ps = malloc(n * sizeof(float));
+    uint8_t *varies = malloc(S);
+    if (!E || !W1 || !y || !w || !probs || !fwd || !dE || !dW1 || !Es || !W1s || !ps || !varies)
+        return 1;
+    for (size_t j = 0; j < n * S * d; j++)
+        E[j] = uniform(&rs, -0.5f, 0.5f);
+    for (size_t j = 0; j < n * S; j++)
+        W1[j] = uniform(&rs, -0.5f, 0.5f);
+    for (size_t i = 0; i < n; i++) {
+        y[i] = i % 4 == 3 ? uniform(&rs, 0, 1) : (float)(rng_next(&rs) & 1);
+        w[i] = uniform(&rs, 0, 2);
+    }
+    float loss = 0, rate = 0.25f;
+    mt_err_t err = mt_model_forward_backward(m, E, W1, y, w, n, probs, &loss, dE, dW1);
+    if (!err) err = mt_model_forward(m, NULL, E, W1, n, fwd);
+    /* serving: the even slots vary, the odd ones hold row 0's values (slot 0 always varies) */
+    for (size_t s = 0; s < S; s++)
+        varies[s] = s % 2 == 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t s = 0; s < S; s++) {
+            size_t src = varies[s] ? i : 0;
+            memcpy(Es + (i * S + s) * d, E + (src * S + s) * d, d * sizeof(float));
+            W1s[i * S + s] = W1[src * S + s];
+        }
+    if (!err) err = mt_model_forward_serving(m, NULL, Es, W1s, n, rate, varies, ps);
+    if (err) {
+        fprintf(stderr, "model_dump: %s\n", mt_strerror(err));
+        return 1;
+    }
+    printf("{\"model\":\"deepfm\",\"slots\":%zu,\"dim\":%zu,\"n\":%zu,\"hidden\":[", S, d, n);
+    for (uint32_t l = 0; l < c.nhidden; l++)
+        printf("%s%u", l ? "," : "", c.hidden[l]);
+    printf("],\n\"params\":[\n");
+    for (size_t i = 0; i < np; i++) {
+        mt_model_param_t p;
+        mt_model_param(m, i, &p);
+        printf("{\"name\":\"%s\",\"shape\":[%u", p.name, p.shape[0]);
+        if (p.ndim == 2) printf(",%u", p.shape[1]);
+        printf("],\n");
+        floats("values", p.values, p.size, 1);
+        floats("grads", p.grads, p.size, 0);
+        printf("}%s\n", i + 1 < np ? "," : "");
+    }
+    printf("],\n");
+    floats("E", E, n * S * d, 1);
+    floats("W1", W1, n * S, 1);
+    floats("labels", y, n, 1);
+    floats("weights", w, n, 1);
+    floats("probs", probs, n, 1);
+    printf("\"loss\":%.9g,\n", (double)loss);
+    floats("dE", dE, n * S * d, 1);
+    floats("dW1", dW1, n * S, 1);
+    floats("forward", fwd, n, 1);
+    printf("\"serving\":{\"rate\":%.9g,\"varies\":[", (double)rate);
+    for (size_t s = 0; s < S; s++)
+        printf("%s%d", s ? "," : "", varies[s]);
+    printf("],\n");
+    floats("E", Es, n * S * d, 1);
+    floats("W1", W1s, n * S, 1);
+    floats("probs", ps, n, 0);
+    printf("}}\n");
+    free(E), free(W1), free(y), free(w), free(probs), free(fwd), free(dE), free(dW1);
+    free(Es), free(W1s), free(ps), free(varies);
+    mt_model_destroy(m);
+    return 0;
+}

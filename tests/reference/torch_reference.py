@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""torch_reference.py - the model's C math against PyTorch, an independent implementation.
+
+For each case (slots, dim, batch, hidden layers) it runs model_dump (tests/reference/
+model_dump.c: the C model with random dense parameters and inputs), rebuilds the model in
+PyTorch from the dumped parameters, in float64, from the model's definition in
+model/include/mt/model.h (DeepFM: b0 + first order + FM second order + MLP, weighted mean
+log loss, the serving correction sigmoid(logit + log r)), and compares:
+  - forward_backward's probabilities and loss, mt_model_forward's and
+    mt_model_forward_serving's probabilities,
+  - the gradient of every dense parameter, of E and of W1 (PyTorch's autograd),
+each element to 1e-4 relative, relative to max(|reference|, 1e-2 of the tensor's largest
+magnitude): a weight gradient is a sum over the batch whose terms cancel, and float32
+rounding alone leaves some small elements 1e-4 off (PyTorch's own float32 computation of
+trainer_bench's shape is 1.4e-4 off float64 with a floor of 1e-3). Beside each case the
+same comparison of PyTorch's float32 computation is printed, for calibration. Exit 0 when
+every case agrees; 1 with the worst elements named otherwise. Without torch the test fails
+with the reason (scripts/setup.sh installs Debian's python3-torch).
+
+Usage: torch_reference.py MODEL_DUMP_BINARY
+"""
+import json
+import subprocess
+import sys
+
+TOL = 1e-4
+CASES = [  # slots, dim, batch, seed, hidden widths
+    (3, 4, 8, 1, [16, 8]),
+    (5, 2, 16, 2, []),
+    (4, 3, 6, 3, [7]),
+    (2, 1, 1, 4, [3, 3, 3]),
+    (26, 16, 64, 5, [256, 128]),  # trainer_bench's shape
+]
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        import torch
+    except ImportError as e:
+        print(f"FAIL: PyTorch missing ({e}): bash scripts/setup.sh installs python3-torch",
+              file=sys.stderr)
+        return 1
+    torch.set_num_threads(1)
+    failed = 0
+    for slots, dim, n, seed, hidden in CASES:
+        args = [sys.argv[1], str(slots), str(dim), str(n), str(seed)] + [str(h) for h in hidden]
+        run = subprocess.run(args, capture_output=True, text=True)
+        if run.returncode != 0:
+            print(f"FAIL: {' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
+            failed += 1
+            continue
+        failed += check_case(torch, json.loads(run.stdout))
+    print(f"torch reference: {len(CASES) - failed} of {len(CASES)} cases agree "
+          f"(torch {torch.__version__}, tolerance {TOL} relative)")
+    return 1 if failed else 0
+
+
+def deepfm_logits(torch, params, E, W1, n, slots, dim):
+    """logit_i = b0 + sum_s W1[i,s] + FM(E_i) + MLP(E_i) (model.h)."""
+    e = E.reshape(n, slots, dim)
+    s = e.sum(1)
+    fm = 0.5 * (s * s - (e * e).sum(1)).sum(1)
+    h = E.reshape(n, slots * dim)
+    layer = 0
+    while f"mlp.{layer}.w" in params:
+        h = torch.relu(h @ params[f"mlp.{layer}.w"] + params[f"mlp.{layer}.b"])
+        layer += 1
+    deep = (h @ params["mlp.out.w"]).squeeze(1)
+    return params["b0"] + W1.reshape(n, slots).sum(1) + fm + deep
+
+
+def reference(torch, d, dtype):
+    """The computations model_dump made, by PyTorch in dtype: float64 tensors in the
+    order of compared()."""
+    t = lambda v: torch.tensor(v, dtype=dtype)
+    n, slots, dim = d["n"], d["slots"], d["dim"]
+    params = {p["name"]: t(p["values"]).reshape(p["shape"]).requires_grad_() for p in d["params"]}
+    E, W1 = t(d["E"]).requires_grad_(), t(d["W1"]).requires_grad_()
+    y, w = t(d["labels"]), t(d["weights"])
+    logit = deepfm_logits(torch, params, E, W1, n, slots, dim)
+    loss = (torch.nn.functional.binary_cross_entropy_with_logits(
+        logit, y, weight=w, reduction="sum") / n)
+    loss.backward()
+    p = torch.sigmoid(logit).detach()
+    sv = d["serving"]
+    with torch.no_grad():
+        ps = torch.sigmoid(deepfm_logits(torch, params, t(sv["E"]), t(sv["W1"]), n, slots, dim)
+                           + torch.log(t(sv["rate"])))
+    out = [p, p, loss.detach().reshape(1), ps, E.grad, W1.grad]
+    return [x.detach().reshape(-1).to(torch.float64) for x in out] + \
+        [params[q["name"]].grad.reshape(-1).to(torch.float64) for q in d["params"]]
+
+
+def compared(d):
+    """What model_dump computed: [(what, values)]."""
+    sv = d["serving"]
+    out = [("probs", d["probs"]), ("forward", d["forward"]), ("loss", [d["loss"]]),
+           ("serving probs", sv["probs"]), ("dE", d["dE"]), ("dW1", d["dW1"])]
+    return out + [(f"grad {q['name']}", q["grads"]) for q in d["params"]]
+
+
+def relative(torch, got, ref):
+    floor = max(float(ref.abs().max()) * 1e-2, 1e-30)
+    return (got - ref).abs() / torch.clamp(ref.abs(), min=floor)
+
+
+def check_case(torch, d):
+    name = f"deepfm slots {d['slots']} dim {d['dim']} batch {d['n']} hidden {d['hidden']}"
+    ref, ref32 = reference(torch, d, torch.float64), reference(torch, d, torch.float32)
+    worst, worst32, bad = 0.0, 0.0, []
+    for (what, c_vals), r, r32 in zip(compared(d), ref, ref32):
+        c_vals = torch.tensor(c_vals, dtype=torch.float64)
+        rel = relative(torch, c_vals, r)
+        j = int(rel.argmax())
+        worst = max(worst, float(rel[j]))
+        worst32 = max(worst32, float(relative(torch, r32, r).max()))
+        if float(rel[j]) > TOL:
+            bad.append(f"{what}[{j}]: C {float(c_vals[j]):.9g}, torch {float(r[j]):.9g} "
+                       f"(relative {float(rel[j]):.2e})")
+    status = "FAIL" if bad else "ok"
+    print(f"{status}: {name}: worst relative difference {worst:.2e} over {len(ref)} tensors "
+          f"(PyTorch's own float32: {worst32:.2e})")
+    for b in bad:
+        print(f"  {b}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
