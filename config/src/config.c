@@ -1645,7 +1645,8 @@ mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint
 static mt_err_t trainer_slots(const mt_config_t *c, uint64_t *v, size_t cap, size_t *n,
                               char *errbuf, size_t errlen) {
     char msg[256];
-    if (mt_config_parse_uint_list(c->trainer.slots, 0, 0x7fff, v, cap, n, msg, sizeof(msg))) {
+    if (mt_config_parse_uint_list(c->trainer.slots, 0, MT_MODEL_SLOT_LIMIT - 1, v, cap, n, msg,
+                                  sizeof(msg))) {
         mt_msgf(errbuf, errlen, "trainer.slots: %s", msg);
         return MT_CONFIG;
     }
@@ -1696,11 +1697,11 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
     for (size_t i = 0; i < n; i++) {
         uint16_t id = (uint16_t)v[i];
         /* the old layout's first-order slot: its weight is in slot id's row now */
-        if (slot_find(c, (uint16_t)(id | 0x8000u)) >= 0) {
+        if (slot_find(c, (uint16_t)(id | MT_MODEL_SLOT_LIMIT)) >= 0) {
             mt_msgf(errbuf, errlen,
                     "slot.%u: a model slot's first-order weight is kept in its row (slot.%u, "
                     "dim + 1): remove this section",
-                    id | 0x8000u, id);
+                    id | MT_MODEL_SLOT_LIMIT, id);
             return MT_CONFIG;
         }
         ptrdiff_t at = slot_find(c, id);

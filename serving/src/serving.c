@@ -15,9 +15,9 @@
  *  - a worker context (scratch buffers, model workspace) is owned by one Predict at a time:
  *    taken with an atomic exchange on its busy flag, never with a lock.
  *
-  * Pooling is the trainer's (trainer/src/trainer.c): for feature slot s, the sums of the
- * embeddings and of the first-order weights of its fids' rows (mt_model_row_floats()), after
- * the same hash_buckets reduction. A request's fids of slot s are the
+   * Pooling is the trainer's, both model.h's (mt_model_reduce_fid(), mt_model_pool_add()): for
+ * feature slot s, the sums of the embeddings and of the first-order weights of its fids'
+ * rows (mt_model_row_floats()), after the same hash_buckets reduction. A request's fids of slot s are the
  * user's followed by the candidate's, a candidate fid the user side already gave being left
  * out: that is how the joiner merges an Impression into the Example the trainer learns from.
  */
@@ -49,13 +49,13 @@
 #include "request.h"
 #include "sv_util.h"
 
-#define WHO        "serving"
-#define SLOT_LIMIT 0x8000u /* feature slots are below it, as the trainer's */
+#define WHO "serving"
+
 /* SlotFids and Candidates a worker's request reader keeps room for between requests (a
  * request with more frees its arrays after it: sv_req_trim) */
-#define REQ_KEEP   65536
-#define NO_SLOT    0xFFFFu
-#define SYNC_PATH  "/monolith.v1.ParameterServer/Sync"
+#define REQ_KEEP  65536
+#define NO_SLOT   0xFFFFu
+#define SYNC_PATH "/monolith.v1.ParameterServer/Sync"
 
 #define HIST_BUCKETS 14
 static const double hist_bounds_s[HIST_BUCKETS - 1] = {
@@ -200,7 +200,8 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
         BAD("nslots: %u feature slots, 1..%d allowed", c->nslots, MT_SERVING_MAX_SLOTS);
     if (c->nhidden > MT_SERVING_MAX_HIDDEN) BAD("nhidden: %u hidden layers", c->nhidden);
     for (uint32_t s = 0; s < c->nslots; s++) {
-        if (c->slot_ids[s] >= SLOT_LIMIT) BAD("feature slot %u is not below 32768", c->slot_ids[s]);
+        if (c->slot_ids[s] >= MT_MODEL_SLOT_LIMIT)
+            BAD("feature slot %u is not below %u", c->slot_ids[s], MT_MODEL_SLOT_LIMIT);
         for (uint32_t k = 0; k < s; k++)
             if (c->slot_ids[k] == c->slot_ids[s])
                 BAD("feature slot %u listed twice", c->slot_ids[s]);
@@ -1200,11 +1201,6 @@ static int set_has(const worker_t *w, uint64_t f) {
     return 0;
 }
 
-static uint64_t reduce(const mt_serving_t *sv, uint64_t f) {
-    uint64_t hb = sv->cfg.hash_buckets;
-    return hb ? (f & 0xFFFF000000000000ull) | ((f & 0xFFFFFFFFFFFFull) % hb) : f;
-}
-
 #define FAIL(sv, c, code, ...)                    \
     do {                                          \
         atomic_fetch_add(&(sv)->errors[code], 1); \
@@ -1267,8 +1263,7 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
                 set_add(w, raw);
                 w->user_has[s] = 1;
             }
-            uint64_t f = reduce(sv, raw);
-            w->fids[k] = f;
+            w->fids[k] = mt_model_reduce_fid(raw, sv->cfg.hash_buckets);
             w->cell[k] = s;
             if (dedup) w->varies[s] = 1;
             k++;
@@ -1277,16 +1272,13 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
     return k;
 }
 
+/* Adds the rows of fids [from, to) to their cells of E and W1 (model.h's pooling). */
 static void pool(const mt_serving_t *sv, const worker_t *w, size_t from, size_t to, float *E,
                  float *W1) {
-    size_t d = sv->cfg.dim, rw = mt_model_row_floats(sv->cfg.dim);
-    for (size_t k = from; k < to; k++) {
-        float *e = E + (size_t)w->cell[k] * d;
-        const float *x = w->emb + k * rw; /* the row: embedding, then first-order weight */
-        for (size_t j = 0; j < d; j++)
-            e[j] += x[j];
-        W1[w->cell[k]] += x[d];
-    }
+    uint32_t d = sv->cfg.dim;
+    size_t rw = mt_model_row_floats(d);
+    for (size_t k = from; k < to; k++)
+        mt_model_pool_add(E + (size_t)w->cell[k] * d, W1 + w->cell[k], w->emb + k * rw, d);
 }
 
 /* Deterministic sampling of a request: XXH3 of its id against the rate. */

@@ -31,9 +31,6 @@
 #include <emmintrin.h>
 #endif
 
-#define SLOT_LIMIT \
-    0x8000u /* feature slots are below it (above: an older layout's first-order slots) */
-
 /* The ids of one batch and their looked-up values: a step's own, or a prefetched batch's. */
 enum { IDS_FREE, IDS_QUEUED, IDS_READY, IDS_STEP };
 #define NIDS      3    /* two prefetched batches and the step's own */
@@ -187,7 +184,7 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     for (uint32_t s = cfg->nslots; s < 256; s++)
         if (cfg->slot_hash_buckets[s]) return MT_CONFIG;
     for (uint32_t s = 0; s < cfg->nslots; s++) {
-        if (cfg->slot_ids[s] >= SLOT_LIMIT) return MT_CONFIG;
+        if (cfg->slot_ids[s] >= MT_MODEL_SLOT_LIMIT) return MT_CONFIG;
         for (uint32_t k = 0; k < s; k++)
             if (cfg->slot_ids[k] == cfg->slot_ids[s]) return MT_CONFIG;
     }
@@ -346,7 +343,7 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
             }
             hb = shb[slot] ? shb[slot] : tr->cfg.hash_buckets;
         }
-        if (hb) f = (f & 0xFFFF000000000000ull) | ((f & 0xFFFFFFFFFFFFull) % hb);
+        f = mt_model_reduce_fid(f, hb);
         size_t h = (size_t)((f * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
         while (tr->map[h] && ids->ufid[tr->map[h] - 1] != f)
             h = (h + 1) & (sz - 1);
@@ -367,9 +364,9 @@ static mt_err_t check_slots(const mt_trainer_t *tr, const mt_batch_t *b) {
     return MT_OK;
 }
 
-/* y[0..d) += a * x[0..d). Pooling passes a = 1 (1 * x == x exactly). The dim-16 version
- * has a loop of known length that GCC vectorizes at -O2; per element both do the scalar
- * operations, so results are the same. Pool and scatter were 5% of a warm step scalar. */
+/* y[0..d) += a * x[0..d) (the gradient scatter). The dim-16 version has a loop of known
+ * length that GCC vectorizes at -O2; per element both do the scalar operations, so results
+ * are the same. Pool and scatter were 5% of a warm step scalar. */
 static inline void add_scaled(float *restrict y, const float *restrict x, float a, size_t d) {
     for (size_t j = 0; j < d; j++)
         y[j] += a * x[j];
@@ -387,31 +384,24 @@ static mt_err_t look_up(const mt_trainer_t *tr, idset_t *ids, int train, uint32_
                               nu * mt_model_row_floats(tr->cfg.dim));
 }
 
-/* Sum-pools the looked-up values of @p ids into E and W1. */
+/* Pools the looked-up values of @p ids into E and W1 (model.h's pooling). */
 static void pool(mt_trainer_t *tr, const mt_batch_t *b, const idset_t *ids) {
-    size_t d = tr->cfg.dim, S = tr->cfg.nslots, rw = mt_model_row_floats(tr->cfg.dim);
+    uint32_t d = tr->cfg.dim;
+    size_t S = tr->cfg.nslots, rw = mt_model_row_floats(d);
     /* A cell starts from its first id's row (no clearing pass over E), or zeros. */
     const uint32_t *uidx = ids->uidx;
     const float *uemb = ids->uemb;
     for (size_t cell = 0; cell < b->n * S; cell++) {
-        float *e = tr->E + cell * d, w1 = 0;
+        float *e = tr->E + cell * d, *w1 = tr->W1 + cell;
         size_t k = b->offsets[cell], end = b->offsets[cell + 1];
         if (k == end) {
             memset(e, 0, d * sizeof(float));
-        } else {
-            const float *row = uemb + (size_t)uidx[k++] * rw;
-            memcpy(e, row, d * sizeof(float));
-            w1 = row[d];
+            *w1 = 0;
+            continue;
         }
-        for (; k < end; k++) {
-            const float *row = uemb + (size_t)uidx[k] * rw;
-            if (d == 16)
-                add16(e, row, 1.0f);
-            else
-                add_scaled(e, row, 1.0f, d);
-            w1 += row[d];
-        }
-        tr->W1[cell] = w1;
+        mt_model_pool_first(e, w1, uemb + (size_t)uidx[k++] * rw, d);
+        for (; k < end; k++)
+            mt_model_pool_add(e, w1, uemb + (size_t)uidx[k] * rw, d);
     }
 }
 

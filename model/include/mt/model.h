@@ -70,6 +70,48 @@
 static inline uint32_t mt_model_row_floats(uint32_t dim) {
     return dim + MT_MODEL_ROW_TAIL;
 }
+
+/*
+ * What the trainer and serving both do to a request's or an example's ids and rows, written
+ * once here so that they cannot drift apart (a served score and a trained score read the
+ * same rows and pool them the same way):
+ *   - feature slots are below MT_MODEL_SLOT_LIMIT (the ids above were an older layout's
+ *     first-order slots);
+ *   - an id is looked up as mt_model_reduce_fid(fid, buckets): its value modulo the hash
+ *     buckets (0: collisionless, the id itself), its slot kept;
+ *   - a slot's cell of E and W1 is the sum of its ids' rows (embedding into E, first-order
+ *     weight into W1): mt_model_pool_first() for the first id, mt_model_pool_add() for
+ *     each further one (a cell of no id is zeros).
+ */
+#define MT_MODEL_SLOT_LIMIT 0x8000u
+
+/** The id a fid is stored under: its value (low 48 bits) modulo @p buckets, 0 = no reduction. */
+static inline uint64_t mt_model_reduce_fid(uint64_t fid, uint64_t buckets) {
+    return buckets ? (fid & 0xFFFF000000000000ull) | ((fid & 0xFFFFFFFFFFFFull) % buckets) : fid;
+}
+
+/** Starts a cell from its first id's @p row: e[0..d) = row[0..d), *w1 = row[d]. */
+static inline void mt_model_pool_first(float *restrict e, float *restrict w1,
+                                       const float *restrict row, uint32_t d) {
+    for (uint32_t j = 0; j < d; j++)
+        e[j] = row[j];
+    *w1 = row[d];
+}
+
+/** Adds a further id's @p row to its cell. The loop of d = 16 has a known length (vectorized
+ *  at -O2; a warm training step's pooling and scatter took 5% scalar); the sums are those
+ *  of the general loop. */
+static inline void mt_model_pool_add(float *restrict e, float *restrict w1,
+                                     const float *restrict row, uint32_t d) {
+    if (d == 16) {
+        for (uint32_t j = 0; j < 16; j++)
+            e[j] += row[j];
+    } else {
+        for (uint32_t j = 0; j < d; j++)
+            e[j] += row[j];
+    }
+    *w1 += row[d];
+}
 #define MT_MODEL_MAX_SLOTS 65536      /* a slot id is 16 bits */
 #define MT_MODEL_MAX_DIM   4096       /* embedding dim at most */
 #define MT_MODEL_MAX_WIDTH 65536      /* hidden layer width at most */
