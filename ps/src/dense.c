@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "dense_int.h"
+#include "mt/model.h"
 
 /* One tensor. */
 typedef struct mt__ps_tensor {
@@ -145,16 +146,9 @@ static void dense_apply(const mt_ps_dense_config_t *o, dense_tensor_t *d, const 
             d->w[i] -= o->lr * g[i] / (sqrtf(d->s1[i]) + o->eps);
         }
         break;
-    default: { /* Adam */
-        d->steps++;
-        double c1 = 1.0 - pow(o->beta1, (double)d->steps);
-        double c2 = 1.0 - pow(o->beta2, (double)d->steps);
-        float lr_t = (float)(o->lr * sqrt(c2) / c1);
-        for (size_t i = 0; i < d->n; i++) {
-            d->s1[i] = o->beta1 * d->s1[i] + (1.0f - o->beta1) * g[i];
-            d->s2[i] = o->beta2 * d->s2[i] + (1.0f - o->beta2) * g[i] * g[i];
-            d->w[i] -= lr_t * d->s1[i] / (sqrtf(d->s2[i]) + o->eps);
-        }
+    default: { /* Adam: the model's (the trainer's local step is the same code) */
+        mt_model_adam_t a = {o->lr, o->beta1, o->beta2, o->eps};
+        mt_model_adam_step(&a, ++d->steps, d->w, d->s1, d->s2, g, d->n);
         break;
     }
     }

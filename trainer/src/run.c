@@ -147,6 +147,11 @@ static int setup_trainer(mt_trainer_run_t *d) {
     tc.init_scale = t->init_scale;
     tc.min_count = t->min_count;
     tc.dense_lr = t->dense_lr;
+    if (d->cfg->dense.opt == MT_OPT_ADAM) { /* [dense]'s Adam: the PS's and the local step's */
+        tc.dense_beta1 = d->cfg->dense.beta1;
+        tc.dense_beta2 = d->cfg->dense.beta2;
+        tc.dense_eps = d->cfg->dense.eps;
+    }
     tc.hash_buckets = t->hash_buckets;
     tc.table_initial_rows = t->table_initial_rows;
     mt_trainer_backend_t be;

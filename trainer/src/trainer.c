@@ -112,6 +112,9 @@ void mt_trainer_config_init(mt_trainer_config_t *cfg) {
     cfg->sparse_lr = 0.05f;
     cfg->init_scale = 0.01f;
     cfg->dense_lr = 0.001f;
+    cfg->dense_beta1 = 0.9f;
+    cfg->dense_beta2 = 0.999f;
+    cfg->dense_eps = 1e-8f;
     cfg->table_shards_log2 = 6;
 }
 
@@ -178,7 +181,9 @@ mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_c
 mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     if (!cfg || cfg->nslots < 1 || cfg->nslots > 256 || cfg->dim < 1 ||
         cfg->dim > MT_TABLE_MAX_DIM || !(cfg->sparse_lr > 0) || !(cfg->dense_lr > 0) ||
-        cfg->nhidden > 8)
+        !(cfg->dense_beta1 >= 0 && cfg->dense_beta1 < 1) ||
+        !(cfg->dense_beta2 >= 0 && cfg->dense_beta2 < 1) ||
+        !(cfg->dense_eps > 0 && cfg->dense_eps < 1) || cfg->nhidden > 8)
         return MT_CONFIG;
     /* slot_hash_buckets is indexed like slot_ids, not by slot id: catch the mix-up */
     for (uint32_t s = cfg->nslots; s < 256; s++)
@@ -449,39 +454,15 @@ mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *b, float *probs)
     return mt_model_forward(tr->model, tr->ws, tr->E, tr->W1, b->n, probs);
 }
 
+/* Dense Adam on the model's parameters (the PS's dense store runs the same code). */
 static void adam_step(mt_trainer_t *tr) {
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    mt_model_adam_t o = {tr->cfg.dense_lr, tr->cfg.dense_beta1, tr->cfg.dense_beta2,
+                         tr->cfg.dense_eps};
     tr->step++;
-    double c1 = 1.0 - pow(b1, (double)tr->step), c2 = 1.0 - pow(b2, (double)tr->step);
-    float lr = (float)(tr->cfg.dense_lr * sqrt(c2) / c1);
     for (size_t i = 0; i < tr->nparams; i++) {
         mt_model_param_t p;
         mt_model_param(tr->model, i, &p);
-        float *m = tr->am[i], *v = tr->av[i];
-        size_t k = 0;
-#if defined(__SSE2__)
-        /* Four at a time (3% of a warm step scalar: GCC keeps sqrtf scalar, see
-         * embedding/src/optim.c): the same IEEE operations in the same order as the scalar
-         * loop, so the result is identical bit for bit (and to the PS's dense Adam). */
-        const __m128 vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2), vc1 = _mm_set1_ps(1.0f - b1),
-                     vc2 = _mm_set1_ps(1.0f - b2), vlr = _mm_set1_ps(lr), veps = _mm_set1_ps(eps);
-        for (; k + 4 <= p.size; k += 4) {
-            __m128 g = _mm_loadu_ps(p.grads + k);
-            __m128 mk = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + k)), _mm_mul_ps(vc1, g));
-            __m128 vk =
-                _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + k)), _mm_mul_ps(_mm_mul_ps(vc2, g), g));
-            _mm_storeu_ps(m + k, mk);
-            _mm_storeu_ps(v + k, vk);
-            __m128 step = _mm_div_ps(_mm_mul_ps(vlr, mk), _mm_add_ps(_mm_sqrt_ps(vk), veps));
-            _mm_storeu_ps(p.values + k, _mm_sub_ps(_mm_loadu_ps(p.values + k), step));
-        }
-#endif
-        for (; k < p.size; k++) {
-            float g = p.grads[k];
-            m[k] = b1 * m[k] + (1.0f - b1) * g;
-            v[k] = b2 * v[k] + (1.0f - b2) * g * g;
-            p.values[k] -= lr * m[k] / (sqrtf(v[k]) + eps);
-        }
+        mt_model_adam_step(&o, tr->step, p.values, tr->am[i], tr->av[i], p.grads, p.size);
     }
 }
 

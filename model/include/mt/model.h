@@ -232,6 +232,23 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
                                    const float *labels, const float *weights, size_t n,
                                    float *probs, float *loss, float *dE, float *dW1);
 
+/** Dense Adam's settings (the trainer's local step and the PS's [dense] section). */
+typedef struct mt_model_adam {
+    float lr;           /* > 0 */
+    float beta1, beta2; /* in [0, 1) */
+    float eps;          /* > 0 */
+} mt_model_adam_t;
+
+/**
+ * One Adam step of @p n parameters: m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
+ * w -= lr_t m / (sqrt(v) + eps), lr_t = lr sqrt(1 - b2^t) / (1 - b1^t). The result does not
+ * depend on the CPU's vector width (the same IEEE operations in the same order).
+ * @param t  this step's number, from 1
+ * (In its own library, mt_model_adam, without OpenBLAS: the PS links it alone.)
+ */
+void mt_model_adam_step(const mt_model_adam_t *o, uint64_t t, float *restrict w, float *restrict m,
+                        float *restrict v, const float *restrict g, size_t n);
+
 /**
  * Exact ROC AUC: the probability that a random positive scores above a random negative,
  * ties counting 1/2 (sort-based, O(n log n), average ranks for tied scores).

@@ -2,7 +2,8 @@
  * test_model.c - the DeepFM model's math (model/src/model.c): forward against a hand-worked
  * example, gradients against central finite differences for every parameter kind (b0, each
  * hidden weight and bias, the output weights, dE, dW1), learning on a small fixed problem,
- * the negative sampling correction, the exact AUC, initialization and configuration checks.
+ * the negative sampling correction, the exact AUC, initialization and configuration checks,
+ * and the dense Adam step against its formula.
  *
  * Why: a wrong gradient does not crash anything, it only trains a worse model, so every
  * gradient entry of small models is compared with (L(x+eps) - L(x-eps)) / (2 eps).
@@ -572,4 +573,34 @@ Test(model_input, bad_labels_weights_and_null) {
     /* g = (0 * (0.5 - 1) + 2 * (0.5 - 0)) / 2 = 0.5 */
     cr_expect_float_eq(b0.grads[0], 0.5f, 1e-7f);
     mt_model_destroy(m);
+}
+
+/* ============================== dense Adam ============================== */
+
+/* mt_model_adam_step against the formula in double, over three steps and a length that is
+ * not a multiple of the vector width (the vector loop and the scalar tail both run). */
+Test(adam, matches_the_formula) {
+    enum { N = 11 };
+    mt_model_adam_t o = {0.01f, 0.8f, 0.99f, 1e-6f};
+    float w[N], m[N] = {0}, v[N] = {0}, g[N];
+    double rw[N], rm[N] = {0}, rv[N] = {0};
+    uint64_t s = 5;
+    for (int i = 0; i < N; i++)
+        rw[i] = w[i] = rng_uniform(&s, -1, 1);
+    for (uint64_t t = 1; t <= 3; t++) {
+        for (int i = 0; i < N; i++)
+            g[i] = rng_uniform(&s, -2, 2);
+        mt_model_adam_step(&o, t, w, m, v, g, N);
+        double lr = 0.01 * sqrt(1 - pow(0.99, (double)t)) / (1 - pow(0.8, (double)t));
+        for (int i = 0; i < N; i++) {
+            rm[i] = 0.8 * rm[i] + 0.2 * g[i];
+            rv[i] = 0.99 * rv[i] + 0.01 * (double)g[i] * g[i];
+            rw[i] -= lr * rm[i] / (sqrt(rv[i]) + 1e-6);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        cr_expect_float_eq(m[i], rm[i], 1e-6, "m[%d]", i);
+        cr_expect_float_eq(v[i], rv[i], 1e-6, "v[%d]", i);
+        cr_expect_float_eq(w[i], rw[i], 1e-5, "w[%d]: %g vs %g", i, (double)w[i], rw[i]);
+    }
 }

@@ -84,6 +84,8 @@ typedef struct mt_trainer_config {
     float init_scale;                /* uniform embedding init half-width (default 0.01) */
     uint32_t min_count;              /* frequency filter of every slot (default 0) */
     float dense_lr;                  /* Adam on the dense parameters (default 0.001) */
+    float dense_beta1, dense_beta2;  /* its betas, in [0, 1) (default 0.9, 0.999) */
+    float dense_eps;                 /* its eps, in (0, 1) (default 1e-8) */
     uint64_t hash_buckets;           /* 0: collisionless; else ids are reduced modulo this */
     uint64_t slot_hash_buckets[256]; /* per feature slot, parallel to slot_ids; 0:
                                         hash_buckets applies (default all 0) */
