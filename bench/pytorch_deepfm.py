@@ -17,8 +17,15 @@ message on stderr), 2 for bad arguments.
 """
 import argparse
 import json
+import os
 import sys
 import time
+
+# One thread, as the trainer's step: torch.set_num_threads() alone leaves the BLAS that
+# Debian's torch links (OpenBLAS) starting a thread per core, measured: twice the CPU time
+# of the wall time. These must be set before torch loads.
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_v] = "1"
 
 SLOTS, DIM, IDS_PER_SLOT = 26, 16, 1000000
 
