@@ -12,8 +12,8 @@
 
 #include "mt/model.h"
 
-void mt_model_adam_step(const mt_model_adam_t *o, uint64_t t, float *restrict w,
-                        float *restrict m, float *restrict v, const float *restrict g, size_t n) {
+void mt_model_adam_step(const mt_model_adam_t *o, uint64_t t, float *restrict w, float *restrict m,
+                        float *restrict v, const float *restrict g, size_t n) {
     const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
     double c1 = 1.0 - pow(b1, (double)t), c2 = 1.0 - pow(b2, (double)t);
     float lr = (float)(o->lr * sqrt(c2) / c1);
