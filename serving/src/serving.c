@@ -15,11 +15,12 @@
  *  - a worker context (scratch buffers, model workspace) is owned by one Predict at a time:
  *    taken with an atomic exchange on its busy flag, never with a lock.
  *
-   * Pooling is the trainer's, both model.h's (mt_model_reduce_fid(), mt_model_pool_add()): for
- * feature slot s, the sums of the embeddings and of the first-order weights of its fids'
- * rows (mt_model_row_floats()), after the same hash_buckets reduction. A request's fids of slot s are the
- * user's followed by the candidate's, a candidate fid the user side already gave being left
- * out: that is how the joiner merges an Impression into the Example the trainer learns from.
+ * Pooling is the trainer's, both model.h's (mt_model_reduce_fid(), mt_model_pool_add()):
+ * for feature slot s, the sums of the embeddings and of the first-order weights of its
+ * fids' rows (mt_model_row_floats()), after the same hash_buckets reduction. A request's
+ * fids of slot s are the user's followed by the candidate's, a candidate fid the user side
+ * already gave being left out: that is how the joiner merges an Impression into the Example
+ * the trainer learns from.
  */
 #include "mt/strbuf.h"
 #include "mt/clock.h"
