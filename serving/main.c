@@ -113,6 +113,7 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     }
     sc->nslots = (uint32_t)nslots;
     memcpy(sc->slot_ids, slots, nslots * sizeof(uint16_t));
+    if (mt_config_mean_slots(c, slots, nslots, sc->slot_mean, err, errlen) != MT_OK) return 2;
     sc->dim = c->trainer.dim;
     uint64_t hidden[MT_SERVING_MAX_HIDDEN];
     size_t nh = 0;

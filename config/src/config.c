@@ -220,6 +220,9 @@ static const prop_t props[] = {
     {KEY("dense", "init_accum"), CFG(dense.init_accum), REAL(0, FINITE, PF_MAX_OPEN), .def = "0.1",
      .doc = "Adagrad initial accumulator"},
     /* [trainer] */
+    {KEY("trainer", "mean_slots"), CFG(trainer.mean_slots), STR(0, 65536), .def = "",
+     .doc = "feature slots pooled by mean, \"3, 7\": an example's ids of such a slot count by "
+            "their average row (the others by their sum); each must be one of the model's slots"},
     {KEY("trainer", "slots"), CFG(trainer.slots), STR(0, 65536), .def = "",
      .doc = "feature slots of the model, comma-separated, each below 32768; empty: the input "
             "format's (criteo: 1..39; movielens: 1, 2 and the side-file slots; tsv / csv: the "
@@ -1642,6 +1645,31 @@ mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint
 /* The feature slots of [trainer]: the list, or the input format's. For tsv / csv, the
  * slots of input.columns, unless a [slot.N] section configures a slot that they do not name:
  * such a file describes a PS table of its own, not this model. */
+mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_t nslots,
+                              uint8_t *mean, char *errbuf, size_t errlen) {
+    uint64_t v[256];
+    size_t n = 0;
+    char msg[200];
+    if (mt_config_parse_uint_list(c->trainer.mean_slots, 0, MT_MODEL_SLOT_LIMIT - 1, v, 256, &n,
+                                  msg, sizeof(msg))) {
+        mt_msgf(errbuf, errlen, "trainer.mean_slots: %s", msg);
+        return MT_CONFIG;
+    }
+    memset(mean, 0, nslots);
+    for (size_t i = 0; i < n; i++) {
+        size_t s = 0;
+        while (s < nslots && slots[s] != v[i])
+            s++;
+        if (s == nslots) {
+            mt_msgf(errbuf, errlen, "trainer.mean_slots: %llu is not one of the model's slots",
+                    (unsigned long long)v[i]);
+            return MT_CONFIG;
+        }
+        mean[s] = 1;
+    }
+    return MT_OK;
+}
+
 static mt_err_t trainer_slots(const mt_config_t *c, uint64_t *v, size_t cap, size_t *n,
                               char *errbuf, size_t errlen) {
     char msg[256];

@@ -84,6 +84,7 @@ typedef struct worker {
     uint64_t *set;         /* user fids (raw), open addressing, 0 = empty */
     uint8_t *varies;       /* [S] slots the candidates' fids fill (the others: the user's) */
     uint8_t *user_has;     /* [S] slots the user's fids fill (varies + S, one allocation) */
+    uint32_t *count;       /* [2 * S] mean-pooled slots' ids: the user's, the candidate's */
     uint8_t *pack;         /* impression encoding, and the packed reply */
     size_t cap_pack;
     size_t *ends;         /* [n] end of each candidate's fids */
@@ -112,6 +113,8 @@ struct mt_serving {
     char *topic;
     char *params_topic, *bootstrap, **kafka_conf; /* sync_kafka: owned copies */
     uint16_t *slot_index; /* [65536]: model slot index of a feature slot, or NO_SLOT */
+    uint16_t mean_idx[MT_SERVING_MAX_SLOTS]; /* model slot indexes of mean-pooled slots */
+    uint32_t n_mean;
     mt_table_t *table;
     mt_psc_t *psc;
     mt_rpc_server_t *srv;
@@ -206,6 +209,7 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
         for (uint32_t k = 0; k < s; k++)
             if (c->slot_ids[k] == c->slot_ids[s])
                 BAD("feature slot %u listed twice", c->slot_ids[s]);
+        if (c->slot_mean[s] > 1) BAD("slot_mean[%u]: %u, 0 (sum) or 1 (mean)", s, c->slot_mean[s]);
         const mt_table_slot_config_t *e = find_slot(&c->table, c->slot_ids[s]);
         if (!e || e->dim != mt_model_row_floats(c->dim))
             BAD("table slot %u: missing or not of the model's row (dim %u + its first-order "
@@ -308,8 +312,10 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     sv->nheld = cfg->nheld ? cfg->nheld : cfg->num_shards;
     for (uint32_t i = 0; i < 65536; i++)
         sv->slot_index[i] = NO_SLOT;
-    for (uint32_t s = 0; s < cfg->nslots; s++)
+    for (uint32_t s = 0; s < cfg->nslots; s++) {
         sv->slot_index[cfg->slot_ids[s]] = (uint16_t)s;
+        if (cfg->slot_mean[s]) sv->mean_idx[sv->n_mean++] = (uint16_t)s;
+    }
     for (uint32_t i = 0; i < cfg->num_shards; i++) {
         sv->shards[i].sv = sv;
         sv->shards[i].idx = i;
@@ -388,6 +394,7 @@ static void worker_free(worker_t *w) {
     free(w->probs);
     free(w->set);
     free(w->varies);
+    free(w->count);
     free(w->pack);
     free(w->ends);
     sv_req_free(&w->req);
@@ -1152,6 +1159,7 @@ static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, si
         if (!(w->varies = malloc(2 * S))) return -1;
         w->user_has = w->varies + S;
     }
+    if (!w->count && !(w->count = calloc(2 * S, sizeof(uint32_t)))) return -1;
     if (nf > w->cap_fids) {
         if (sv_grow((void **)&w->fids, nf, sizeof(uint64_t)) ||
             sv_grow((void **)&w->cell, nf, sizeof(uint16_t)) ||
@@ -1271,6 +1279,23 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
         }
     }
     return k;
+}
+
+/* Mean pooling (model.h): scales the mean-pooled cells of a pooled row by their counts, the
+ * user's (count[0, S)) plus those of fids [from, to) (a candidate's; none for the user's
+ * own row). */
+static void pool_mean(const mt_serving_t *sv, worker_t *w, size_t from, size_t to, float *E,
+                      float *W1) {
+    size_t S = sv->cfg.nslots;
+    uint32_t d = sv->cfg.dim, *cc = w->count + S;
+    for (size_t k = from; k < to; k++)
+        cc[w->cell[k]]++;
+    for (uint32_t i = 0; i < sv->n_mean; i++) {
+        uint16_t s = sv->mean_idx[i];
+        uint32_t c = w->count[s] + cc[s];
+        if (c > 1) mt_model_pool_scale(E + (size_t)s * d, W1 + s, mt_model_mean_scale(c), d);
+        cc[s] = 0;
+    }
 }
 
 /* Adds the rows of fids [from, to) to their cells of E and W1 (model.h's pooling). */
@@ -1426,11 +1451,18 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     memset(Eu, 0, S * d * sizeof(float));
     memset(W1u, 0, S * sizeof(float));
     pool(sv, w, 0, ku, Eu, W1u);
+    if (sv->n_mean) { /* the user's ids per mean-pooled slot */
+        memset(w->count, 0, 2 * S * sizeof(uint32_t));
+        for (size_t j = 0; j < ku; j++)
+            w->count[w->cell[j]]++;
+    }
     for (size_t i = 0; i < n; i++) {
         float *E = w->E + i * S * d, *W1 = w->W1 + i * S;
+        size_t from = i ? ends[i - 1] : ku;
         memcpy(E, Eu, S * d * sizeof(float));
         memcpy(W1, W1u, S * sizeof(float));
-        pool(sv, w, i ? ends[i - 1] : ku, ends[i], E, W1);
+        pool(sv, w, from, ends[i], E, W1);
+        if (sv->n_mean) pool_mean(sv, w, from, ends[i], E, W1);
     }
     err = mt_model_forward_serving(m->m, w->ws, w->E, w->W1, n, sv->cfg.negative_rate, w->varies,
                                    w->probs);

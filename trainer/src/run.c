@@ -134,6 +134,10 @@ static int setup_trainer(mt_trainer_run_t *d) {
     uint64_t hidden[8];
     size_t nh = 0;
     char err[256];
+    if (mt_config_mean_slots(d->cfg, d->slots, d->nslots, tc.slot_mean, err, sizeof(err))) {
+        mt_log(MT_LOG_ERROR, WHO, "%s", err);
+        return 2;
+    }
     if (mt_config_parse_uint_list(t->hidden, 1, 65536, hidden, 8, &nh, err, sizeof(err))) {
         mt_log(MT_LOG_ERROR, WHO, "trainer.hidden: %s", err);
         return 2;

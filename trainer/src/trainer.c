@@ -187,7 +187,9 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         return MT_CONFIG;
     /* slot_hash_buckets is indexed like slot_ids, not by slot id: catch the mix-up */
     for (uint32_t s = cfg->nslots; s < 256; s++)
-        if (cfg->slot_hash_buckets[s]) return MT_CONFIG;
+        if (cfg->slot_hash_buckets[s] || cfg->slot_mean[s]) return MT_CONFIG;
+    for (uint32_t s = 0; s < cfg->nslots; s++)
+        if (cfg->slot_mean[s] > 1) return MT_CONFIG;
     for (uint32_t s = 0; s < cfg->nslots; s++) {
         if (cfg->slot_ids[s] >= MT_MODEL_SLOT_LIMIT) return MT_CONFIG;
         for (uint32_t k = 0; k < s; k++)
@@ -396,7 +398,9 @@ static void pool(mt_trainer_t *tr, const mt_batch_t *b, const idset_t *ids) {
     /* A cell starts from its first id's row (no clearing pass over E), or zeros. */
     const uint32_t *uidx = ids->uidx;
     const float *uemb = ids->uemb;
-    for (size_t cell = 0; cell < b->n * S; cell++) {
+    const uint8_t *mean = tr->cfg.slot_mean;
+    size_t s = 0;
+    for (size_t cell = 0; cell < b->n * S; cell++, s = s + 1 == S ? 0 : s + 1) {
         float *e = tr->E + cell * d, *w1 = tr->W1 + cell;
         size_t k = b->offsets[cell], end = b->offsets[cell + 1];
         if (k == end) {
@@ -407,6 +411,8 @@ static void pool(mt_trainer_t *tr, const mt_batch_t *b, const idset_t *ids) {
         mt_model_pool_first(e, w1, uemb + (size_t)uidx[k++] * rw, d);
         for (; k < end; k++)
             mt_model_pool_add(e, w1, uemb + (size_t)uidx[k] * rw, d);
+        if (mean[s] && end - b->offsets[cell] > 1)
+            mt_model_pool_scale(e, w1, mt_model_mean_scale((uint32_t)(end - b->offsets[cell])), d);
     }
 }
 
@@ -750,15 +756,20 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
         float *ug = tr->ug;
         memset(ug, 0, nu * rw * sizeof(float));
         const uint32_t *uidx = ids->uidx;
-        for (size_t cell = 0; cell < b->n * S; cell++) {
+        const uint8_t *mean = tr->cfg.slot_mean;
+        size_t s = 0;
+        for (size_t cell = 0; cell < b->n * S; cell++, s = s + 1 == S ? 0 : s + 1) {
             const float *de = tr->dE + cell * d;
-            const float gw = scale * tr->dW1[cell];
-            for (size_t k = b->offsets[cell]; k < b->offsets[cell + 1]; k++) {
+            size_t k = b->offsets[cell], end = b->offsets[cell + 1];
+            /* a mean-pooled cell passes each of its ids the gradient times 1 / count */
+            float sc = mean[s] ? scale * mt_model_mean_scale((uint32_t)(end - k)) : scale;
+            const float gw = sc * tr->dW1[cell];
+            for (; k < end; k++) {
                 float *g = ug + (size_t)uidx[k] * rw; /* the row's gradient */
                 if (d == 16)
-                    add16(g, de, scale);
+                    add16(g, de, sc);
                 else
-                    add_scaled(g, de, scale, d);
+                    add_scaled(g, de, sc, d);
                 g[d] += gw;
             }
         }

@@ -99,6 +99,7 @@ typedef enum mt_config_input_format {
 /** [trainer]: the model and how monolith-trainer trains it. Strings owned, never NULL. */
 typedef struct mt_config_trainer {
     char *slots;                   /* feature slots, "1,2,3" (each < 32768); "" = the format's */
+    char *mean_slots;              /* of those, the ones pooled by mean, "3,7"; "" = none */
     uint32_t dim;                  /* embedding dim of every feature slot */
     char *hidden;                  /* MLP hidden widths, "256,128"; "" = none */
     uint32_t batch_size;           /* examples per training step */
@@ -310,6 +311,17 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen);
  */
 mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, size_t *nslots_out,
                                         char *errbuf, size_t errlen);
+
+/**
+ * The model's pooling per feature slot: @p mean[i] = 1 when slots[i] is in trainer.mean_slots
+ * (its ids' rows averaged), else 0 (summed).
+ * @param[in]  slots  the model's feature slots (mt_config_derive_trainer_slots())
+ * @param[out] mean   [nslots]
+ * @returns MT_OK or MT_CONFIG (a bad list, or a slot that is not one of @p slots: message in
+ *          @p errbuf).
+ */
+mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_t nslots,
+                              uint8_t *mean, char *errbuf, size_t errlen);
 
 /**
  * Parses a comma-separated list of unsigned integers ("256, 128"; "" = none) of at most

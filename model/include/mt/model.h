@@ -79,9 +79,11 @@ static inline uint32_t mt_model_row_floats(uint32_t dim) {
  *     first-order slots);
  *   - an id is looked up as mt_model_reduce_fid(fid, buckets): its value modulo the hash
  *     buckets (0: collisionless, the id itself), its slot kept;
- *   - a slot's cell of E and W1 is the sum of its ids' rows (embedding into E, first-order
+  *   - a slot's cell of E and W1 is the sum of its ids' rows (embedding into E, first-order
  *     weight into W1): mt_model_pool_first() for the first id, mt_model_pool_add() for
- *     each further one (a cell of no id is zeros).
+ *     each further one (a cell of no id is zeros); a mean-pooled slot's cell is then
+ *     scaled by mt_model_mean_scale(count) (mt_model_pool_scale()), and each of its ids'
+ *     rows receives the cell's gradient times the same factor.
  */
 #define MT_MODEL_SLOT_LIMIT 0x8000u
 
@@ -96,6 +98,18 @@ static inline void mt_model_pool_first(float *restrict e, float *restrict w1,
     for (uint32_t j = 0; j < d; j++)
         e[j] = row[j];
     *w1 = row[d];
+}
+
+/** A mean-pooled cell's factor for @p count ids: 1 / count (1 for 0 or 1 id). */
+static inline float mt_model_mean_scale(uint32_t count) {
+    return count > 1 ? 1.0f / (float)count : 1.0f;
+}
+
+/** Scales a pooled cell by @p f: e[0..d) *= f, *w1 *= f. */
+static inline void mt_model_pool_scale(float *restrict e, float *restrict w1, float f, uint32_t d) {
+    for (uint32_t j = 0; j < d; j++)
+        e[j] *= f;
+    *w1 *= f;
 }
 
 /** Adds a further id's @p row to its cell. The loop of d = 16 has a known length (vectorized

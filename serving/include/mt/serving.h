@@ -75,6 +75,7 @@ typedef struct mt_serving_config {
     uint32_t nhidden;
     uint32_t hidden[MT_SERVING_MAX_HIDDEN];
     uint64_t hash_buckets; /* as trainer.hash_buckets: ids reduced modulo this; 0 = none */
+    uint8_t slot_mean[MT_SERVING_MAX_SLOTS]; /* parallel to slot_ids: 1 = mean pooling */
     /* The replica table: parts, hash seed, pre-size and the slots (borrowed during create;
      * they must hold every table slot of the model; the replica keeps their dims and
      * precision and drops what only a trainer needs: filter, TTL, optimizer state). */

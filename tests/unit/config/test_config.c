@@ -113,6 +113,7 @@ static const char *const all_keys[] = {
     "[dense] beta2",
     "[dense] eps",
     "[dense] init_accum",
+    "[trainer] mean_slots",
     "[trainer] slots",
     "[trainer] dim",
     "[trainer] hidden",
@@ -267,14 +268,15 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         a->dense.eps != b->dense.eps || a->dense.init_accum != b->dense.init_accum)
         return false;
     const mt_config_trainer_t *t = &a->trainer, *u = &b->trainer;
-    if (strcmp(t->slots, u->slots) || t->dim != u->dim || strcmp(t->hidden, u->hidden) ||
-        t->batch_size != u->batch_size || t->sparse_opt != u->sparse_opt ||
-        t->sparse_lr != u->sparse_lr || t->init_scale != u->init_scale ||
-        t->min_count != u->min_count || t->ttl_s != u->ttl_s || t->dense_lr != u->dense_lr ||
-        t->dense_sync_batches != u->dense_sync_batches || t->hash_buckets != u->hash_buckets ||
-        t->table_initial_rows != u->table_initial_rows || t->seed != u->seed ||
-        t->epochs != u->epochs || t->progress_interval_ms != u->progress_interval_ms ||
-        t->auc_window != u->auc_window || t->commit_interval_ms != u->commit_interval_ms ||
+    if (strcmp(t->slots, u->slots) || strcmp(t->mean_slots, u->mean_slots) || t->dim != u->dim ||
+        strcmp(t->hidden, u->hidden) || t->batch_size != u->batch_size ||
+        t->sparse_opt != u->sparse_opt || t->sparse_lr != u->sparse_lr ||
+        t->init_scale != u->init_scale || t->min_count != u->min_count || t->ttl_s != u->ttl_s ||
+        t->dense_lr != u->dense_lr || t->dense_sync_batches != u->dense_sync_batches ||
+        t->hash_buckets != u->hash_buckets || t->table_initial_rows != u->table_initial_rows ||
+        t->seed != u->seed || t->epochs != u->epochs ||
+        t->progress_interval_ms != u->progress_interval_ms || t->auc_window != u->auc_window ||
+        t->commit_interval_ms != u->commit_interval_ms ||
         t->checkpoint_interval_s != u->checkpoint_interval_s ||
         t->recovery_timeout_s != u->recovery_timeout_s ||
         strcmp(t->metrics_listen, u->metrics_listen))
@@ -1689,5 +1691,27 @@ Test(config, kafka_bootstrap_from_the_key_or_the_file) {
     cr_assert_eq(mt_config_kafka_bootstrap(&c, out, sizeof(out), err, sizeof(err)), MT_IO);
     cr_assert(strstr(err, "No such file"), "%s", err);
     free(path);
+    mt_config_free(&c);
+}
+
+/* trainer.mean_slots: the pooling of each model slot, refused by name when a slot is not the
+ * model's or the list is bad. */
+Test(config, mean_slots_map_to_the_models_slots) {
+    mt_config_t c;
+    char err[256];
+    init(&c);
+    const uint16_t slots[3] = {1, 3, 7};
+    uint8_t mean[3] = {9, 9, 9};
+    cr_assert_eq(mt_config_mean_slots(&c, slots, 3, mean, err, sizeof(err)), MT_OK);
+    cr_assert(mean[0] == 0 && mean[1] == 0 && mean[2] == 0); /* default: all summed */
+    cr_assert_eq(mt_config_set(&c, "trainer.mean_slots", "7, 1", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_mean_slots(&c, slots, 3, mean, err, sizeof(err)), MT_OK);
+    cr_assert(mean[0] == 1 && mean[1] == 0 && mean[2] == 1);
+    cr_assert_eq(mt_config_set(&c, "trainer.mean_slots", "3, 5", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_mean_slots(&c, slots, 3, mean, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "trainer.mean_slots: 5 is not one of the model's slots"), "%s", err);
+    cr_assert_eq(mt_config_set(&c, "trainer.mean_slots", "3,x", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_mean_slots(&c, slots, 3, mean, err, sizeof(err)), MT_CONFIG);
+    cr_assert(strstr(err, "trainer.mean_slots"), "%s", err);
     mt_config_free(&c);
 }

@@ -2,7 +2,7 @@
  * test_trainer.c - the training step learns: on the synthetic stream (a hidden ground-truth
  * model, data/gen), progressive-validation AUC (each batch scored before training on it)
  * climbs close to the AUC of the true probabilities; a hashed table with heavy collisions
- * learns less; bad input is refused.
+ * learns less; bad input is refused; per-slot buckets and mean pooling.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -206,6 +206,71 @@ Test(trainer, per_slot_buckets_collide_only_their_slot) {
     cr_assert_eq(rows_of(tr, 1, 100, 5), 10);
     cr_assert_eq(rows_of(tr, 2, 100, 5), 3, "slot 2 falls back to hash_buckets");
     cr_assert_eq(rows_of(tr, 3, 100, 5), 7);
+    mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+}
+
+/* Mean pooling (model.h): a step scores an example by its mean-pooled slot's average row,
+ * and each id of that slot learns from its share of the cell's gradient (1 / count); the
+ * summed slot beside it is unchanged. SGD, so that a row's change is lr times its gradient. */
+Test(trainer, mean_pooling_scores_and_learns_by_the_average) {
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = 2;
+    tc.slot_ids[0] = 1;
+    tc.slot_ids[1] = 2;
+    tc.dim = 4;
+    tc.hidden[0] = 8;
+    tc.hidden[1] = 4;
+    tc.sparse_opt = MT_OPT_SGD;
+    tc.sparse_lr = 0.5f;
+    tc.init_scale = 0.3f;
+    tc.slot_mean[2] = 1; /* beyond nslots: refused */
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
+    tc.slot_mean[2] = 0;
+    tc.slot_mean[1] = 1; /* slot 2: mean */
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    uint16_t ids[2] = {1, 2};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, ids, 2), MT_OK);
+    uint64_t fa = mt_fid_of_int(1, 5),
+             fx[3] = {mt_fid_of_int(2, 7), mt_fid_of_int(2, 8), mt_fid_of_int(2, 9)};
+    const uint64_t *f[2] = {&fa, fx};
+    uint32_t c[2] = {1, 3};
+    cr_assert_eq(mt_batch_add(&b, 1.0f, 0, 1, f, c), MT_OK);
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK); /* creates the rows */
+    /* the rows now, and what the model makes of them pooled by hand */
+    uint64_t all[4] = {fa, fx[0], fx[1], fx[2]};
+    float r0[4 * 5], r1[4 * 5];
+    uint8_t found[4];
+    mt_table_t *t = mt_trainer_table(tr);
+    cr_assert_eq(mt_table_lookup(t, all, 4, r0, 20, found, 0, 1, NULL), MT_OK);
+    cr_assert(found[0] && found[1] && found[2] && found[3]);
+    float E[8], W1[2], want, loss, dE[8], dW1[2], y = 1.0f;
+    mt_model_pool_first(E, &W1[0], r0, 4);
+    mt_model_pool_first(E + 4, &W1[1], r0 + 5, 4);
+    mt_model_pool_add(E + 4, &W1[1], r0 + 10, 4);
+    mt_model_pool_add(E + 4, &W1[1], r0 + 15, 4);
+    float third = mt_model_mean_scale(3);
+    mt_model_pool_scale(E + 4, &W1[1], third, 4);
+    for (int j = 0; j < 4; j++) /* the average, as an independent check of the helpers */
+        cr_assert_float_eq(E[4 + j], (r0[5 + j] + r0[10 + j] + r0[15 + j]) / 3, 1e-6);
+    cr_assert_eq(
+        mt_model_forward_backward(mt_trainer_model(tr), E, W1, &y, NULL, 1, &want, &loss, dE, dW1),
+        MT_OK);
+    float got;
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, &got, NULL), MT_OK);
+    cr_assert_float_eq(got, want, 1e-6, "scored %.9g, the mean-pooled model %.9g", got, want);
+    cr_assert_eq(mt_table_lookup(t, all, 4, r1, 20, found, 0, 1, NULL), MT_OK);
+    for (int j = 0; j < 5; j++) {
+        float ga = j < 4 ? dE[j] : dW1[0], gm = (j < 4 ? dE[4 + j] : dW1[1]) * third;
+        cr_assert_float_eq(r1[j], r0[j] - 0.5f * ga, 1e-6, "summed slot, float %d", j);
+        for (int k = 1; k < 4; k++)
+            cr_assert_float_eq(r1[k * 5 + j], r0[k * 5 + j] - 0.5f * gm, 1e-6,
+                               "mean slot, id %d, float %d: %.9g, want %.9g", k, j, r1[k * 5 + j],
+                               r0[k * 5 + j] - 0.5f * gm);
+    }
     mt_batch_free(&b);
     mt_trainer_destroy(tr);
 }

@@ -87,6 +87,8 @@ typedef struct mt_trainer_config {
     float dense_beta1, dense_beta2;  /* its betas, in [0, 1) (default 0.9, 0.999) */
     float dense_eps;                 /* its eps, in (0, 1) (default 1e-8) */
     uint64_t hash_buckets;           /* 0: collisionless; else ids are reduced modulo this */
+    uint8_t slot_mean[256];          /* per feature slot, parallel to slot_ids: 1 = mean
+                                        pooling (model.h), 0 = sum (default all 0) */
     uint64_t slot_hash_buckets[256]; /* per feature slot, parallel to slot_ids; 0:
                                         hash_buckets applies (default all 0) */
     uint32_t table_shards_log2;      /* parts of the table (default 6) */
