@@ -125,10 +125,14 @@ static void stop_shard(cluster_t *c, uint32_t i) {
 
 /* Shards (rows idle longer than ttl_s expire, 0: never) and a trainer; with_dense: the
  * trainer keeps its dense parameters on shard 0 (which gives serving a model). */
-static void cluster_start_kafka(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka) {
+/* @p mean: the slots pooled by mean, [NSLOTS] parallel to slot_ids (NULL: all summed);
+ * serving started on the cluster pools as its trainer does. */
+static void cluster_start_mean(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka,
+                               const uint8_t *mean) {
     memset(c, 0, sizeof(*c));
     c->kafka = kafka;
     mt_trainer_config_init(&c->tc);
+    if (mean) memcpy(c->tc.slot_mean, mean, NSLOTS);
     c->tc.nslots = NSLOTS;
     memcpy(c->tc.slot_ids, slot_ids, sizeof(slot_ids));
     c->tc.dim = DIM;
@@ -153,6 +157,10 @@ static void cluster_start_kafka(cluster_t *c, uint32_t ttl_s, int with_dense, co
     if (with_dense)
         cr_assert_eq(mt_trainer_dense_sync_create(c->tr, c->psc, 1, &c->ds, err, sizeof(err)),
                      MT_OK, "%s", err);
+}
+
+static void cluster_start_kafka(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka) {
+    cluster_start_mean(c, ttl_s, with_dense, kafka, NULL);
 }
 
 static void cluster_start(cluster_t *c, uint32_t ttl_s, int with_dense) {
@@ -202,6 +210,7 @@ static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.num_shards = NSHARDS;
     sc.nslots = NSLOTS;
     memcpy(sc.slot_ids, slot_ids, sizeof(slot_ids));
+    memcpy(sc.slot_mean, c->tc.slot_mean, NSLOTS);
     sc.dim = DIM;
     sc.nhidden = 2;
     sc.hidden[0] = 16;
@@ -757,6 +766,149 @@ Test(serving, predict_matches_a_local_model_and_rejects_bad_requests, .timeout =
     mt_serving_counters(s.sv, &k);
     cr_assert_eq(k.errors[MT_RPC_INVALID_ARGUMENT], 5);
     cr_assert_eq(k.errors[MT_RPC_RESOURCE_EXHAUSTED], 1);
+    server_stop(&s);
+    cluster_stop(&c);
+}
+
+/* Mean pooling: with slots 1 (the user's) and 3 (the item's category) pooled by mean in the
+ * trainer and in serving, Predict equals the model computed here from the PS's rows averaged
+ * by hand, with several ids in each mean slot and a candidate adding one more id to the
+ * user's slot (its count is the user's plus the candidate's). */
+Test(serving, mean_pooled_slots_score_as_the_trainer_pools, .timeout = 120) {
+    const uint8_t mean[NSLOTS] = {1, 0, 1};
+    cluster_t c;
+    cluster_start_mean(&c, 0, 1, NULL, mean);
+    uint32_t now = (uint32_t)time(NULL);
+    const uint64_t u = 9000, items[3] = {60, 61, 62};
+    /* ids: the user's two, each item, its two categories; candidate 0 adds a third user id */
+    uint64_t uf[3] = {fid(1, u), fid(1, u + 1000), fid(1, u + 2000)};
+    uint64_t itf[3], cat[3][2];
+    for (int i = 0; i < 3; i++) {
+        itf[i] = fid(2, items[i]);
+        cat[i][0] = fid(3, items[i] % 7);
+        cat[i][1] = fid(3, 100 + items[i] % 5);
+    }
+    for (int round = 0; round < 20; round++) {
+        mt_batch_t b;
+        cr_assert_eq(mt_batch_init(&b, slot_ids, NSLOTS), MT_OK);
+        for (int i = 0; i < 3; i++) {
+            const uint64_t *per[NSLOTS] = {uf, &itf[i], cat[i]};
+            uint32_t counts[NSLOTS] = {i == 0 ? 3u : 2u, 1, 2};
+            cr_assert_eq(mt_batch_add(&b, (float)(i == 1), 0, 1.0f, per, counts), MT_OK);
+        }
+        cr_assert_eq(mt_trainer_train(c.tr, &b, now, NULL, NULL), MT_OK);
+        char err[256] = "";
+        cr_assert_eq(mt_trainer_dense_sync_step(c.ds, NULL, err, sizeof(err)), MT_OK, "%s", err);
+        mt_batch_free(&b);
+    }
+    server_t s;
+    server_start(&s, &c, 8, NULL);
+    wait_ready(&s);
+    uint64_t all[12] = {uf[0], uf[1], uf[2]};
+    size_t nf = 3;
+    for (int i = 0; i < 3; i++) {
+        all[nf++] = itf[i];
+        all[nf++] = cat[i][0];
+        all[nf++] = cat[i][1];
+    }
+    cr_assert(converged(&s, &c, all, nf, 30));
+    /* the request: the user's two ids; candidate i its item, its categories, and candidate 0
+     * one more id of the user's slot */
+    Monolith__V1__PredictRequest r = MONOLITH__V1__PREDICT_REQUEST__INIT;
+    Monolith__V1__SlotFids user = MONOLITH__V1__SLOT_FIDS__INIT, *userp = &user;
+    user.slot = 1;
+    user.n_fids = 2;
+    user.fids = uf;
+    r.request_id = "req-mean";
+    r.n_user = 1;
+    r.user = &userp;
+    Monolith__V1__Candidate cand[3], *candp[3];
+    Monolith__V1__SlotFids sf[3][3], *sfp[3][3];
+    for (int i = 0; i < 3; i++) {
+        monolith__v1__candidate__init(&cand[i]);
+        cand[i].item_id = items[i];
+        size_t k = 0;
+        monolith__v1__slot_fids__init(&sf[i][k]);
+        sf[i][k].slot = 2, sf[i][k].n_fids = 1, sf[i][k].fids = &itf[i], k++;
+        monolith__v1__slot_fids__init(&sf[i][k]);
+        sf[i][k].slot = 3, sf[i][k].n_fids = 2, sf[i][k].fids = cat[i], k++;
+        if (i == 0) {
+            monolith__v1__slot_fids__init(&sf[i][k]);
+            sf[i][k].slot = 1, sf[i][k].n_fids = 1, sf[i][k].fids = &uf[2], k++;
+        }
+        for (size_t j = 0; j < k; j++)
+            sfp[i][j] = &sf[i][j];
+        cand[i].n_item = k;
+        cand[i].item = sfp[i];
+        candp[i] = &cand[i];
+    }
+    r.n_candidates = 3;
+    r.candidates = candp;
+    /* the model here: the PS's dense parameters, its rows pooled by model.h's helpers */
+    mt_model_config_t mc;
+    mt_model_config_init(&mc);
+    mc.nslots = NSLOTS;
+    mc.dim = DIM;
+    mc.nhidden = 2;
+    mc.hidden[0] = 16;
+    mc.hidden[1] = 8;
+    mt_model_t *m;
+    cr_assert_eq(mt_model_create(&mc, &m), MT_OK);
+    mt_psc_tensor_t ts[6];
+    size_t np = mt_model_nparams(m);
+    for (size_t i = 0; i < np; i++) {
+        mt_model_param_t p;
+        mt_model_param(m, i, &p);
+        ts[i] = (mt_psc_tensor_t){p.name, p.ndim, {p.shape[0], p.shape[1]}, p.size, p.values};
+    }
+    uint64_t version;
+    int updated;
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_pull_dense(c.psc, ts, np, 0, &version, &updated, &st), MT_OK);
+    float E[3 * NSLOTS * DIM], W1[3 * NSLOTS], want[3], got[3];
+    for (int i = 0; i < 3; i++) {
+        const uint64_t *ids[NSLOTS] = {uf, &itf[i], cat[i]};
+        size_t cnt[NSLOTS] = {i == 0 ? 3u : 2u, 1, 2};
+        for (int j = 0; j < NSLOTS; j++) {
+            float *e = E + (i * NSLOTS + j) * DIM, *w1 = W1 + i * NSLOTS + j;
+            for (size_t k = 0; k < cnt[j]; k++) {
+                float row[DIM + 1];
+                cr_assert_eq(mt_psc_lookup(c.psc, &ids[j][k], 1, 0, 0, row, DIM + 1, NULL, &st),
+                             MT_OK);
+                if (k == 0)
+                    mt_model_pool_first(e, w1, row, DIM);
+                else
+                    mt_model_pool_add(e, w1, row, DIM);
+            }
+            if (mean[j]) mt_model_pool_scale(e, w1, mt_model_mean_scale((uint32_t)cnt[j]), DIM);
+        }
+    }
+    cr_assert_eq(mt_model_forward_serving(m, NULL, E, W1, 3, RATE, NULL, want), MT_OK);
+    mt_model_destroy(m);
+    /* serving, once it has this dense version */
+    double end = now_s() + 30;
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    char msg[256];
+    Monolith__V1__PredictResponse *pr = NULL;
+    do {
+        if (pr) monolith__v1__predict_response__free_unpacked(pr, NULL), pr = NULL;
+        free(resp);
+        resp = NULL;
+        cr_assert_eq(call(&s, "Predict", &r.base, &resp, &rlen, msg, sizeof(msg)), MT_RPC_OK, "%s",
+                     msg);
+        pr = monolith__v1__predict_response__unpack(NULL, rlen, resp);
+        cr_assert_not_null(pr);
+        if (pr->dense_version != version) usleep(20000);
+    } while (pr->dense_version != version && now_s() < end);
+    cr_assert_eq(pr->dense_version, version);
+    cr_assert_eq(pr->n_scores, 3);
+    memcpy(got, pr->scores, sizeof(got));
+    monolith__v1__predict_response__free_unpacked(pr, NULL);
+    free(resp);
+    for (int i = 0; i < 3; i++)
+        cr_assert(fabsf(got[i] - want[i]) <= 1e-6f, "candidate %d: served %.9g, local %.9g", i,
+                  got[i], want[i]);
     server_stop(&s);
     cluster_stop(&c);
 }
