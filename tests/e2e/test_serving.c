@@ -630,9 +630,8 @@ Test(serving, restarted_instance_converges, .timeout = 180) {
     cluster_stop(&c);
 }
 
-/* The score computed here: the PS's embeddings pooled as the trainer pools, the PS's dense
- * parameters, the same log-odds correction. */
-static void local_scores(cluster_t *c, request_t *q, float *out) {
+/* The serving model built here: the PS's dense parameters (their version in *version). */
+static mt_model_t *ps_model(cluster_t *c, uint64_t *version) {
     mt_model_config_t mc;
     mt_model_config_init(&mc);
     mc.nslots = NSLOTS;
@@ -649,10 +648,18 @@ static void local_scores(cluster_t *c, request_t *q, float *out) {
         mt_model_param(m, i, &p);
         ts[i] = (mt_psc_tensor_t){p.name, p.ndim, {p.shape[0], p.shape[1]}, p.size, p.values};
     }
-    uint64_t version;
     int updated;
     mt_rpc_status_t st;
-    cr_assert_eq(mt_psc_pull_dense(c->psc, ts, np, 0, &version, &updated, &st), MT_OK);
+    cr_assert_eq(mt_psc_pull_dense(c->psc, ts, np, 0, version, &updated, &st), MT_OK);
+    return m;
+}
+
+/* The score computed here: the PS's embeddings pooled as the trainer pools, the PS's dense
+ * parameters, the same log-odds correction. */
+static void local_scores(cluster_t *c, request_t *q, float *out) {
+    uint64_t version;
+    mt_model_t *m = ps_model(c, &version);
+    mt_rpc_status_t st;
     size_t n = q->r.n_candidates;
     float *E = calloc(n * NSLOTS * DIM, sizeof(float)), *W1 = calloc(n * NSLOTS, sizeof(float));
     for (size_t i = 0; i < n; i++) {
@@ -845,26 +852,9 @@ Test(serving, mean_pooled_slots_score_as_the_trainer_pools, .timeout = 120) {
     r.n_candidates = 3;
     r.candidates = candp;
     /* the model here: the PS's dense parameters, its rows pooled by model.h's helpers */
-    mt_model_config_t mc;
-    mt_model_config_init(&mc);
-    mc.nslots = NSLOTS;
-    mc.dim = DIM;
-    mc.nhidden = 2;
-    mc.hidden[0] = 16;
-    mc.hidden[1] = 8;
-    mt_model_t *m;
-    cr_assert_eq(mt_model_create(&mc, &m), MT_OK);
-    mt_psc_tensor_t ts[6];
-    size_t np = mt_model_nparams(m);
-    for (size_t i = 0; i < np; i++) {
-        mt_model_param_t p;
-        mt_model_param(m, i, &p);
-        ts[i] = (mt_psc_tensor_t){p.name, p.ndim, {p.shape[0], p.shape[1]}, p.size, p.values};
-    }
     uint64_t version;
-    int updated;
+    mt_model_t *m = ps_model(&c, &version);
     mt_rpc_status_t st;
-    cr_assert_eq(mt_psc_pull_dense(c.psc, ts, np, 0, &version, &updated, &st), MT_OK);
     float E[3 * NSLOTS * DIM], W1[3 * NSLOTS], want[3], got[3];
     for (int i = 0; i < 3; i++) {
         const uint64_t *ids[NSLOTS] = {uf, &itf[i], cat[i]};
