@@ -114,15 +114,14 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     sc->nslots = (uint32_t)nslots;
     memcpy(sc->slot_ids, slots, nslots * sizeof(uint16_t));
     if (mt_config_mean_slots(c, slots, nslots, sc->slot_mean, err, errlen) != MT_OK) return 2;
-    sc->dim = c->trainer.dim;
-    uint64_t hidden[MT_SERVING_MAX_HIDDEN];
-    size_t nh = 0;
-    if (mt_config_parse_uint_list(c->trainer.hidden, 1, 65536, hidden, MT_SERVING_MAX_HIDDEN, &nh,
-                                  err, errlen) != MT_OK)
-        return 2;
-    sc->nhidden = (uint32_t)nh;
-    for (size_t i = 0; i < nh; i++)
-        sc->hidden[i] = (uint32_t)hidden[i];
+    mt_model_config_t mc;
+    if (mt_config_model(c, nslots, &mc, err, errlen) != MT_OK) return 2;
+    sc->dim = mc.dim;
+    sc->nhidden = mc.nhidden;
+    memcpy(sc->hidden, mc.hidden, sizeof(sc->hidden));
+    sc->model_type = mc.type;
+    sc->ncross = mc.ncross;
+    sc->cross_rank = mc.cross_rank;
     sc->hash_buckets = c->trainer.hash_buckets;
     mt_config_table(c, &sc->table);
     sc->negative_rate = (float)c->joiner.negative_rate;

@@ -224,9 +224,13 @@ int main(int argc, char **argv) {
         }
         mt_log(MT_LOG_INFO, WHO, "metrics on port %d", port);
     }
-    mt_log(MT_LOG_INFO, WHO, "%zu feature slots, dim %u, MLP %s, parameters %s", nslots,
-           cfg.trainer.dim, *cfg.trainer.hidden ? cfg.trainer.hidden : "(none)",
+    mt_log(MT_LOG_INFO, WHO, "model %s: %zu feature slots, dim %u, MLP %s, parameters %s",
+           mt_model_type_name(cfg.model.type), nslots, cfg.trainer.dim,
+           *cfg.trainer.hidden ? cfg.trainer.hidden : "(none)",
            mt_trainer_run_on_ps(run) ? "on the PS" : "local");
+    if (cfg.model.type == MT_MODEL_DCNV2)
+        mt_log(MT_LOG_INFO, WHO, "dcnv2: %u cross layers, %s", cfg.model.cross_layers,
+               cfg.model.cross_rank ? "low rank" : "full rank");
     rc = online ? mt_trainer_run_online(run, max_examples, duration_s, until_caught_up)
                 : mt_trainer_run_batch(run, train, eval, epochs);
 out:

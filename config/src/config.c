@@ -82,8 +82,9 @@ typedef struct prop {
 
 /* ============================== the property table ============================== */
 
-static const char *const sections[] = {"cluster", "ps",    "table",  "dense",   "trainer",
-                                       "input",   "kafka", "joiner", "serving", "tls"};
+static const char *const sections[] = {"cluster", "ps",     "table",   "dense", "trainer",
+                                       "model",   "input",  "kafka",   "joiner", "serving",
+                                       "tls"};
 #define NSECTIONS ((int)(sizeof(sections) / sizeof(sections[0])))
 #define SECT_SLOT NSECTIONS /* section index of every [slot.N] */
 
@@ -91,6 +92,7 @@ _Static_assert(sizeof(mt_table_opt_t) == sizeof(int), "PT_ENUM fields are int-si
 _Static_assert(sizeof(mt_table_init_t) == sizeof(int), "PT_ENUM fields are int-sized");
 _Static_assert(sizeof(mt_table_precision_t) == sizeof(int), "PT_ENUM fields are int-sized");
 _Static_assert(sizeof(mt_config_input_format_t) == sizeof(int), "PT_ENUM fields are int-sized");
+_Static_assert(sizeof(mt_model_type_t) == sizeof(int), "PT_ENUM fields are int-sized");
 
 static const prop_enum_t init_enum[] = {
     {"zeros", MT_INIT_ZEROS}, {"uniform", MT_INIT_UNIFORM}, {"normal", MT_INIT_NORMAL}, {NULL, 0}};
@@ -114,6 +116,9 @@ static const prop_enum_t sep_enum[] = {{"pipe", '|'},  {"comma", ','}, {"semicol
 static const prop_enum_t peer_failure_enum[] = {{"fail", 0}, {"zeros", 1}, {NULL, 0}};
 static const prop_enum_t sync_source_enum[] = {{"direct", 0}, {"kafka", 1}, {NULL, 0}};
 static const prop_enum_t time_unit_enum[] = {{"s", 1}, {"ms", 2}, {NULL, 0}};
+/* the names of mt_model_type_name() (test_config checks that they agree) */
+static const prop_enum_t model_type_enum[] = {
+    {"deepfm", MT_MODEL_DEEPFM}, {"dcnv2", MT_MODEL_DCNV2}, {NULL, 0}};
 static const prop_enum_t precision_enum[] = {
     {"fp32", MT_PREC_FP32}, {"fp16", MT_PREC_FP16}, {NULL, 0}};
 
@@ -233,6 +238,15 @@ static const prop_t props[] = {
      .doc = "embedding dim of every feature slot"},
     {KEY("trainer", "hidden"), CFG(trainer.hidden), STR(0, 256), .def = "256,128",
      .doc = "MLP hidden layer widths, comma-separated (at most 8); empty: no hidden layer"},
+    /* [model] */
+    {KEY("model", "type"), CFG(model.type), ENUM(model_type_enum), .def = "deepfm",
+     .doc = "the model family: deepfm (first order + FM + MLP), dcnv2 (first order + cross "
+            "layers stacked with the MLP); docs/trainer.md describes each"},
+    {KEY("model", "cross_layers"), CFG(model.cross_layers), UINT(1, MT_MODEL_MAX_CROSS),
+     .def = "3", .doc = "dcnv2: cross layers x_(c+1) = x_0 * (x_c W_c + b_c) + x_c"},
+    {KEY("model", "cross_rank"), CFG(model.cross_rank), UINT(0, MT_MODEL_MAX_INPUT), .def = "0",
+     .doc = "dcnv2: 0 = full-rank cross layers (D x D weights, D = slots x dim at most 4096); "
+            "else each layer's W is U V of this rank (at most D)"},
     {KEY("trainer", "batch_size"), CFG(trainer.batch_size), UINT(1, 1u << 20), .def = "256",
      .doc = "examples per training step"},
     {KEY("trainer", "sparse_optimizer"), CFG(trainer.sparse_opt), ENUM(slot_opt_enum),
@@ -1666,6 +1680,33 @@ mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_
             return MT_CONFIG;
         }
         mean[s] = 1;
+    }
+    return MT_OK;
+}
+
+mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out,
+                         char *errbuf, size_t errlen) {
+    uint64_t hidden[MT_MODEL_MAX_HIDDEN];
+    size_t nh = 0;
+    char msg[200];
+    if (mt_config_parse_uint_list(c->trainer.hidden, 1, MT_MODEL_MAX_WIDTH, hidden,
+                                  MT_MODEL_MAX_HIDDEN, &nh, msg, sizeof(msg))) {
+        mt_msgf(errbuf, errlen, "trainer.hidden: %s", msg);
+        return MT_CONFIG;
+    }
+    mt_model_config_init(out);
+    out->nslots = (uint32_t)nslots;
+    out->dim = c->trainer.dim;
+    out->nhidden = (uint32_t)nh;
+    for (size_t l = 0; l < nh; l++)
+        out->hidden[l] = (uint32_t)hidden[l];
+    out->init_seed = c->trainer.seed;
+    out->type = c->model.type;
+    out->ncross = c->model.cross_layers;
+    out->cross_rank = c->model.cross_rank;
+    if (mt_model_config_validate(out, msg, sizeof(msg)) != MT_OK) {
+        mt_msgf(errbuf, errlen, "%s", msg);
+        return MT_CONFIG;
     }
     return MT_OK;
 }

@@ -1,6 +1,6 @@
 /*
  * adam.c - the dense Adam step (mt/model.h), one copy for the trainer's local step and the
- * PS's dense store. A library of its own (mt_model_adam): the PS takes it without the
+ * PS's dense store. In the library mt_model_core (with def.c): the PS takes it without the
  * model's OpenBLAS, whose threads start at load, before a daemon blocks its signals.
  */
 #include <math.h>

@@ -1,9 +1,10 @@
 /*
- * model.c - DeepFM-style forward, backward and AUC (see mt/model.h for the math).
+ * model.c - the model families' forward, backward and AUC (see mt/model.h for the math).
  *
  * Memory: every dense parameter lives in one float array `values`, every gradient at the same
  * offset of one array `grads`; a table of mt__model_tensor_t gives each tensor's name, shape
- * and offset. Order: b0, then per hidden layer its weights and bias, then the output weights.
+ * and offset. Order: b0, then dcnv2's cross layers (each its weights, or V and U, then its
+ * bias), then per hidden layer its weights and bias, then the output weights.
  *
  * Workspace (floats, for a batch of n; carved from one buffer that only grows):
  *
@@ -14,6 +15,13 @@
  *   fm      n * d            per example, the sum over slots of E (FM term; the backward
  *                            pass reads it back instead of summing again)
  *   sq      d                per example, per k, the sum over slots of E^2 (FM term)
+ *   dcnv2 (D = S*d, C cross layers of rank r; r = 0 for full rank):
+ *   xs      C * n * D        training: X_1 .. X_C (each layer's output; X_0 is E);
+ *                            scoring: 2 * n * D, ping-pong (Z is turned into X in place)
+ *   zs      C * n * D        training: Z_c = X_c W_c + b_c of every layer (none scoring)
+ *   ts      C * n * r        training: T_c = X_c V_c (low rank); scoring: n * r
+ *   gx, dz  n * D each       training: dL/dX_c, dL/dZ_c
+ *   dt      n * r            training: dL/dT_c
  *
  * A ReLU output is > 0 exactly where its input was, so the backward pass reads the mask from
  * the stored activations and no pre-activations are kept.
@@ -57,7 +65,9 @@ struct mt_model {
     uint32_t max_width; /* widest hidden layer (0 without hidden layers) */
     size_t sum_width;   /* sum of hidden widths */
     size_t ntensors;
-    mt__model_tensor_t tensors[2 * MT_MODEL_MAX_HIDDEN + 2];
+    size_t mlp0;        /* index of the first MLP tensor ("mlp.0.w", or "mlp.out.w") */
+    uint32_t per_cross; /* dcnv2: tensors per cross layer (2 full rank, 3 low rank) */
+    mt__model_tensor_t tensors[2 * MT_MODEL_MAX_HIDDEN + 2 + 3 * MT_MODEL_MAX_CROSS];
     size_t nvalues;
     float *values;
     float *grads;
@@ -68,6 +78,7 @@ struct mt_model {
 typedef struct mt__model_scratch {
     float *acts, *logits, *ga, *gb, *g, *fm, *sq;
     float *zc; /* [max_width]: the first layer's part shared by every row (serving) */
+    float *xs, *zs, *ts, *gx, *dz, *dt; /* dcnv2 (see the top of this file) */
 } mt__model_scratch_t;
 
 /* ============================== private helpers ============================== */
@@ -85,14 +96,31 @@ static float sigmoidf_stable(float z) {
     return e / (1.0f + e);
 }
 
-static size_t ws_need(const mt_model_t *m, size_t n) {
-    return n * (m->sum_width + 2 * (size_t)m->max_width + 2 + m->cfg.dim) + m->cfg.dim +
-           m->max_width;
+static int is_dcn(const mt_model_t *m) {
+    return m->cfg.type == MT_MODEL_DCNV2;
 }
 
-static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n,
+/* dcnv2's arrays for a batch of @p n (0 for deepfm); @p train: kept for the backward pass. */
+static size_t ws_cross(const mt_model_t *m, size_t n, int train, size_t *xs, size_t *zs,
+                       size_t *ts) {
+    *xs = *zs = *ts = 0;
+    if (!is_dcn(m)) return 0;
+    const size_t D = m->in_width, C = m->cfg.ncross, r = m->cfg.cross_rank;
+    *xs = (train ? C : 2) * n * D;
+    *zs = train ? C * n * D : 0;
+    *ts = (train ? C : 1) * n * r;
+    return *xs + *zs + *ts + (train ? 2 * n * D + n * r : 0);
+}
+
+static size_t ws_need(const mt_model_t *m, size_t n, int train) {
+    size_t xs, zs, ts;
+    return n * (m->sum_width + 2 * (size_t)m->max_width + 2 + m->cfg.dim) + m->cfg.dim +
+           m->max_width + ws_cross(m, n, train, &xs, &zs, &ts);
+}
+
+static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n, int train,
                            mt__model_scratch_t *sc) {
-    size_t need = ws_need(m, n);
+    size_t need = ws_need(m, n, train);
     if (need > ws->cap) {
         float *nb = realloc(ws->buf, need * sizeof(float));
         if (!nb) return MT_NOMEM;
@@ -115,6 +143,18 @@ static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n,
     sc->sq = p;
     p += m->cfg.dim;
     sc->zc = p;
+    p += m->max_width;
+    size_t xs, zs, ts;
+    ws_cross(m, n, train, &xs, &zs, &ts);
+    sc->xs = p;
+    p += xs;
+    sc->zs = p;
+    p += zs;
+    sc->ts = p;
+    p += ts;
+    sc->gx = p;
+    sc->dz = p + (train && xs ? n * m->in_width : 0);
+    sc->dt = p + (train && xs ? 2 * n * m->in_width : 0);
     return MT_OK;
 }
 
@@ -233,7 +273,7 @@ static int first_layer_shared(const mt_model_t *m, const mt__model_scratch_t *sc
         per_row += runs[r].hi - runs[r].lo;
     /* the shared part costs one row's worth of its slots: worth it from a few rows on */
     if (n < 4 || 8 * (uint64_t)per_row > 7 * (uint64_t)S) return -1;
-    const float *W = tensor_values(m, 1), *b = tensor_values(m, 2);
+    const float *W = tensor_values(m, m->mlp0), *b = tensor_values(m, m->mlp0 + 1);
     float *zc = sc->zc;
     memcpy(zc, b, h * sizeof(float));
     uint32_t lo = 0;
@@ -256,37 +296,145 @@ static int first_layer_shared(const mt_model_t *m, const mt__model_scratch_t *sc
     return 0;
 }
 
+/* dcnv2's cross layer c: its tensors' indexes (v, u: low rank; w: full rank). */
+static size_t cross_t(const mt_model_t *m, uint32_t c) {
+    return 1 + (size_t)c * m->per_cross;
+}
+
 /*
- * logits[i] = b0 + sum_s W1 + FM + MLP(E[i]); leaves the hidden activations in sc->acts and
- * the per-example slot sums of E in sc->fm. @p varies (NULL: all) as in
- * mt_model_forward_serving().
+ * dcnv2's cross layers over X_0 = E: X_(c+1) = X_0 * Z_c + X_c, Z_c = X_c W_c + b_c (or
+ * (X_c V_c) U_c + b_c). @p train keeps every X, Z and T for the backward pass (see the top of
+ * this file); else Z is turned into X in place, two buffers in turn. @returns X_C.
  */
-static void forward_logits(const mt_model_t *m, const mt__model_scratch_t *sc, const float *E,
-                           const float *W1, size_t n, const uint8_t *varies) {
+static const float *cross_forward(const mt_model_t *m, const mt__model_scratch_t *sc,
+                                  const float *E, size_t n, int train) {
+    const uint32_t D = m->in_width, C = m->cfg.ncross, r = m->cfg.cross_rank;
+    const size_t nd = n * D;
+    const float *x = E;
+    for (uint32_t c = 0; c < C; c++) {
+        const size_t t0 = cross_t(m, c);
+        float *z = train ? sc->zs + c * nd : sc->xs + (c % 2) * nd;
+        float *xn = train ? sc->xs + c * nd : z;
+        if (r == 0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)D, (int)D, 1.0f,
+                        x, (int)D, tensor_values(m, t0), (int)D, 0.0f, z, (int)D);
+        } else {
+            float *t = sc->ts + (train ? c * n * r : 0);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)r, (int)D, 1.0f,
+                        x, (int)D, tensor_values(m, t0), (int)r, 0.0f, t, (int)r);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)D, (int)r, 1.0f,
+                        t, (int)r, tensor_values(m, t0 + 1), (int)D, 0.0f, z, (int)D);
+        }
+        const float *restrict b = tensor_values(m, t0 + m->per_cross - 1);
+        for (size_t i = 0; i < n; i++) {
+            const float *restrict e = E + i * D, *restrict xi = x + i * D;
+            float *zi = z + i * D, *xo = xn + i * D;
+            for (uint32_t j = 0; j < D; j++) {
+                float v = zi[j] + b[j];
+                zi[j] = v; /* xo may be zi (scoring): v is read first */
+                xo[j] = e[j] * v + xi[j];
+            }
+        }
+        x = xn;
+    }
+    return x;
+}
+
+/*
+ * The cross layers' backward pass: sc->gx holds dL/dX_C on entry. Writes every cross
+ * tensor's gradient and, when @p dE is not NULL, dE = dL/dX_0: the residual path's gx after
+ * layer 0 plus sum_c gx_(c+1) * Z_c (X_0 multiplies every layer's Z).
+ */
+static void cross_backward(mt_model_t *m, const mt__model_scratch_t *sc, const float *E, size_t n,
+                           float *dE) {
+    const uint32_t D = m->in_width, C = m->cfg.ncross, r = m->cfg.cross_rank;
+    const size_t nd = n * D;
+    float *restrict gx = sc->gx, *restrict dz = sc->dz;
+    if (dE) memset(dE, 0, nd * sizeof(float));
+    for (uint32_t c = C; c-- > 0;) {
+        const size_t t0 = cross_t(m, c);
+        const float *x = c ? sc->xs + (c - 1) * nd : E;
+        const float *restrict z = sc->zs + c * nd;
+        float *restrict db = m->grads + m->tensors[t0 + m->per_cross - 1].off;
+        memset(db, 0, D * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            const float *restrict e = E + i * D, *restrict zi = z + i * D;
+            const float *restrict gi = gx + i * D;
+            float *restrict dzi = dz + i * D;
+            for (uint32_t j = 0; j < D; j++) {
+                dzi[j] = gi[j] * e[j];
+                db[j] += dzi[j];
+            }
+            if (dE) {
+                float *restrict de = dE + i * D;
+                for (uint32_t j = 0; j < D; j++)
+                    de[j] += gi[j] * zi[j];
+            }
+        }
+        const int last = c == 0 && !dE; /* dL/dX_0 not wanted: gx is not needed further */
+        if (r == 0) {
+            /* dW = X_c^T dZ; gx += dZ W^T (the residual's gx stays in it) */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)D, (int)D, (int)n, 1.0f, x,
+                        (int)D, dz, (int)D, 0.0f, m->grads + m->tensors[t0].off, (int)D);
+            if (!last)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)D, (int)D, 1.0f,
+                            dz, (int)D, tensor_values(m, t0), (int)D, 1.0f, gx, (int)D);
+        } else {
+            const float *t = sc->ts + c * n * r;
+            float *dt = sc->dt;
+            /* dU = T^T dZ; dT = dZ U^T; dV = X_c^T dT; gx += dT V^T */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)r, (int)D, (int)n, 1.0f, t,
+                        (int)r, dz, (int)D, 0.0f, m->grads + m->tensors[t0 + 1].off, (int)D);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)r, (int)D, 1.0f, dz,
+                        (int)D, tensor_values(m, t0 + 1), (int)D, 0.0f, dt, (int)r);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)D, (int)r, (int)n, 1.0f, x,
+                        (int)D, dt, (int)r, 0.0f, m->grads + m->tensors[t0].off, (int)r);
+            if (!last)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)D, (int)r, 1.0f,
+                            dt, (int)r, tensor_values(m, t0), (int)r, 1.0f, gx, (int)D);
+        }
+    }
+    if (dE)
+        for (size_t j = 0; j < nd; j++)
+            dE[j] += gx[j];
+}
+
+/*
+ * logits[i] = b0 + sum_s W1 + FM (deepfm) + MLP(x_i), x_i = E[i] (deepfm) or the cross
+ * layers' output (dcnv2, kept for the backward pass when @p train); leaves the hidden
+ * activations in sc->acts and the per-example slot sums of E in sc->fm. @p varies (NULL:
+ * all) as in mt_model_forward_serving(). @returns the MLP's input.
+ */
+static const float *forward_logits(const mt_model_t *m, const mt__model_scratch_t *sc,
+                                   const float *E, const float *W1, size_t n,
+                                   const uint8_t *varies, int train) {
     const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width;
     const float b0 = m->values[m->tensors[0].off];
+    const int dcn = is_dcn(m);
     assert(!varies || shared_slots_hold(varies, E, W1, n, S, d));
 
-    /* First order, FM second order. */
+    /* First order, FM second order (deepfm). */
     for (size_t i = 0; i < n; i++) {
         const float *w = W1 + i * S;
         double lin = b0;
         for (uint32_t s = 0; s < S; s++)
             lin += w[s];
-        double fm2 = d == 16 ? fm_example(E + i * in0, S, 16, sc->fm + i * 16, sc->sq)
-                             : fm_example(E + i * in0, S, d, sc->fm + i * d, sc->sq);
+        double fm2 = dcn       ? 0.0
+                     : d == 16 ? fm_example(E + i * in0, S, 16, sc->fm + i * 16, sc->sq)
+                               : fm_example(E + i * in0, S, d, sc->fm + i * d, sc->sq);
         sc->logits[i] = (float)(lin + fm2);
     }
 
     /* MLP: A_l = relu(A_(l-1) W_l + b_l), logits += A_L w_out. */
-    const float *a_prev = E;
+    const float *x = dcn ? cross_forward(m, sc, E, n, train) : E;
+    const float *a_prev = x;
     uint32_t w_prev = in0;
     float *a = sc->acts;
     for (uint32_t l = 0; l < m->cfg.nhidden; l++) {
         const uint32_t h = m->cfg.hidden[l];
-        if (l > 0 || !varies || first_layer_shared(m, sc, E, n, varies, a)) {
-            const float *W = tensor_values(m, 1 + 2 * l);
-            const float *b = tensor_values(m, 2 + 2 * l);
+        if (l > 0 || !varies || dcn || first_layer_shared(m, sc, E, n, varies, a)) {
+            const float *W = tensor_values(m, m->mlp0 + 2 * l);
+            const float *b = tensor_values(m, m->mlp0 + 2 * l + 1);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)w_prev,
                         1.0f, a_prev, (int)w_prev, W, (int)h, 0.0f, a, (int)h);
             bias_relu(a, b, n, h);
@@ -298,6 +446,7 @@ static void forward_logits(const mt_model_t *m, const mt__model_scratch_t *sc, c
     const float *wout = tensor_values(m, m->ntensors - 1);
     cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)w_prev, 1.0f, a_prev, (int)w_prev, wout,
                 1, 1.0f, sc->logits, 1);
+    return x;
 }
 
 /* de[s,k] = g * (fm[k] - e[s,k]): the FM term's dL/dE of one example. */
@@ -356,9 +505,9 @@ static mt_err_t forward_impl(const mt_model_t *m, mt_model_ws_t *ws, const float
     mt_model_ws_t tmp = {0};
     mt_model_ws_t *use = ws ? ws : &tmp;
     mt__model_scratch_t sc;
-    err = ws_reserve(use, m, n, &sc);
+    err = ws_reserve(use, m, n, 0, &sc);
     if (err != MT_OK) goto out;
-    forward_logits(m, &sc, E, W1, n, varies);
+    forward_logits(m, &sc, E, W1, n, varies, 0);
     for (size_t i = 0; i < n; i++)
         probs[i] = sigmoidf_stable(sc.logits[i] + log_rate);
 out:
@@ -379,55 +528,6 @@ static void set_tensor(mt_model_t *m, const char *name, uint32_t ndim, uint32_t 
 
 /* ============================== API ============================== */
 
-void mt_model_config_init(mt_model_config_t *cfg) {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->nhidden = 2;
-    cfg->hidden[0] = 256;
-    cfg->hidden[1] = 128;
-    cfg->init_seed = 1;
-}
-
-mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, size_t errlen) {
-    char dummy[1];
-    if (!errbuf) {
-        errbuf = dummy;
-        errlen = sizeof dummy;
-    }
-    if (!cfg) {
-        snprintf(errbuf, errlen, "model config is NULL");
-        return MT_CONFIG;
-    }
-    if (cfg->nslots < 1 || cfg->nslots > MT_MODEL_MAX_SLOTS) {
-        snprintf(errbuf, errlen, "model.nslots = %u: must be in 1..%u", cfg->nslots,
-                 (unsigned)MT_MODEL_MAX_SLOTS);
-        return MT_CONFIG;
-    }
-    if (cfg->dim < 1 || cfg->dim > MT_MODEL_MAX_DIM) {
-        snprintf(errbuf, errlen, "model.dim = %u: must be in 1..%u", cfg->dim,
-                 (unsigned)MT_MODEL_MAX_DIM);
-        return MT_CONFIG;
-    }
-    if ((uint64_t)cfg->nslots * cfg->dim > MT_MODEL_MAX_INPUT) {
-        snprintf(errbuf, errlen, "model.nslots * model.dim = %llu: must be at most %u",
-                 (unsigned long long)cfg->nslots * cfg->dim, (unsigned)MT_MODEL_MAX_INPUT);
-        return MT_CONFIG;
-    }
-    if (cfg->nhidden > MT_MODEL_MAX_HIDDEN) {
-        snprintf(errbuf, errlen, "model.nhidden = %u: must be at most %u", cfg->nhidden,
-                 (unsigned)MT_MODEL_MAX_HIDDEN);
-        return MT_CONFIG;
-    }
-    for (uint32_t l = 0; l < cfg->nhidden; l++) {
-        if (cfg->hidden[l] < 1 || cfg->hidden[l] > MT_MODEL_MAX_WIDTH) {
-            snprintf(errbuf, errlen, "model.hidden[%u] = %u: must be in 1..%u", l, cfg->hidden[l],
-                     (unsigned)MT_MODEL_MAX_WIDTH);
-            return MT_CONFIG;
-        }
-    }
-    if (errlen) errbuf[0] = '\0';
-    return MT_OK;
-}
-
 mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out) {
     if (!out) return MT_CONFIG;
     *out = NULL;
@@ -441,6 +541,28 @@ mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out) {
     m->in_width = cfg->nslots * cfg->dim;
 
     set_tensor(m, "b0", 1, 1, 0);
+    if (is_dcn(m)) {
+        const uint32_t D = m->in_width, r = cfg->cross_rank;
+        m->per_cross = r ? 3 : 2;
+        for (uint32_t c = 0; c < cfg->ncross; c++) {
+            char name[MT_MODEL_NAME_MAX];
+            if (r) {
+                snprintf(name, sizeof name, "cross.%u.v", c);
+                set_tensor(m, name, 2, D, r);
+                snprintf(name, sizeof name, "cross.%u.u", c);
+                set_tensor(m, name, 2, r, D);
+            } else {
+                snprintf(name, sizeof name, "cross.%u.w", c);
+                set_tensor(m, name, 2, D, D);
+            }
+            snprintf(name, sizeof name, "cross.%u.b", c);
+            set_tensor(m, name, 1, D, 0);
+        }
+    } else {
+        m->cfg.ncross = 0;
+        m->cfg.cross_rank = 0;
+    }
+    m->mlp0 = m->ntensors;
     uint32_t w_prev = m->in_width;
     for (uint32_t l = 0; l < cfg->nhidden; l++) {
         char name[MT_MODEL_NAME_MAX];
@@ -558,9 +680,10 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
     /* Every gradient below is written whole (sgemm/sgemv with beta 0, the bias gradients
      * from zero), so m->grads is not cleared first. */
     mt__model_scratch_t sc;
-    mt_err_t err = ws_reserve(&m->ws, m, n, &sc);
+    mt_err_t err = ws_reserve(&m->ws, m, n, 1, &sc);
     if (err != MT_OK) return err;
-    forward_logits(m, &sc, E, W1, n, NULL);
+    const float *x = forward_logits(m, &sc, E, W1, n, NULL, 1);
+    const int dcn = is_dcn(m);
 
     const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width, L = m->cfg.nhidden;
     const double inv_n = 1.0 / (double)n;
@@ -584,8 +707,10 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
                 dW1[i * S + s] = sc.g[i];
 
     /* FM: d/dE[i,s,k] = g_i * (sum_s' E[i,s',k] - E[i,s,k]), the sums kept by the forward
-     * pass. The MLP part is added below. */
-    if (dE) {
+     * pass. The MLP part is added below. (dcnv2: the MLP's dL/dx goes to gx, through the
+     * cross layers into dE.) */
+    float *dx = dcn ? sc.gx : dE;
+    if (dE && !dcn) {
         if (d == 16)
             for (size_t i = 0; i < n; i++)
                 fm_backward(E + i * in0, sc.fm + i * 16, sc.g[i], S, 16, dE + i * in0);
@@ -599,7 +724,7 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
     act_off[0] = 0;
     for (uint32_t l = 0; l < L; l++)
         act_off[l + 1] = act_off[l] + n * m->cfg.hidden[l];
-    const float *a_last = L ? sc.acts + act_off[L - 1] : E;
+    const float *a_last = L ? sc.acts + act_off[L - 1] : x;
     const uint32_t w_last = L ? m->cfg.hidden[L - 1] : in0;
     const mt__model_tensor_t *tout = &m->tensors[m->ntensors - 1];
     const float *wout = m->values + tout->off;
@@ -607,19 +732,21 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
     cblas_sgemv(CblasRowMajor, CblasTrans, (int)n, (int)w_last, 1.0f, a_last, (int)w_last, sc.g, 1,
                 0.0f, m->grads + tout->off, 1);
     if (L == 0) {
-        /* dE += g w_out^T */
-        if (dE) cblas_sger(CblasRowMajor, (int)n, (int)in0, 1.0f, sc.g, 1, wout, 1, dE, (int)in0);
+        /* dx += g w_out^T */
+        if (dcn) memset(dx, 0, n * in0 * sizeof(float));
+        if (dx) cblas_sger(CblasRowMajor, (int)n, (int)in0, 1.0f, sc.g, 1, wout, 1, dx, (int)in0);
+        if (dcn) cross_backward(m, &sc, E, n, dE);
         return MT_OK;
     }
     /* dZ_L = (g w_out^T) * relu'(Z_L), and its column sums (the bias gradient), in one pass */
     float *da = sc.ga, *da_other = sc.gb;
     relu_backward(sc.acts + act_off[L - 1], NULL, sc.g, wout, n, w_last, da,
-                  m->grads + m->tensors[2 * L].off);
+                  m->grads + m->tensors[m->mlp0 + 2 * L - 1].off);
     for (uint32_t l = L; l-- > 0;) {
         const uint32_t h = m->cfg.hidden[l];
         const uint32_t w_in = l ? m->cfg.hidden[l - 1] : in0;
-        const float *a_in = l ? sc.acts + act_off[l - 1] : E;
-        const mt__model_tensor_t *tw = &m->tensors[1 + 2 * l];
+        const float *a_in = l ? sc.acts + act_off[l - 1] : x;
+        const mt__model_tensor_t *tw = &m->tensors[m->mlp0 + 2 * l];
         /* dW = A_in^T dZ */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w_in, (int)h, (int)n, 1.0f, a_in,
                     (int)w_in, da, (int)h, 0.0f, m->grads + tw->off, (int)h);
@@ -630,15 +757,17 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
                         da, (int)h, W, (int)h, 0.0f, da_other, (int)w_in);
             /* dZ_(l-1) = dA_in * relu'(Z_(l-1)) and the column sums, in one pass */
             relu_backward(a_in, da_other, NULL, NULL, n, w_in, da_other,
-                          m->grads + m->tensors[2 * l].off);
+                          m->grads + m->tensors[m->mlp0 + 2 * l - 1].off);
             float *t = da;
             da = da_other;
             da_other = t;
-        } else if (dE) {
+        } else if (dx) {
+            /* deepfm: added to the FM's dE; dcnv2: dL/dX_C, into the cross layers */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)w_in, (int)h, 1.0f,
-                        da, (int)h, W, (int)h, 1.0f, dE, (int)w_in);
+                        da, (int)h, W, (int)h, dcn ? 0.0f : 1.0f, dx, (int)w_in);
         }
     }
+    if (dcn) cross_backward(m, &sc, E, n, dE);
     return MT_OK;
 }
 

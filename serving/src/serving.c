@@ -162,12 +162,26 @@ struct mt_serving {
 
 /* ============================== config and lifecycle ============================== */
 
+/* The model the trainer trains (mt_trainer_config_t's fields of the same names). */
+static void model_config(const mt_serving_config_t *c, mt_model_config_t *mc) {
+    mt_model_config_init(mc);
+    mc->nslots = c->nslots;
+    mc->dim = c->dim;
+    mc->nhidden = c->nhidden;
+    memcpy(mc->hidden, c->hidden, sizeof(mc->hidden));
+    mc->type = c->model_type;
+    mc->ncross = c->ncross;
+    mc->cross_rank = c->cross_rank;
+}
+
 void mt_serving_config_init(mt_serving_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->dim = 16;
     cfg->nhidden = 2;
     cfg->hidden[0] = 256;
     cfg->hidden[1] = 128;
+    cfg->model_type = MT_MODEL_DEEPFM;
+    cfg->ncross = 3;
     mt_table_config_init(&cfg->table);
     cfg->negative_rate = 1.0f;
     cfg->sync_interval_ms = 10000;
@@ -250,11 +264,7 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
         BAD("sync_source kafka needs the Kafka bootstrap servers");
     if (c->sync_kafka && (!c->params_topic || !*c->params_topic)) BAD("params_topic is empty");
     mt_model_config_t mc;
-    mt_model_config_init(&mc);
-    mc.nslots = c->nslots;
-    mc.dim = c->dim;
-    mc.nhidden = c->nhidden;
-    memcpy(mc.hidden, c->hidden, sizeof(mc.hidden));
+    model_config(c, &mc);
     if (mt_model_config_validate(&mc, errbuf, errlen) != MT_OK) return MT_CONFIG;
     return MT_OK;
 #undef BAD
@@ -980,11 +990,7 @@ static void *sync_kafka_main(void *arg) {
 
 static mt_err_t new_model(mt_serving_t *sv, mt_model_t **out) {
     mt_model_config_t mc;
-    mt_model_config_init(&mc);
-    mc.nslots = sv->cfg.nslots;
-    mc.dim = sv->cfg.dim;
-    mc.nhidden = sv->cfg.nhidden;
-    memcpy(mc.hidden, sv->cfg.hidden, sizeof(mc.hidden));
+    model_config(&sv->cfg, &mc);
     return mt_model_create(&mc, out);
 }
 

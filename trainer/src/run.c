@@ -130,22 +130,23 @@ static int setup_trainer(mt_trainer_run_t *d) {
     mt_trainer_config_init(&tc);
     tc.nslots = (uint32_t)d->nslots;
     memcpy(tc.slot_ids, d->slots, d->nslots * sizeof(uint16_t));
-    tc.dim = t->dim;
-    uint64_t hidden[8];
-    size_t nh = 0;
     char err[256];
     if (mt_config_mean_slots(d->cfg, d->slots, d->nslots, tc.slot_mean, err, sizeof(err))) {
         mt_log(MT_LOG_ERROR, WHO, "%s", err);
         return 2;
     }
-    if (mt_config_parse_uint_list(t->hidden, 1, 65536, hidden, 8, &nh, err, sizeof(err))) {
-        mt_log(MT_LOG_ERROR, WHO, "trainer.hidden: %s", err);
+    mt_model_config_t mc;
+    if (mt_config_model(d->cfg, d->nslots, &mc, err, sizeof(err))) {
+        mt_log(MT_LOG_ERROR, WHO, "%s", err);
         return 2;
     }
-    tc.nhidden = (uint32_t)nh;
-    for (size_t i = 0; i < nh; i++)
-        tc.hidden[i] = (uint32_t)hidden[i];
-    tc.seed = t->seed;
+    tc.dim = mc.dim;
+    tc.nhidden = mc.nhidden;
+    memcpy(tc.hidden, mc.hidden, sizeof(tc.hidden));
+    tc.model_type = mc.type;
+    tc.ncross = mc.ncross;
+    tc.cross_rank = mc.cross_rank;
+    tc.seed = mc.init_seed;
     tc.sparse_opt = t->sparse_opt;
     tc.sparse_lr = t->sparse_lr;
     tc.init_scale = t->init_scale;

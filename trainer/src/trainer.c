@@ -107,6 +107,8 @@ void mt_trainer_config_init(mt_trainer_config_t *cfg) {
     cfg->nhidden = 2;
     cfg->hidden[0] = 256;
     cfg->hidden[1] = 128;
+    cfg->model_type = MT_MODEL_DEEPFM;
+    cfg->ncross = 3;
     cfg->seed = 1;
     cfg->sparse_opt = MT_OPT_FTRL;
     cfg->sparse_lr = 0.05f;
@@ -228,6 +230,9 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     mc.nhidden = cfg->nhidden;
     memcpy(mc.hidden, cfg->hidden, sizeof(mc.hidden));
     mc.init_seed = cfg->seed;
+    mc.type = cfg->model_type;
+    mc.ncross = cfg->ncross;
+    mc.cross_rank = cfg->cross_rank;
     err = mt_model_create(&mc, &tr->model);
     if (err) goto fail;
     err = mt_model_ws_create(&tr->ws);

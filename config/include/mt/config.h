@@ -41,6 +41,7 @@
 #include <stdio.h>
 
 #include "mt/err.h"
+#include "mt/model.h"
 #include "mt/table.h"
 
 #ifdef __cplusplus
@@ -210,12 +211,21 @@ typedef struct mt_config_tls {
 } mt_config_tls_t;
 
 /** Everything one file configures. Initialize with mt_config_init(). */
+/** [model]: the model family (mt/model.h, docs/trainer.md); its slots, dim and MLP widths
+ *  are [trainer]'s. */
+typedef struct mt_config_model {
+    mt_model_type_t type;  /* deepfm | dcnv2 */
+    uint32_t cross_layers; /* dcnv2: cross layers */
+    uint32_t cross_rank;   /* dcnv2: 0 = full rank, else the rank of each layer's U V */
+} mt_config_model_t;
+
 typedef struct mt_config {
     mt_config_cluster_t cluster;
     mt_config_ps_t ps;
     mt_table_config_t table; /* [table]; its slots/nslots stay NULL/0: see mt_config_table() */
     mt_config_dense_t dense;
     mt_config_trainer_t trainer;
+    mt_config_model_t model;
     mt_config_input_t input;
     mt_config_kafka_t kafka;
     mt_config_joiner_t joiner;
@@ -322,6 +332,17 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
  */
 mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_t nslots,
                               uint8_t *mean, char *errbuf, size_t errlen);
+
+/**
+ * The model both the trainer and serving build from @p c: @p nslots feature slots of
+ * trainer.dim, trainer.hidden's MLP, trainer.seed, and [model]'s family, validated
+ * (mt_model_config_validate()).
+ * @param[out] out  the model's configuration
+ * @returns MT_OK or MT_CONFIG (a bad hidden list, or a model the family refuses, such as
+ *          full-rank cross layers over too wide an input: message in @p errbuf).
+ */
+mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out,
+                         char *errbuf, size_t errlen);
 
 /**
  * Parses a comma-separated list of unsigned integers ("256, 128"; "" = none) of at most

@@ -22,13 +22,27 @@
  *   MLP(x) = relu(...relu(x W_0 + b_0) W_1 + b_1 ...) W_out     (hidden layers h_0, h_1, ...)
  *
  * The output layer has no bias of its own: b0 is the model's one global bias (a second one
- * would be redundant). Parameters, their names and shapes (DenseTensor order):
+ * would be redundant).
  *
- *   name        shape              role
- *   "b0"        [1]                global bias
- *   "mlp.<l>.w" [in_l, h_l]        hidden layer l weights, in_0 = S*d, in_l = h_(l-1)
- *   "mlp.<l>.b" [h_l]              hidden layer l bias
- *   "mlp.out.w" [in_out, 1]        output weights, in_out = h_last (S*d without hidden layers)
+ * Model families (mt_model_config_t.type; mt_model_type_name() gives the config's names):
+ *
+ *   deepfm  the logit above: first order + FM + MLP(x)
+ *   dcnv2   first order + MLP(x_C), no FM: C cross layers (DCN-v2, Wang et al. 2021) over
+ *           x_0 = x, stacked before the MLP (which reads the last one's output):
+ *             x_(c+1) = x_0 * (x_c W_c + b_c) + x_c           (element-wise *, full rank)
+ *             x_(c+1) = x_0 * ((x_c V_c) U_c + b_c) + x_c     (low rank r = cross_rank)
+ *
+ * Parameters, their names and shapes (DenseTensor order; D = S*d):
+ *
+ *   name          shape        role
+ *   "b0"          [1]          global bias
+ *   "cross.<c>.w" [D, D]       dcnv2, full rank: cross layer c's weights
+ *   "cross.<c>.v" [D, r]       dcnv2, low rank: its down-projection
+ *   "cross.<c>.u" [r, D]       dcnv2, low rank: its up-projection
+ *   "cross.<c>.b" [D]          dcnv2: its bias
+ *   "mlp.<l>.w"   [in_l, h_l]  hidden layer l weights, in_0 = D, in_l = h_(l-1)
+ *   "mlp.<l>.b"   [h_l]        hidden layer l bias
+ *   "mlp.out.w"   [in_out, 1]  output weights, in_out = h_last (D without hidden layers)
  *
  * Loss: weighted log loss, mean over the batch:  L = (1/n) sum_i w_i * logloss(p_i, y_i)
  * (w_i = 1 without weights; dividing by n rather than by sum w keeps the gradient scale
@@ -131,6 +145,20 @@ static inline void mt_model_pool_add(float *restrict e, float *restrict w1,
 #define MT_MODEL_MAX_WIDTH 65536      /* hidden layer width at most */
 #define MT_MODEL_MAX_INPUT (1u << 22) /* nslots * dim at most (the MLP's input width) */
 #define MT_MODEL_NAME_MAX  32         /* parameter names are shorter than this (NUL included) */
+#define MT_MODEL_MAX_CROSS 8          /* dcnv2: cross layers at most */
+#define MT_MODEL_MAX_FULL_CROSS 4096  /* dcnv2: D at most for full-rank cross layers */
+
+/** The model family (see the top of this file). */
+typedef enum mt_model_type {
+    MT_MODEL_DEEPFM = 0,
+    MT_MODEL_DCNV2 = 1,
+} mt_model_type_t;
+
+/** @returns the family's name in the configuration ("deepfm", "dcnv2"), NULL if unknown. */
+const char *mt_model_type_name(mt_model_type_t type);
+
+/** Parses a family's name. @returns MT_OK or MT_CONFIG (unknown name, NULL argument). */
+mt_err_t mt_model_type_parse(const char *name, mt_model_type_t *out);
 
 typedef struct mt_model mt_model_t;
 typedef struct mt_model_ws mt_model_ws_t;
@@ -142,6 +170,10 @@ typedef struct mt_model_config {
     uint32_t nhidden;                     /* hidden layers, 0..MT_MODEL_MAX_HIDDEN (default 2) */
     uint32_t hidden[MT_MODEL_MAX_HIDDEN]; /* widths, each 1..MAX_WIDTH (default 256, 128) */
     uint64_t init_seed;                   /* Xavier-uniform weights are a function of it */
+    mt_model_type_t type;                 /* the family (default deepfm) */
+    uint32_t ncross;     /* dcnv2: cross layers, 1..MT_MODEL_MAX_CROSS (default 3) */
+    uint32_t cross_rank; /* dcnv2: 0 = full rank (D <= MT_MODEL_MAX_FULL_CROSS), else the
+                            rank r of each layer's U V, 1..D (default 0) */
 } mt_model_config_t;
 
 /** One dense parameter tensor (see the table at the top of this file). */
@@ -154,7 +186,8 @@ typedef struct mt_model_param {
     float *grads;  /* the model's gradients of the last mt_model_forward_backward() */
 } mt_model_param_t;
 
-/** Defaults: nslots 0 and dim 0 (must be set), hidden 256-128, init_seed 1. */
+/** Defaults: nslots 0 and dim 0 (must be set), hidden 256-128, init_seed 1, deepfm (dcnv2:
+ *  3 full-rank cross layers). */
 void mt_model_config_init(mt_model_config_t *cfg);
 
 /**
@@ -165,7 +198,7 @@ void mt_model_config_init(mt_model_config_t *cfg);
 mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, size_t errlen);
 
 /**
- * Creates a model with deterministically initialized parameters: hidden and output weights
+ * Creates a model with deterministically initialized parameters: every weight matrix
  * Xavier-uniform U(-a, a), a = sqrt(6 / (fan_in + fan_out)), from init_seed; biases and b0 0.
  * @param[in]  cfg  validated and copied
  * @param[out] out  on success, a model the caller frees with mt_model_destroy()
@@ -179,7 +212,8 @@ void mt_model_destroy(mt_model_t *m);
 /** @returns the model's configuration (valid until mt_model_destroy()), NULL for NULL. */
 const mt_model_config_t *mt_model_config(const mt_model_t *m);
 
-/** @returns the number of dense parameter tensors (2 * nhidden + 2). */
+/** @returns the number of dense parameter tensors (2 * nhidden + 2, and dcnv2's cross
+ *  layers: 2 or 3 each). */
 size_t mt_model_nparams(const mt_model_t *m);
 
 /**
@@ -220,7 +254,9 @@ mt_err_t mt_model_forward(const mt_model_t *m, mt_model_ws_t *ws, const float *E
  * The rows of one request share their user's slots: when @p varies says which slots differ
  * between rows, the first hidden layer reads the shared ones once per call (their product
  * with the layer's weights is added to every row) instead of once per row. The scores are
- * those of mt_model_forward() up to float rounding (the sums run in another order).
+ * those of mt_model_forward() up to float rounding (the sums run in another order). (deepfm;
+ * dcnv2 reads every slot per row: its first layer is a cross layer, whose product with x_0
+ * is per row anyway.)
  * @param sample_rate  rate at which training kept negatives, in (0, 1]; 1 = no correction
  * @param varies       [S]: 0 promises that slot s holds row 0's values (of E and W1) in every
  *                     row (asserted in debug builds); NULL: every slot may vary
@@ -258,7 +294,7 @@ typedef struct mt_model_adam {
  * w -= lr_t m / (sqrt(v) + eps), lr_t = lr sqrt(1 - b2^t) / (1 - b1^t). The result does not
  * depend on the CPU's vector width (the same IEEE operations in the same order).
  * @param t  this step's number, from 1
- * (In its own library, mt_model_adam, without OpenBLAS: the PS links it alone.)
+ * (In the library mt_model_core, without OpenBLAS: the PS links it alone.)
  */
 void mt_model_adam_step(const mt_model_adam_t *o, uint64_t t, float *restrict w, float *restrict m,
                         float *restrict v, const float *restrict g, size_t n);

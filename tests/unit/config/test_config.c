@@ -137,6 +137,9 @@ static const char *const all_keys[] = {
     "[trainer] pipelined",
     "[trainer] recovery_timeout_s",
     "[trainer] metrics_listen",
+    "[model] type",
+    "[model] cross_layers",
+    "[model] cross_rank",
     "[input] format",
     "[input] header",
     "[input] columns",
@@ -280,6 +283,9 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         t->checkpoint_interval_s != u->checkpoint_interval_s ||
         t->recovery_timeout_s != u->recovery_timeout_s ||
         strcmp(t->metrics_listen, u->metrics_listen))
+        return false;
+    if (a->model.type != b->model.type || a->model.cross_layers != b->model.cross_layers ||
+        a->model.cross_rank != b->model.cross_rank)
         return false;
     const mt_config_input_t *i1 = &a->input, *i2 = &b->input;
     if (i1->format != i2->format || i1->header != i2->header || strcmp(i1->columns, i2->columns) ||
@@ -1691,6 +1697,45 @@ Test(config, kafka_bootstrap_from_the_key_or_the_file) {
     cr_assert_eq(mt_config_kafka_bootstrap(&c, out, sizeof(out), err, sizeof(err)), MT_IO);
     cr_assert(strstr(err, "No such file"), "%s", err);
     free(path);
+    mt_config_free(&c);
+}
+
+/* [model] and [trainer] make the model trainer and serving build (mt_config_model()): the
+ * family's names are the model's, and what the family refuses is refused by name. */
+Test(config, model_section_makes_the_model) {
+    mt_config_t c;
+    char err[256];
+    mt_model_config_t mc;
+    init(&c);
+    cr_assert_eq(mt_config_model(&c, 26, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_expect_eq(mc.type, MT_MODEL_DEEPFM);
+    cr_expect(mc.nslots == 26 && mc.dim == 8 && mc.nhidden == 2 && mc.hidden[0] == 256 &&
+              mc.hidden[1] == 128 && mc.init_seed == 1);
+    cr_assert_eq(mt_config_set(&c, "model.type", "dcnv2", err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "trainer.hidden", "64", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.cross_layers", "2", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, 26, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_expect(mc.type == MT_MODEL_DCNV2 && mc.ncross == 2 && mc.cross_rank == 0 &&
+              mc.nhidden == 1 && mc.hidden[0] == 64);
+    /* full rank over 600 x 8 = 4800 inputs: refused, naming the rank */
+    cr_assert_eq(mt_config_model(&c, 600, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "cross_rank") != NULL, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "model.cross_rank", "32", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, 600, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_expect_eq(mc.cross_rank, 32);
+    cr_assert_eq(mt_config_set(&c, "trainer.hidden", "64,x", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, 26, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "trainer.hidden") != NULL, "%s", err);
+    /* every name the key takes is the model's name of the same family */
+    cr_expect_eq(mt_config_set(&c, "model.type", "dcn", err, sizeof(err)), MT_CONFIG);
+    for (int t = 0; mt_model_type_name((mt_model_type_t)t); t++) {
+        cr_assert_eq(mt_config_set(&c, "model.type", mt_model_type_name((mt_model_type_t)t), err,
+                                   sizeof(err)),
+                     MT_OK, "%s", err);
+        cr_expect_eq((int)c.model.type, t);
+    }
+    cr_expect_eq(mt_config_set(&c, "model.cross_layers", "0", err, sizeof(err)), MT_CONFIG);
+    cr_expect_eq(mt_config_set(&c, "model.cross_layers", "9", err, sizeof(err)), MT_CONFIG);
     mt_config_free(&c);
 }
 

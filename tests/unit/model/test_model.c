@@ -31,8 +31,16 @@ static float rng_uniform(uint64_t *s, float lo, float hi) {
     return lo + (hi - lo) * (float)((double)(rng_next(s) >> 11) * 0x1.0p-53);
 }
 
-static mt_model_t *mk_model(uint32_t S, uint32_t d, uint32_t nhidden, const uint32_t *hidden,
-                            uint64_t seed) {
+/* The family of the models mk_model() makes (deepfm unless a dcnv2 case sets it). */
+typedef struct family {
+    mt_model_type_t type;
+    uint32_t ncross, rank;
+} family_t;
+
+static const family_t DEEPFM = {MT_MODEL_DEEPFM, 0, 0};
+
+static mt_model_t *mk_model_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
+                               const uint32_t *hidden, uint64_t seed) {
     mt_model_config_t c;
     mt_model_config_init(&c);
     c.nslots = S;
@@ -41,10 +49,20 @@ static mt_model_t *mk_model(uint32_t S, uint32_t d, uint32_t nhidden, const uint
     for (uint32_t l = 0; l < nhidden; l++)
         c.hidden[l] = hidden[l];
     c.init_seed = seed;
+    c.type = f.type;
+    if (f.type == MT_MODEL_DCNV2) {
+        c.ncross = f.ncross;
+        c.cross_rank = f.rank;
+    }
     mt_model_t *m = NULL;
     cr_assert_eq(mt_model_create(&c, &m), MT_OK);
     cr_assert_not_null(m);
     return m;
+}
+
+static mt_model_t *mk_model(uint32_t S, uint32_t d, uint32_t nhidden, const uint32_t *hidden,
+                            uint64_t seed) {
+    return mk_model_of(DEEPFM, S, d, nhidden, hidden, seed);
 }
 
 static float loss_of(mt_model_t *m, const float *E, const float *W1, const float *y, const float *w,
@@ -84,9 +102,9 @@ static void check_array(mt_model_t *m, float *x, size_t size, const float *grad,
  * Full gradient check of a model of shape S x d with the given hidden layers on a random
  * batch of n examples (with or without weights).
  */
-static void grad_check(uint32_t S, uint32_t d, uint32_t nhidden, const uint32_t *hidden, size_t n,
-                       int use_weights, uint64_t seed) {
-    mt_model_t *m = mk_model(S, d, nhidden, hidden, seed);
+static void grad_check_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
+                          const uint32_t *hidden, size_t n, int use_weights, uint64_t seed) {
+    mt_model_t *m = mk_model_of(f, S, d, nhidden, hidden, seed);
     uint64_t rs = seed * 7919 + 1;
     size_t ne = n * S * d, nw = n * S;
     float *E = malloc(ne * sizeof *E), *W1 = malloc(nw * sizeof *W1);
@@ -142,6 +160,11 @@ static void grad_check(uint32_t S, uint32_t d, uint32_t nhidden, const uint32_t 
     mt_model_destroy(m);
 }
 
+static void grad_check(uint32_t S, uint32_t d, uint32_t nhidden, const uint32_t *hidden, size_t n,
+                       int use_weights, uint64_t seed) {
+    grad_check_of(DEEPFM, S, d, nhidden, hidden, n, use_weights, seed);
+}
+
 /* ============================== gradient checks ============================== */
 
 Test(model_grad, two_hidden_layers_of_different_sizes_weighted) {
@@ -185,7 +208,135 @@ Test(model_grad, dense_grads_overwritten_not_accumulated) {
     mt_model_destroy(m);
 }
 
+/* dcnv2: every cross tensor (full rank: w, b; low rank: v, u, b), through the MLP or
+ * straight into the output layer, one layer or several. */
+Test(model_grad, dcnv2_full_rank_two_cross_layers_two_hidden) {
+    const uint32_t h[] = {7, 5};
+    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0}, 3, 2, 2, h, 5, 1, 21);
+}
+
+Test(model_grad, dcnv2_low_rank_three_cross_layers_one_hidden) {
+    const uint32_t h[] = {6};
+    grad_check_of((family_t){MT_MODEL_DCNV2, 3, 2}, 2, 3, 1, h, 4, 0, 22);
+}
+
+Test(model_grad, dcnv2_one_cross_layer_no_hidden) {
+    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 0}, 3, 2, 0, NULL, 4, 1, 23);
+}
+
+Test(model_grad, dcnv2_low_rank_no_hidden_single_slot) {
+    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 1}, 1, 4, 0, NULL, 3, 1, 24);
+}
+
+/* The dense gradients do not depend on whether dE is asked for (without it the cross
+ * layers' backward pass stops early). */
+Test(model_grad, dcnv2_dense_grads_same_without_dE) {
+    const uint32_t h[] = {4};
+    const family_t fams[] = {{MT_MODEL_DCNV2, 2, 0}, {MT_MODEL_DCNV2, 2, 3}};
+    for (size_t q = 0; q < 2; q++) {
+        mt_model_t *m = mk_model_of(fams[q], 2, 3, 1, h, 5);
+        uint64_t rs = 3;
+        float E[3 * 6], W1[3 * 2], y[3] = {1, 0, 1}, dE[3 * 6];
+        for (int j = 0; j < 18; j++)
+            E[j] = rng_uniform(&rs, -1, 1);
+        for (int j = 0; j < 6; j++)
+            W1[j] = rng_uniform(&rs, -1, 1);
+        size_t np = mt_model_nparams(m);
+        float *with[16];
+        cr_assert(np <= 16);
+        cr_assert_eq(mt_model_forward_backward(m, E, W1, y, NULL, 3, NULL, NULL, dE, NULL), MT_OK);
+        for (size_t t = 0; t < np; t++) {
+            mt_model_param_t p;
+            cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+            with[t] = malloc(p.size * sizeof(float));
+            memcpy(with[t], p.grads, p.size * sizeof(float));
+        }
+        cr_assert_eq(mt_model_forward_backward(m, E, W1, y, NULL, 3, NULL, NULL, NULL, NULL),
+                     MT_OK);
+        for (size_t t = 0; t < np; t++) {
+            mt_model_param_t p;
+            cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+            cr_expect_arr_eq(with[t], p.grads, p.size * sizeof(float), "%s", p.name);
+            free(with[t]);
+        }
+        mt_model_destroy(m);
+    }
+}
+
 /* ============================== forward ============================== */
+
+/*
+ * dcnv2, S = 2 slots of d = 1, one full-rank cross layer, no hidden layer:
+ *   x0 = [1, 2], W = [[0.5, -1], [0.25, 0]], b = [0.1, -0.2]
+ *   z  = x0 W + b = [0.5 + 0.5 + 0.1, -1 + 0 - 0.2] = [1.1, -1.2]
+ *   x1 = x0 * z + x0 = [1.1 + 1, -2.4 + 2] = [2.1, -0.4]
+ *   MLP: w_out = [0.3, 0.5]: 0.63 - 0.2 = 0.43; first order: b0 -0.1 + W1 0.2 + 0 = 0.1
+ *   logit = 0.53 (no FM term, which would add 0.5 * (3^2 - 5) = 2)
+ */
+Test(model_forward, dcnv2_hand_worked_example) {
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0}, 2, 1, 0, NULL, 1);
+    cr_assert_eq(mt_model_nparams(m), 4);
+    mt_model_param_t b0, w, b, wout;
+    cr_assert_eq(mt_model_param_find(m, "b0", &b0), MT_OK);
+    cr_assert_eq(mt_model_param_find(m, "cross.0.w", &w), MT_OK);
+    cr_assert_eq(mt_model_param_find(m, "cross.0.b", &b), MT_OK);
+    cr_assert_eq(mt_model_param_find(m, "mlp.out.w", &wout), MT_OK);
+    b0.values[0] = -0.1f;
+    const float wv[4] = {0.5f, -1.0f, 0.25f, 0.0f}, bv[2] = {0.1f, -0.2f}, wo[2] = {0.3f, 0.5f};
+    memcpy(w.values, wv, sizeof wv);
+    memcpy(b.values, bv, sizeof bv);
+    memcpy(wout.values, wo, sizeof wo);
+    const float E[2] = {1, 2}, W1[2] = {0.2f, 0.0f};
+    float p = 0, y = 1, dE[2];
+    cr_assert_eq(mt_model_forward(m, NULL, E, W1, 1, &p), MT_OK);
+    cr_expect_float_eq(p, 1.0f / (1.0f + expf(-0.53f)), 1e-6f);
+    cr_assert_eq(mt_model_forward_backward(m, E, W1, &y, NULL, 1, NULL, NULL, dE, NULL), MT_OK);
+    /* g = p - 1; dL/dx1 = g w_out; dz = g w_out * x0; db = dz;
+     * dE = g w_out * (1 + z) + dz W^T */
+    const float g = p - 1, gx[2] = {g * 0.3f, g * 0.5f}, dz[2] = {gx[0] * 1, gx[1] * 2};
+    cr_expect_float_eq(b.grads[0], dz[0], 1e-6f);
+    cr_expect_float_eq(b.grads[1], dz[1], 1e-6f);
+    cr_expect_float_eq(w.grads[1], E[0] * dz[1], 1e-6f); /* dW[0][1] = x0_0 dz_1 */
+    cr_expect_float_eq(dE[0], gx[0] * (1 + 1.1f) + dz[0] * 0.5f + dz[1] * -1.0f, 1e-6f);
+    cr_expect_float_eq(dE[1], gx[1] * (1 - 1.2f) + dz[0] * 0.25f + dz[1] * 0.0f, 1e-6f);
+    mt_model_destroy(m);
+}
+
+/* dcnv2 scores the same through the workspace, without one, from training, and with the
+ * serving forward's shared slots (which dcnv2 reads per row). */
+Test(model_forward, dcnv2_same_scores_every_way) {
+    const uint32_t h[] = {8};
+    const family_t fams[] = {{MT_MODEL_DCNV2, 3, 0}, {MT_MODEL_DCNV2, 2, 4}};
+    for (size_t q = 0; q < 2; q++) {
+        mt_model_t *m = mk_model_of(fams[q], 4, 3, 1, h, 8);
+        enum { N = 9, S = 4, D = 12 };
+        uint64_t rs = 11;
+        float E[N * D], W1[N * S], y[N], p1[N], p2[N], p3[N], p4[N];
+        uint8_t varies[S] = {0, 1, 0, 1};
+        for (size_t i = 0; i < N; i++)
+            for (int s = 0; s < S; s++) {
+                int own = i == 0 || varies[s];
+                W1[i * S + s] = own ? rng_uniform(&rs, -1, 1) : W1[s];
+                for (int k = 0; k < 3; k++)
+                    E[i * D + s * 3 + k] = own ? rng_uniform(&rs, -1, 1) : E[s * 3 + k];
+            }
+        for (size_t i = 0; i < N; i++)
+            y[i] = (float)(i % 2);
+        mt_model_ws_t *ws = NULL;
+        cr_assert_eq(mt_model_ws_create(&ws), MT_OK);
+        cr_assert_eq(mt_model_forward(m, ws, E, W1, N, p1), MT_OK);
+        cr_assert_eq(mt_model_forward(m, NULL, E, W1, N, p2), MT_OK);
+        cr_assert_eq(mt_model_forward_backward(m, E, W1, y, NULL, N, p3, NULL, NULL, NULL), MT_OK);
+        cr_assert_eq(mt_model_forward_serving(m, ws, E, W1, N, 1.0f, varies, p4), MT_OK);
+        for (size_t i = 0; i < N; i++) {
+            cr_expect_eq(p1[i], p2[i]);
+            cr_expect_float_eq(p1[i], p3[i], 1e-6f);
+            cr_expect_float_eq(p1[i], p4[i], 1e-6f);
+        }
+        mt_model_ws_destroy(ws);
+        mt_model_destroy(m);
+    }
+}
 
 /*
  * S = 2, d = 2, no hidden layer, parameters set by hand:
@@ -539,6 +690,82 @@ Test(model_config, bad_configs) {
     cr_expect_eq(mt_model_create(&c, NULL), MT_CONFIG);
     mt_model_destroy(NULL);
     mt_model_ws_destroy(NULL);
+}
+
+Test(model_config, families_and_cross_layers) {
+    mt_model_type_t t = MT_MODEL_DCNV2;
+    cr_expect_str_eq(mt_model_type_name(MT_MODEL_DEEPFM), "deepfm");
+    cr_expect_str_eq(mt_model_type_name(MT_MODEL_DCNV2), "dcnv2");
+    cr_expect_null(mt_model_type_name((mt_model_type_t)7));
+    cr_expect_eq(mt_model_type_parse("deepfm", &t), MT_OK);
+    cr_expect_eq(t, MT_MODEL_DEEPFM);
+    cr_expect_eq(mt_model_type_parse("dcnv2", &t), MT_OK);
+    cr_expect_eq(t, MT_MODEL_DCNV2);
+    cr_expect_eq(mt_model_type_parse("DCN", &t), MT_CONFIG);
+    cr_expect_eq(mt_model_type_parse(NULL, &t), MT_CONFIG);
+
+    mt_model_config_t c;
+    char err[160];
+    mt_model_config_init(&c);
+    cr_expect_eq(c.type, MT_MODEL_DEEPFM);
+    c.nslots = 26;
+    c.dim = 16;
+    c.type = (mt_model_type_t)9;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "model.type") != NULL, "%s", err);
+    c.type = MT_MODEL_DCNV2;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
+    c.ncross = 0;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "ncross") != NULL, "%s", err);
+    c.ncross = MT_MODEL_MAX_CROSS + 1;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    c.ncross = 2;
+    c.cross_rank = 417;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "cross_rank") != NULL, "%s", err);
+    c.cross_rank = 416;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
+    c.cross_rank = 0;
+    c.nslots = 300; /* D = 4800: full rank refused */
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "full rank") != NULL, "%s", err);
+    c.cross_rank = 64;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
+    /* deepfm ignores the cross settings */
+    c.type = MT_MODEL_DEEPFM;
+    c.ncross = 0;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
+}
+
+Test(model_params, dcnv2_names_and_shapes) {
+    const uint32_t h[] = {32};
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 2, 8}, 5, 4, 1, h, 3);
+    const char *names[] = {"b0",        "cross.0.v", "cross.0.u", "cross.0.b", "cross.1.v",
+                           "cross.1.u", "cross.1.b", "mlp.0.w",   "mlp.0.b",   "mlp.out.w"};
+    const uint32_t sh[][2] = {{1, 0},  {20, 8}, {8, 20}, {20, 0},  {20, 8},
+                              {8, 20}, {20, 0}, {20, 32}, {32, 0}, {32, 1}};
+    cr_assert_eq(mt_model_nparams(m), 10);
+    for (size_t t = 0; t < 10; t++) {
+        mt_model_param_t p;
+        cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+        cr_expect_str_eq(p.name, names[t]);
+        cr_expect_eq(p.shape[0], sh[t][0], "%s", names[t]);
+        cr_expect_eq(p.shape[1], sh[t][1], "%s", names[t]);
+        int nonzero = 0;
+        for (size_t j = 0; j < p.size; j++)
+            nonzero |= p.values[j] != 0;
+        cr_expect_eq(nonzero, p.ndim == 2, "%s: weights random, biases 0", names[t]);
+    }
+    mt_model_destroy(m);
+    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0}, 5, 4, 0, NULL, 3);
+    mt_model_param_t p;
+    cr_assert_eq(mt_model_nparams(m), 4);
+    cr_assert_eq(mt_model_param(m, 1, &p), MT_OK);
+    cr_expect_str_eq(p.name, "cross.0.w");
+    cr_expect_eq(p.shape[0], 20);
+    cr_expect_eq(p.shape[1], 20);
+    mt_model_destroy(m);
 }
 
 Test(model_input, bad_labels_weights_and_null) {

@@ -78,6 +78,8 @@ typedef struct mt_trainer_config {
     uint32_t dim;                    /* embedding dim of every slot (default 8) */
     uint32_t nhidden;                /* MLP hidden layers (default 2) */
     uint32_t hidden[8];              /* widths (default 256, 128) */
+    mt_model_type_t model_type;      /* the model family (default deepfm) */
+    uint32_t ncross, cross_rank;     /* dcnv2's cross layers (mt_model_config_t; default 3, 0) */
     uint64_t seed;                   /* model and embedding initialization (default 1) */
     mt_table_opt_t sparse_opt;       /* optimizer of embeddings and first-order weights (FTRL) */
     float sparse_lr;                 /* default 0.05 (FTRL: alpha) */

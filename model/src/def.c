@@ -1,0 +1,104 @@
+/*
+ * def.c - the model's definition without its math: the families' names and the validation
+ * of a configuration (mt/model.h). In the library mt_model_core with the dense Adam step,
+ * without OpenBLAS, so that the configuration (which every daemon reads) and the PS can
+ * link it: OpenBLAS starts its threads at load, before a daemon blocks its signals.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "mt/model.h"
+
+static const char *const type_names[] = {[MT_MODEL_DEEPFM] = "deepfm", [MT_MODEL_DCNV2] = "dcnv2"};
+#define NTYPES (sizeof(type_names) / sizeof(type_names[0]))
+
+const char *mt_model_type_name(mt_model_type_t type) {
+    return (unsigned)type < NTYPES ? type_names[type] : NULL;
+}
+
+mt_err_t mt_model_type_parse(const char *name, mt_model_type_t *out) {
+    if (!name || !out) return MT_CONFIG;
+    for (size_t t = 0; t < NTYPES; t++)
+        if (strcmp(name, type_names[t]) == 0) {
+            *out = (mt_model_type_t)t;
+            return MT_OK;
+        }
+    return MT_CONFIG;
+}
+
+void mt_model_config_init(mt_model_config_t *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->nhidden = 2;
+    cfg->hidden[0] = 256;
+    cfg->hidden[1] = 128;
+    cfg->init_seed = 1;
+    cfg->type = MT_MODEL_DEEPFM;
+    cfg->ncross = 3;
+}
+
+mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, size_t errlen) {
+    char dummy[1];
+    if (!errbuf) {
+        errbuf = dummy;
+        errlen = sizeof dummy;
+    }
+    if (!cfg) {
+        snprintf(errbuf, errlen, "model config is NULL");
+        return MT_CONFIG;
+    }
+    if (cfg->nslots < 1 || cfg->nslots > MT_MODEL_MAX_SLOTS) {
+        snprintf(errbuf, errlen, "model.nslots = %u: must be in 1..%u", cfg->nslots,
+                 (unsigned)MT_MODEL_MAX_SLOTS);
+        return MT_CONFIG;
+    }
+    if (cfg->dim < 1 || cfg->dim > MT_MODEL_MAX_DIM) {
+        snprintf(errbuf, errlen, "model.dim = %u: must be in 1..%u", cfg->dim,
+                 (unsigned)MT_MODEL_MAX_DIM);
+        return MT_CONFIG;
+    }
+    if ((uint64_t)cfg->nslots * cfg->dim > MT_MODEL_MAX_INPUT) {
+        snprintf(errbuf, errlen, "model.nslots * model.dim = %llu: must be at most %u",
+                 (unsigned long long)cfg->nslots * cfg->dim, (unsigned)MT_MODEL_MAX_INPUT);
+        return MT_CONFIG;
+    }
+    if (cfg->nhidden > MT_MODEL_MAX_HIDDEN) {
+        snprintf(errbuf, errlen, "model.nhidden = %u: must be at most %u", cfg->nhidden,
+                 (unsigned)MT_MODEL_MAX_HIDDEN);
+        return MT_CONFIG;
+    }
+    for (uint32_t l = 0; l < cfg->nhidden; l++) {
+        if (cfg->hidden[l] < 1 || cfg->hidden[l] > MT_MODEL_MAX_WIDTH) {
+            snprintf(errbuf, errlen, "model.hidden[%u] = %u: must be in 1..%u", l, cfg->hidden[l],
+                     (unsigned)MT_MODEL_MAX_WIDTH);
+            return MT_CONFIG;
+        }
+    }
+    if (!mt_model_type_name(cfg->type)) {
+        snprintf(errbuf, errlen, "model.type = %d: not a model family", (int)cfg->type);
+        return MT_CONFIG;
+    }
+    if (cfg->type == MT_MODEL_DCNV2) {
+        const uint32_t D = cfg->nslots * cfg->dim;
+        if (cfg->ncross < 1 || cfg->ncross > MT_MODEL_MAX_CROSS) {
+            snprintf(errbuf, errlen, "model.ncross = %u: dcnv2 needs 1..%u cross layers",
+                     cfg->ncross, (unsigned)MT_MODEL_MAX_CROSS);
+            return MT_CONFIG;
+        }
+        if (cfg->cross_rank > D) {
+            snprintf(errbuf, errlen,
+                     "model.cross_rank = %u: must be at most the input width nslots * dim = %u "
+                     "(0: full rank)",
+                     cfg->cross_rank, D);
+            return MT_CONFIG;
+        }
+        if (cfg->cross_rank == 0 && D > MT_MODEL_MAX_FULL_CROSS) {
+            snprintf(errbuf, errlen,
+                     "model.cross_rank = 0 (full rank) with nslots * dim = %u: full-rank cross "
+                     "layers take D x D weights, D at most %u; set a rank",
+                     D, (unsigned)MT_MODEL_MAX_FULL_CROSS);
+            return MT_CONFIG;
+        }
+    }
+    if (errlen) errbuf[0] = '\0';
+    return MT_OK;
+}
