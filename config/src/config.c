@@ -82,9 +82,8 @@ typedef struct prop {
 
 /* ============================== the property table ============================== */
 
-static const char *const sections[] = {"cluster", "ps",     "table",   "dense", "trainer",
-                                       "model",   "input",  "kafka",   "joiner", "serving",
-                                       "tls"};
+static const char *const sections[] = {"cluster", "ps",    "table",  "dense",   "trainer", "model",
+                                       "input",   "kafka", "joiner", "serving", "tls"};
 #define NSECTIONS ((int)(sizeof(sections) / sizeof(sections[0])))
 #define SECT_SLOT NSECTIONS /* section index of every [slot.N] */
 
@@ -242,8 +241,8 @@ static const prop_t props[] = {
     {KEY("model", "type"), CFG(model.type), ENUM(model_type_enum), .def = "deepfm",
      .doc = "the model family: deepfm (first order + FM + MLP), dcnv2 (first order + cross "
             "layers stacked with the MLP); docs/trainer.md describes each"},
-    {KEY("model", "cross_layers"), CFG(model.cross_layers), UINT(1, MT_MODEL_MAX_CROSS),
-     .def = "3", .doc = "dcnv2: cross layers x_(c+1) = x_0 * (x_c W_c + b_c) + x_c"},
+    {KEY("model", "cross_layers"), CFG(model.cross_layers), UINT(1, MT_MODEL_MAX_CROSS), .def = "3",
+     .doc = "dcnv2: cross layers x_(c+1) = x_0 * (x_c W_c + b_c) + x_c"},
     {KEY("model", "cross_rank"), CFG(model.cross_rank), UINT(0, MT_MODEL_MAX_INPUT), .def = "0",
      .doc = "dcnv2: 0 = full-rank cross layers (D x D weights, D = slots x dim at most 4096); "
             "else each layer's W is U V of this rank (at most D)"},
@@ -1684,8 +1683,8 @@ mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_
     return MT_OK;
 }
 
-mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out,
-                         char *errbuf, size_t errlen) {
+mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out, char *errbuf,
+                         size_t errlen) {
     uint64_t hidden[MT_MODEL_MAX_HIDDEN];
     size_t nh = 0;
     char msg[200];

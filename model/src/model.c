@@ -316,14 +316,14 @@ static const float *cross_forward(const mt_model_t *m, const mt__model_scratch_t
         float *z = train ? sc->zs + c * nd : sc->xs + (c % 2) * nd;
         float *xn = train ? sc->xs + c * nd : z;
         if (r == 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)D, (int)D, 1.0f,
-                        x, (int)D, tensor_values(m, t0), (int)D, 0.0f, z, (int)D);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)D, (int)D, 1.0f, x,
+                        (int)D, tensor_values(m, t0), (int)D, 0.0f, z, (int)D);
         } else {
             float *t = sc->ts + (train ? c * n * r : 0);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)r, (int)D, 1.0f,
-                        x, (int)D, tensor_values(m, t0), (int)r, 0.0f, t, (int)r);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)D, (int)r, 1.0f,
-                        t, (int)r, tensor_values(m, t0 + 1), (int)D, 0.0f, z, (int)D);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)r, (int)D, 1.0f, x,
+                        (int)D, tensor_values(m, t0), (int)r, 0.0f, t, (int)r);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)D, (int)r, 1.0f, t,
+                        (int)r, tensor_values(m, t0 + 1), (int)D, 0.0f, z, (int)D);
         }
         const float *restrict b = tensor_values(m, t0 + m->per_cross - 1);
         for (size_t i = 0; i < n; i++) {
@@ -406,8 +406,8 @@ static void cross_backward(mt_model_t *m, const mt__model_scratch_t *sc, const f
  * all) as in mt_model_forward_serving(). @returns the MLP's input.
  */
 static const float *forward_logits(const mt_model_t *m, const mt__model_scratch_t *sc,
-                                   const float *E, const float *W1, size_t n,
-                                   const uint8_t *varies, int train) {
+                                   const float *E, const float *W1, size_t n, const uint8_t *varies,
+                                   int train) {
     const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width;
     const float b0 = m->values[m->tensors[0].off];
     const int dcn = is_dcn(m);

@@ -341,8 +341,8 @@ mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_
  * @returns MT_OK or MT_CONFIG (a bad hidden list, or a model the family refuses, such as
  *          full-rank cross layers over too wide an input: message in @p errbuf).
  */
-mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out,
-                         char *errbuf, size_t errlen);
+mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out, char *errbuf,
+                         size_t errlen);
 
 /**
  * Parses a comma-separated list of unsigned integers ("256, 128"; "" = none) of at most

@@ -140,13 +140,13 @@ static inline void mt_model_pool_add(float *restrict e, float *restrict w1,
     }
     *w1 += row[d];
 }
-#define MT_MODEL_MAX_SLOTS 65536      /* a slot id is 16 bits */
-#define MT_MODEL_MAX_DIM   4096       /* embedding dim at most */
-#define MT_MODEL_MAX_WIDTH 65536      /* hidden layer width at most */
-#define MT_MODEL_MAX_INPUT (1u << 22) /* nslots * dim at most (the MLP's input width) */
-#define MT_MODEL_NAME_MAX  32         /* parameter names are shorter than this (NUL included) */
-#define MT_MODEL_MAX_CROSS 8          /* dcnv2: cross layers at most */
-#define MT_MODEL_MAX_FULL_CROSS 4096  /* dcnv2: D at most for full-rank cross layers */
+#define MT_MODEL_MAX_SLOTS      65536      /* a slot id is 16 bits */
+#define MT_MODEL_MAX_DIM        4096       /* embedding dim at most */
+#define MT_MODEL_MAX_WIDTH      65536      /* hidden layer width at most */
+#define MT_MODEL_MAX_INPUT      (1u << 22) /* nslots * dim at most (the MLP's input width) */
+#define MT_MODEL_NAME_MAX       32   /* parameter names are shorter than this (NUL included) */
+#define MT_MODEL_MAX_CROSS      8    /* dcnv2: cross layers at most */
+#define MT_MODEL_MAX_FULL_CROSS 4096 /* dcnv2: D at most for full-rank cross layers */
 
 /** The model family (see the top of this file). */
 typedef enum mt_model_type {

@@ -743,7 +743,7 @@ Test(model_params, dcnv2_names_and_shapes) {
     mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 2, 8}, 5, 4, 1, h, 3);
     const char *names[] = {"b0",        "cross.0.v", "cross.0.u", "cross.0.b", "cross.1.v",
                            "cross.1.u", "cross.1.b", "mlp.0.w",   "mlp.0.b",   "mlp.out.w"};
-    const uint32_t sh[][2] = {{1, 0},  {20, 8}, {8, 20}, {20, 0},  {20, 8},
+    const uint32_t sh[][2] = {{1, 0},  {20, 8}, {8, 20},  {20, 0}, {20, 8},
                               {8, 20}, {20, 0}, {20, 32}, {32, 0}, {32, 1}};
     cr_assert_eq(mt_model_nparams(m), 10);
     for (size_t t = 0; t < 10; t++) {
