@@ -2,7 +2,7 @@
  * model_dump.c - one model computation written out as JSON for an independent check
  * (tests/reference/torch_reference.py rebuilds the model in PyTorch from it).
  *
- * Usage: model_dump SLOTS DIM N SEED [HIDDEN...]
+ * Usage: model_dump [-t deepfm|dcnv2] [-c CROSS_LAYERS] [-r CROSS_RANK] SLOTS DIM N SEED [HIDDEN...]
  *
   * Creates the model (mt_model_create), overwrites every dense parameter with new draws (a
  * weight matrix U(-a, a) in its Xavier range, a bias or b0 U(-0.1, 0.1): so that they are
@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mt/model.h"
 
@@ -45,12 +46,22 @@ static void floats(const char *key, const float *v, size_t n, int comma) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 5) {
-        fprintf(stderr, "usage: model_dump SLOTS DIM N SEED [HIDDEN...]\n");
-        return 2;
-    }
     mt_model_config_t c;
     mt_model_config_init(&c);
+    int opt;
+    while ((opt = getopt(argc, argv, "t:c:r:")) != -1) {
+        if (opt == 't' && mt_model_type_parse(optarg, &c.type) == MT_OK) continue;
+        if (opt == 'c') c.ncross = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'r') c.cross_rank = (uint32_t)strtoul(optarg, NULL, 10);
+        else optind = argc + 1; /* a bad option or family: usage */
+    }
+    if (argc - optind < 4) {
+        fprintf(stderr, "usage: model_dump [-t deepfm|dcnv2] [-c CROSS_LAYERS] [-r CROSS_RANK] "
+                        "SLOTS DIM N SEED [HIDDEN...]\n");
+        return 2;
+    }
+    argv += optind - 1;
+    argc -= optind - 1;
     c.nslots = (uint32_t)strtoul(argv[1], NULL, 10);
     c.dim = (uint32_t)strtoul(argv[2], NULL, 10);
     size_t n = strtoul(argv[3], NULL, 10);
@@ -117,7 +128,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "model_dump: %s\n", mt_strerror(err));
         return 1;
     }
-    printf("{\"model\":\"deepfm\",\"slots\":%zu,\"dim\":%zu,\"n\":%zu,\"hidden\":[", S, d, n);
+    printf("{\"model\":\"%s\",\"cross\":%u,\"rank\":%u,\"slots\":%zu,\"dim\":%zu,\"n\":%zu,"
+           "\"hidden\":[",
+           mt_model_type_name(c.type), mt_model_config(m)->ncross, mt_model_config(m)->cross_rank,
+           S, d, n);
     for (uint32_t l = 0; l < c.nhidden; l++)
         printf("%s%u", l ? "," : "", c.hidden[l]);
     printf("],\n\"params\":[\n");

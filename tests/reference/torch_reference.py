@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """torch_reference.py - the model's C math against PyTorch, an independent implementation.
 
-For each case (slots, dim, batch, hidden layers) it runs model_dump (tests/reference/
-model_dump.c: the C model with random dense parameters and inputs), rebuilds the model in
-PyTorch from the dumped parameters, in float64, from the model's definition in
-model/include/mt/model.h (DeepFM: b0 + first order + FM second order + MLP, weighted mean
-log loss, the serving correction sigmoid(logit + log r)), and compares:
+For each case (family, slots, dim, batch, hidden layers) it runs model_dump (tests/
+reference/model_dump.c: the C model with random dense parameters and inputs), rebuilds the
+model in PyTorch from the dumped parameters, in float64, from the model's definition in
+model/include/mt/model.h (deepfm: b0 + first order + FM second order + MLP; dcnv2: b0 +
+first order + MLP over the cross layers x_(c+1) = x_0 * (x_c W_c + b_c) + x_c, full or low
+rank; weighted mean log loss, the serving correction sigmoid(logit + log r)), and compares:
   - forward_backward's probabilities and loss, mt_model_forward's and
     mt_model_forward_serving's probabilities,
   - the gradient of every dense parameter, of E and of W1 (PyTorch's autograd),
@@ -24,12 +25,17 @@ import subprocess
 import sys
 
 TOL = 1e-4
-CASES = [  # slots, dim, batch, seed, hidden widths
-    (3, 4, 8, 1, [16, 8]),
-    (5, 2, 16, 2, []),
-    (4, 3, 6, 3, [7]),
-    (2, 1, 1, 4, [3, 3, 3]),
-    (26, 16, 64, 5, [256, 128]),  # trainer_bench's shape
+CASES = [  # model_dump's options (family, cross layers, rank), slots, dim, batch, seed, hidden
+    ([], 3, 4, 8, 1, [16, 8]),
+    ([], 5, 2, 16, 2, []),
+    ([], 4, 3, 6, 3, [7]),
+    ([], 2, 1, 1, 4, [3, 3, 3]),
+    ([], 26, 16, 64, 5, [256, 128]),  # trainer_bench's shape
+    (["-t", "dcnv2", "-c", "2"], 3, 4, 8, 6, [16, 8]),
+    (["-t", "dcnv2", "-c", "3", "-r", "3"], 5, 2, 16, 7, []),
+    (["-t", "dcnv2", "-c", "1"], 1, 3, 2, 8, [4]),
+    (["-t", "dcnv2", "-c", "3"], 26, 16, 64, 9, [256, 128]),
+    (["-t", "dcnv2", "-c", "2", "-r", "32"], 26, 16, 64, 10, [256, 128]),
 ]
 
 
@@ -45,8 +51,9 @@ def main():
         return 1
     torch.set_num_threads(1)
     failed = 0
-    for slots, dim, n, seed, hidden in CASES:
-        args = [sys.argv[1], str(slots), str(dim), str(n), str(seed)] + [str(h) for h in hidden]
+    for opts, slots, dim, n, seed, hidden in CASES:
+        args = [sys.argv[1]] + opts + [str(slots), str(dim), str(n), str(seed)] + \
+            [str(h) for h in hidden]
         run = subprocess.run(args, capture_output=True, text=True)
         if run.returncode != 0:
             print(f"FAIL: {' '.join(args)}: exit {run.returncode}: {run.stderr.strip()}")
@@ -58,12 +65,25 @@ def main():
     return 1 if failed else 0
 
 
-def deepfm_logits(torch, params, E, W1, n, slots, dim):
-    """logit_i = b0 + sum_s W1[i,s] + FM(E_i) + MLP(E_i) (model.h)."""
-    e = E.reshape(n, slots, dim)
-    s = e.sum(1)
-    fm = 0.5 * (s * s - (e * e).sum(1)).sum(1)
-    h = E.reshape(n, slots * dim)
+def logits(torch, d, params, E, W1):
+    """deepfm: logit_i = b0 + sum_s W1[i,s] + FM(E_i) + MLP(E_i); dcnv2: b0 + sum_s W1[i,s]
+    + MLP(x_C), x_C the cross layers' output over x_0 = E_i (model.h)."""
+    n, slots, dim = d["n"], d["slots"], d["dim"]
+    x0 = E.reshape(n, slots * dim)
+    h, fm = x0, 0.0
+    if d["model"] == "deepfm":
+        e = E.reshape(n, slots, dim)
+        s = e.sum(1)
+        fm = 0.5 * (s * s - (e * e).sum(1)).sum(1)
+    elif d["model"] == "dcnv2":
+        for c in range(d["cross"]):
+            if d["rank"]:
+                z = (h @ params[f"cross.{c}.v"]) @ params[f"cross.{c}.u"]
+            else:
+                z = h @ params[f"cross.{c}.w"]
+            h = x0 * (z + params[f"cross.{c}.b"]) + h
+    else:
+        raise ValueError(f"no reference for model {d['model']}")
     layer = 0
     while f"mlp.{layer}.w" in params:
         h = torch.relu(h @ params[f"mlp.{layer}.w"] + params[f"mlp.{layer}.b"])
@@ -80,14 +100,14 @@ def reference(torch, d, dtype):
     params = {p["name"]: t(p["values"]).reshape(p["shape"]).requires_grad_() for p in d["params"]}
     E, W1 = t(d["E"]).requires_grad_(), t(d["W1"]).requires_grad_()
     y, w = t(d["labels"]), t(d["weights"])
-    logit = deepfm_logits(torch, params, E, W1, n, slots, dim)
+    logit = logits(torch, d, params, E, W1)
     loss = (torch.nn.functional.binary_cross_entropy_with_logits(
         logit, y, weight=w, reduction="sum") / n)
     loss.backward()
     p = torch.sigmoid(logit).detach()
     sv = d["serving"]
     with torch.no_grad():
-        ps = torch.sigmoid(deepfm_logits(torch, params, t(sv["E"]), t(sv["W1"]), n, slots, dim)
+        ps = torch.sigmoid(logits(torch, d, params, t(sv["E"]), t(sv["W1"]))
                            + torch.log(t(sv["rate"])))
     out = [p, p, loss.detach().reshape(1), ps, E.grad, W1.grad]
     return [x.detach().reshape(-1).to(torch.float64) for x in out] + \
@@ -108,7 +128,11 @@ def relative(torch, got, ref):
 
 
 def check_case(torch, d):
-    name = f"deepfm slots {d['slots']} dim {d['dim']} batch {d['n']} hidden {d['hidden']}"
+    name = d["model"]
+    if d["model"] == "dcnv2":
+        name += f" ({d['cross']} cross layers, " + \
+            (f"rank {d['rank']})" if d["rank"] else "full rank)")
+    name += f" slots {d['slots']} dim {d['dim']} batch {d['n']} hidden {d['hidden']}"
     ref, ref32 = reference(torch, d, torch.float64), reference(torch, d, torch.float32)
     worst, worst32, bad = 0.0, 0.0, []
     for (what, c_vals), r, r32 in zip(compared(d), ref, ref32):
