@@ -123,16 +123,28 @@ static void stop_shard(cluster_t *c, uint32_t i) {
     c->ps[i] = NULL;
 }
 
+/* A model family and its cross layers (NULL where taken: deepfm). */
+typedef struct family {
+    mt_model_type_t type;
+    uint32_t ncross, rank;
+} family_t;
+
 /* Shards (rows idle longer than ttl_s expire, 0: never) and a trainer; with_dense: the
  * trainer keeps its dense parameters on shard 0 (which gives serving a model). */
 /* @p mean: the slots pooled by mean, [NSLOTS] parallel to slot_ids (NULL: all summed);
- * serving started on the cluster pools as its trainer does. */
-static void cluster_start_mean(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka,
-                               const uint8_t *mean) {
+ * @p fam: the model (NULL: deepfm). Serving started on the cluster pools and scores as its
+ * trainer does. */
+static void cluster_start_model(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka,
+                                const uint8_t *mean, const family_t *fam) {
     memset(c, 0, sizeof(*c));
     c->kafka = kafka;
     mt_trainer_config_init(&c->tc);
     if (mean) memcpy(c->tc.slot_mean, mean, NSLOTS);
+    if (fam) {
+        c->tc.model_type = fam->type;
+        c->tc.ncross = fam->ncross;
+        c->tc.cross_rank = fam->rank;
+    }
     c->tc.nslots = NSLOTS;
     memcpy(c->tc.slot_ids, slot_ids, sizeof(slot_ids));
     c->tc.dim = DIM;
@@ -157,6 +169,11 @@ static void cluster_start_mean(cluster_t *c, uint32_t ttl_s, int with_dense, con
     if (with_dense)
         cr_assert_eq(mt_trainer_dense_sync_create(c->tr, c->psc, 1, &c->ds, err, sizeof(err)),
                      MT_OK, "%s", err);
+}
+
+static void cluster_start_mean(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka,
+                               const uint8_t *mean) {
+    cluster_start_model(c, ttl_s, with_dense, kafka, mean, NULL);
 }
 
 static void cluster_start_kafka(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka) {
@@ -211,6 +228,9 @@ static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.nslots = NSLOTS;
     memcpy(sc.slot_ids, slot_ids, sizeof(slot_ids));
     memcpy(sc.slot_mean, c->tc.slot_mean, NSLOTS);
+    sc.model_type = c->tc.model_type;
+    sc.ncross = c->tc.ncross;
+    sc.cross_rank = c->tc.cross_rank;
     sc.dim = DIM;
     sc.nhidden = 2;
     sc.hidden[0] = 16;
@@ -639,10 +659,14 @@ static mt_model_t *ps_model(cluster_t *c, uint64_t *version) {
     mc.nhidden = 2;
     mc.hidden[0] = 16;
     mc.hidden[1] = 8;
+    mc.type = c->tc.model_type;
+    mc.ncross = c->tc.ncross;
+    mc.cross_rank = c->tc.cross_rank;
     mt_model_t *m;
     cr_assert_eq(mt_model_create(&mc, &m), MT_OK);
-    mt_psc_tensor_t ts[6];
+    mt_psc_tensor_t ts[32];
     size_t np = mt_model_nparams(m);
+    cr_assert(np <= 32);
     for (size_t i = 0; i < np; i++) {
         mt_model_param_t p;
         mt_model_param(m, i, &p);
@@ -904,6 +928,63 @@ Test(serving, mean_pooled_slots_score_as_the_trainer_pools, .timeout = 120) {
 }
 
 /* Before the first dense pull: UNAVAILABLE, Health NOT_SERVING; then SERVING. */
+/* dcnv2 end to end: the trainer trains it through the PS, serving follows and scores it; a
+ * served score is the trainer's own score of the same example (mt_trainer_predict: its
+ * rows and dense parameters read back from the PS), with serving's sampling correction.
+ * Full-rank and low-rank cross layers. */
+Test(serving, dcnv2_serves_the_trainers_scores, .timeout = 180) {
+    const family_t fams[2] = {{MT_MODEL_DCNV2, 2, 0}, {MT_MODEL_DCNV2, 3, 4}};
+    for (int q_ = 0; q_ < 2; q_++) {
+        cluster_t c;
+        cluster_start_model(&c, 0, 1, NULL, NULL, &fams[q_]);
+        uint32_t now = (uint32_t)time(NULL);
+        uint64_t items[6];
+        for (int i = 0; i < 6; i++) {
+            items[i] = 70 + (uint64_t)i;
+            train(&c, 7000, items[i], (float)(i & 1), 30, now);
+        }
+        mt_model_param_t p;
+        cr_assert_eq(mt_model_param_find(mt_trainer_model(c.tr), "cross.1.b", &p), MT_OK);
+        server_t s;
+        server_start(&s, &c, 8, NULL);
+        wait_ready(&s);
+        uint64_t fids[512];
+        size_t nf = all_fids(fids, 512, 7000, 30, items, 6);
+        cr_assert(converged(&s, &c, fids, nf, 30));
+        request_t q;
+        request_init(&q, "req-dcn", 7005, items, 6);
+        float got[6], want[6];
+        uint64_t dv = 0, ps_dv = mt_trainer_dense_sync_version(c.ds);
+        double end = now_s() + 30;
+        do {
+            cr_assert_eq(predict(&s, &q, got, &dv), MT_RPC_OK);
+            if (dv != ps_dv) usleep(20000);
+        } while (dv != ps_dv && now_s() < end);
+        cr_assert_eq(dv, ps_dv);
+        /* the trainer's scores of the same six examples (user 7005 trained on each item) */
+        mt_batch_t b;
+        cr_assert_eq(mt_batch_init(&b, slot_ids, NSLOTS), MT_OK);
+        for (int i = 0; i < 6; i++) {
+            uint64_t f[NSLOTS] = {fid(1, 7005), fid(2, items[i]), fid(3, items[i] % 7)};
+            const uint64_t *per[NSLOTS] = {&f[0], &f[1], &f[2]};
+            uint32_t counts[NSLOTS] = {1, 1, 1};
+            cr_assert_eq(mt_batch_add(&b, 0, 0, 1.0f, per, counts), MT_OK);
+        }
+        cr_assert_eq(mt_trainer_predict(c.tr, &b, want), MT_OK);
+        mt_batch_free(&b);
+        for (int i = 0; i < 6; i++) {
+            float w = mt_model_correct_prob(want[i], RATE);
+            cr_expect(fabsf(got[i] - w) <= 1e-6f,
+                      "%s rank %u, candidate %d: served %.9g, trainer %.9g",
+                      mt_model_type_name(fams[q_].type), fams[q_].rank, i, got[i], w);
+        }
+        /* the items were trained to different labels: the scores differ */
+        cr_expect(fabsf(got[0] - got[1]) > 1e-4f, "%.9g %.9g", got[0], got[1]);
+        server_stop(&s);
+        cluster_stop(&c);
+    }
+}
+
 Test(serving, unavailable_until_the_model_arrives, .timeout = 120) {
     cluster_t c;
     cluster_start(&c, 0, 0); /* no dense parameters on the PS */

@@ -51,9 +51,12 @@ int main(int argc, char **argv) {
     int opt;
     while ((opt = getopt(argc, argv, "t:c:r:")) != -1) {
         if (opt == 't' && mt_model_type_parse(optarg, &c.type) == MT_OK) continue;
-        if (opt == 'c') c.ncross = (uint32_t)strtoul(optarg, NULL, 10);
-        else if (opt == 'r') c.cross_rank = (uint32_t)strtoul(optarg, NULL, 10);
-        else optind = argc + 1; /* a bad option or family: usage */
+        if (opt == 'c')
+            c.ncross = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'r')
+            c.cross_rank = (uint32_t)strtoul(optarg, NULL, 10);
+        else
+            optind = argc + 1; /* a bad option or family: usage */
     }
     if (argc - optind < 4) {
         fprintf(stderr, "usage: model_dump [-t deepfm|dcnv2] [-c CROSS_LAYERS] [-r CROSS_RANK] "
