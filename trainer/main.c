@@ -167,7 +167,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
         goto out;
     }
-    if (mt_trainer_run_check(&cfg, online, err, sizeof(err)) != MT_OK) {
+    mt_model_config_t model; /* the model these slots make, as setup builds it: checked here */
+    if (mt_trainer_run_check(&cfg, online, err, sizeof(err)) != MT_OK ||
+        mt_config_model(&cfg, nslots, &model, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
         goto out;
     }
