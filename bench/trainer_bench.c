@@ -1,5 +1,5 @@
 /*
- * trainer_bench.c - training throughput of the DeepFM step (issue #4): 26 slots, dim 16,
+ * trainer_bench.c - training throughput of the DeepFM step: 26 slots, dim 16,
  * MLP 256-128, one id per slot and example, batches of 512. Figures, one JSON object per
  * line (never asserts on time):
  *   - sgemm_gflops and compute_floor_examples_per_s: what OpenBLAS reaches on the MLP's
@@ -14,6 +14,8 @@
  *     untimed warm-up pass of as many examples: most ids have a row, as in a steady stream;
  *   - each with 1 thread (a trainer and its own table) and 2 threads (two trainers, each
  *     its dense model, on one shared table: hogwild on the sparse part);
+ *   - model "dcnv2" (3 cross layers, full rank and rank 64), warm, 1 thread, each with its
+ *     own compute floor (the MLP's FLOPs plus the cross layers') and vs_deepfm;
   *   - pytorch_examples_per_s: a plain PyTorch DeepFM of the same shapes and optimizers on
  *     the warm stream (bench/pytorch_deepfm.py, one thread, run by /usr/bin/python3 when
  *     Debian's python3-torch is installed; otherwise a line saying why it is missing), and
@@ -527,6 +529,44 @@ int main(int argc, char **argv) {
                      med_cpu / floor_cpu, reps, NSLOTS, DIM, batch,
                      nt > 1 ? "local table shared by the threads" : "local table",
                      nbatches * batch * (size_t)nt, rows, (unsigned long long)initial_rows);
+            emit("train_examples_per_s", med, "examples/s", extra);
+        }
+    }
+    /* The other model families (model.h), warm, one thread: each against its own floor (the
+     * MLP's FLOPs and its cross layers': full rank 2 D^2 per layer and example forward, low
+     * rank 4 D r; the element-wise parts not counted). */
+    if (phase_hi == PHASE_WARM) {
+        static const struct { uint32_t ncross, rank; } fam[] = {{3, 0}, {3, 64}};
+        for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+            mt_trainer_config_t dc = tc;
+            dc.model_type = MT_MODEL_DCNV2;
+            dc.ncross = fam[f].ncross;
+            dc.cross_rank = fam[f].rank;
+            double D = (double)in, per_layer = fam[f].rank ? 4.0 * D * fam[f].rank : 2.0 * D * D;
+            double dfwd = fwd + fam[f].ncross * per_layer;
+            double dfloor = gf * 1e9 / (3 * dfwd);
+            double r[15], rc[15];
+            for (int k = 0; k < reps; k++) {
+                run_result_t res = {0, 0, 0, 0};
+                if (run_local(&dc, PHASE_WARM, 1, nbatches, nbatches, batch, 1 + (uint64_t)k,
+                              &res)) {
+                    fprintf(stderr, "trainer_bench: dcnv2 run failed\n");
+                    return 1;
+                }
+                r[k] = res.rate;
+                rc[k] = res.cpu_rate;
+            }
+            double med = mt_bench_median(r, (size_t)reps),
+                   med_cpu = mt_bench_median(rc, (size_t)reps);
+            snprintf(extra, sizeof(extra),
+                     "\"phase\":\"warm\",\"threads\":1,\"model\":\"dcnv2\",\"cross_layers\":%u,"
+                     "\"cross_rank\":%u,\"compute_floor\":%.6g,\"flops_per_example\":%.0f,"
+                     "\"vs_compute_floor\":%.3f,\"vs_deepfm\":%.3f,\"min\":%.6g,\"max\":%.6g,"
+                     "\"per_thread_cpu\":%.6g,\"reps\":%d,\"slots\":%d,\"dim\":%d,"
+                     "\"mlp\":\"256-128\",\"batch\":%zu",
+                     fam[f].ncross, fam[f].rank, dfloor, 3 * dfwd, med / dfloor,
+                     local_warm > 0 ? med / local_warm : 0, r[0], r[reps - 1], med_cpu, reps,
+                     NSLOTS, DIM, batch);
             emit("train_examples_per_s", med, "examples/s", extra);
         }
     }
