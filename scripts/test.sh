@@ -26,6 +26,7 @@ build/release/bench/fanout_bench --quick
 build/release/bench/sweep_bench --quick
 bash bench/many_trainers_bench.sh --quick
 bash bench/models_bench.sh --quick
+bash bench/cowclip_bench.sh --quick
 
 # libFuzzer smoke (clang build in build/fuzz, 5 s per target: docs/fuzzing.md). It counts as
 # one test in the tally below, through a ctest-like line of its own.

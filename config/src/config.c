@@ -264,6 +264,13 @@ static const prop_t props[] = {
      .def = "10",
      .doc = "with parameter servers: push the dense gradients to shard 0 and pull its "
             "parameters every this many batches; 0: dense parameters stay in the trainer"},
+    {KEY("trainer", "cowclip_ratio"), CFG(trainer.cowclip_ratio), REAL(0, FINITE, PF_MAX_OPEN),
+     .def = "0",
+     .doc = "CowClip (docs/trainer.md): each id's embedding gradient in a step is clipped to "
+            "this ratio r times max(the embedding's norm, `cowclip_zeta`) times the id's "
+            "occurrences in the batch; 0 = off. For large batches"},
+    {KEY("trainer", "cowclip_zeta"), CFG(trainer.cowclip_zeta), REAL(0, FINITE, PF_MAX_OPEN),
+     .def = "1e-5", .doc = "CowClip: the lower bound on an embedding's norm in its clip"},
     {KEY("trainer", "hash_buckets"), CFG(trainer.hash_buckets), UINT(0, 1ull << 48), .def = "0",
      .doc = "0: collisionless; else every id is reduced modulo this (a hashed table, for "
             "comparison)"},

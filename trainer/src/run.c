@@ -158,6 +158,8 @@ static int setup_trainer(mt_trainer_run_t *d) {
         tc.dense_eps = d->cfg->dense.eps;
     }
     tc.hash_buckets = t->hash_buckets;
+    tc.cowclip_ratio = t->cowclip_ratio;
+    tc.cowclip_zeta = t->cowclip_zeta;
     tc.table_initial_rows = t->table_initial_rows;
     mt_trainer_backend_t be;
     if (d->cfg->cluster.nps) {

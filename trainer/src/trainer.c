@@ -96,6 +96,7 @@ struct mt_trainer {
     size_t cap_ug, cap_n, cap_map; /* unique ids of ug, examples, map slots */
     /* [U * (dim + 1)]: the gradients of a step's ids, packed like its idset's uemb */
     float *ug;
+    uint32_t *ucnt; /* [cap_ug]: with CowClip, each unique id's occurrences in the step */
     float *E, *W1, *dE, *dW1, *probs;
     uint32_t *map; /* unique index + 1 (the calling thread's only) */
     pipe_t pipe;
@@ -109,6 +110,7 @@ void mt_trainer_config_init(mt_trainer_config_t *cfg) {
     cfg->hidden[1] = 128;
     cfg->model_type = MT_MODEL_DEEPFM;
     cfg->ncross = 3;
+    cfg->cowclip_zeta = 1e-5f;
     cfg->seed = 1;
     cfg->sparse_opt = MT_OPT_FTRL;
     cfg->sparse_lr = 0.05f;
@@ -141,6 +143,7 @@ void mt_trainer_destroy(mt_trainer_t *tr) {
         free(tr->ids[i].uemb);
     }
     free(tr->ug);
+    free(tr->ucnt);
     free(tr->E);
     free(tr->W1);
     free(tr->dE);
@@ -185,7 +188,9 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         cfg->dim > MT_TABLE_MAX_DIM || !(cfg->sparse_lr > 0) || !(cfg->dense_lr > 0) ||
         !(cfg->dense_beta1 >= 0 && cfg->dense_beta1 < 1) ||
         !(cfg->dense_beta2 >= 0 && cfg->dense_beta2 < 1) ||
-        !(cfg->dense_eps > 0 && cfg->dense_eps < 1) || cfg->nhidden > 8)
+        !(cfg->dense_eps > 0 && cfg->dense_eps < 1) || cfg->nhidden > 8 ||
+        !(cfg->cowclip_ratio >= 0 && cfg->cowclip_ratio < 1e30f) ||
+        !(cfg->cowclip_zeta >= 0 && cfg->cowclip_zeta < 1e30f))
         return MT_CONFIG;
     /* slot_hash_buckets is indexed like slot_ids, not by slot id: catch the mix-up */
     for (uint32_t s = cfg->nslots; s < 256; s++)
@@ -304,7 +309,8 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
     size_t d = tr->cfg.dim, S = tr->cfg.nslots;
     if (occ > tr->cap_ug || !tr->ug) {
         size_t c = grown(tr->cap_ug, occ, 1024);
-        if (resize((void **)&tr->ug, c * mt_model_row_floats((uint32_t)d) * sizeof(float)))
+        if (resize((void **)&tr->ug, c * mt_model_row_floats((uint32_t)d) * sizeof(float)) ||
+            (tr->cfg.cowclip_ratio > 0 && resize((void **)&tr->ucnt, c * sizeof(uint32_t))))
             return MT_NOMEM;
         tr->cap_ug = c;
     }
@@ -777,6 +783,15 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
                     add_scaled(g, de, sc, d);
                 g[d] += gw;
             }
+        }
+        if (tr->cfg.cowclip_ratio > 0) { /* each id's embedding gradient, against its row */
+            uint32_t *cnt = tr->ucnt;
+            memset(cnt, 0, nu * sizeof(uint32_t));
+            for (size_t k = 0; k < b->nfids; k++)
+                cnt[uidx[k]]++;
+            for (size_t u = 0; u < nu; u++)
+                mt_model_cowclip(ug + u * rw, ids->uemb + u * rw, (uint32_t)d, cnt[u],
+                                 tr->cfg.cowclip_ratio, tr->cfg.cowclip_zeta);
         }
         /* one apply of the rows, with the step's examples */
         uint32_t skipped = 0;

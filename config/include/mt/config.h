@@ -112,6 +112,8 @@ typedef struct mt_config_trainer {
     float dense_lr;                /* the trainer's local Adam on the dense parameters */
     uint32_t dense_sync_batches;   /* with PS: push/pull dense every this many batches; 0 = local */
     uint64_t hash_buckets;         /* 0: collisionless; else ids reduced modulo this */
+    float cowclip_ratio;           /* CowClip of embedding gradients: r; 0 = off */
+    float cowclip_zeta;            /* CowClip: lower bound on an embedding's norm */
     uint64_t table_initial_rows;   /* local table only: pre-size for this many rows */
     uint64_t seed;                 /* model and embedding initialization */
     uint32_t epochs;               /* batch mode: passes over --train */

@@ -300,6 +300,21 @@ void mt_model_adam_step(const mt_model_adam_t *o, uint64_t t, float *restrict w,
                         float *restrict v, const float *restrict g, size_t n);
 
 /**
+ * CowClip (Zheng et al., "CowClip: Reducing CTR Prediction Model Training Time from 12 hours
+ * to 10 minutes on 1 GPU", AAAI 2023): adaptive column-wise clipping of one id's embedding
+ * gradient in a batch. The gradient @p g (the sum over the id's @p count occurrences in the
+ * batch of each example's gradient) is scaled down to the norm
+ *   t = ratio * max(||w||, zeta) * count
+ * when its norm is larger: an id's step stays in proportion to its own embedding's size
+ * (a rare id's first steps, from a tiny initial row, cannot blow it up), and a frequent id
+ * keeps count times the bound. @p w is the id's embedding before the step.
+ * @returns the factor applied (1: not clipped).
+ * (In mt_model_core.)
+ */
+float mt_model_cowclip(float *restrict g, const float *restrict w, uint32_t d, uint32_t count,
+                       float ratio, float zeta);
+
+/**
  * Exact ROC AUC: the probability that a random positive scores above a random negative,
  * ties counting 1/2 (sort-based, O(n log n), average ranks for tied scores).
  * @param[in]  labels  [n]: > 0.5 is positive

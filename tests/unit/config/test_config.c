@@ -125,6 +125,8 @@ static const char *const all_keys[] = {
     "[trainer] ttl_s",
     "[trainer] dense_lr",
     "[trainer] dense_sync_batches",
+    "[trainer] cowclip_ratio",
+    "[trainer] cowclip_zeta",
     "[trainer] hash_buckets",
     "[trainer] table_initial_rows",
     "[trainer] seed",
@@ -277,6 +279,7 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         t->init_scale != u->init_scale || t->min_count != u->min_count || t->ttl_s != u->ttl_s ||
         t->dense_lr != u->dense_lr || t->dense_sync_batches != u->dense_sync_batches ||
         t->hash_buckets != u->hash_buckets || t->table_initial_rows != u->table_initial_rows ||
+        t->cowclip_ratio != u->cowclip_ratio || t->cowclip_zeta != u->cowclip_zeta ||
         t->seed != u->seed || t->epochs != u->epochs ||
         t->progress_interval_ms != u->progress_interval_ms || t->auc_window != u->auc_window ||
         t->commit_interval_ms != u->commit_interval_ms ||

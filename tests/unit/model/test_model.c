@@ -804,6 +804,35 @@ Test(model_input, bad_labels_weights_and_null) {
 
 /* ============================== dense Adam ============================== */
 
+/* CowClip: a gradient over r * max(||w||, zeta) * count is scaled to that norm, direction
+ * kept; one under it is left alone; zeta bounds a small row's norm from below. */
+Test(cowclip, clips_to_the_rows_norm_times_the_count) {
+    float w[4] = {0.3f, 0.0f, -0.4f, 0.0f}; /* ||w|| = 0.5 */
+    float g[4] = {3.0f, 0.0f, 4.0f, 0.0f};  /* ||g|| = 5 */
+    /* r 2, count 3: t = 2 * 0.5 * 3 = 3: scaled by 3/5 */
+    float f = mt_model_cowclip(g, w, 4, 3, 2.0f, 1e-5f); /* (the macros evaluate twice) */
+    cr_expect_float_eq(f, 0.6f, 1e-6f);
+    cr_expect_float_eq(g[0], 1.8f, 1e-6f);
+    cr_expect_float_eq(g[2], 2.4f, 1e-6f);
+    cr_expect(g[1] == 0 && g[3] == 0);
+    /* now ||g|| = 3, under t = 4 with count 4: unchanged */
+    f = mt_model_cowclip(g, w, 4, 4, 2.0f, 1e-5f);
+    cr_expect_eq(f, 1.0f);
+    cr_expect_float_eq(g[0], 1.8f, 1e-6f);
+    /* a zero row: zeta 0.1 is the norm, t = 1 * 0.1 * 1 */
+    const float zero[4] = {0};
+    float h[4] = {0, 0.6f, 0, 0.8f};
+    f = mt_model_cowclip(h, zero, 4, 1, 1.0f, 0.1f);
+    cr_expect_float_eq(f, 0.1f, 1e-6f);
+    cr_expect_float_eq(h[1], 0.06f, 1e-7f);
+    cr_expect_float_eq(h[3], 0.08f, 1e-7f);
+    /* a zero gradient stays zero */
+    float z[4] = {0};
+    f = mt_model_cowclip(z, w, 4, 1, 1.0f, 0.0f);
+    cr_expect_eq(f, 1.0f);
+    cr_expect(z[0] == 0 && z[1] == 0 && z[2] == 0 && z[3] == 0);
+}
+
 /* mt_model_adam_step against the formula in double, over three steps and a length that is
  * not a multiple of the vector width (the vector loop and the scalar tail both run). */
 Test(adam, matches_the_formula) {

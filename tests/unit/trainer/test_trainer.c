@@ -274,3 +274,88 @@ Test(trainer, mean_pooling_scores_and_learns_by_the_average) {
     mt_batch_free(&b);
     mt_trainer_destroy(tr);
 }
+
+/* CowClip (trainer.cowclip_ratio): each id's embedding gradient of a step, the sum over its
+ * occurrences, is clipped to r * max(||row's embedding||, zeta) * occurrences before the
+ * update; the first-order weight is not clipped. SGD, so that a row's change is its
+ * gradient: checked against the model's gradients and the clip worked out here. */
+Test(trainer, cowclip_clips_each_ids_embedding_gradient) {
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = 2;
+    tc.slot_ids[0] = 1;
+    tc.slot_ids[1] = 2;
+    tc.dim = 4;
+    tc.hidden[0] = 8;
+    tc.hidden[1] = 4;
+    tc.sparse_opt = MT_OPT_SGD;
+    tc.sparse_lr = 0.5f;
+    tc.init_scale = 0.3f;
+    tc.cowclip_ratio = -1; /* refused */
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
+    tc.cowclip_ratio = 0.05f; /* small: the clip binds */
+    tc.cowclip_zeta = 1e-5f;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    uint16_t ids[2] = {1, 2};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, ids, 2), MT_OK);
+    /* two examples sharing slot 1's id (2 occurrences), each its own id in slot 2 */
+    uint64_t fa = mt_fid_of_int(1, 5), fx[2] = {mt_fid_of_int(2, 7), mt_fid_of_int(2, 8)};
+    for (int i = 0; i < 2; i++) {
+        const uint64_t *f[2] = {&fa, &fx[i]};
+        uint32_t c[2] = {1, 1};
+        cr_assert_eq(mt_batch_add(&b, (float)i, 0, 1, f, c), MT_OK);
+    }
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK); /* creates the rows */
+    uint64_t all[3] = {fa, fx[0], fx[1]};
+    float r0[3 * 5], r1[3 * 5];
+    uint8_t found[3];
+    mt_table_t *t = mt_trainer_table(tr);
+    cr_assert_eq(mt_table_lookup(t, all, 3, r0, 15, found, 0, 1, NULL), MT_OK);
+    /* the step's gradients by the model: E and W1 of both examples from these rows */
+    float E[16], W1[4], y[2] = {0, 1}, dE[16], dW1[4];
+    for (int i = 0; i < 2; i++) {
+        mt_model_pool_first(E + i * 8, &W1[i * 2], r0, 4);
+        mt_model_pool_first(E + i * 8 + 4, &W1[i * 2 + 1], r0 + 5 * (1 + i), 4);
+    }
+    cr_assert_eq(
+        mt_model_forward_backward(mt_trainer_model(tr), E, W1, y, NULL, 2, NULL, NULL, dE, dW1),
+        MT_OK);
+    /* each id's gradient: the sum over its occurrences of n times the mean's gradient */
+    float g[3][5] = {{0}};
+    for (int j = 0; j < 4; j++) {
+        g[0][j] = 2 * (dE[j] + dE[8 + j]);
+        g[1][j] = 2 * dE[4 + j];
+        g[2][j] = 2 * dE[12 + j];
+    }
+    g[0][4] = 2 * (dW1[0] + dW1[2]);
+    g[1][4] = 2 * dW1[1];
+    g[2][4] = 2 * dW1[3];
+    const uint32_t count[3] = {2, 1, 1};
+    int clipped = 0;
+    for (int u = 0; u < 3; u++) {
+        double gn = 0, wn = 0;
+        for (int j = 0; j < 4; j++) {
+            gn += (double)g[u][j] * g[u][j];
+            wn += (double)r0[u * 5 + j] * r0[u * 5 + j];
+        }
+        double lim = 0.05 * fmax(sqrt(wn), 1e-5) * count[u];
+        if (sqrt(gn) > lim) {
+            clipped++;
+            for (int j = 0; j < 4; j++)
+                g[u][j] = (float)(g[u][j] * lim / sqrt(gn));
+        }
+    }
+    cr_assert(clipped >= 2, "the case must clip (%d clipped)", clipped);
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK);
+    cr_assert_eq(mt_table_lookup(t, all, 3, r1, 15, found, 0, 1, NULL), MT_OK);
+    for (int u = 0; u < 3; u++)
+        for (int j = 0; j < 5; j++)
+            cr_expect_float_eq(r1[u * 5 + j], r0[u * 5 + j] - 0.5f * g[u][j], 1e-6,
+                               "id %d float %d: %.9g, want %.9g (unclipped %.9g)", u, j,
+                               r1[u * 5 + j], r0[u * 5 + j] - 0.5f * g[u][j],
+                               r0[u * 5 + j] - 0.5f * (j < 4 ? 0 : g[u][j]));
+    mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+}

@@ -89,6 +89,9 @@ typedef struct mt_trainer_config {
     float dense_beta1, dense_beta2;  /* its betas, in [0, 1) (default 0.9, 0.999) */
     float dense_eps;                 /* its eps, in (0, 1) (default 1e-8) */
     uint64_t hash_buckets;           /* 0: collisionless; else ids are reduced modulo this */
+    float cowclip_ratio;             /* CowClip (mt_model_cowclip()) of each id's embedding
+                                        gradient in a step: r; 0 = off (default) */
+    float cowclip_zeta;              /* its lower bound on an embedding's norm (default 1e-5) */
     uint8_t slot_mean[256];          /* per feature slot, parallel to slot_ids: 1 = mean
                                         pooling (model.h), 0 = sum (default all 0) */
     uint64_t slot_hash_buckets[256]; /* per feature slot, parallel to slot_ids; 0:
