@@ -123,6 +123,8 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     sc->ncross = mc.ncross;
     sc->cross_rank = mc.cross_rank;
     sc->hash_buckets = c->trainer.hash_buckets;
+    if (mt_config_slot_hash_buckets(c, slots, nslots, sc->slot_hash_buckets, err, errlen) != MT_OK)
+        return 2;
     mt_config_table(c, &sc->table);
     sc->negative_rate = (float)c->joiner.negative_rate;
     sc->sync_interval_ms = c->serving.sync_interval_ms;

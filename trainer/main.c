@@ -167,9 +167,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
         goto out;
     }
-    mt_model_config_t model; /* the model these slots make, as setup builds it: checked here */
+    /* the model these slots make and their hashing, as setup builds them: checked here */
+    mt_model_config_t model;
+    uint64_t buckets[256];
     if (mt_trainer_run_check(&cfg, online, err, sizeof(err)) != MT_OK ||
-        mt_config_model(&cfg, nslots, &model, err, sizeof(err)) != MT_OK) {
+        mt_config_model(&cfg, nslots, &model, err, sizeof(err)) != MT_OK ||
+        mt_config_slot_hash_buckets(&cfg, slots, nslots, buckets, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
         goto out;
     }

@@ -264,6 +264,10 @@ static const prop_t props[] = {
      .def = "10",
      .doc = "with parameter servers: push the dense gradients to shard 0 and pull its "
             "parameters every this many batches; 0: dense parameters stay in the trainer"},
+    {KEY("trainer", "slot_hash_buckets"), CFG(trainer.slot_hash_buckets), STR(0, 65536), .def = "",
+     .doc = "hash buckets per feature slot, \"slot:buckets, ...\" (\"2:1000, 5:64\"): that "
+            "slot's ids are reduced modulo its buckets instead of `hash_buckets`; trainer and "
+            "serving reduce alike; each slot must be one of the model's"},
     {KEY("trainer", "cowclip_ratio"), CFG(trainer.cowclip_ratio), REAL(0, FINITE, PF_MAX_OPEN),
      .def = "0",
      .doc = "CowClip (docs/trainer.md): each id's embedding gradient in a step is clipped to "
@@ -1688,6 +1692,66 @@ mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_
         mean[s] = 1;
     }
     return MT_OK;
+}
+
+mt_err_t mt_config_slot_hash_buckets(const mt_config_t *c, const uint16_t *slots, size_t nslots,
+                                     uint64_t *buckets, char *errbuf, size_t errlen) {
+    const char *s = c->trainer.slot_hash_buckets, *p = s;
+    memset(buckets, 0, nslots * sizeof(uint64_t));
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p) return MT_OK;
+        char *end;
+        errno = 0;
+        unsigned long long slot = strtoull(p, &end, 10), nb = 0;
+        int ok = is_digit(*p) && !errno && *end == ':';
+        if (ok) {
+            const char *q = end + 1;
+            while (*q == ' ' || *q == '\t')
+                q++;
+            ok = is_digit(*q);
+            nb = ok ? strtoull(q, &end, 10) : 0;
+            ok = ok && !errno;
+        }
+        if (!ok) {
+            mt_msgf(errbuf, errlen,
+                    "trainer.slot_hash_buckets: '%s': expected \"slot:buckets\" "
+                    "pairs separated by commas",
+                    s);
+            return MT_CONFIG;
+        }
+        if (nb < 1 || nb > (1ull << 48)) {
+            mt_msgf(errbuf, errlen, "trainer.slot_hash_buckets: slot %llu: %llu buckets, 1..2^48",
+                    slot, nb);
+            return MT_CONFIG;
+        }
+        size_t i = 0;
+        while (i < nslots && slots[i] != slot)
+            i++;
+        if (i == nslots) {
+            mt_msgf(errbuf, errlen,
+                    "trainer.slot_hash_buckets: %llu is not one of the model's slots", slot);
+            return MT_CONFIG;
+        }
+        if (buckets[i]) {
+            mt_msgf(errbuf, errlen, "trainer.slot_hash_buckets: slot %llu appears twice", slot);
+            return MT_CONFIG;
+        }
+        buckets[i] = nb;
+        p = end;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == ',')
+            p++;
+        else if (*p) {
+            mt_msgf(errbuf, errlen,
+                    "trainer.slot_hash_buckets: '%s': expected \"slot:buckets\" "
+                    "pairs separated by commas",
+                    s);
+            return MT_CONFIG;
+        }
+    }
 }
 
 mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out, char *errbuf,

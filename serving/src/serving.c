@@ -114,6 +114,7 @@ struct mt_serving {
     char *params_topic, *bootstrap, **kafka_conf; /* sync_kafka: owned copies */
     uint16_t *slot_index; /* [65536]: model slot index of a feature slot, or NO_SLOT */
     uint16_t mean_idx[MT_SERVING_MAX_SLOTS]; /* model slot indexes of mean-pooled slots */
+    uint64_t buckets[MT_SERVING_MAX_SLOTS];  /* per model slot: its hash-bucket modulus */
     uint32_t n_mean;
     mt_table_t *table;
     mt_psc_t *psc;
@@ -224,12 +225,21 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
             if (c->slot_ids[k] == c->slot_ids[s])
                 BAD("feature slot %u listed twice", c->slot_ids[s]);
         if (c->slot_mean[s] > 1) BAD("slot_mean[%u]: %u, 0 (sum) or 1 (mean)", s, c->slot_mean[s]);
+        if (c->slot_hash_buckets[s] > (1ull << 48))
+            BAD("slot_hash_buckets[%u]: %llu, at most 2^48", s,
+                (unsigned long long)c->slot_hash_buckets[s]);
         const mt_table_slot_config_t *e = find_slot(&c->table, c->slot_ids[s]);
         if (!e || e->dim != mt_model_row_floats(c->dim))
             BAD("table slot %u: missing or not of the model's row (dim %u + its first-order "
                 "weight)",
                 c->slot_ids[s], c->dim);
     }
+    /* per-slot settings are indexed like slot_ids: none past nslots */
+    for (uint32_t s = c->nslots; s < MT_SERVING_MAX_SLOTS; s++)
+        if (c->slot_hash_buckets[s] || c->slot_mean[s])
+            BAD("slot_hash_buckets / slot_mean [%u]: set past nslots (%u): they are indexed "
+                "like slot_ids",
+                s, c->nslots);
     if (!(c->negative_rate > 0.0f && c->negative_rate <= 1.0f))
         BAD("negative_rate: %g is not in (0, 1]", (double)c->negative_rate);
     if (!(c->log_sample_rate >= 0.0 && c->log_sample_rate <= 1.0))
@@ -325,6 +335,7 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     for (uint32_t s = 0; s < cfg->nslots; s++) {
         sv->slot_index[cfg->slot_ids[s]] = (uint16_t)s;
         if (cfg->slot_mean[s]) sv->mean_idx[sv->n_mean++] = (uint16_t)s;
+        sv->buckets[s] = cfg->slot_hash_buckets[s] ? cfg->slot_hash_buckets[s] : cfg->hash_buckets;
     }
     for (uint32_t i = 0; i < cfg->num_shards; i++) {
         sv->shards[i].sv = sv;
@@ -1278,7 +1289,7 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
                 set_add(w, raw);
                 w->user_has[s] = 1;
             }
-            w->fids[k] = mt_model_reduce_fid(raw, sv->cfg.hash_buckets);
+            w->fids[k] = mt_model_reduce_fid(raw, sv->buckets[s]);
             w->cell[k] = s;
             if (dedup) w->varies[s] = 1;
             k++;

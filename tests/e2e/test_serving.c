@@ -135,11 +135,12 @@ typedef struct family {
  * @p fam: the model (NULL: deepfm). Serving started on the cluster pools and scores as its
  * trainer does. */
 static void cluster_start_model(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka,
-                                const uint8_t *mean, const family_t *fam) {
+                                const uint8_t *mean, const family_t *fam, const uint64_t *buckets) {
     memset(c, 0, sizeof(*c));
     c->kafka = kafka;
     mt_trainer_config_init(&c->tc);
     if (mean) memcpy(c->tc.slot_mean, mean, NSLOTS);
+    if (buckets) memcpy(c->tc.slot_hash_buckets, buckets, NSLOTS * sizeof(uint64_t));
     if (fam) {
         c->tc.model_type = fam->type;
         c->tc.ncross = fam->ncross;
@@ -173,7 +174,7 @@ static void cluster_start_model(cluster_t *c, uint32_t ttl_s, int with_dense, co
 
 static void cluster_start_mean(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka,
                                const uint8_t *mean) {
-    cluster_start_model(c, ttl_s, with_dense, kafka, mean, NULL);
+    cluster_start_model(c, ttl_s, with_dense, kafka, mean, NULL, NULL);
 }
 
 static void cluster_start_kafka(cluster_t *c, uint32_t ttl_s, int with_dense, const char *kafka) {
@@ -228,6 +229,7 @@ static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.nslots = NSLOTS;
     memcpy(sc.slot_ids, slot_ids, sizeof(slot_ids));
     memcpy(sc.slot_mean, c->tc.slot_mean, NSLOTS);
+    memcpy(sc.slot_hash_buckets, c->tc.slot_hash_buckets, NSLOTS * sizeof(uint64_t));
     sc.model_type = c->tc.model_type;
     sc.ncross = c->tc.ncross;
     sc.cross_rank = c->tc.cross_rank;
@@ -928,61 +930,89 @@ Test(serving, mean_pooled_slots_score_as_the_trainer_pools, .timeout = 120) {
 }
 
 /* Before the first dense pull: UNAVAILABLE, Health NOT_SERVING; then SERVING. */
-/* dcnv2 end to end: the trainer trains it through the PS, serving follows and scores it; a
- * served score is the trainer's own score of the same example (mt_trainer_predict: its
- * rows and dense parameters read back from the PS), with serving's sampling correction.
- * Full-rank and low-rank cross layers. */
+/*
+ * Trains six items (user 7000..7029 on each, alternate labels) through the cluster's trainer,
+ * starts serving on it and checks that a request's served scores are the trainer's own scores
+ * of the same examples (mt_trainer_predict: its rows and dense parameters read back from the
+ * PS), with serving's sampling correction, within 1e-6. @p what names the case.
+ */
+static void served_as_trained(cluster_t *c, const char *what) {
+    uint32_t now = (uint32_t)time(NULL);
+    uint64_t items[6];
+    for (int i = 0; i < 6; i++) {
+        items[i] = 70 + (uint64_t)i;
+        train(c, 7000, items[i], (float)(i & 1), 30, now);
+    }
+    server_t s;
+    server_start(&s, c, 8, NULL);
+    wait_ready(&s);
+    uint64_t fids[512];
+    size_t nf = all_fids(fids, 512, 7000, 30, items, 6);
+    for (size_t k = 0; k < nf; k++) /* the ids as the trainer keeps them */
+        fids[k] = mt_model_reduce_fid(fids[k], c->tc.slot_hash_buckets[(fids[k] >> 48) - 1]);
+    cr_assert(converged(&s, c, fids, nf, 30));
+    request_t q;
+    request_init(&q, "req-model", 7005, items, 6);
+    float got[6], want[6];
+    uint64_t dv = 0, ps_dv = mt_trainer_dense_sync_version(c->ds);
+    double end = now_s() + 30;
+    do {
+        cr_assert_eq(predict(&s, &q, got, &dv), MT_RPC_OK);
+        if (dv != ps_dv) usleep(20000);
+    } while (dv != ps_dv && now_s() < end);
+    cr_assert_eq(dv, ps_dv);
+    /* the trainer's scores of the same six examples (user 7005 trained on each item) */
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, slot_ids, NSLOTS), MT_OK);
+    for (int i = 0; i < 6; i++) {
+        uint64_t f[NSLOTS] = {fid(1, 7005), fid(2, items[i]), fid(3, items[i] % 7)};
+        const uint64_t *per[NSLOTS] = {&f[0], &f[1], &f[2]};
+        uint32_t counts[NSLOTS] = {1, 1, 1};
+        cr_assert_eq(mt_batch_add(&b, 0, 0, 1.0f, per, counts), MT_OK);
+    }
+    cr_assert_eq(mt_trainer_predict(c->tr, &b, want), MT_OK);
+    mt_batch_free(&b);
+    for (int i = 0; i < 6; i++) {
+        float w = mt_model_correct_prob(want[i], RATE);
+        cr_expect(fabsf(got[i] - w) <= 1e-6f, "%s, candidate %d: served %.9g, trainer %.9g", what,
+                  i, got[i], w);
+    }
+    /* the items were trained to different labels: the scores differ */
+    cr_expect(fabsf(got[0] - got[1]) > 1e-4f, "%s: %.9g %.9g", what, got[0], got[1]);
+    server_stop(&s);
+}
+
+/* dcnv2 end to end: the trainer trains it through the PS, serving follows and scores it as
+ * the trainer does. Full-rank and low-rank cross layers. */
 Test(serving, dcnv2_serves_the_trainers_scores, .timeout = 180) {
     const family_t fams[2] = {{MT_MODEL_DCNV2, 2, 0}, {MT_MODEL_DCNV2, 3, 4}};
-    for (int q_ = 0; q_ < 2; q_++) {
+    for (int k = 0; k < 2; k++) {
         cluster_t c;
-        cluster_start_model(&c, 0, 1, NULL, NULL, &fams[q_]);
-        uint32_t now = (uint32_t)time(NULL);
-        uint64_t items[6];
-        for (int i = 0; i < 6; i++) {
-            items[i] = 70 + (uint64_t)i;
-            train(&c, 7000, items[i], (float)(i & 1), 30, now);
-        }
+        cluster_start_model(&c, 0, 1, NULL, NULL, &fams[k], NULL);
         mt_model_param_t p;
         cr_assert_eq(mt_model_param_find(mt_trainer_model(c.tr), "cross.1.b", &p), MT_OK);
-        server_t s;
-        server_start(&s, &c, 8, NULL);
-        wait_ready(&s);
-        uint64_t fids[512];
-        size_t nf = all_fids(fids, 512, 7000, 30, items, 6);
-        cr_assert(converged(&s, &c, fids, nf, 30));
-        request_t q;
-        request_init(&q, "req-dcn", 7005, items, 6);
-        float got[6], want[6];
-        uint64_t dv = 0, ps_dv = mt_trainer_dense_sync_version(c.ds);
-        double end = now_s() + 30;
-        do {
-            cr_assert_eq(predict(&s, &q, got, &dv), MT_RPC_OK);
-            if (dv != ps_dv) usleep(20000);
-        } while (dv != ps_dv && now_s() < end);
-        cr_assert_eq(dv, ps_dv);
-        /* the trainer's scores of the same six examples (user 7005 trained on each item) */
-        mt_batch_t b;
-        cr_assert_eq(mt_batch_init(&b, slot_ids, NSLOTS), MT_OK);
-        for (int i = 0; i < 6; i++) {
-            uint64_t f[NSLOTS] = {fid(1, 7005), fid(2, items[i]), fid(3, items[i] % 7)};
-            const uint64_t *per[NSLOTS] = {&f[0], &f[1], &f[2]};
-            uint32_t counts[NSLOTS] = {1, 1, 1};
-            cr_assert_eq(mt_batch_add(&b, 0, 0, 1.0f, per, counts), MT_OK);
-        }
-        cr_assert_eq(mt_trainer_predict(c.tr, &b, want), MT_OK);
-        mt_batch_free(&b);
-        for (int i = 0; i < 6; i++) {
-            float w = mt_model_correct_prob(want[i], RATE);
-            cr_expect(fabsf(got[i] - w) <= 1e-6f,
-                      "%s rank %u, candidate %d: served %.9g, trainer %.9g",
-                      mt_model_type_name(fams[q_].type), fams[q_].rank, i, got[i], w);
-        }
-        /* the items were trained to different labels: the scores differ */
-        cr_expect(fabsf(got[0] - got[1]) > 1e-4f, "%.9g %.9g", got[0], got[1]);
-        server_stop(&s);
+        served_as_trained(&c, k ? "dcnv2 rank 4" : "dcnv2 full rank");
         cluster_stop(&c);
     }
+}
+
+/* Hash buckets per slot (trainer.slot_hash_buckets): the item slot's ids reduced modulo 4
+ * (items 70..75 share rows in pairs), the others collisionless; serving reduces as the
+ * trainer does, so it reads the rows the trainer trained. */
+Test(serving, per_slot_hash_buckets_serve_as_the_trainer_reduces, .timeout = 120) {
+    const uint64_t buckets[NSLOTS] = {0, 4, 0};
+    cluster_t c;
+    cluster_start_model(&c, 0, 1, NULL, NULL, NULL, buckets);
+    served_as_trained(&c, "slot 2 in 4 buckets");
+    /* the trainer's table holds the reduced ids only: item 70's row is item 74's */
+    float r70[DIM + 1], r74[DIM + 1];
+    uint64_t f70 = mt_model_reduce_fid(fid(2, 70), 4), f74 = mt_model_reduce_fid(fid(2, 74), 4);
+    cr_assert_eq(f70, f74);
+    mt_rpc_status_t st;
+    cr_assert_eq(mt_psc_lookup(c.psc, &f70, 1, 0, 0, r70, DIM + 1, NULL, &st), MT_OK);
+    cr_assert_eq(mt_psc_lookup(c.psc, &f74, 1, 0, 0, r74, DIM + 1, NULL, &st), MT_OK);
+    cr_expect_arr_eq(r70, r74, sizeof(r70));
+    cluster_stop(&c);
 }
 
 Test(serving, unavailable_until_the_model_arrives, .timeout = 120) {

@@ -113,6 +113,7 @@ expect 2 "unknown option" --config "$conf" --bogus 1
 expect 2 "either --train" --config "$conf"
 expect 2 "trainer.hidden" --config "$conf" --set trainer.hidden=64,x --train "$tmp/train.tsv"
 expect 2 "model.type" --config "$conf" --set model.type=dcn --check
+expect 2 "99 is not one of the model's slots" --config "$conf" --set trainer.slot_hash_buckets=99:10 --check
 expect 2 "cross_rank" --config "$conf" --set model.type=dcnv2 --set model.cross_rank=100000 --check
 expect 2 "slots" --config "$conf" --set trainer.slots=1,2 --train "$tmp/train.tsv"
 expect 1 "No such file" --config "$conf" --train "$tmp/missing.tsv"

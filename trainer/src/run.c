@@ -136,7 +136,9 @@ static int setup_trainer(mt_trainer_run_t *d) {
         return 2;
     }
     mt_model_config_t mc;
-    if (mt_config_model(d->cfg, d->nslots, &mc, err, sizeof(err))) {
+    if (mt_config_slot_hash_buckets(d->cfg, d->slots, d->nslots, tc.slot_hash_buckets, err,
+                                    sizeof(err)) ||
+        mt_config_model(d->cfg, d->nslots, &mc, err, sizeof(err))) {
         mt_log(MT_LOG_ERROR, WHO, "%s", err);
         return 2;
     }

@@ -112,6 +112,7 @@ typedef struct mt_config_trainer {
     float dense_lr;                /* the trainer's local Adam on the dense parameters */
     uint32_t dense_sync_batches;   /* with PS: push/pull dense every this many batches; 0 = local */
     uint64_t hash_buckets;         /* 0: collisionless; else ids reduced modulo this */
+    char *slot_hash_buckets;       /* per feature slot, "2:1000, 5:64"; "" = hash_buckets */
     float cowclip_ratio;           /* CowClip of embedding gradients: r; 0 = off */
     float cowclip_zeta;            /* CowClip: lower bound on an embedding's norm */
     uint64_t table_initial_rows;   /* local table only: pre-size for this many rows */
@@ -334,6 +335,17 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
  */
 mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_t nslots,
                               uint8_t *mean, char *errbuf, size_t errlen);
+
+/**
+ * The hash-bucket reduction per feature slot (mt_model_reduce_fid()): @p buckets[i] is
+ * slots[i]'s entry of trainer.slot_hash_buckets, or 0 (trainer.hash_buckets applies).
+ * @param[in]  slots    the model's feature slots (mt_config_derive_trainer_slots())
+ * @param[out] buckets  [nslots]
+ * @returns MT_OK or MT_CONFIG (a bad list, a slot twice, 0 buckets, or a slot that is not one
+ *          of @p slots: message in @p errbuf).
+ */
+mt_err_t mt_config_slot_hash_buckets(const mt_config_t *c, const uint16_t *slots, size_t nslots,
+                                     uint64_t *buckets, char *errbuf, size_t errlen);
 
 /**
  * The model both the trainer and serving build from @p c: @p nslots feature slots of

@@ -78,7 +78,9 @@ typedef struct mt_serving_config {
     mt_model_type_t model_type;  /* the model family (default deepfm) */
     uint32_t ncross, cross_rank; /* dcnv2's cross layers (default 3, 0) */
     uint64_t hash_buckets;       /* as trainer.hash_buckets: ids reduced modulo this; 0 = none */
-    uint8_t slot_mean[MT_SERVING_MAX_SLOTS]; /* parallel to slot_ids: 1 = mean pooling */
+    uint64_t slot_hash_buckets[MT_SERVING_MAX_SLOTS]; /* parallel to slot_ids, as the
+                                                         trainer's: 0 = hash_buckets */
+    uint8_t slot_mean[MT_SERVING_MAX_SLOTS];          /* parallel to slot_ids: 1 = mean pooling */
     /* The replica table: parts, hash seed, pre-size and the slots (borrowed during create;
      * they must hold every table slot of the model; the replica keeps their dims and
      * precision and drops what only a trainer needs: filter, TTL, optimizer state). */

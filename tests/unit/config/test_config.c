@@ -125,6 +125,7 @@ static const char *const all_keys[] = {
     "[trainer] ttl_s",
     "[trainer] dense_lr",
     "[trainer] dense_sync_batches",
+    "[trainer] slot_hash_buckets",
     "[trainer] cowclip_ratio",
     "[trainer] cowclip_zeta",
     "[trainer] hash_buckets",
@@ -280,9 +281,9 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         t->dense_lr != u->dense_lr || t->dense_sync_batches != u->dense_sync_batches ||
         t->hash_buckets != u->hash_buckets || t->table_initial_rows != u->table_initial_rows ||
         t->cowclip_ratio != u->cowclip_ratio || t->cowclip_zeta != u->cowclip_zeta ||
-        t->seed != u->seed || t->epochs != u->epochs ||
-        t->progress_interval_ms != u->progress_interval_ms || t->auc_window != u->auc_window ||
-        t->commit_interval_ms != u->commit_interval_ms ||
+        strcmp(t->slot_hash_buckets, u->slot_hash_buckets) || t->seed != u->seed ||
+        t->epochs != u->epochs || t->progress_interval_ms != u->progress_interval_ms ||
+        t->auc_window != u->auc_window || t->commit_interval_ms != u->commit_interval_ms ||
         t->checkpoint_interval_s != u->checkpoint_interval_s ||
         t->recovery_timeout_s != u->recovery_timeout_s ||
         strcmp(t->metrics_listen, u->metrics_listen))
@@ -1739,6 +1740,37 @@ Test(config, model_section_makes_the_model) {
     }
     cr_expect_eq(mt_config_set(&c, "model.cross_layers", "0", err, sizeof(err)), MT_CONFIG);
     cr_expect_eq(mt_config_set(&c, "model.cross_layers", "9", err, sizeof(err)), MT_CONFIG);
+    mt_config_free(&c);
+}
+
+/* trainer.slot_hash_buckets: per model slot, parallel to the slots; bad lists, unknown or
+ * repeated slots and 0 buckets refused by name. */
+Test(config, slot_hash_buckets_map_to_the_models_slots) {
+    mt_config_t c;
+    char err[256];
+    init(&c);
+    const uint16_t slots[3] = {1, 3, 7};
+    uint64_t b[3] = {9, 9, 9};
+    cr_assert_eq(mt_config_slot_hash_buckets(&c, slots, 3, b, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert(b[0] == 0 && b[1] == 0 && b[2] == 0); /* default: hash_buckets for all */
+    cr_assert_eq(mt_config_set(&c, "trainer.slot_hash_buckets", " 7:1000 ,1: 64", err, sizeof(err)),
+                 MT_OK);
+    cr_assert_eq(mt_config_slot_hash_buckets(&c, slots, 3, b, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert(b[0] == 64 && b[1] == 0 && b[2] == 1000);
+    static const char *bad[][2] = {{"5:10", "5 is not one of the model's slots"},
+                                   {"1:10, 1:20", "slot 1 appears twice"},
+                                   {"3:0", "slot 3: 0 buckets"},
+                                   {"3", "expected \"slot:buckets\""},
+                                   {"3:10;7:2", "expected \"slot:buckets\""},
+                                   {"x:1", "expected \"slot:buckets\""}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(mt_config_set(&c, "trainer.slot_hash_buckets", bad[i][0], err, sizeof(err)),
+                     MT_OK);
+        cr_assert_eq(mt_config_slot_hash_buckets(&c, slots, 3, b, err, sizeof(err)), MT_CONFIG,
+                     "%s accepted", bad[i][0]);
+        cr_assert(strstr(err, bad[i][1]) && strstr(err, "trainer.slot_hash_buckets"), "%s: %s",
+                  bad[i][0], err);
+    }
     mt_config_free(&c);
 }
 
