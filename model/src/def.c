@@ -56,9 +56,27 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
                  (unsigned)MT_MODEL_MAX_DIM);
         return MT_CONFIG;
     }
-    if ((uint64_t)cfg->nslots * cfg->dim > MT_MODEL_MAX_INPUT) {
-        snprintf(errbuf, errlen, "model.nslots * model.dim = %llu: must be at most %u",
-                 (unsigned long long)cfg->nslots * cfg->dim, (unsigned)MT_MODEL_MAX_INPUT);
+    uint64_t width = 0; /* D: the sum of the slots' dims */
+    for (uint32_t s = 0; s < cfg->nslots; s++) {
+        uint32_t d = mt_model_slot_dim(cfg, s);
+        if (d < 1 || d > MT_MODEL_MAX_DIM) {
+            snprintf(errbuf, errlen, "model.slot_dims[%u] = %u: must be in 1..%u", s, d,
+                     (unsigned)MT_MODEL_MAX_DIM);
+            return MT_CONFIG;
+        }
+        if (cfg->type == MT_MODEL_DEEPFM && d != cfg->dim) {
+            snprintf(errbuf, errlen,
+                     "model.slot_dims[%u] = %u: deepfm's FM term needs one dim for every slot "
+                     "(%u); per-slot dims need another family (dcnv2)",
+                     s, d, cfg->dim);
+            return MT_CONFIG;
+        }
+        width += d;
+    }
+    if (width > MT_MODEL_MAX_INPUT) {
+        snprintf(errbuf, errlen,
+                 "the input width (the slots' dims summed) = %llu: must be at most %u",
+                 (unsigned long long)width, (unsigned)MT_MODEL_MAX_INPUT);
         return MT_CONFIG;
     }
     if (cfg->nhidden > MT_MODEL_MAX_HIDDEN) {
@@ -78,7 +96,7 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
         return MT_CONFIG;
     }
     if (cfg->type == MT_MODEL_DCNV2) {
-        const uint32_t D = cfg->nslots * cfg->dim;
+        const uint32_t D = (uint32_t)width;
         if (cfg->ncross < 1 || cfg->ncross > MT_MODEL_MAX_CROSS) {
             snprintf(errbuf, errlen, "model.ncross = %u: dcnv2 needs 1..%u cross layers",
                      cfg->ncross, (unsigned)MT_MODEL_MAX_CROSS);
@@ -86,15 +104,15 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
         }
         if (cfg->cross_rank > D) {
             snprintf(errbuf, errlen,
-                     "model.cross_rank = %u: must be at most the input width nslots * dim = %u "
-                     "(0: full rank)",
+                     "model.cross_rank = %u: must be at most the input width (the slots' dims "
+                     "summed) = %u (0: full rank)",
                      cfg->cross_rank, D);
             return MT_CONFIG;
         }
         if (cfg->cross_rank == 0 && D > MT_MODEL_MAX_FULL_CROSS) {
             snprintf(errbuf, errlen,
-                     "model.cross_rank = 0 (full rank) with nslots * dim = %u: full-rank cross "
-                     "layers take D x D weights, D at most %u; set a rank",
+                     "model.cross_rank = 0 (full rank) with an input width of %u: full-rank "
+                     "cross layers take D x D weights, D at most %u; set a rank",
                      D, (unsigned)MT_MODEL_MAX_FULL_CROSS);
             return MT_CONFIG;
         }

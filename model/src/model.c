@@ -61,7 +61,8 @@ struct mt_model_ws {
 
 struct mt_model {
     mt_model_config_t cfg;
-    uint32_t in_width;  /* S * d */
+    uint32_t in_width;  /* D: the slots' dims summed */
+    uint32_t *dims;     /* [S] with slot_dims (cfg.slot_dims points here), else NULL */
     uint32_t max_width; /* widest hidden layer (0 without hidden layers) */
     size_t sum_width;   /* sum of hidden widths */
     size_t ntensors;
@@ -502,6 +503,7 @@ static mt_err_t forward_impl(const mt_model_t *m, mt_model_ws_t *ws, const float
                              float *probs) {
     mt_err_t err = check_forward_args(m, E, W1, n, probs);
     if (err != MT_OK || n == 0) return err;
+    if (is_dcn(m)) varies = NULL; /* read per row anyway (and E's rows are not S x d) */
     mt_model_ws_t tmp = {0};
     mt_model_ws_t *use = ws ? ws : &tmp;
     mt__model_scratch_t sc;
@@ -538,7 +540,16 @@ mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out) {
     m->cfg = *cfg;
     for (uint32_t l = cfg->nhidden; l < MT_MODEL_MAX_HIDDEN; l++)
         m->cfg.hidden[l] = 0;
-    m->in_width = cfg->nslots * cfg->dim;
+    if (cfg->slot_dims) {
+        if (!(m->dims = malloc(cfg->nslots * sizeof(uint32_t)))) {
+            free(m);
+            return MT_NOMEM;
+        }
+        memcpy(m->dims, cfg->slot_dims, cfg->nslots * sizeof(uint32_t));
+        m->cfg.slot_dims = m->dims;
+    }
+    for (uint32_t s = 0; s < cfg->nslots; s++)
+        m->in_width += mt_model_slot_dim(&m->cfg, s);
 
     set_tensor(m, "b0", 1, 1, 0);
     if (is_dcn(m)) {
@@ -608,6 +619,7 @@ void mt_model_destroy(mt_model_t *m) {
     free(m->values);
     free(m->grads);
     free(m->ws.buf);
+    free(m->dims);
     free(m);
 }
 

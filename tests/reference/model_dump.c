@@ -2,7 +2,9 @@
  * model_dump.c - one model computation written out as JSON for an independent check
  * (tests/reference/torch_reference.py rebuilds the model in PyTorch from it).
  *
- * Usage: model_dump [-t deepfm|dcnv2] [-c CROSS_LAYERS] [-r CROSS_RANK] SLOTS DIM N SEED [HIDDEN...]
+ * Usage: model_dump [-t deepfm|dcnv2] [-c CROSS_LAYERS] [-r CROSS_RANK] [-D D0,D1,...]
+ *                   SLOTS DIM N SEED [HIDDEN...]
+ * (-D: per-slot dims, SLOTS of them; E is then [N x the dims' sum])
  *
   * Creates the model (mt_model_create), overwrites every dense parameter with new draws (a
  * weight matrix U(-a, a) in its Xavier range, a bias or b0 U(-0.1, 0.1): so that they are
@@ -49,18 +51,23 @@ int main(int argc, char **argv) {
     mt_model_config_t c;
     mt_model_config_init(&c);
     int opt;
-    while ((opt = getopt(argc, argv, "t:c:r:")) != -1) {
+    uint32_t dims[64];
+    size_t ndims = 0;
+    while ((opt = getopt(argc, argv, "t:c:r:D:")) != -1) {
         if (opt == 't' && mt_model_type_parse(optarg, &c.type) == MT_OK) continue;
         if (opt == 'c')
             c.ncross = (uint32_t)strtoul(optarg, NULL, 10);
         else if (opt == 'r')
             c.cross_rank = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'D')
+            for (char *p = optarg; *p && ndims < 64; p += *p == ',')
+                dims[ndims++] = (uint32_t)strtoul(p, &p, 10);
         else
             optind = argc + 1; /* a bad option or family: usage */
     }
     if (argc - optind < 4) {
         fprintf(stderr, "usage: model_dump [-t deepfm|dcnv2] [-c CROSS_LAYERS] [-r CROSS_RANK] "
-                        "SLOTS DIM N SEED [HIDDEN...]\n");
+                        "[-D D0,D1,...] SLOTS DIM N SEED [HIDDEN...]\n");
         return 2;
     }
     argv += optind - 1;
@@ -70,6 +77,13 @@ int main(int argc, char **argv) {
     size_t n = strtoul(argv[3], NULL, 10);
     uint64_t seed = strtoull(argv[4], NULL, 10);
     c.nhidden = (uint32_t)(argc - 5);
+    if (ndims) {
+        if (ndims != c.nslots) {
+            fprintf(stderr, "model_dump: -D gives %zu dims for %u slots\n", ndims, c.nslots);
+            return 2;
+        }
+        c.slot_dims = dims;
+    }
     if (c.nhidden > MT_MODEL_MAX_HIDDEN || n < 1 || n > 4096) {
         fprintf(stderr, "model_dump: at most %d hidden layers, N in 1..4096\n",
                 MT_MODEL_MAX_HIDDEN);
@@ -96,17 +110,22 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < p.size; j++)
             p.values[j] = uniform(&rs, -a, a);
     }
-    size_t S = c.nslots, d = c.dim;
-    float *E = malloc(n * S * d * sizeof(float)), *W1 = malloc(n * S * sizeof(float)),
+    size_t S = c.nslots, D = 0, off[65];
+    for (size_t s = 0; s < S && s < 64; s++) {
+        off[s] = D;
+        D += mt_model_slot_dim(&c, (uint32_t)s);
+    }
+    if (S > 64) D = S * c.dim; /* one dim: off[] is not needed */
+    float *E = malloc(n * D * sizeof(float)), *W1 = malloc(n * S * sizeof(float)),
           *y = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float)),
           *probs = malloc(n * sizeof(float)), *fwd = malloc(n * sizeof(float)),
-          *dE = malloc(n * S * d * sizeof(float)), *dW1 = malloc(n * S * sizeof(float)),
-          *Es = malloc(n * S * d * sizeof(float)), *W1s = malloc(n * S * sizeof(float)),
+          *dE = malloc(n * D * sizeof(float)), *dW1 = malloc(n * S * sizeof(float)),
+          *Es = malloc(n * D * sizeof(float)), *W1s = malloc(n * S * sizeof(float)),
           *ps = malloc(n * sizeof(float));
     uint8_t *varies = malloc(S);
     if (!E || !W1 || !y || !w || !probs || !fwd || !dE || !dW1 || !Es || !W1s || !ps || !varies)
         return 1;
-    for (size_t j = 0; j < n * S * d; j++)
+    for (size_t j = 0; j < n * D; j++)
         E[j] = uniform(&rs, -0.5f, 0.5f);
     for (size_t j = 0; j < n * S; j++)
         W1[j] = uniform(&rs, -0.5f, 0.5f);
@@ -123,7 +142,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++)
         for (size_t s = 0; s < S; s++) {
             size_t src = varies[s] ? i : 0;
-            memcpy(Es + (i * S + s) * d, E + (src * S + s) * d, d * sizeof(float));
+            size_t o = S > 64 ? s * c.dim : off[s], ds = mt_model_slot_dim(&c, (uint32_t)s);
+            memcpy(Es + i * D + o, E + src * D + o, ds * sizeof(float));
             W1s[i * S + s] = W1[src * S + s];
         }
     if (!err) err = mt_model_forward_serving(m, NULL, Es, W1s, n, rate, varies, ps);
@@ -134,9 +154,12 @@ int main(int argc, char **argv) {
     printf("{\"model\":\"%s\",\"cross\":%u,\"rank\":%u,\"slots\":%zu,\"dim\":%zu,\"n\":%zu,"
            "\"hidden\":[",
            mt_model_type_name(c.type), mt_model_config(m)->ncross, mt_model_config(m)->cross_rank,
-           S, d, n);
+           S, (size_t)c.dim, n);
     for (uint32_t l = 0; l < c.nhidden; l++)
         printf("%s%u", l ? "," : "", c.hidden[l]);
+    printf("],\"dims\":[");
+    for (size_t s = 0; s < ndims; s++)
+        printf("%s%u", s ? "," : "", dims[s]);
     printf("],\n\"params\":[\n");
     for (size_t i = 0; i < np; i++) {
         mt_model_param_t p;
@@ -149,20 +172,20 @@ int main(int argc, char **argv) {
         printf("}%s\n", i + 1 < np ? "," : "");
     }
     printf("],\n");
-    floats("E", E, n * S * d, 1);
+    floats("E", E, n * D, 1);
     floats("W1", W1, n * S, 1);
     floats("labels", y, n, 1);
     floats("weights", w, n, 1);
     floats("probs", probs, n, 1);
     printf("\"loss\":%.9g,\n", (double)loss);
-    floats("dE", dE, n * S * d, 1);
+    floats("dE", dE, n * D, 1);
     floats("dW1", dW1, n * S, 1);
     floats("forward", fwd, n, 1);
     printf("\"serving\":{\"rate\":%.9g,\"varies\":[", (double)rate);
     for (size_t s = 0; s < S; s++)
         printf("%s%d", s ? "," : "", varies[s]);
     printf("],\n");
-    floats("E", Es, n * S * d, 1);
+    floats("E", Es, n * D, 1);
     floats("W1", W1s, n * S, 1);
     floats("probs", ps, n, 0);
     printf("}}\n");

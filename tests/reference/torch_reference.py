@@ -36,6 +36,8 @@ CASES = [  # model_dump's options (family, cross layers, rank), slots, dim, batc
     (["-t", "dcnv2", "-c", "1"], 1, 3, 2, 8, [4]),
     (["-t", "dcnv2", "-c", "3"], 26, 16, 64, 9, [256, 128]),
     (["-t", "dcnv2", "-c", "2", "-r", "32"], 26, 16, 64, 10, [256, 128]),
+    (["-t", "dcnv2", "-c", "2", "-D", "3,1,5,8"], 4, 4, 12, 11, [8]),  # per-slot dims
+    (["-t", "dcnv2", "-c", "3", "-r", "4", "-D", "16,4,8"], 3, 8, 16, 12, []),
 ]
 
 
@@ -69,7 +71,7 @@ def logits(torch, d, params, E, W1):
     """deepfm: logit_i = b0 + sum_s W1[i,s] + FM(E_i) + MLP(E_i); dcnv2: b0 + sum_s W1[i,s]
     + MLP(x_C), x_C the cross layers' output over x_0 = E_i (model.h)."""
     n, slots, dim = d["n"], d["slots"], d["dim"]
-    x0 = E.reshape(n, slots * dim)
+    x0 = E.reshape(n, -1)  # the slots' dims summed (dcnv2 takes per-slot dims)
     h, fm = x0, 0.0
     if d["model"] == "deepfm":
         e = E.reshape(n, slots, dim)
@@ -133,6 +135,8 @@ def check_case(torch, d):
         name += f" ({d['cross']} cross layers, " + \
             (f"rank {d['rank']})" if d["rank"] else "full rank)")
     name += f" slots {d['slots']} dim {d['dim']} batch {d['n']} hidden {d['hidden']}"
+    if d.get("dims"):
+        name += f" slot dims {d['dims']}"
     ref, ref32 = reference(torch, d, torch.float64), reference(torch, d, torch.float32)
     worst, worst32, bad = 0.0, 0.0, []
     for (what, c_vals), r, r32 in zip(compared(d), ref, ref32):

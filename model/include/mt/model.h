@@ -6,13 +6,14 @@
  * (forward and backward). Dense parameters live in the model object and are enumerated by
  * name and shape so that a trainer can push/pull them to the PS as DenseTensors.
  *
- * Inputs for a batch of n examples over S slots, every slot with the same embedding dim d
- * (all row-major, contiguous):
+ * Inputs for a batch of n examples over S slots, slot s of embedding dim d_s (every slot
+ * the same d unless slot_dims says otherwise), D = sum_s d_s (all row-major, contiguous):
  *
- *   E  [n x S x d]   pooled second-order / deep embeddings: E[(i*S + s)*d + k]
+ *   E  [n x D]       pooled second-order / deep embeddings: slot s of example i at
+ *                    E[i*D + off_s], off_s = d_0 + ... + d_(s-1) (one dim: E[(i*S + s)*d + k])
  *   W1 [n x S]       pooled first-order weights (each id's weight, the last float of its row)
  *
- * Forward, for example i (x_i = E[i] read as one row of S*d floats, the slot concatenation):
+ * Forward, for example i (x_i = E[i] read as one row of D floats, the slot concatenation):
  *
  *   logit_i = b0 + sum_s W1[i,s]
  *           + 0.5 * sum_k ((sum_s E[i,s,k])^2 - sum_s E[i,s,k]^2)        (FM second order)
@@ -171,10 +172,19 @@ typedef struct mt_model_config {
     uint32_t hidden[MT_MODEL_MAX_HIDDEN]; /* widths, each 1..MAX_WIDTH (default 256, 128) */
     uint64_t init_seed;                   /* Xavier-uniform weights are a function of it */
     mt_model_type_t type;                 /* the family (default deepfm) */
-    uint32_t ncross;     /* dcnv2: cross layers, 1..MT_MODEL_MAX_CROSS (default 3) */
-    uint32_t cross_rank; /* dcnv2: 0 = full rank (D <= MT_MODEL_MAX_FULL_CROSS), else the
+    uint32_t ncross;           /* dcnv2: cross layers, 1..MT_MODEL_MAX_CROSS (default 3) */
+    uint32_t cross_rank;       /* dcnv2: 0 = full rank (D <= MT_MODEL_MAX_FULL_CROSS), else the
                             rank r of each layer's U V, 1..D (default 0) */
+    const uint32_t *slot_dims; /* [nslots]: each slot's embedding dim d_s, or NULL: dim for
+                                  every slot (default). Borrowed by validate and create (the
+                                  model keeps a copy: mt_model_config() points to it); deepfm
+                                  needs every d_s = dim (its FM term sums slots k by k) */
 } mt_model_config_t;
+
+/** Slot @p s's embedding dim: slot_dims[s], or dim. */
+static inline uint32_t mt_model_slot_dim(const mt_model_config_t *c, uint32_t s) {
+    return c->slot_dims ? c->slot_dims[s] : c->dim;
+}
 
 /** One dense parameter tensor (see the table at the top of this file). */
 typedef struct mt_model_param {

@@ -35,9 +35,10 @@ static float rng_uniform(uint64_t *s, float lo, float hi) {
 typedef struct family {
     mt_model_type_t type;
     uint32_t ncross, rank;
+    const uint32_t *dims; /* per-slot dims, or NULL */
 } family_t;
 
-static const family_t DEEPFM = {MT_MODEL_DEEPFM, 0, 0};
+static const family_t DEEPFM = {MT_MODEL_DEEPFM, 0, 0, NULL};
 
 static mt_model_t *mk_model_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
                                const uint32_t *hidden, uint64_t seed) {
@@ -50,6 +51,7 @@ static mt_model_t *mk_model_of(family_t f, uint32_t S, uint32_t d, uint32_t nhid
         c.hidden[l] = hidden[l];
     c.init_seed = seed;
     c.type = f.type;
+    c.slot_dims = f.dims;
     if (f.type == MT_MODEL_DCNV2) {
         c.ncross = f.ncross;
         c.cross_rank = f.rank;
@@ -106,7 +108,10 @@ static void grad_check_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
                           const uint32_t *hidden, size_t n, int use_weights, uint64_t seed) {
     mt_model_t *m = mk_model_of(f, S, d, nhidden, hidden, seed);
     uint64_t rs = seed * 7919 + 1;
-    size_t ne = n * S * d, nw = n * S;
+    size_t D = 0;
+    for (uint32_t s = 0; s < S; s++)
+        D += f.dims ? f.dims[s] : d;
+    size_t ne = n * D, nw = n * S;
     float *E = malloc(ne * sizeof *E), *W1 = malloc(nw * sizeof *W1);
     float *y = malloc(n * sizeof *y), *w = malloc(n * sizeof *w);
     float *dE = malloc(ne * sizeof *dE), *dW1 = malloc(nw * sizeof *dW1);
@@ -212,27 +217,35 @@ Test(model_grad, dense_grads_overwritten_not_accumulated) {
  * straight into the output layer, one layer or several. */
 Test(model_grad, dcnv2_full_rank_two_cross_layers_two_hidden) {
     const uint32_t h[] = {7, 5};
-    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0}, 3, 2, 2, h, 5, 1, 21);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0, NULL}, 3, 2, 2, h, 5, 1, 21);
 }
 
 Test(model_grad, dcnv2_low_rank_three_cross_layers_one_hidden) {
     const uint32_t h[] = {6};
-    grad_check_of((family_t){MT_MODEL_DCNV2, 3, 2}, 2, 3, 1, h, 4, 0, 22);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 3, 2, NULL}, 2, 3, 1, h, 4, 0, 22);
 }
 
 Test(model_grad, dcnv2_one_cross_layer_no_hidden) {
-    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 0}, 3, 2, 0, NULL, 4, 1, 23);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL}, 3, 2, 0, NULL, 4, 1, 23);
+}
+
+/* per-slot dims (dcnv2 takes any): slots of dims 3, 1 and 5 */
+Test(model_grad, dcnv2_per_slot_dims) {
+    static const uint32_t dims[3] = {3, 1, 5};
+    const uint32_t h[] = {6};
+    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0, dims}, 3, 3, 1, h, 4, 1, 25);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 2, dims}, 3, 3, 0, NULL, 3, 0, 26);
 }
 
 Test(model_grad, dcnv2_low_rank_no_hidden_single_slot) {
-    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 1}, 1, 4, 0, NULL, 3, 1, 24);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 1, NULL}, 1, 4, 0, NULL, 3, 1, 24);
 }
 
 /* The dense gradients do not depend on whether dE is asked for (without it the cross
  * layers' backward pass stops early). */
 Test(model_grad, dcnv2_dense_grads_same_without_dE) {
     const uint32_t h[] = {4};
-    const family_t fams[] = {{MT_MODEL_DCNV2, 2, 0}, {MT_MODEL_DCNV2, 2, 3}};
+    const family_t fams[] = {{MT_MODEL_DCNV2, 2, 0, NULL}, {MT_MODEL_DCNV2, 2, 3, NULL}};
     for (size_t q = 0; q < 2; q++) {
         mt_model_t *m = mk_model_of(fams[q], 2, 3, 1, h, 5);
         uint64_t rs = 3;
@@ -274,7 +287,7 @@ Test(model_grad, dcnv2_dense_grads_same_without_dE) {
  *   logit = 0.53 (no FM term, which would add 0.5 * (3^2 - 5) = 2)
  */
 Test(model_forward, dcnv2_hand_worked_example) {
-    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0}, 2, 1, 0, NULL, 1);
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL}, 2, 1, 0, NULL, 1);
     cr_assert_eq(mt_model_nparams(m), 4);
     mt_model_param_t b0, w, b, wout;
     cr_assert_eq(mt_model_param_find(m, "b0", &b0), MT_OK);
@@ -306,7 +319,7 @@ Test(model_forward, dcnv2_hand_worked_example) {
  * serving forward's shared slots (which dcnv2 reads per row). */
 Test(model_forward, dcnv2_same_scores_every_way) {
     const uint32_t h[] = {8};
-    const family_t fams[] = {{MT_MODEL_DCNV2, 3, 0}, {MT_MODEL_DCNV2, 2, 4}};
+    const family_t fams[] = {{MT_MODEL_DCNV2, 3, 0, NULL}, {MT_MODEL_DCNV2, 2, 4, NULL}};
     for (size_t q = 0; q < 2; q++) {
         mt_model_t *m = mk_model_of(fams[q], 4, 3, 1, h, 8);
         enum { N = 9, S = 4, D = 12 };
@@ -732,6 +745,28 @@ Test(model_config, families_and_cross_layers) {
     cr_expect(strstr(err, "full rank") != NULL, "%s", err);
     c.cross_rank = 64;
     cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
+    /* per-slot dims: dcnv2 takes any (the width is their sum), deepfm one for all */
+    uint32_t dims[4] = {16, 4, 8, 1};
+    c.type = MT_MODEL_DCNV2;
+    c.nslots = 4;
+    c.cross_rank = 0;
+    c.slot_dims = dims;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
+    c.cross_rank = 30; /* D = 29 */
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "= 29") != NULL, "%s", err);
+    c.cross_rank = 0;
+    dims[2] = 0;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "slot_dims[2]") != NULL, "%s", err);
+    dims[2] = 8;
+    c.type = MT_MODEL_DEEPFM;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "slot_dims[1] = 4: deepfm") != NULL, "%s", err);
+    for (int s = 0; s < 4; s++)
+        dims[s] = 16; /* one dim, given per slot: fine */
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
+    c.slot_dims = NULL;
     /* deepfm ignores the cross settings */
     c.type = MT_MODEL_DEEPFM;
     c.ncross = 0;
@@ -740,7 +775,7 @@ Test(model_config, families_and_cross_layers) {
 
 Test(model_params, dcnv2_names_and_shapes) {
     const uint32_t h[] = {32};
-    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 2, 8}, 5, 4, 1, h, 3);
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 2, 8, NULL}, 5, 4, 1, h, 3);
     const char *names[] = {"b0",        "cross.0.v", "cross.0.u", "cross.0.b", "cross.1.v",
                            "cross.1.u", "cross.1.b", "mlp.0.w",   "mlp.0.b",   "mlp.out.w"};
     const uint32_t sh[][2] = {{1, 0},  {20, 8}, {8, 20},  {20, 0}, {20, 8},
@@ -758,7 +793,18 @@ Test(model_params, dcnv2_names_and_shapes) {
         cr_expect_eq(nonzero, p.ndim == 2, "%s: weights random, biases 0", names[t]);
     }
     mt_model_destroy(m);
-    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0}, 5, 4, 0, NULL, 3);
+    /* per-slot dims: the width is their sum; the model keeps its own copy of them */
+    uint32_t dims[3] = {2, 7, 3};
+    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, dims}, 3, 4, 1, h, 3);
+    dims[1] = 99;
+    mt_model_param_t q;
+    cr_assert_eq(mt_model_param_find(m, "cross.0.w", &q), MT_OK);
+    cr_expect(q.shape[0] == 12 && q.shape[1] == 12);
+    cr_assert_eq(mt_model_param_find(m, "mlp.0.w", &q), MT_OK);
+    cr_expect(q.shape[0] == 12 && q.shape[1] == 32);
+    cr_expect_eq(mt_model_config(m)->slot_dims[1], 7);
+    mt_model_destroy(m);
+    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL}, 5, 4, 0, NULL, 3);
     mt_model_param_t p;
     cr_assert_eq(mt_model_nparams(m), 4);
     cr_assert_eq(mt_model_param(m, 1, &p), MT_OK);
