@@ -42,8 +42,11 @@ typedef struct idset {
     /* [U]: the unique fids, so that a step makes one lookup and one apply (one request per
      * shard: docs/checkpoint.md, "Many trainers") */
     uint64_t *ufid;
-    float *uemb; /* [U * (dim + 1)]: their rows, each the embedding then the first-order
-                    weight (mt_model_row_floats()) */
+    float *uemb;     /* [U * (dim + 1)]: their rows, each the embedding then the first-order
+                    weight (mt_model_row_floats()); with per-slot dims packed, id u's row at
+                    uoff[u] */
+    uint16_t *uslot; /* per-slot dims: [U] each id's model slot index */
+    size_t *uoff;    /* per-slot dims: [U + 1] each id's row offset in uemb (and ug) */
     size_t nu;
     /* a prefetch's (state under pipe.lock) */
     int state;
@@ -99,6 +102,11 @@ struct mt_trainer {
     uint32_t *ucnt; /* [cap_ug]: with CowClip, each unique id's occurrences in the step */
     float *E, *W1, *dE, *dW1, *probs;
     uint32_t *map; /* unique index + 1 (the calling thread's only) */
+    /* the slots' dims: dims[s] (slot_dim, or dim), D their sum (E's row), maxd the largest;
+     * mixed: they differ, rows are packed at uoff[] (else id u's row is at u * (dim + 1)) */
+    uint32_t dims[256], maxd;
+    size_t D;
+    int mixed;
     pipe_t pipe;
 };
 
@@ -141,6 +149,8 @@ void mt_trainer_destroy(mt_trainer_t *tr) {
         free(tr->ids[i].uidx);
         free(tr->ids[i].ufid);
         free(tr->ids[i].uemb);
+        free(tr->ids[i].uslot);
+        free(tr->ids[i].uoff);
     }
     free(tr->ug);
     free(tr->ucnt);
@@ -170,7 +180,8 @@ mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_c
     if (cap < (size_t)cfg->nslots) return MT_TOO_SMALL;
     for (uint32_t s = 0; s < cfg->nslots; s++) {
         mt_table_slot_config_t *e = &sc[s];
-        mt_table_slot_config_init(e, cfg->slot_ids[s], mt_model_row_floats(cfg->dim));
+        uint32_t d = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
+        mt_table_slot_config_init(e, cfg->slot_ids[s], mt_model_row_floats(d));
         e->zero_tail = MT_MODEL_ROW_TAIL; /* the first-order weight starts at 0 */
         e->init = MT_INIT_UNIFORM;
         e->init_scale = cfg->init_scale;
@@ -194,7 +205,9 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         return MT_CONFIG;
     /* slot_hash_buckets is indexed like slot_ids, not by slot id: catch the mix-up */
     for (uint32_t s = cfg->nslots; s < 256; s++)
-        if (cfg->slot_hash_buckets[s] || cfg->slot_mean[s]) return MT_CONFIG;
+        if (cfg->slot_hash_buckets[s] || cfg->slot_mean[s] || cfg->slot_dim[s]) return MT_CONFIG;
+    for (uint32_t s = 0; s < cfg->nslots; s++)
+        if (cfg->slot_dim[s] >= MT_TABLE_MAX_DIM) return MT_CONFIG;
     for (uint32_t s = 0; s < cfg->nslots; s++)
         if (cfg->slot_mean[s] > 1) return MT_CONFIG;
     for (uint32_t s = 0; s < cfg->nslots; s++) {
@@ -205,6 +218,13 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     mt_trainer_t *tr = calloc(1, sizeof(*tr));
     if (!tr) return MT_NOMEM;
     tr->cfg = *cfg;
+    for (uint32_t s = 0; s < cfg->nslots; s++) {
+        uint32_t d = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
+        tr->dims[s] = d;
+        tr->D += d;
+        if (d > tr->maxd) tr->maxd = d;
+        tr->mixed |= d != cfg->dim;
+    }
     mt_err_t err = MT_NOMEM;
     if (cfg->backend) {
         tr->backend = *cfg->backend;
@@ -238,6 +258,7 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     mc.type = cfg->model_type;
     mc.ncross = cfg->ncross;
     mc.cross_rank = cfg->cross_rank;
+    mc.slot_dims = tr->mixed ? tr->dims : NULL;
     err = mt_model_create(&mc, &tr->model);
     if (err) goto fail;
     err = mt_model_ws_create(&tr->ws);
@@ -290,13 +311,15 @@ static size_t grown(size_t cap, size_t need, size_t first) {
 
 /* Grows an id set for a batch of occ occurrences. A capacity is recorded only once all its
  * buffers have it. */
-static mt_err_t reserve_ids(idset_t *s, size_t occ, size_t d) {
+static mt_err_t reserve_ids(idset_t *s, size_t occ, size_t d, int mixed) {
     if (occ > s->cap_occ || !s->uidx) {
         size_t c = grown(s->cap_occ, occ, 1024);
         /* unique ids never outnumber occurrences: their buffers share the capacity */
         if (resize((void **)&s->uidx, c * sizeof(uint32_t)) ||
             resize((void **)&s->ufid, c * sizeof(uint64_t)) ||
-            resize((void **)&s->uemb, c * mt_model_row_floats((uint32_t)d) * sizeof(float)))
+            resize((void **)&s->uemb, c * mt_model_row_floats((uint32_t)d) * sizeof(float)) ||
+            (mixed && (resize((void **)&s->uslot, c * sizeof(uint16_t)) ||
+                       resize((void **)&s->uoff, (c + 1) * sizeof(size_t)))))
             return MT_NOMEM;
         s->cap_occ = c;
     }
@@ -306,7 +329,7 @@ static mt_err_t reserve_ids(idset_t *s, size_t occ, size_t d) {
 /* Grows the step's scratch for a batch of n examples, occ occurrences (the map too, which
  * every id set's mapping uses). */
 static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
-    size_t d = tr->cfg.dim, S = tr->cfg.nslots;
+    size_t d = tr->maxd, S = tr->cfg.nslots, D = tr->D;
     if (occ > tr->cap_ug || !tr->ug) {
         size_t c = grown(tr->cap_ug, occ, 1024);
         if (resize((void **)&tr->ug, c * mt_model_row_floats((uint32_t)d) * sizeof(float)) ||
@@ -316,9 +339,9 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
     }
     if (n > tr->cap_n || !tr->E) {
         size_t c = grown(tr->cap_n, n, 256);
-        if (resize((void **)&tr->E, c * S * d * sizeof(float)) ||
+        if (resize((void **)&tr->E, c * D * sizeof(float)) ||
             resize((void **)&tr->W1, c * S * sizeof(float)) ||
-            resize((void **)&tr->dE, c * S * d * sizeof(float)) ||
+            resize((void **)&tr->dE, c * D * sizeof(float)) ||
             resize((void **)&tr->dW1, c * S * sizeof(float)) ||
             resize((void **)&tr->probs, c * sizeof(float)))
             return MT_NOMEM;
@@ -352,14 +375,15 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
     uint64_t hb = tr->cfg.hash_buckets;
     size_t cell = 0;
     uint32_t slot = 0;
+    const int track = per_slot || tr->mixed;
     for (size_t k = 0; k < b->nfids; k++) {
         uint64_t f = b->fids[k];
-        if (per_slot) {
+        if (track) {
             while (k >= b->offsets[cell + 1]) {
                 cell++;
                 slot = slot + 1 == b->nslots ? 0 : slot + 1;
             }
-            hb = shb[slot] ? shb[slot] : tr->cfg.hash_buckets;
+            if (per_slot) hb = shb[slot] ? shb[slot] : tr->cfg.hash_buckets;
         }
         f = mt_model_reduce_fid(f, hb);
         size_t h = (size_t)((f * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
@@ -367,11 +391,20 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
             h = (h + 1) & (sz - 1);
         if (!tr->map[h]) {
             ids->ufid[nu] = f;
+            if (tr->mixed) ids->uslot[nu] = (uint16_t)slot; /* a fid holds its slot */
             tr->map[h] = (uint32_t)++nu;
         }
         ids->uidx[k] = tr->map[h] - 1;
     }
     ids->nu = nu;
+    if (tr->mixed) { /* packed rows: each id's offset */
+        size_t off = 0;
+        for (size_t u = 0; u < nu; u++) {
+            ids->uoff[u] = off;
+            off += mt_model_row_floats(tr->dims[ids->uslot[u]]);
+        }
+        ids->uoff[nu] = off;
+    }
     return nu;
 }
 
@@ -395,35 +428,48 @@ static inline void add16(float *restrict y, const float *restrict x, float a) {
         y[j] += a * x[j];
 }
 
+/* Id u's row in an id set's uemb (and in ug): packed by the slots' dims. */
+static inline size_t row_at(const mt_trainer_t *tr, const idset_t *ids, size_t u) {
+    return tr->mixed ? ids->uoff[u] : u * mt_model_row_floats(tr->cfg.dim);
+}
+
+/* The floats of an id set's rows. */
+static inline size_t rows_len(const mt_trainer_t *tr, const idset_t *ids) {
+    return row_at(tr, ids, ids->nu);
+}
+
 /* The one lookup of an id set's rows (embedding, then first-order weight). */
 static mt_err_t look_up(const mt_trainer_t *tr, idset_t *ids, int train, uint32_t now_s) {
-    size_t nu = ids->nu;
-    return tr->backend.lookup(tr->backend.ud, ids->ufid, nu, train, now_s, ids->uemb,
-                              nu * mt_model_row_floats(tr->cfg.dim));
+    return tr->backend.lookup(tr->backend.ud, ids->ufid, ids->nu, train, now_s, ids->uemb,
+                              rows_len(tr, ids));
 }
 
 /* Pools the looked-up values of @p ids into E and W1 (model.h's pooling). */
 static void pool(mt_trainer_t *tr, const mt_batch_t *b, const idset_t *ids) {
-    uint32_t d = tr->cfg.dim;
-    size_t S = tr->cfg.nslots, rw = mt_model_row_floats(d);
-    /* A cell starts from its first id's row (no clearing pass over E), or zeros. */
+    size_t S = tr->cfg.nslots;
+    /* A cell starts from its first id's row (no clearing pass over E), or zeros. Cells are
+     * in E's order (example i, slot s): cell (i, s) starts where cell (i, s - 1) ends. */
     const uint32_t *uidx = ids->uidx;
     const float *uemb = ids->uemb;
     const uint8_t *mean = tr->cfg.slot_mean;
     size_t s = 0;
+    float *e = tr->E;
     for (size_t cell = 0; cell < b->n * S; cell++, s = s + 1 == S ? 0 : s + 1) {
-        float *e = tr->E + cell * d, *w1 = tr->W1 + cell;
+        const uint32_t d = tr->dims[s];
+        float *w1 = tr->W1 + cell;
         size_t k = b->offsets[cell], end = b->offsets[cell + 1];
         if (k == end) {
             memset(e, 0, d * sizeof(float));
             *w1 = 0;
+            e += d;
             continue;
         }
-        mt_model_pool_first(e, w1, uemb + (size_t)uidx[k++] * rw, d);
+        mt_model_pool_first(e, w1, uemb + row_at(tr, ids, uidx[k++]), d);
         for (; k < end; k++)
-            mt_model_pool_add(e, w1, uemb + (size_t)uidx[k] * rw, d);
+            mt_model_pool_add(e, w1, uemb + row_at(tr, ids, uidx[k]), d);
         if (mean[s] && end - b->offsets[cell] > 1)
             mt_model_pool_scale(e, w1, mt_model_mean_scale((uint32_t)(end - b->offsets[cell])), d);
+        e += d;
     }
 }
 
@@ -464,7 +510,7 @@ mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *b, float *probs)
     if (b->n == 0) return MT_OK;
     if ((err = reserve(tr, b->n, b->nfids)) != MT_OK) return err;
     idset_t *ids = free_ids(tr); /* stays free: no prefetch is made while this runs */
-    if ((err = reserve_ids(ids, b->nfids, tr->cfg.dim)) != MT_OK) return err;
+    if ((err = reserve_ids(ids, b->nfids, tr->maxd, tr->mixed)) != MT_OK) return err;
     unique_ids(tr, ids, b);
     if ((err = look_up(tr, ids, 0, 0)) != MT_OK) return err;
     pool(tr, b, ids);
@@ -601,7 +647,7 @@ mt_err_t mt_trainer_prefetch(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now
     if (waiting >= NIDS - 1) return MT_LIMIT;
     idset_t *s = free_ids(tr);
     if ((err = reserve(tr, b->n, b->nfids)) != MT_OK ||
-        (err = reserve_ids(s, b->nfids, tr->cfg.dim)) != MT_OK)
+        (err = reserve_ids(s, b->nfids, tr->maxd, tr->mixed)) != MT_OK)
         return err;
     unique_ids(tr, s, b);
     s->batch = b;
@@ -724,7 +770,7 @@ static mt_err_t compute(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, f
     } else {
         idset_t *s = *ids = free_ids(tr);
         set_state(tr, s, IDS_STEP);
-        if ((err = reserve_ids(s, b->nfids, tr->cfg.dim)) != MT_OK) return err;
+        if ((err = reserve_ids(s, b->nfids, tr->maxd, tr->mixed)) != MT_OK) return err;
         unique_ids(tr, s, b);
         if ((err = look_up(tr, s, 1, now_s)) != MT_OK) return err;
     }
@@ -745,7 +791,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     mt_err_t err = check_slots(tr, b);
     for (size_t i = 0; i < b->n && !err; i++)
         if (!(b->labels[i] >= 0.0f && b->labels[i] <= 1.0f)) err = MT_INVALID;
-    size_t d = tr->cfg.dim, S = tr->cfg.nslots;
+    size_t S = tr->cfg.nslots;
     float loss = 0;
     /* pipelined: the previous step's apply may be in flight meanwhile */
     if (!err && b->n) err = compute(tr, b, now_s, probs, &loss, &ids);
@@ -762,36 +808,41 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     if (!err && b->n) {
         /* Scatter: an id's gradient is the sum over its occurrences of the per-example
          * gradient (the batch mean's gradient times n). */
-        size_t nu = ids->nu, rw = mt_model_row_floats(tr->cfg.dim);
+        size_t nu = ids->nu, len = rows_len(tr, ids);
         float scale = (float)b->n;
         float *ug = tr->ug;
-        memset(ug, 0, nu * rw * sizeof(float));
+        memset(ug, 0, len * sizeof(float));
         const uint32_t *uidx = ids->uidx;
         const uint8_t *mean = tr->cfg.slot_mean;
         size_t s = 0;
+        const float *de = tr->dE; /* cell (i, s)'s part of dE: in cell order, as in pool() */
         for (size_t cell = 0; cell < b->n * S; cell++, s = s + 1 == S ? 0 : s + 1) {
-            const float *de = tr->dE + cell * d;
+            const size_t d = tr->dims[s];
             size_t k = b->offsets[cell], end = b->offsets[cell + 1];
             /* a mean-pooled cell passes each of its ids the gradient times 1 / count */
             float sc = mean[s] ? scale * mt_model_mean_scale((uint32_t)(end - k)) : scale;
             const float gw = sc * tr->dW1[cell];
             for (; k < end; k++) {
-                float *g = ug + (size_t)uidx[k] * rw; /* the row's gradient */
+                float *g = ug + row_at(tr, ids, uidx[k]); /* the row's gradient */
                 if (d == 16)
                     add16(g, de, sc);
                 else
                     add_scaled(g, de, sc, d);
                 g[d] += gw;
             }
+            de += d;
         }
         if (tr->cfg.cowclip_ratio > 0) { /* each id's embedding gradient, against its row */
             uint32_t *cnt = tr->ucnt;
             memset(cnt, 0, nu * sizeof(uint32_t));
             for (size_t k = 0; k < b->nfids; k++)
                 cnt[uidx[k]]++;
-            for (size_t u = 0; u < nu; u++)
-                mt_model_cowclip(ug + u * rw, ids->uemb + u * rw, (uint32_t)d, cnt[u],
-                                 tr->cfg.cowclip_ratio, tr->cfg.cowclip_zeta);
+            for (size_t u = 0; u < nu; u++) {
+                size_t at = row_at(tr, ids, u);
+                uint32_t du = tr->mixed ? tr->dims[ids->uslot[u]] : tr->cfg.dim;
+                mt_model_cowclip(ug + at, ids->uemb + at, du, cnt[u], tr->cfg.cowclip_ratio,
+                                 tr->cfg.cowclip_zeta);
+            }
         }
         /* one apply of the rows, with the step's examples */
         uint32_t skipped = 0;
@@ -799,11 +850,10 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
             if (ncover && !tr->backend.apply_cover)
                 err = MT_INVALID;
             else
-                err = pipe_send(tr, ids, nu * rw, now_s, b->n, cover, ncover);
+                err = pipe_send(tr, ids, len, now_s, b->n, cover, ncover);
             skipped = prev.skipped_shards;
         } else {
-            err =
-                do_apply(tr, ids->ufid, nu, tr->ug, nu * rw, now_s, b->n, cover, ncover, &skipped);
+            err = do_apply(tr, ids->ufid, nu, tr->ug, len, now_s, b->n, cover, ncover, &skipped);
         }
         if (!err && st) {
             st->loss = loss;

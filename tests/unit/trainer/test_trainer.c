@@ -359,3 +359,88 @@ Test(trainer, cowclip_clips_each_ids_embedding_gradient) {
     mt_batch_free(&b);
     mt_trainer_destroy(tr);
 }
+
+/* Per-slot dims (slot_dim; dcnv2, which takes any): each slot's rows are of its dim, E is
+ * the cells' concatenation; a step's score and its SGD rows are the model's on rows pooled
+ * here. deepfm refuses unequal dims. */
+Test(trainer, per_slot_dims_pool_and_learn_by_their_own_width) {
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = 2;
+    tc.slot_ids[0] = 1;
+    tc.slot_ids[1] = 2;
+    tc.dim = 4;
+    tc.slot_dim[1] = 2; /* slot 2: dim 2 */
+    tc.hidden[0] = 8;
+    tc.hidden[1] = 4;
+    tc.sparse_opt = MT_OPT_SGD;
+    tc.sparse_lr = 0.5f;
+    tc.init_scale = 0.3f;
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG); /* deepfm */
+    tc.model_type = MT_MODEL_DCNV2;
+    tc.ncross = 2;
+    tc.slot_dim[2] = 3; /* beyond nslots: refused */
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
+    tc.slot_dim[2] = 0;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    mt_table_slot_config_t sc[2];
+    size_t nsc = 0;
+    cr_assert_eq(mt_trainer_slot_configs(&tc, sc, 2, &nsc), MT_OK);
+    cr_assert(sc[0].dim == 5 && sc[1].dim == 3, "rows of dim + 1: %u %u", sc[0].dim, sc[1].dim);
+    uint16_t ids[2] = {1, 2};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, ids, 2), MT_OK);
+    /* example 0: user 5, items 7 and 8 (summed); example 1: user 6, item 8 */
+    uint64_t fu[2] = {mt_fid_of_int(1, 5), mt_fid_of_int(1, 6)},
+             fx[2] = {mt_fid_of_int(2, 7), mt_fid_of_int(2, 8)};
+    const uint64_t *f0[2] = {&fu[0], fx}, *f1[2] = {&fu[1], &fx[1]};
+    uint32_t c0[2] = {1, 2}, c1[2] = {1, 1};
+    cr_assert_eq(mt_batch_add(&b, 1.0f, 0, 1, f0, c0), MT_OK);
+    cr_assert_eq(mt_batch_add(&b, 0.0f, 0, 1, f1, c1), MT_OK);
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK); /* creates the rows */
+    mt_table_t *t = mt_trainer_table(tr);
+    uint64_t all[4] = {fu[0], fu[1], fx[0], fx[1]};
+    float r0[5 + 5 + 3 + 3], r1[16];
+    uint8_t found[4];
+    cr_assert_eq(mt_table_lookup(t, all, 4, r0, 16, found, 0, 1, NULL), MT_OK);
+    cr_assert(found[0] && found[1] && found[2] && found[3]);
+    const float *u0 = r0, *u1 = r0 + 5, *i7 = r0 + 10, *i8 = r0 + 13;
+    /* E: [n x (4 + 2)], W1 [n x 2] pooled by hand */
+    float E[12], W1[4], y[2] = {1, 0}, want[2], dE[12], dW1[4];
+    for (int j = 0; j < 4; j++) {
+        E[j] = u0[j];
+        E[6 + j] = u1[j];
+    }
+    for (int j = 0; j < 2; j++) {
+        E[4 + j] = i7[j] + i8[j];
+        E[10 + j] = i8[j];
+    }
+    W1[0] = u0[4];
+    W1[1] = i7[2] + i8[2];
+    W1[2] = u1[4];
+    W1[3] = i8[2];
+    cr_assert_eq(
+        mt_model_forward_backward(mt_trainer_model(tr), E, W1, y, NULL, 2, want, NULL, dE, dW1),
+        MT_OK);
+    float got[2];
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, got, NULL), MT_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_float_eq(got[i], want[i], 1e-6, "example %d: %.9g, by hand %.9g", i, got[i],
+                           want[i]);
+    cr_assert_eq(mt_table_lookup(t, all, 4, r1, 16, found, 0, 1, NULL), MT_OK);
+    /* SGD: row -= lr * sum over occurrences of n * the mean's gradient */
+    for (int j = 0; j < 5; j++) {
+        float g0 = 2 * (j < 4 ? dE[j] : dW1[0]), g1 = 2 * (j < 4 ? dE[6 + j] : dW1[2]);
+        cr_expect_float_eq(r1[j], u0[j] - 0.5f * g0, 1e-6, "user 5, float %d", j);
+        cr_expect_float_eq(r1[5 + j], u1[j] - 0.5f * g1, 1e-6, "user 6, float %d", j);
+    }
+    for (int j = 0; j < 3; j++) {
+        float g7 = 2 * (j < 2 ? dE[4 + j] : dW1[1]);
+        float g8 = 2 * (j < 2 ? dE[4 + j] + dE[10 + j] : dW1[1] + dW1[3]);
+        cr_expect_float_eq(r1[10 + j], i7[j] - 0.5f * g7, 1e-6, "item 7, float %d", j);
+        cr_expect_float_eq(r1[13 + j], i8[j] - 0.5f * g8, 1e-6, "item 8, float %d", j);
+    }
+    mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+}

@@ -92,6 +92,9 @@ typedef struct mt_trainer_config {
     float cowclip_ratio;             /* CowClip (mt_model_cowclip()) of each id's embedding
                                         gradient in a step: r; 0 = off (default) */
     float cowclip_zeta;              /* its lower bound on an embedding's norm (default 1e-5) */
+    uint32_t slot_dim[256];          /* per feature slot, parallel to slot_ids: its embedding
+                                        dim; 0 = dim (default all 0). Unequal dims need a
+                                        family that takes them (dcnv2) */
     uint8_t slot_mean[256];          /* per feature slot, parallel to slot_ids: 1 = mean
                                         pooling (model.h), 0 = sum (default all 0) */
     uint64_t slot_hash_buckets[256]; /* per feature slot, parallel to slot_ids; 0:
