@@ -115,7 +115,7 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     memcpy(sc->slot_ids, slots, nslots * sizeof(uint16_t));
     if (mt_config_mean_slots(c, slots, nslots, sc->slot_mean, err, errlen) != MT_OK) return 2;
     mt_model_config_t mc;
-    if (mt_config_model(c, nslots, &mc, err, errlen) != MT_OK) return 2;
+    if (mt_config_model(c, slots, nslots, sc->slot_dim, &mc, err, errlen) != MT_OK) return 2;
     sc->dim = mc.dim;
     sc->nhidden = mc.nhidden;
     memcpy(sc->hidden, mc.hidden, sizeof(sc->hidden));

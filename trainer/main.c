@@ -170,8 +170,9 @@ int main(int argc, char **argv) {
     /* the model these slots make and their hashing, as setup builds them: checked here */
     mt_model_config_t model;
     uint64_t buckets[256];
+    uint32_t dims[256];
     if (mt_trainer_run_check(&cfg, online, err, sizeof(err)) != MT_OK ||
-        mt_config_model(&cfg, nslots, &model, err, sizeof(err)) != MT_OK ||
+        mt_config_model(&cfg, slots, nslots, dims, &model, err, sizeof(err)) != MT_OK ||
         mt_config_slot_hash_buckets(&cfg, slots, nslots, buckets, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-trainer: %s: %s\n", config, err);
         goto out;

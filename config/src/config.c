@@ -264,6 +264,11 @@ static const prop_t props[] = {
      .def = "10",
      .doc = "with parameter servers: push the dense gradients to shard 0 and pull its "
             "parameters every this many batches; 0: dense parameters stay in the trainer"},
+    {KEY("trainer", "slot_dims"), CFG(trainer.slot_dims), STR(0, 65536), .def = "",
+     .doc = "embedding dim per feature slot, \"slot:dim, ...\" (\"2:4, 5:32\"): that slot's "
+            "rows are of this dim (+ its first-order weight) instead of `dim`; the model's "
+            "input is the slots' dims summed. Needs a family that takes unequal dims (dcnv2: "
+            "deepfm's FM term needs one); each slot must be one of the model's"},
     {KEY("trainer", "slot_hash_buckets"), CFG(trainer.slot_hash_buckets), STR(0, 65536), .def = "",
      .doc = "hash buckets per feature slot, \"slot:buckets, ...\" (\"2:1000, 5:64\"): that "
             "slot's ids are reduced modulo its buckets instead of `hash_buckets`; trainer and "
@@ -1694,71 +1699,96 @@ mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_
     return MT_OK;
 }
 
-mt_err_t mt_config_slot_hash_buckets(const mt_config_t *c, const uint16_t *slots, size_t nslots,
-                                     uint64_t *buckets, char *errbuf, size_t errlen) {
-    const char *s = c->trainer.slot_hash_buckets, *p = s;
-    memset(buckets, 0, nslots * sizeof(uint64_t));
+/*
+ * A "slot:value, ..." list of key @p key (its text @p s) over the model's @p slots: out[i] =
+ * slots[i]'s value, 0 where the list has none. Values in lo..hi (lo >= 1); @p what names one
+ * ("buckets"). Unknown or repeated slots and bad syntax are refused by name.
+ */
+static mt_err_t slot_values(const char *key, const char *s, const uint16_t *slots, size_t nslots,
+                            uint64_t lo, uint64_t hi, const char *what, uint64_t *out, char *errbuf,
+                            size_t errlen) {
+    const char *p = s;
+    memset(out, 0, nslots * sizeof(uint64_t));
     for (;;) {
         while (*p == ' ' || *p == '\t')
             p++;
         if (!*p) return MT_OK;
         char *end;
         errno = 0;
-        unsigned long long slot = strtoull(p, &end, 10), nb = 0;
+        unsigned long long slot = strtoull(p, &end, 10), v = 0;
         int ok = is_digit(*p) && !errno && *end == ':';
         if (ok) {
             const char *q = end + 1;
             while (*q == ' ' || *q == '\t')
                 q++;
             ok = is_digit(*q);
-            nb = ok ? strtoull(q, &end, 10) : 0;
+            v = ok ? strtoull(q, &end, 10) : 0;
             ok = ok && !errno;
         }
         if (!ok) {
-            mt_msgf(errbuf, errlen,
-                    "trainer.slot_hash_buckets: '%s': expected \"slot:buckets\" "
-                    "pairs separated by commas",
-                    s);
+            mt_msgf(errbuf, errlen, "%s: '%s': expected \"slot:%s\" pairs separated by commas", key,
+                    s, what);
             return MT_CONFIG;
         }
-        if (nb < 1 || nb > (1ull << 48)) {
-            mt_msgf(errbuf, errlen, "trainer.slot_hash_buckets: slot %llu: %llu buckets, 1..2^48",
-                    slot, nb);
+        if (v < lo || v > hi) {
+            mt_msgf(errbuf, errlen, "%s: slot %llu: %llu %s, %llu..%llu", key, slot, v, what,
+                    (unsigned long long)lo, (unsigned long long)hi);
             return MT_CONFIG;
         }
         size_t i = 0;
         while (i < nslots && slots[i] != slot)
             i++;
         if (i == nslots) {
-            mt_msgf(errbuf, errlen,
-                    "trainer.slot_hash_buckets: %llu is not one of the model's slots", slot);
+            mt_msgf(errbuf, errlen, "%s: %llu is not one of the model's slots", key, slot);
             return MT_CONFIG;
         }
-        if (buckets[i]) {
-            mt_msgf(errbuf, errlen, "trainer.slot_hash_buckets: slot %llu appears twice", slot);
+        if (out[i]) {
+            mt_msgf(errbuf, errlen, "%s: slot %llu appears twice", key, slot);
             return MT_CONFIG;
         }
-        buckets[i] = nb;
+        out[i] = v;
         p = end;
         while (*p == ' ' || *p == '\t')
             p++;
         if (*p == ',')
             p++;
         else if (*p) {
-            mt_msgf(errbuf, errlen,
-                    "trainer.slot_hash_buckets: '%s': expected \"slot:buckets\" "
-                    "pairs separated by commas",
-                    s);
+            mt_msgf(errbuf, errlen, "%s: '%s': expected \"slot:%s\" pairs separated by commas", key,
+                    s, what);
             return MT_CONFIG;
         }
     }
 }
 
-mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out, char *errbuf,
-                         size_t errlen) {
+mt_err_t mt_config_slot_hash_buckets(const mt_config_t *c, const uint16_t *slots, size_t nslots,
+                                     uint64_t *buckets, char *errbuf, size_t errlen) {
+    return slot_values("trainer.slot_hash_buckets", c->trainer.slot_hash_buckets, slots, nslots, 1,
+                       1ull << 48, "buckets", buckets, errbuf, errlen);
+}
+
+/* trainer.slot_dims over the slots: dims[i] = slots[i]'s dim (trainer.dim where none). */
+static mt_err_t slot_dims(const mt_config_t *c, const uint16_t *slots, size_t nslots,
+                          uint32_t *dims, char *errbuf, size_t errlen) {
+    uint64_t v[256];
+    if (nslots > 256) {
+        mt_msgf(errbuf, errlen, "trainer.slots: more than 256 slots");
+        return MT_CONFIG;
+    }
+    mt_err_t err = slot_values("trainer.slot_dims", c->trainer.slot_dims, slots, nslots, 1,
+                               MT_TABLE_MAX_DIM - MT_MODEL_ROW_TAIL, "dim", v, errbuf, errlen);
+    if (err) return err;
+    for (size_t i = 0; i < nslots; i++)
+        dims[i] = v[i] ? (uint32_t)v[i] : c->trainer.dim;
+    return MT_OK;
+}
+
+mt_err_t mt_config_model(const mt_config_t *c, const uint16_t *slots, size_t nslots, uint32_t *dims,
+                         mt_model_config_t *out, char *errbuf, size_t errlen) {
     uint64_t hidden[MT_MODEL_MAX_HIDDEN];
     size_t nh = 0;
     char msg[200];
+    mt_err_t err = slot_dims(c, slots, nslots, dims, errbuf, errlen);
+    if (err) return err;
     if (mt_config_parse_uint_list(c->trainer.hidden, 1, MT_MODEL_MAX_WIDTH, hidden,
                                   MT_MODEL_MAX_HIDDEN, &nh, msg, sizeof(msg))) {
         mt_msgf(errbuf, errlen, "trainer.hidden: %s", msg);
@@ -1774,6 +1804,8 @@ mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t 
     out->type = c->model.type;
     out->ncross = c->model.cross_layers;
     out->cross_rank = c->model.cross_rank;
+    for (size_t i = 0; i < nslots; i++)
+        if (dims[i] != out->dim) out->slot_dims = dims;
     if (mt_model_config_validate(out, msg, sizeof(msg)) != MT_OK) {
         mt_msgf(errbuf, errlen, "%s", msg);
         return MT_CONFIG;
@@ -1832,9 +1864,14 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
         mt_msgf(errbuf, errlen, "trainer.slots: more than %zu slots", *nslots_out);
         return MT_CONFIG;
     }
-    const uint32_t row = mt_model_row_floats(c->trainer.dim);
+    uint16_t ids[256];
+    uint32_t dims[256];
+    for (size_t i = 0; i < n; i++)
+        ids[i] = (uint16_t)v[i];
+    if ((err = slot_dims(c, ids, n, dims, errbuf, errlen))) return err;
     for (size_t i = 0; i < n; i++) {
         uint16_t id = (uint16_t)v[i];
+        const uint32_t row = mt_model_row_floats(dims[i]);
         /* the old layout's first-order slot: its weight is in slot id's row now */
         if (slot_find(c, (uint16_t)(id | MT_MODEL_SLOT_LIMIT)) >= 0) {
             mt_msgf(errbuf, errlen,
@@ -1847,10 +1884,11 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
         if (at >= 0) {
             mt_table_slot_config_t *sc = &c->slots[at];
             if (sc->dim == row && sc->zero_tail == MT_MODEL_ROW_TAIL) continue; /* derived */
-            if (sc->dim != c->trainer.dim) {
+            if (sc->dim != dims[i]) {
                 mt_msgf(errbuf, errlen,
-                        "slot.%u.dim: %u, but the trainer's model needs %u (trainer.dim)", id,
-                        sc->dim, c->trainer.dim);
+                        "slot.%u.dim: %u, but the trainer's model needs %u (trainer.dim, "
+                        "trainer.slot_dims)",
+                        id, sc->dim, dims[i]);
                 return MT_CONFIG;
             }
             sc->dim = row; /* the embedding, then the first-order weight */

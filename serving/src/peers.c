@@ -394,7 +394,9 @@ static mt_err_t fetch(sv_peers_t *p, sv_fetch_ws_t **wsp, const sv_fetch_list_t 
                 continue;
             }
             if (peer == NO_PEER) no_peer_shard = (int32_t)s;
-            w->occ[o] = uniq_of(w, &nuniq, id, peer, lists[l].dim);
+            const size_t *offs = lists[l].offs;
+            uint32_t dim = offs ? (uint32_t)(offs[i + 1] - offs[i]) : lists[l].dim;
+            w->occ[o] = uniq_of(w, &nuniq, id, peer, dim);
         }
     route_release(p, r);
     mt_err_t err = MT_OK;
@@ -507,11 +509,12 @@ static mt_err_t fetch(sv_peers_t *p, sv_fetch_ws_t **wsp, const sv_fetch_list_t 
     o = 0;
     uint64_t zeroed = 0;
     for (size_t l = 0; l < nlists; l++) {
-        uint32_t d = lists[l].dim;
+        const size_t *offs = lists[l].offs;
         for (size_t i = 0; i < lists[l].n; i++, o++) {
             uint32_t u = w->occ[o];
             if (u == UINT32_MAX) continue;
-            float *dst = lists[l].out + i * d;
+            uint32_t d = offs ? (uint32_t)(offs[i + 1] - offs[i]) : lists[l].dim;
+            float *dst = lists[l].out + (offs ? offs[i] : i * d);
             int32_t j = w->uniq_peer[u];
             const Monolith__V1__LookupResponse *a = j >= 0 ? w->resp[j] : NULL;
             if (!a) {

@@ -49,12 +49,14 @@ mt_err_t sv_peers_start(sv_peers_t *p);
 void sv_peers_stop(sv_peers_t *p);
 void sv_peers_destroy(sv_peers_t *p);
 
-/** One list of ids to read: n ids of dimension dim each, values into out[i * dim]. */
+/** One list of ids to read: n ids of dimension dim each, values into out[i * dim]; or, with
+ *  offs ([n + 1]), id i's values of offs[i + 1] - offs[i] floats into out[offs[i]]. */
 typedef struct sv_fetch_list {
     const uint64_t *ids;
     size_t n;
     uint32_t dim;
     float *out;
+    const size_t *offs; /* NULL: every id of dim floats */
 } sv_fetch_list_t;
 
 /**

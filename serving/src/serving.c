@@ -79,8 +79,10 @@ typedef struct worker {
     size_t cap_fids, cap_n, cap_set;
     uint64_t *fids;        /* [fids] ids (reduced) */
     uint16_t *cell;        /* [fids] model slot index of each id */
-    float *emb;            /* [fids * (d + 1)] their rows: embedding, first-order weight */
-    float *E, *W1, *probs; /* [n * S * d], [n * S], [n] */
+    float *emb;            /* [fids * (d + 1)] their rows: embedding, first-order weight;
+                              with per-slot dims packed, fid k's row at roff[k] */
+    size_t *roff;          /* per-slot dims: [fids + 1] each fid's row offset in emb */
+    float *E, *W1, *probs; /* [n * D], [n * S], [n] (D: the slots' dims summed) */
     uint64_t *set;         /* user fids (raw), open addressing, 0 = empty */
     uint8_t *varies;       /* [S] slots the candidates' fids fill (the others: the user's) */
     uint8_t *user_has;     /* [S] slots the user's fids fill (varies + S, one allocation) */
@@ -115,6 +117,11 @@ struct mt_serving {
     uint16_t *slot_index; /* [65536]: model slot index of a feature slot, or NO_SLOT */
     uint16_t mean_idx[MT_SERVING_MAX_SLOTS]; /* model slot indexes of mean-pooled slots */
     uint64_t buckets[MT_SERVING_MAX_SLOTS];  /* per model slot: its hash-bucket modulus */
+    /* per model slot: its dim and its cell's offset in a row of E; D their sum, maxd the
+     * largest; mixed: they differ (rows packed at roff[]) */
+    uint32_t dims[MT_SERVING_MAX_SLOTS], eoff[MT_SERVING_MAX_SLOTS], maxd;
+    size_t D;
+    int mixed;
     uint32_t n_mean;
     mt_table_t *table;
     mt_psc_t *psc;
@@ -163,11 +170,16 @@ struct mt_serving {
 
 /* ============================== config and lifecycle ============================== */
 
-/* The model the trainer trains (mt_trainer_config_t's fields of the same names). */
-static void model_config(const mt_serving_config_t *c, mt_model_config_t *mc) {
+/* The model the trainer trains (mt_trainer_config_t's fields of the same names); @p dims
+ * receives each slot's dim, which mc->slot_dims points to when they differ. */
+static void model_config(const mt_serving_config_t *c, uint32_t *dims, mt_model_config_t *mc) {
     mt_model_config_init(mc);
     mc->nslots = c->nslots;
     mc->dim = c->dim;
+    for (uint32_t s = 0; s < c->nslots && s < MT_SERVING_MAX_SLOTS; s++) {
+        dims[s] = c->slot_dim[s] ? c->slot_dim[s] : c->dim;
+        if (dims[s] != c->dim) mc->slot_dims = dims;
+    }
     mc->nhidden = c->nhidden;
     memcpy(mc->hidden, c->hidden, sizeof(mc->hidden));
     mc->type = c->model_type;
@@ -229,16 +241,18 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
             BAD("slot_hash_buckets[%u]: %llu, at most 2^48", s,
                 (unsigned long long)c->slot_hash_buckets[s]);
         const mt_table_slot_config_t *e = find_slot(&c->table, c->slot_ids[s]);
-        if (!e || e->dim != mt_model_row_floats(c->dim))
+        uint32_t ds = c->slot_dim[s] ? c->slot_dim[s] : c->dim;
+        if (ds >= MT_TABLE_MAX_DIM) BAD("slot_dim[%u]: %u, below %u", s, ds, MT_TABLE_MAX_DIM);
+        if (!e || e->dim != mt_model_row_floats(ds))
             BAD("table slot %u: missing or not of the model's row (dim %u + its first-order "
                 "weight)",
-                c->slot_ids[s], c->dim);
+                c->slot_ids[s], ds);
     }
     /* per-slot settings are indexed like slot_ids: none past nslots */
     for (uint32_t s = c->nslots; s < MT_SERVING_MAX_SLOTS; s++)
-        if (c->slot_hash_buckets[s] || c->slot_mean[s])
-            BAD("slot_hash_buckets / slot_mean [%u]: set past nslots (%u): they are indexed "
-                "like slot_ids",
+        if (c->slot_hash_buckets[s] || c->slot_mean[s] || c->slot_dim[s])
+            BAD("slot_hash_buckets / slot_mean / slot_dim [%u]: set past nslots (%u): they are "
+                "indexed like slot_ids",
                 s, c->nslots);
     if (!(c->negative_rate > 0.0f && c->negative_rate <= 1.0f))
         BAD("negative_rate: %g is not in (0, 1]", (double)c->negative_rate);
@@ -274,7 +288,8 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
         BAD("sync_source kafka needs the Kafka bootstrap servers");
     if (c->sync_kafka && (!c->params_topic || !*c->params_topic)) BAD("params_topic is empty");
     mt_model_config_t mc;
-    model_config(c, &mc);
+    uint32_t dims[MT_SERVING_MAX_SLOTS];
+    model_config(c, dims, &mc);
     if (mt_model_config_validate(&mc, errbuf, errlen) != MT_OK) return MT_CONFIG;
     return MT_OK;
 #undef BAD
@@ -336,6 +351,12 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
         sv->slot_index[cfg->slot_ids[s]] = (uint16_t)s;
         if (cfg->slot_mean[s]) sv->mean_idx[sv->n_mean++] = (uint16_t)s;
         sv->buckets[s] = cfg->slot_hash_buckets[s] ? cfg->slot_hash_buckets[s] : cfg->hash_buckets;
+        uint32_t d = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
+        sv->dims[s] = d;
+        sv->eoff[s] = (uint32_t)sv->D;
+        sv->D += d;
+        if (d > sv->maxd) sv->maxd = d;
+        sv->mixed |= d != cfg->dim;
     }
     for (uint32_t i = 0; i < cfg->num_shards; i++) {
         sv->shards[i].sv = sv;
@@ -410,6 +431,7 @@ static void worker_free(worker_t *w) {
     free(w->fids);
     free(w->cell);
     free(w->emb);
+    free(w->roff);
     free(w->E);
     free(w->W1);
     free(w->probs);
@@ -1001,7 +1023,8 @@ static void *sync_kafka_main(void *arg) {
 
 static mt_err_t new_model(mt_serving_t *sv, mt_model_t **out) {
     mt_model_config_t mc;
-    model_config(&sv->cfg, &mc);
+    uint32_t dims[MT_SERVING_MAX_SLOTS];
+    model_config(&sv->cfg, dims, &mc);
     return mt_model_create(&mc, out);
 }
 
@@ -1170,7 +1193,7 @@ static void worker_put(mt_serving_t *sv, worker_t *w, worker_t *tmp) {
 
 /* Sizes the scratch for @p nf fids and @p n candidates. @returns 0 or -1 (out of memory). */
 static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, size_t nuser) {
-    size_t d = sv->cfg.dim, S = sv->cfg.nslots;
+    size_t d = sv->maxd, S = sv->cfg.nslots, D = sv->D;
     if (!w->ws && mt_model_ws_create(&w->ws) != MT_OK) return -1;
     if (!w->varies) {
         if (!(w->varies = malloc(2 * S))) return -1;
@@ -1180,13 +1203,14 @@ static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, si
     if (nf > w->cap_fids) {
         if (sv_grow((void **)&w->fids, nf, sizeof(uint64_t)) ||
             sv_grow((void **)&w->cell, nf, sizeof(uint16_t)) ||
-            sv_grow((void **)&w->emb, nf * mt_model_row_floats((uint32_t)d), sizeof(float)))
+            sv_grow((void **)&w->emb, nf * mt_model_row_floats((uint32_t)d), sizeof(float)) ||
+            (sv->mixed && sv_grow((void **)&w->roff, nf + 1, sizeof(size_t))))
             return -1;
         w->cap_fids = nf;
     }
     size_t rows = n + 1; /* row 0: the user's pooled part */
     if (rows > w->cap_n) {
-        if (sv_grow((void **)&w->E, rows * S * d, sizeof(float)) ||
+        if (sv_grow((void **)&w->E, rows * D, sizeof(float)) ||
             sv_grow((void **)&w->W1, rows * S, sizeof(float)) ||
             sv_grow((void **)&w->probs, rows, sizeof(float)) ||
             sv_grow((void **)&w->ends, rows, sizeof(size_t)))
@@ -1304,13 +1328,14 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
 static void pool_mean(const mt_serving_t *sv, worker_t *w, size_t from, size_t to, float *E,
                       float *W1) {
     size_t S = sv->cfg.nslots;
-    uint32_t d = sv->cfg.dim, *cc = w->count + S;
+    uint32_t *cc = w->count + S;
     for (size_t k = from; k < to; k++)
         cc[w->cell[k]]++;
     for (uint32_t i = 0; i < sv->n_mean; i++) {
         uint16_t s = sv->mean_idx[i];
         uint32_t c = w->count[s] + cc[s];
-        if (c > 1) mt_model_pool_scale(E + (size_t)s * d, W1 + s, mt_model_mean_scale(c), d);
+        if (c > 1)
+            mt_model_pool_scale(E + sv->eoff[s], W1 + s, mt_model_mean_scale(c), sv->dims[s]);
         cc[s] = 0;
     }
 }
@@ -1318,6 +1343,13 @@ static void pool_mean(const mt_serving_t *sv, worker_t *w, size_t from, size_t t
 /* Adds the rows of fids [from, to) to their cells of E and W1 (model.h's pooling). */
 static void pool(const mt_serving_t *sv, const worker_t *w, size_t from, size_t to, float *E,
                  float *W1) {
+    if (sv->mixed) { /* rows packed by their slots' dims */
+        for (size_t k = from; k < to; k++) {
+            uint16_t s = w->cell[k];
+            mt_model_pool_add(E + sv->eoff[s], W1 + s, w->emb + w->roff[k], sv->dims[s]);
+        }
+        return;
+    }
     uint32_t d = sv->cfg.dim;
     size_t rw = mt_model_row_floats(d);
     for (size_t k = from; k < to; k++)
@@ -1371,9 +1403,8 @@ typedef struct local_lookup {
 
 static void local_lookup(void *arg) {
     local_lookup_t *l = arg;
-    size_t rw = mt_model_row_floats(l->sv->cfg.dim);
-    l->err =
-        mt_table_lookup(l->sv->table, l->w->fids, l->k, l->w->emb, l->k * rw, NULL, 0, 0, NULL);
+    size_t len = l->sv->mixed ? l->w->roff[l->k] : l->k * mt_model_row_floats(l->sv->cfg.dim);
+    l->err = mt_table_lookup(l->sv->table, l->w->fids, l->k, l->w->emb, len, NULL, 0, 0, NULL);
 }
 
 static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size_t len) {
@@ -1438,13 +1469,22 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         k = collect(sv, w, k, r->items + r->cands[i].from, r->cands[i].to - r->cands[i].from, 1);
         ends[i] = k;
     }
-    size_t d = sv->cfg.dim, S = sv->cfg.nslots;
+    size_t S = sv->cfg.nslots, D = sv->D;
+    if (sv->mixed) { /* each fid's row in emb: packed by the slots' dims */
+        size_t off = 0;
+        for (size_t j = 0; j < k; j++) {
+            w->roff[j] = off;
+            off += mt_model_row_floats(sv->dims[w->cell[j]]);
+        }
+        w->roff[k] = off;
+    }
     local_lookup_t ll = {sv, w, k, MT_OK};
     mt_err_t err = MT_OK;
     if (sv->peers) {
         /* the ids of shards held elsewhere: from the peers, while the replica reads its own
          * (as zeros for the others: the peers' values are written over them after) */
-        sv_fetch_list_t lists[1] = {{w->fids, k, mt_model_row_floats((uint32_t)d), w->emb}};
+        sv_fetch_list_t lists[1] = {
+            {w->fids, k, mt_model_row_floats(sv->cfg.dim), w->emb, sv->mixed ? w->roff : NULL}};
         uint64_t zeroed = 0;
         err = sv_peers_fetch(sv->peers, &w->fetch, lists, 1, sv->cfg.peer_zeros, &zeroed,
                              local_lookup, &ll, why, sizeof(why));
@@ -1464,8 +1504,8 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         goto out;
     }
     /* the user's part once, in the last row; then each candidate's on top of a copy */
-    float *Eu = w->E + n * S * d, *W1u = w->W1 + n * S;
-    memset(Eu, 0, S * d * sizeof(float));
+    float *Eu = w->E + n * D, *W1u = w->W1 + n * S;
+    memset(Eu, 0, D * sizeof(float));
     memset(W1u, 0, S * sizeof(float));
     pool(sv, w, 0, ku, Eu, W1u);
     if (sv->n_mean) { /* the user's ids per mean-pooled slot */
@@ -1474,9 +1514,9 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
             w->count[w->cell[j]]++;
     }
     for (size_t i = 0; i < n; i++) {
-        float *E = w->E + i * S * d, *W1 = w->W1 + i * S;
+        float *E = w->E + i * D, *W1 = w->W1 + i * S;
         size_t from = i ? ends[i - 1] : ku;
-        memcpy(E, Eu, S * d * sizeof(float));
+        memcpy(E, Eu, D * sizeof(float));
         memcpy(W1, W1u, S * sizeof(float));
         pool(sv, w, from, ends[i], E, W1);
         if (sv->n_mean) pool_mean(sv, w, from, ends[i], E, W1);

@@ -127,6 +127,7 @@ static void stop_shard(cluster_t *c, uint32_t i) {
 typedef struct family {
     mt_model_type_t type;
     uint32_t ncross, rank;
+    const uint32_t *dims; /* [NSLOTS] per-slot dims (0: DIM), or NULL */
 } family_t;
 
 /* Shards (rows idle longer than ttl_s expire, 0: never) and a trainer; with_dense: the
@@ -145,6 +146,7 @@ static void cluster_start_model(cluster_t *c, uint32_t ttl_s, int with_dense, co
         c->tc.model_type = fam->type;
         c->tc.ncross = fam->ncross;
         c->tc.cross_rank = fam->rank;
+        if (fam->dims) memcpy(c->tc.slot_dim, fam->dims, NSLOTS * sizeof(uint32_t));
     }
     c->tc.nslots = NSLOTS;
     memcpy(c->tc.slot_ids, slot_ids, sizeof(slot_ids));
@@ -230,6 +232,7 @@ static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
     memcpy(sc.slot_ids, slot_ids, sizeof(slot_ids));
     memcpy(sc.slot_mean, c->tc.slot_mean, NSLOTS);
     memcpy(sc.slot_hash_buckets, c->tc.slot_hash_buckets, NSLOTS * sizeof(uint64_t));
+    memcpy(sc.slot_dim, c->tc.slot_dim, NSLOTS * sizeof(uint32_t));
     sc.model_type = c->tc.model_type;
     sc.ncross = c->tc.ncross;
     sc.cross_rank = c->tc.cross_rank;
@@ -433,10 +436,21 @@ static size_t nfloats(const uint64_t *fids, size_t n) {
     return n * (DIM + 1);
 }
 
+/* The floats of fids' rows packed by their slots' dims (slot ids 1..NSLOTS are the model
+ * slots 0..NSLOTS-1; a slot_dim of 0 is DIM). */
+static size_t packed_floats(const cluster_t *c, const uint64_t *fids, size_t n) {
+    size_t nf = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t d = c->tc.slot_dim[(fids[i] >> 48) - 1];
+        nf += (d ? d : DIM) + 1;
+    }
+    return nf;
+}
+
 /* Polls until serving's Lookup of fids equals the PS's (values bit for bit, found flags) and
  * the replica has as many rows as the shards. @returns 1 if it converged before the end. */
 static int converged(server_t *s, cluster_t *c, const uint64_t *fids, size_t n, double secs) {
-    size_t nf = nfloats(fids, n);
+    size_t nf = packed_floats(c, fids, n);
     float *a = malloc(nf * sizeof(float)), *b = malloc(nf * sizeof(float));
     uint8_t *fa = malloc(n), *fb = malloc(n);
     double end = now_s() + secs;
@@ -985,7 +999,7 @@ static void served_as_trained(cluster_t *c, const char *what) {
 /* dcnv2 end to end: the trainer trains it through the PS, serving follows and scores it as
  * the trainer does. Full-rank and low-rank cross layers. */
 Test(serving, dcnv2_serves_the_trainers_scores, .timeout = 180) {
-    const family_t fams[2] = {{MT_MODEL_DCNV2, 2, 0}, {MT_MODEL_DCNV2, 3, 4}};
+    const family_t fams[2] = {{MT_MODEL_DCNV2, 2, 0, NULL}, {MT_MODEL_DCNV2, 3, 4, NULL}};
     for (int k = 0; k < 2; k++) {
         cluster_t c;
         cluster_start_model(&c, 0, 1, NULL, NULL, &fams[k], NULL);
@@ -994,6 +1008,49 @@ Test(serving, dcnv2_serves_the_trainers_scores, .timeout = 180) {
         served_as_trained(&c, k ? "dcnv2 rank 4" : "dcnv2 full rank");
         cluster_stop(&c);
     }
+}
+
+/* Per-slot dims (dcnv2): the user slot of dim 8, items 3, categories 5; serving pools rows
+ * of each slot's width as the trainer does. */
+Test(serving, per_slot_dims_serve_as_the_trainer_pools, .timeout = 180, MT_NOT_UNDER_TSAN) {
+    static const uint32_t dims[NSLOTS] = {0, 3, 5};
+    const family_t fam = {MT_MODEL_DCNV2, 2, 0, dims};
+    cluster_t c;
+    cluster_start_model(&c, 0, 1, NULL, NULL, &fam, NULL);
+    mt_model_param_t p;
+    cr_assert_eq(mt_model_param_find(mt_trainer_model(c.tr), "cross.0.w", &p), MT_OK);
+    cr_assert_eq(p.shape[0], DIM + 3 + 5);
+    served_as_trained(&c, "dims 8, 3, 5");
+    /* a node holding shard 0 reads shard 1's rows, each of its slot's width, from a peer
+     * holding both, and scores as that peer does */
+    server_t F, A;
+    server_start_ex(&F, &c, 64, NULL, 50, 0);
+    const uint32_t h0[1] = {0};
+    const char *pa[1] = {F.addr};
+    sharding_t sa = {h0, 1, pa, 1, 0, NULL, NULL};
+    server_start_cfg(&A, &c, 64, NULL, 50, 0, &sa);
+    wait_ready(&F);
+    wait_ready(&A);
+    request_t q;
+    const uint64_t cand[6] = {70, 71, 72, 73, 74, 75};
+    request_init(&q, "req-dims-sharded", 7005, cand, 6);
+    float fs[6], as[6];
+    uint64_t fv = 0, av = 1;
+    double end = now_s() + 30;
+    int same = 0;
+    while (!same && now_s() < end) {
+        int fc = predict(&F, &q, fs, &fv), ac = predict(&A, &q, as, &av);
+        same = fc == MT_RPC_OK && ac == MT_RPC_OK && fv == av;
+        for (int i = 0; same && i < 6; i++)
+            same = fabsf(fs[i] - as[i]) <= 1e-6f;
+        if (!same) usleep(20000);
+    }
+    for (int i = 0; i < 6; i++)
+        cr_expect(fabsf(fs[i] - as[i]) <= 1e-6f, "candidate %d: sharded %.9g, full %.9g", i, as[i],
+                  fs[i]);
+    server_stop(&A);
+    server_stop(&F);
+    cluster_stop(&c);
 }
 
 /* Hash buckets per slot (trainer.slot_hash_buckets): the item slot's ids reduced modulo 4

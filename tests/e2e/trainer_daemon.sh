@@ -4,7 +4,8 @@
 #     the bad lines it was given, logging each with its file and line number;
 #  2. the same run against a monolith-ps shard started from the same config file (sparse
 #     rows and dense parameters on the PS) reports exactly the same figures; so does the
-#     dcnv2 model (model.type), which learns as deepfm does;
+#     dcnv2 model (model.type) with per-slot dims (trainer.slot_dims), which learns as
+#     deepfm does;
 #  3. real data from ../shared/data: MovieLens 100k with its side files (progressive AUC
 #     above 0.75 over two epochs) and the Criteo sample (above 0.6 in one pass);
 #  4. bad command lines and configurations exit 2 with a message naming the culprit, an
@@ -57,14 +58,16 @@ done
 kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
 
 echo "== 2b. dcnv2 (model.type): learns as deepfm does (eval AUC 0.6035 against 0.6031 here), and the same figures against a PS shard"
-dcn=(--set model.type=dcnv2 --set model.cross_layers=2)
+# with per-slot dims (trainer.slot_dims: slot 1 of dim 16, slot 3 of dim 4; the PS derives its
+# table slots from the same keys)
+dcn=(--set model.type=dcnv2 --set model.cross_layers=2 --set "trainer.slot_dims=1:16, 3:4")
 "$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${dcn[@]}" --train "$tmp/train.tsv" \
   --eval "$tmp/eval.tsv" --epochs 2 --report "$tmp/dcn.json" > /dev/null 2> "$tmp/dcn.err" \
   || { cat "$tmp/dcn.err" >&2; fail "dcnv2 local run"; }
 grep -q "model dcnv2" "$tmp/dcn.err" || fail "dcnv2: not the model trained: $(head -5 "$tmp/dcn.err")"
 auc=$(json "$tmp/dcn.json" eval_auc)
 awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "dcnv2 eval AUC $auc is not above 0.6"
-"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps2.port" "${small[@]}" \
+"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps2.port" "${small[@]}" "${dcn[@]}" \
   2> "$tmp/ps2.err" &
 pids+=($!)
 wait_until "$E2E_GUARD_S" test -s "$tmp/ps2.port" ||
@@ -114,6 +117,7 @@ expect 2 "either --train" --config "$conf"
 expect 2 "trainer.hidden" --config "$conf" --set trainer.hidden=64,x --train "$tmp/train.tsv"
 expect 2 "model.type" --config "$conf" --set model.type=dcn --check
 expect 2 "99 is not one of the model's slots" --config "$conf" --set trainer.slot_hash_buckets=99:10 --check
+expect 2 "deepfm's FM term needs one dim" --config "$conf" --set trainer.slot_dims=2:4 --check
 expect 2 "cross_rank" --config "$conf" --set model.type=dcnv2 --set model.cross_rank=100000 --check
 expect 2 "slots" --config "$conf" --set trainer.slots=1,2 --train "$tmp/train.tsv"
 expect 1 "No such file" --config "$conf" --train "$tmp/missing.tsv"

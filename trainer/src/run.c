@@ -138,7 +138,7 @@ static int setup_trainer(mt_trainer_run_t *d) {
     mt_model_config_t mc;
     if (mt_config_slot_hash_buckets(d->cfg, d->slots, d->nslots, tc.slot_hash_buckets, err,
                                     sizeof(err)) ||
-        mt_config_model(d->cfg, d->nslots, &mc, err, sizeof(err))) {
+        mt_config_model(d->cfg, d->slots, d->nslots, tc.slot_dim, &mc, err, sizeof(err))) {
         mt_log(MT_LOG_ERROR, WHO, "%s", err);
         return 2;
     }

@@ -113,6 +113,7 @@ typedef struct mt_config_trainer {
     uint32_t dense_sync_batches;   /* with PS: push/pull dense every this many batches; 0 = local */
     uint64_t hash_buckets;         /* 0: collisionless; else ids reduced modulo this */
     char *slot_hash_buckets;       /* per feature slot, "2:1000, 5:64"; "" = hash_buckets */
+    char *slot_dims;               /* per feature slot, "2:4, 5:32"; "" = dim for all */
     float cowclip_ratio;           /* CowClip of embedding gradients: r; 0 = off */
     float cowclip_zeta;            /* CowClip: lower bound on an embedding's norm */
     uint64_t table_initial_rows;   /* local table only: pre-size for this many rows */
@@ -348,15 +349,19 @@ mt_err_t mt_config_slot_hash_buckets(const mt_config_t *c, const uint16_t *slots
                                      uint64_t *buckets, char *errbuf, size_t errlen);
 
 /**
- * The model both the trainer and serving build from @p c: @p nslots feature slots of
- * trainer.dim, trainer.hidden's MLP, trainer.seed, and [model]'s family, validated
- * (mt_model_config_validate()).
- * @param[out] out  the model's configuration
- * @returns MT_OK or MT_CONFIG (a bad hidden list, or a model the family refuses, such as
- *          full-rank cross layers over too wide an input: message in @p errbuf).
+ * The model both the trainer and serving build from @p c: the feature slots @p slots of
+ * trainer.dim or their trainer.slot_dims, trainer.hidden's MLP, trainer.seed, and [model]'s
+ * family, validated (mt_model_config_validate()).
+ * @param[in]  slots  the model's feature slots (mt_config_derive_trainer_slots())
+ * @param[out] dims   [nslots]: each slot's dim; out->slot_dims points here when they differ
+ *                    from trainer.dim (else NULL)
+ * @param[out] out    the model's configuration
+ * @returns MT_OK or MT_CONFIG (a bad hidden or slot_dims list, or a model the family refuses,
+ *          such as full-rank cross layers over too wide an input, or deepfm with unequal
+ *          dims: message in @p errbuf).
  */
-mt_err_t mt_config_model(const mt_config_t *c, size_t nslots, mt_model_config_t *out, char *errbuf,
-                         size_t errlen);
+mt_err_t mt_config_model(const mt_config_t *c, const uint16_t *slots, size_t nslots, uint32_t *dims,
+                         mt_model_config_t *out, char *errbuf, size_t errlen);
 
 /**
  * Parses a comma-separated list of unsigned integers ("256, 128"; "" = none) of at most

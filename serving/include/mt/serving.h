@@ -81,6 +81,8 @@ typedef struct mt_serving_config {
     uint64_t slot_hash_buckets[MT_SERVING_MAX_SLOTS]; /* parallel to slot_ids, as the
                                                          trainer's: 0 = hash_buckets */
     uint8_t slot_mean[MT_SERVING_MAX_SLOTS];          /* parallel to slot_ids: 1 = mean pooling */
+    uint32_t slot_dim[MT_SERVING_MAX_SLOTS]; /* parallel to slot_ids: the slot's dim, 0 = dim
+                                                (as the trainer's slot_dim) */
     /* The replica table: parts, hash seed, pre-size and the slots (borrowed during create;
      * they must hold every table slot of the model; the replica keeps their dims and
      * precision and drops what only a trainer needs: filter, TTL, optimizer state). */

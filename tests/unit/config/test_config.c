@@ -125,6 +125,7 @@ static const char *const all_keys[] = {
     "[trainer] ttl_s",
     "[trainer] dense_lr",
     "[trainer] dense_sync_batches",
+    "[trainer] slot_dims",
     "[trainer] slot_hash_buckets",
     "[trainer] cowclip_ratio",
     "[trainer] cowclip_zeta",
@@ -281,9 +282,10 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         t->dense_lr != u->dense_lr || t->dense_sync_batches != u->dense_sync_batches ||
         t->hash_buckets != u->hash_buckets || t->table_initial_rows != u->table_initial_rows ||
         t->cowclip_ratio != u->cowclip_ratio || t->cowclip_zeta != u->cowclip_zeta ||
-        strcmp(t->slot_hash_buckets, u->slot_hash_buckets) || t->seed != u->seed ||
-        t->epochs != u->epochs || t->progress_interval_ms != u->progress_interval_ms ||
-        t->auc_window != u->auc_window || t->commit_interval_ms != u->commit_interval_ms ||
+        strcmp(t->slot_hash_buckets, u->slot_hash_buckets) || strcmp(t->slot_dims, u->slot_dims) ||
+        t->seed != u->seed || t->epochs != u->epochs ||
+        t->progress_interval_ms != u->progress_interval_ms || t->auc_window != u->auc_window ||
+        t->commit_interval_ms != u->commit_interval_ms ||
         t->checkpoint_interval_s != u->checkpoint_interval_s ||
         t->recovery_timeout_s != u->recovery_timeout_s ||
         strcmp(t->metrics_listen, u->metrics_listen))
@@ -1710,25 +1712,53 @@ Test(config, model_section_makes_the_model) {
     mt_config_t c;
     char err[256];
     mt_model_config_t mc;
+    uint16_t slots[256], many[256];
+    uint32_t dims[256];
+    for (int i = 0; i < 256; i++)
+        slots[i] = many[i] = (uint16_t)(i + 1);
     init(&c);
-    cr_assert_eq(mt_config_model(&c, 26, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
     cr_expect_eq(mc.type, MT_MODEL_DEEPFM);
     cr_expect(mc.nslots == 26 && mc.dim == 8 && mc.nhidden == 2 && mc.hidden[0] == 256 &&
               mc.hidden[1] == 128 && mc.init_seed == 1);
     cr_assert_eq(mt_config_set(&c, "model.type", "dcnv2", err, sizeof(err)), MT_OK, "%s", err);
     cr_assert_eq(mt_config_set(&c, "trainer.hidden", "64", err, sizeof(err)), MT_OK);
     cr_assert_eq(mt_config_set(&c, "model.cross_layers", "2", err, sizeof(err)), MT_OK);
-    cr_assert_eq(mt_config_model(&c, 26, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
     cr_expect(mc.type == MT_MODEL_DCNV2 && mc.ncross == 2 && mc.cross_rank == 0 &&
-              mc.nhidden == 1 && mc.hidden[0] == 64);
-    /* full rank over 600 x 8 = 4800 inputs: refused, naming the rank */
-    cr_assert_eq(mt_config_model(&c, 600, &mc, err, sizeof(err)), MT_CONFIG);
+              mc.nhidden == 1 && mc.hidden[0] == 64 && mc.slot_dims == NULL);
+    /* per-slot dims: slot 3 of dim 4, the others trainer.dim */
+    cr_assert_eq(mt_config_set(&c, "trainer.slot_dims", "3:4", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_expect(mc.slot_dims == dims && dims[2] == 4 && dims[0] == 8 && dims[25] == 8);
+    /* and the table slots derived for them are rows of each slot's dim + 1 */
+    cr_assert_eq(mt_config_set(&c, "trainer.slots", "1, 2, 3", err, sizeof(err)), MT_OK);
+    uint16_t got[8];
+    size_t ngot = 8;
+    cr_assert_eq(mt_config_derive_trainer_slots(&c, got, &ngot, err, sizeof(err)), MT_OK, "%s",
+                 err);
+    cr_assert_eq(ngot, 3);
+    cr_expect_eq(mt_config_slot(&c, 3, NULL)->dim, 5);
+    cr_expect_eq(mt_config_slot(&c, 1, NULL)->dim, 9);
+    cr_assert_eq(mt_config_set(&c, "trainer.slot_dims", "3:4, 99:2", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "trainer.slot_dims: 99 is not one of the model's slots"), "%s", err);
+    cr_assert_eq(mt_config_set(&c, "model.type", "deepfm", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "trainer.slot_dims", "3:4", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "deepfm") != NULL, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "trainer.slot_dims", "", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.type", "dcnv2", err, sizeof(err)), MT_OK);
+    /* full rank over 256 x 8 = 2048 inputs: fine; 256 x 32 = 8192: refused, naming the rank */
+    cr_assert_eq(mt_config_model(&c, many, 256, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "trainer.dim", "32", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, many, 256, dims, &mc, err, sizeof(err)), MT_CONFIG);
     cr_expect(strstr(err, "cross_rank") != NULL, "%s", err);
     cr_assert_eq(mt_config_set(&c, "model.cross_rank", "32", err, sizeof(err)), MT_OK);
-    cr_assert_eq(mt_config_model(&c, 600, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_assert_eq(mt_config_model(&c, many, 256, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
     cr_expect_eq(mc.cross_rank, 32);
     cr_assert_eq(mt_config_set(&c, "trainer.hidden", "64,x", err, sizeof(err)), MT_OK);
-    cr_assert_eq(mt_config_model(&c, 26, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_assert_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_CONFIG);
     cr_expect(strstr(err, "trainer.hidden") != NULL, "%s", err);
     /* every name the key takes is the model's name of the same family */
     cr_expect_eq(mt_config_set(&c, "model.type", "dcn", err, sizeof(err)), MT_CONFIG);
