@@ -297,6 +297,35 @@ static int first_layer_shared(const mt_model_t *m, const mt__model_scratch_t *sc
     return 0;
 }
 
+/*
+ * An MLP whose tensors start at index @p t0 (layer l's weights t0 + 2l, its bias t0 + 2l + 1,
+ * the output weights t0 + 2L) over @p x [n x w_in]: its activations into @p acts (layer by
+ * layer, [n x h_l] each), logits[i] += A_L[i] w_out. @p first_done: the first layer's
+ * activations are in acts already (serving's shared slots).
+ */
+static void mlp_forward(const mt_model_t *m, size_t t0, const float *x, uint32_t w_in, size_t n,
+                        int first_done, float *acts, float *logits) {
+    const float *a_prev = x;
+    uint32_t w_prev = w_in;
+    float *a = acts;
+    for (uint32_t l = 0; l < m->cfg.nhidden; l++) {
+        const uint32_t h = m->cfg.hidden[l];
+        if (l > 0 || !first_done) {
+            const float *W = tensor_values(m, t0 + 2 * l);
+            const float *b = tensor_values(m, t0 + 2 * l + 1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)w_prev,
+                        1.0f, a_prev, (int)w_prev, W, (int)h, 0.0f, a, (int)h);
+            bias_relu(a, b, n, h);
+        }
+        a_prev = a;
+        w_prev = h;
+        a += n * h;
+    }
+    const float *wout = tensor_values(m, t0 + 2 * m->cfg.nhidden);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)w_prev, 1.0f, a_prev, (int)w_prev, wout,
+                1, 1.0f, logits, 1);
+}
+
 /* dcnv2's cross layer c: its tensors' indexes (v, u: low rank; w: full rank). */
 static size_t cross_t(const mt_model_t *m, uint32_t c) {
     return 1 + (size_t)c * m->per_cross;
@@ -428,25 +457,9 @@ static const float *forward_logits(const mt_model_t *m, const mt__model_scratch_
 
     /* MLP: A_l = relu(A_(l-1) W_l + b_l), logits += A_L w_out. */
     const float *x = dcn ? cross_forward(m, sc, E, n, train) : E;
-    const float *a_prev = x;
-    uint32_t w_prev = in0;
-    float *a = sc->acts;
-    for (uint32_t l = 0; l < m->cfg.nhidden; l++) {
-        const uint32_t h = m->cfg.hidden[l];
-        if (l > 0 || !varies || dcn || first_layer_shared(m, sc, E, n, varies, a)) {
-            const float *W = tensor_values(m, m->mlp0 + 2 * l);
-            const float *b = tensor_values(m, m->mlp0 + 2 * l + 1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)h, (int)w_prev,
-                        1.0f, a_prev, (int)w_prev, W, (int)h, 0.0f, a, (int)h);
-            bias_relu(a, b, n, h);
-        }
-        a_prev = a;
-        w_prev = h;
-        a += n * h;
-    }
-    const float *wout = tensor_values(m, m->ntensors - 1);
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)w_prev, 1.0f, a_prev, (int)w_prev, wout,
-                1, 1.0f, sc->logits, 1);
+    int first_done =
+        varies && !dcn && m->cfg.nhidden > 0 && !first_layer_shared(m, sc, E, n, varies, sc->acts);
+    mlp_forward(m, m->mlp0, x, in0, n, first_done, sc->acts, sc->logits);
     return x;
 }
 
@@ -486,6 +499,64 @@ static void relu_backward(const float *restrict a, const float *da, const float 
                 dzi[j] = v;
                 db[j] += v;
             }
+        }
+    }
+}
+
+/*
+ * The backward pass of mlp_forward()'s MLP (tensors from @p t0, input @p x [n x w_in],
+ * activations @p acts) for dL/dlogit = @p g [n]: writes its tensors' gradients and, when @p dx
+ * is not NULL, dx = beta * dx + dL/dx. @p ga, @p gb: scratch of n * the widest layer each.
+ */
+static void mlp_backward(mt_model_t *m, size_t t0, const float *x, uint32_t w_in0, size_t n,
+                         const float *acts, const float *g, float *ga, float *gb, float *dx,
+                         float beta) {
+    const uint32_t L = m->cfg.nhidden;
+    /* Activation of layer l starts at acts + n * (h_0 + ... + h_(l-1)). */
+    size_t act_off[MT_MODEL_MAX_HIDDEN + 1];
+    act_off[0] = 0;
+    for (uint32_t l = 0; l < L; l++)
+        act_off[l + 1] = act_off[l] + n * m->cfg.hidden[l];
+    const float *a_last = L ? acts + act_off[L - 1] : x;
+    const uint32_t w_last = L ? m->cfg.hidden[L - 1] : w_in0;
+    const mt__model_tensor_t *tout = &m->tensors[t0 + 2 * L];
+    const float *wout = m->values + tout->off;
+    /* d w_out = A_L^T g */
+    cblas_sgemv(CblasRowMajor, CblasTrans, (int)n, (int)w_last, 1.0f, a_last, (int)w_last, g, 1,
+                0.0f, m->grads + tout->off, 1);
+    if (L == 0) {
+        /* dx = beta dx + g w_out^T */
+        if (!dx) return;
+        if (beta == 0.0f) memset(dx, 0, n * w_in0 * sizeof(float));
+        cblas_sger(CblasRowMajor, (int)n, (int)w_in0, 1.0f, g, 1, wout, 1, dx, (int)w_in0);
+        return;
+    }
+    /* dZ_L = (g w_out^T) * relu'(Z_L), and its column sums (the bias gradient), in one pass */
+    float *da = ga, *da_other = gb;
+    relu_backward(acts + act_off[L - 1], NULL, g, wout, n, w_last, da,
+                  m->grads + m->tensors[t0 + 2 * L - 1].off);
+    for (uint32_t l = L; l-- > 0;) {
+        const uint32_t h = m->cfg.hidden[l];
+        const uint32_t w_in = l ? m->cfg.hidden[l - 1] : w_in0;
+        const float *a_in = l ? acts + act_off[l - 1] : x;
+        const mt__model_tensor_t *tw = &m->tensors[t0 + 2 * l];
+        /* dW = A_in^T dZ */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w_in, (int)h, (int)n, 1.0f, a_in,
+                    (int)w_in, da, (int)h, 0.0f, m->grads + tw->off, (int)h);
+        /* dA_in = dZ W^T; for the first layer into dx. */
+        const float *W = m->values + tw->off;
+        if (l > 0) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)w_in, (int)h, 1.0f,
+                        da, (int)h, W, (int)h, 0.0f, da_other, (int)w_in);
+            /* dZ_(l-1) = dA_in * relu'(Z_(l-1)) and the column sums, in one pass */
+            relu_backward(a_in, da_other, NULL, NULL, n, w_in, da_other,
+                          m->grads + m->tensors[t0 + 2 * l - 1].off);
+            float *t = da;
+            da = da_other;
+            da_other = t;
+        } else if (dx) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)w_in, (int)h, 1.0f,
+                        da, (int)h, W, (int)h, beta, dx, (int)w_in);
         }
     }
 }
@@ -697,7 +768,7 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
     const float *x = forward_logits(m, &sc, E, W1, n, NULL, 1);
     const int dcn = is_dcn(m);
 
-    const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width, L = m->cfg.nhidden;
+    const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width;
     const double inv_n = 1.0 / (double)n;
     double loss_sum = 0, gsum = 0;
     for (size_t i = 0; i < n; i++) {
@@ -731,54 +802,9 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
                 fm_backward(E + i * in0, sc.fm + i * d, sc.g[i], S, d, dE + i * in0);
     }
 
-    /* MLP backward. Activation of layer l starts at acts + n * (h_0 + ... + h_(l-1)). */
-    size_t act_off[MT_MODEL_MAX_HIDDEN + 1];
-    act_off[0] = 0;
-    for (uint32_t l = 0; l < L; l++)
-        act_off[l + 1] = act_off[l] + n * m->cfg.hidden[l];
-    const float *a_last = L ? sc.acts + act_off[L - 1] : x;
-    const uint32_t w_last = L ? m->cfg.hidden[L - 1] : in0;
-    const mt__model_tensor_t *tout = &m->tensors[m->ntensors - 1];
-    const float *wout = m->values + tout->off;
-    /* d w_out = A_L^T g */
-    cblas_sgemv(CblasRowMajor, CblasTrans, (int)n, (int)w_last, 1.0f, a_last, (int)w_last, sc.g, 1,
-                0.0f, m->grads + tout->off, 1);
-    if (L == 0) {
-        /* dx += g w_out^T */
-        if (dcn) memset(dx, 0, n * in0 * sizeof(float));
-        if (dx) cblas_sger(CblasRowMajor, (int)n, (int)in0, 1.0f, sc.g, 1, wout, 1, dx, (int)in0);
-        if (dcn) cross_backward(m, &sc, E, n, dE);
-        return MT_OK;
-    }
-    /* dZ_L = (g w_out^T) * relu'(Z_L), and its column sums (the bias gradient), in one pass */
-    float *da = sc.ga, *da_other = sc.gb;
-    relu_backward(sc.acts + act_off[L - 1], NULL, sc.g, wout, n, w_last, da,
-                  m->grads + m->tensors[m->mlp0 + 2 * L - 1].off);
-    for (uint32_t l = L; l-- > 0;) {
-        const uint32_t h = m->cfg.hidden[l];
-        const uint32_t w_in = l ? m->cfg.hidden[l - 1] : in0;
-        const float *a_in = l ? sc.acts + act_off[l - 1] : x;
-        const mt__model_tensor_t *tw = &m->tensors[m->mlp0 + 2 * l];
-        /* dW = A_in^T dZ */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)w_in, (int)h, (int)n, 1.0f, a_in,
-                    (int)w_in, da, (int)h, 0.0f, m->grads + tw->off, (int)h);
-        /* dA_in = dZ W^T; for the first layer it is added to dE. */
-        const float *W = m->values + tw->off;
-        if (l > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)w_in, (int)h, 1.0f,
-                        da, (int)h, W, (int)h, 0.0f, da_other, (int)w_in);
-            /* dZ_(l-1) = dA_in * relu'(Z_(l-1)) and the column sums, in one pass */
-            relu_backward(a_in, da_other, NULL, NULL, n, w_in, da_other,
-                          m->grads + m->tensors[m->mlp0 + 2 * l - 1].off);
-            float *t = da;
-            da = da_other;
-            da_other = t;
-        } else if (dx) {
-            /* deepfm: added to the FM's dE; dcnv2: dL/dX_C, into the cross layers */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)w_in, (int)h, 1.0f,
-                        da, (int)h, W, (int)h, dcn ? 0.0f : 1.0f, dx, (int)w_in);
-        }
-    }
+    /* MLP backward: deepfm adds its dL/dx to the FM's dE; dcnv2 writes dL/dX_C to gx, into
+     * the cross layers. */
+    mlp_backward(m, m->mlp0, x, in0, n, sc.acts, sc.g, sc.ga, sc.gb, dx, dcn ? 0.0f : 1.0f);
     if (dcn) cross_backward(m, &sc, E, n, dE);
     return MT_OK;
 }
