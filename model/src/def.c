@@ -9,7 +9,8 @@
 
 #include "mt/model.h"
 
-static const char *const type_names[] = {[MT_MODEL_DEEPFM] = "deepfm", [MT_MODEL_DCNV2] = "dcnv2"};
+static const char *const type_names[] = {
+    [MT_MODEL_DEEPFM] = "deepfm", [MT_MODEL_DCNV2] = "dcnv2", [MT_MODEL_MMOE] = "mmoe"};
 #define NTYPES (sizeof(type_names) / sizeof(type_names[0]))
 
 const char *mt_model_type_name(mt_model_type_t type) {
@@ -34,6 +35,11 @@ void mt_model_config_init(mt_model_config_t *cfg) {
     cfg->init_seed = 1;
     cfg->type = MT_MODEL_DEEPFM;
     cfg->ncross = 3;
+    cfg->ntasks = 2;
+    cfg->nexperts = 4;
+    cfg->expert_width = 64;
+    for (int t = 0; t < MT_MODEL_MAX_TASKS; t++)
+        cfg->task_weight[t] = 1.0f;
 }
 
 mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, size_t errlen) {
@@ -94,6 +100,29 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
     if (!mt_model_type_name(cfg->type)) {
         snprintf(errbuf, errlen, "model.type = %d: not a model family", (int)cfg->type);
         return MT_CONFIG;
+    }
+    if (cfg->type == MT_MODEL_MMOE) {
+        if (cfg->ntasks < 2 || cfg->ntasks > MT_MODEL_MAX_TASKS) {
+            snprintf(errbuf, errlen, "model.ntasks = %u: mmoe needs 2..%u tasks", cfg->ntasks,
+                     (unsigned)MT_MODEL_MAX_TASKS);
+            return MT_CONFIG;
+        }
+        if (cfg->nexperts < 1 || cfg->nexperts > MT_MODEL_MAX_EXPERTS) {
+            snprintf(errbuf, errlen, "model.nexperts = %u: mmoe needs 1..%u experts", cfg->nexperts,
+                     (unsigned)MT_MODEL_MAX_EXPERTS);
+            return MT_CONFIG;
+        }
+        if (cfg->expert_width < 1 || cfg->expert_width > MT_MODEL_MAX_WIDTH) {
+            snprintf(errbuf, errlen, "model.expert_width = %u: must be in 1..%u", cfg->expert_width,
+                     (unsigned)MT_MODEL_MAX_WIDTH);
+            return MT_CONFIG;
+        }
+        for (uint32_t t = 0; t < cfg->ntasks; t++)
+            if (!(cfg->task_weight[t] >= 0.0f && cfg->task_weight[t] < 1e30f)) {
+                snprintf(errbuf, errlen, "model.task_weight[%u] = %g: must be finite and >= 0", t,
+                         (double)cfg->task_weight[t]);
+                return MT_CONFIG;
+            }
     }
     if (cfg->type == MT_MODEL_DCNV2) {
         const uint32_t D = (uint32_t)width;

@@ -66,9 +66,12 @@ struct mt_model {
     uint32_t max_width; /* widest hidden layer (0 without hidden layers) */
     size_t sum_width;   /* sum of hidden widths */
     size_t ntensors;
-    size_t mlp0;        /* index of the first MLP tensor ("mlp.0.w", or "mlp.out.w") */
+    size_t mlp0;        /* index of the first MLP tensor ("mlp.0.w", or "mlp.out.w"); mmoe:
+                           of task 0's tower, task t's at mlp0 + t * (2 * nhidden + 1) */
+    uint32_t T;         /* tasks (1 but for mmoe) */
     uint32_t per_cross; /* dcnv2: tensors per cross layer (2 full rank, 3 low rank) */
-    mt__model_tensor_t tensors[2 * MT_MODEL_MAX_HIDDEN + 2 + 3 * MT_MODEL_MAX_CROSS];
+    mt__model_tensor_t
+        tensors[5 + MT_MODEL_MAX_TASKS * (2 * MT_MODEL_MAX_HIDDEN + 1) + 3 * MT_MODEL_MAX_CROSS];
     size_t nvalues;
     float *values;
     float *grads;
@@ -79,7 +82,8 @@ struct mt_model {
 typedef struct mt__model_scratch {
     float *acts, *logits, *ga, *gb, *g, *fm, *sq;
     float *zc; /* [max_width]: the first layer's part shared by every row (serving) */
-    float *xs, *zs, *ts, *gx, *dz, *dt; /* dcnv2 (see the top of this file) */
+    float *xs, *zs, *ts, *gx, *dz, *dt;          /* dcnv2 (see the top of this file) */
+    float *ea, *gate, *mix, *dmix, *dea, *dgate; /* mmoe (see the top of this file) */
 } mt__model_scratch_t;
 
 /* ============================== private helpers ============================== */
@@ -101,6 +105,19 @@ static int is_dcn(const mt_model_t *m) {
     return m->cfg.type == MT_MODEL_DCNV2;
 }
 
+static int is_mmoe(const mt_model_t *m) {
+    return m->cfg.type == MT_MODEL_MMOE;
+}
+
+/* mmoe's arrays for a batch of @p n (0 for the others): experts' activations, gates,
+ * mixtures [T x n x h_e], and for training their gradients. */
+static size_t ws_mmoe(const mt_model_t *m, size_t n, int train) {
+    if (!is_mmoe(m)) return 0;
+    const size_t T = m->T, K = m->cfg.nexperts, h = m->cfg.expert_width;
+    size_t fwd = n * K * h + n * T * K + n * T * h;
+    return fwd + (train ? n * h + n * K * h + n * T * K : 0);
+}
+
 /* dcnv2's arrays for a batch of @p n (0 for deepfm); @p train: kept for the backward pass. */
 static size_t ws_cross(const mt_model_t *m, size_t n, int train, size_t *xs, size_t *zs,
                        size_t *ts) {
@@ -115,8 +132,8 @@ static size_t ws_cross(const mt_model_t *m, size_t n, int train, size_t *xs, siz
 
 static size_t ws_need(const mt_model_t *m, size_t n, int train) {
     size_t xs, zs, ts;
-    return n * (m->sum_width + 2 * (size_t)m->max_width + 2 + m->cfg.dim) + m->cfg.dim +
-           m->max_width + ws_cross(m, n, train, &xs, &zs, &ts);
+    return n * (m->sum_width * m->T + 2 * (size_t)m->max_width + 2 * m->T + m->cfg.dim) +
+           m->cfg.dim + m->max_width + ws_cross(m, n, train, &xs, &zs, &ts) + ws_mmoe(m, n, train);
 }
 
 static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n, int train,
@@ -130,15 +147,15 @@ static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n, int
     }
     float *p = ws->buf;
     sc->acts = p;
-    p += n * m->sum_width;
-    sc->logits = p;
-    p += n;
+    p += n * m->sum_width * m->T;
+    sc->logits = p; /* [T x n]: task t's at logits + t * n */
+    p += n * m->T;
     sc->ga = p;
     p += n * m->max_width;
     sc->gb = p;
     p += n * m->max_width;
-    sc->g = p;
-    p += n;
+    sc->g = p; /* [T x n] as logits */
+    p += n * m->T;
     sc->fm = p;
     p += n * m->cfg.dim;
     sc->sq = p;
@@ -156,6 +173,19 @@ static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n, int
     sc->gx = p;
     sc->dz = p + (train && xs ? n * m->in_width : 0);
     sc->dt = p + (train && xs ? 2 * n * m->in_width : 0);
+    p += train && xs ? 2 * n * m->in_width + n * m->cfg.cross_rank : 0;
+    if (is_mmoe(m)) {
+        const size_t T = m->T, K = m->cfg.nexperts, h = m->cfg.expert_width;
+        sc->ea = p;
+        p += n * K * h;
+        sc->gate = p;
+        p += n * T * K;
+        sc->mix = p;
+        p += n * T * h;
+        sc->dmix = p;
+        sc->dea = p + (train ? n * h : 0);
+        sc->dgate = p + (train ? n * h + n * K * h : 0);
+    }
     return MT_OK;
 }
 
@@ -326,6 +356,117 @@ static void mlp_forward(const mt_model_t *m, size_t t0, const float *x, uint32_t
                 1, 1.0f, logits, 1);
 }
 
+static void relu_backward(const float *restrict a, const float *da, const float *restrict g,
+                          const float *restrict w, size_t n, uint32_t h, float *dz,
+                          float *restrict db);
+static void mlp_backward(mt_model_t *m, size_t t0, const float *x, uint32_t w_in0, size_t n,
+                         const float *acts, const float *g, float *ga, float *gb, float *dx,
+                         float beta);
+
+/* mmoe's tensors: b0 0, experts.w 1, experts.b 2, gates.w 3, gates.b 4, task t's tower
+ * from mlp0 + t * (2 * nhidden + 1). */
+static size_t tower_t0(const mt_model_t *m, uint32_t t) {
+    return m->mlp0 + (size_t)t * (2 * m->cfg.nhidden + 1);
+}
+
+/*
+ * mmoe's forward pass over x = E [n x D]: the experts' activations (sc->ea [n x K*h_e]),
+ * the gates (sc->gate [n x T*K], softmax over each task's K), each task's mixture
+ * (sc->mix, task t's [n x h_e] at t * n * h_e) and its tower, added to task t's logits
+ * (sc->logits + t * n, which hold b0[t] + the first order).
+ */
+static void mmoe_forward(const mt_model_t *m, const mt__model_scratch_t *sc, const float *E,
+                         size_t n) {
+    const uint32_t D = m->in_width, T = m->T, K = m->cfg.nexperts, h = m->cfg.expert_width;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)(K * h), (int)D, 1.0f, E,
+                (int)D, tensor_values(m, 1), (int)(K * h), 0.0f, sc->ea, (int)(K * h));
+    bias_relu(sc->ea, tensor_values(m, 2), n, K * h);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)(T * K), (int)D, 1.0f, E,
+                (int)D, tensor_values(m, 3), (int)(T * K), 0.0f, sc->gate, (int)(T * K));
+    const float *bg = tensor_values(m, 4);
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t t = 0; t < T; t++) { /* softmax over task t's K gate logits */
+            float *z = sc->gate + i * T * K + (size_t)t * K;
+            float mx = -INFINITY;
+            for (uint32_t k = 0; k < K; k++) {
+                z[k] += bg[t * K + k];
+                if (z[k] > mx) mx = z[k];
+            }
+            double sum = 0;
+            for (uint32_t k = 0; k < K; k++)
+                sum += z[k] = expf(z[k] - mx);
+            for (uint32_t k = 0; k < K; k++)
+                z[k] = (float)(z[k] / sum);
+        }
+    for (uint32_t t = 0; t < T; t++) {
+        float *f = sc->mix + (size_t)t * n * h;
+        for (size_t i = 0; i < n; i++) {
+            const float *g = sc->gate + i * T * K + (size_t)t * K, *a = sc->ea + i * K * h;
+            float *fi = f + i * h;
+            for (uint32_t j = 0; j < h; j++)
+                fi[j] = g[0] * a[j];
+            for (uint32_t k = 1; k < K; k++)
+                for (uint32_t j = 0; j < h; j++)
+                    fi[j] += g[k] * a[(size_t)k * h + j];
+        }
+        mlp_forward(m, tower_t0(m, t), f, h, n, 0, sc->acts + (size_t)t * n * m->sum_width,
+                    sc->logits + (size_t)t * n);
+    }
+}
+
+/*
+ * mmoe's backward pass for dL/dlogit_t = sc->g + t * n: every tensor's gradient but b0's,
+ * and dE when not NULL.
+ */
+static void mmoe_backward(mt_model_t *m, const mt__model_scratch_t *sc, const float *E, size_t n,
+                          float *dE) {
+    const uint32_t D = m->in_width, T = m->T, K = m->cfg.nexperts, h = m->cfg.expert_width;
+    memset(sc->dea, 0, n * K * h * sizeof(float));
+    for (uint32_t t = 0; t < T; t++) {
+        const float *f = sc->mix + (size_t)t * n * h;
+        /* the tower: its gradients and dL/df_t */
+        mlp_backward(m, tower_t0(m, t), f, h, n, sc->acts + (size_t)t * n * m->sum_width,
+                     sc->g + (size_t)t * n, sc->ga, sc->gb, sc->dmix, 0.0f);
+        /* f_t = sum_k g_t[k] a_k: dL/dg_t[k] = <df_t, a_k>, dL/da_k += g_t[k] df_t; then the
+         * softmax: dz[k] = g[k] (dg[k] - sum_k' g[k'] dg[k']) */
+        for (size_t i = 0; i < n; i++) {
+            const float *df = sc->dmix + i * h, *a = sc->ea + i * K * h;
+            const float *g = sc->gate + i * T * K + (size_t)t * K;
+            float *dz = sc->dgate + i * T * K + (size_t)t * K, *da = sc->dea + i * K * h;
+            double dot = 0;
+            for (uint32_t k = 0; k < K; k++) {
+                double s = 0;
+                for (uint32_t j = 0; j < h; j++) {
+                    s += (double)df[j] * a[(size_t)k * h + j];
+                    da[(size_t)k * h + j] += g[k] * df[j];
+                }
+                dz[k] = (float)s;
+                dot += g[k] * s;
+            }
+            for (uint32_t k = 0; k < K; k++)
+                dz[k] = (float)(g[k] * (dz[k] - dot));
+        }
+    }
+    /* the gates: dWg = E^T dZ, dbg = column sums */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)D, (int)(T * K), (int)n, 1.0f, E,
+                (int)D, sc->dgate, (int)(T * K), 0.0f, m->grads + m->tensors[3].off, (int)(T * K));
+    float *dbg = m->grads + m->tensors[4].off;
+    memset(dbg, 0, T * K * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < T * K; j++)
+            dbg[j] += sc->dgate[i * T * K + j];
+    /* the experts: dPre = dA * relu'(A) and its column sums, dWe = E^T dPre */
+    relu_backward(sc->ea, sc->dea, NULL, NULL, n, K * h, sc->dea, m->grads + m->tensors[2].off);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)D, (int)(K * h), (int)n, 1.0f, E,
+                (int)D, sc->dea, (int)(K * h), 0.0f, m->grads + m->tensors[1].off, (int)(K * h));
+    if (!dE) return;
+    /* dE = dZ Wg^T + dPre We^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)D, (int)(T * K), 1.0f,
+                sc->dgate, (int)(T * K), tensor_values(m, 3), (int)(T * K), 0.0f, dE, (int)D);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)D, (int)(K * h), 1.0f,
+                sc->dea, (int)(K * h), tensor_values(m, 1), (int)(K * h), 1.0f, dE, (int)D);
+}
+
 /* dcnv2's cross layer c: its tensors' indexes (v, u: low rank; w: full rank). */
 static size_t cross_t(const mt_model_t *m, uint32_t c) {
     return 1 + (size_t)c * m->per_cross;
@@ -442,6 +583,18 @@ static const float *forward_logits(const mt_model_t *m, const mt__model_scratch_
     const float b0 = m->values[m->tensors[0].off];
     const int dcn = is_dcn(m);
     assert(!varies || shared_slots_hold(varies, E, W1, n, S, d));
+    if (is_mmoe(m)) { /* each task's logits: b0[t] + the shared first order + its tower */
+        const float *b = m->values + m->tensors[0].off;
+        for (size_t i = 0; i < n; i++) {
+            double lin = 0;
+            for (uint32_t s = 0; s < S; s++)
+                lin += W1[i * S + s];
+            for (uint32_t t = 0; t < m->T; t++)
+                sc->logits[(size_t)t * n + i] = (float)(b[t] + lin);
+        }
+        mmoe_forward(m, sc, E, n);
+        return E;
+    }
 
     /* First order, FM second order (deepfm). */
     for (size_t i = 0; i < n; i++) {
@@ -574,7 +727,7 @@ static mt_err_t forward_impl(const mt_model_t *m, mt_model_ws_t *ws, const float
                              float *probs) {
     mt_err_t err = check_forward_args(m, E, W1, n, probs);
     if (err != MT_OK || n == 0) return err;
-    if (is_dcn(m)) varies = NULL; /* read per row anyway (and E's rows are not S x d) */
+    if (is_dcn(m) || is_mmoe(m)) varies = NULL; /* read per row anyway */
     mt_model_ws_t tmp = {0};
     mt_model_ws_t *use = ws ? ws : &tmp;
     mt__model_scratch_t sc;
@@ -582,7 +735,8 @@ static mt_err_t forward_impl(const mt_model_t *m, mt_model_ws_t *ws, const float
     if (err != MT_OK) goto out;
     forward_logits(m, &sc, E, W1, n, varies, 0);
     for (size_t i = 0; i < n; i++)
-        probs[i] = sigmoidf_stable(sc.logits[i] + log_rate);
+        for (uint32_t t = 0; t < m->T; t++)
+            probs[i * m->T + t] = sigmoidf_stable(sc.logits[(size_t)t * n + i] + log_rate);
 out:
     free(tmp.buf);
     return err;
@@ -644,20 +798,46 @@ mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out) {
         m->cfg.ncross = 0;
         m->cfg.cross_rank = 0;
     }
-    m->mlp0 = m->ntensors;
-    uint32_t w_prev = m->in_width;
-    for (uint32_t l = 0; l < cfg->nhidden; l++) {
-        char name[MT_MODEL_NAME_MAX];
-        uint32_t h = cfg->hidden[l];
-        snprintf(name, sizeof name, "mlp.%u.w", l);
-        set_tensor(m, name, 2, w_prev, h);
-        snprintf(name, sizeof name, "mlp.%u.b", l);
-        set_tensor(m, name, 1, h, 0);
-        if (h > m->max_width) m->max_width = h;
-        m->sum_width += h;
-        w_prev = h;
+    m->T = 1;
+    if (is_mmoe(m)) {
+        const uint32_t D = m->in_width, T = cfg->ntasks, K = cfg->nexperts, h = cfg->expert_width;
+        m->T = T;
+        m->tensors[0].shape[0] = T; /* b0: one per task */
+        m->tensors[0].size = T;
+        m->nvalues = T;
+        set_tensor(m, "experts.w", 2, D, K * h);
+        set_tensor(m, "experts.b", 1, K * h, 0);
+        set_tensor(m, "gates.w", 2, D, T * K);
+        set_tensor(m, "gates.b", 1, T * K, 0);
+    } else {
+        m->cfg.ntasks = 1;
     }
-    set_tensor(m, "mlp.out.w", 2, w_prev, 1);
+    m->mlp0 = m->ntensors;
+    for (uint32_t t = 0; t < m->T; t++) {
+        uint32_t w_prev = is_mmoe(m) ? cfg->expert_width : m->in_width;
+        for (uint32_t l = 0; l < cfg->nhidden; l++) {
+            char name[MT_MODEL_NAME_MAX];
+            uint32_t h = cfg->hidden[l];
+            if (is_mmoe(m)) {
+                snprintf(name, sizeof name, "tower.%u.%u.w", t, l);
+                set_tensor(m, name, 2, w_prev, h);
+                snprintf(name, sizeof name, "tower.%u.%u.b", t, l);
+            } else {
+                snprintf(name, sizeof name, "mlp.%u.w", l);
+                set_tensor(m, name, 2, w_prev, h);
+                snprintf(name, sizeof name, "mlp.%u.b", l);
+            }
+            set_tensor(m, name, 1, h, 0);
+            if (t == 0) {
+                if (h > m->max_width) m->max_width = h;
+                m->sum_width += h;
+            }
+            w_prev = h;
+        }
+        char name[MT_MODEL_NAME_MAX] = "mlp.out.w";
+        if (is_mmoe(m)) snprintf(name, sizeof name, "tower.%u.out.w", t);
+        set_tensor(m, name, 2, w_prev, 1);
+    }
 
     m->values = calloc(m->nvalues, sizeof(float));
     m->grads = calloc(m->nvalues, sizeof(float));
@@ -696,6 +876,10 @@ void mt_model_destroy(mt_model_t *m) {
 
 const mt_model_config_t *mt_model_config(const mt_model_t *m) {
     return &m->cfg;
+}
+
+uint32_t mt_model_ntasks(const mt_model_t *m) {
+    return m ? m->T : 0;
 }
 
 size_t mt_model_nparams(const mt_model_t *m) {
@@ -751,10 +935,10 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
                                    float *probs, float *loss, float *dE, float *dW1) {
     if (!m || n > (size_t)INT_MAX) return MT_INVALID;
     if (n > 0 && (!E || !W1 || !labels)) return MT_INVALID;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n * m->T; i++)
         if (!(labels[i] >= 0.0f && labels[i] <= 1.0f)) return MT_INVALID;
-        if (weights && !(weights[i] >= 0.0f && isfinite(weights[i]))) return MT_INVALID;
-    }
+    for (size_t i = 0; weights && i < n; i++)
+        if (!(weights[i] >= 0.0f && isfinite(weights[i]))) return MT_INVALID;
     if (n == 0) {
         memset(m->grads, 0, m->nvalues * sizeof(float));
         if (loss) *loss = 0.0f;
@@ -768,26 +952,41 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
     const float *x = forward_logits(m, &sc, E, W1, n, NULL, 1);
     const int dcn = is_dcn(m);
 
-    const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width;
+    const uint32_t S = m->cfg.nslots, d = m->cfg.dim, in0 = m->in_width, T = m->T;
     const double inv_n = 1.0 / (double)n;
-    double loss_sum = 0, gsum = 0;
-    for (size_t i = 0; i < n; i++) {
-        float z = sc.logits[i], y = labels[i], w = weights ? weights[i] : 1.0f;
-        float p = sigmoidf_stable(z);
-        if (probs) probs[i] = p;
-        /* log loss from the logit: max(z,0) - z*y + log(1 + exp(-|z|)) */
-        double l = (z > 0 ? (double)z : 0.0) - (double)z * y + log1p(exp(-fabs((double)z)));
-        loss_sum += w * l;
-        sc.g[i] = (float)(w * ((double)p - y) * inv_n);
-        gsum += sc.g[i];
+    double loss_sum = 0;
+    for (uint32_t t = 0; t < T; t++) { /* task t's logits and gradients at t * n */
+        /* mmoe weighs each task's loss; the one task of the others has weight 1 */
+        const double tw = is_mmoe(m) ? m->cfg.task_weight[t] : 1.0;
+        double gsum = 0;
+        for (size_t i = 0; i < n; i++) {
+            float z = sc.logits[(size_t)t * n + i], y = labels[i * T + t];
+            float w = weights ? weights[i] : 1.0f;
+            float p = sigmoidf_stable(z);
+            if (probs) probs[i * T + t] = p;
+            /* log loss from the logit: max(z,0) - z*y + log(1 + exp(-|z|)) */
+            double l = (z > 0 ? (double)z : 0.0) - (double)z * y + log1p(exp(-fabs((double)z)));
+            loss_sum += tw * w * l;
+            float g = (float)(tw * w * ((double)p - y) * inv_n);
+            sc.g[(size_t)t * n + i] = g;
+            gsum += g;
+        }
+        m->grads[m->tensors[0].off + t] = (float)gsum;
     }
     if (loss) *loss = (float)(loss_sum * inv_n);
-    m->grads[m->tensors[0].off] = (float)gsum;
 
-    if (dW1)
-        for (size_t i = 0; i < n; i++)
+    if (dW1) /* the first order is every task's: the sum of their gradients */
+        for (size_t i = 0; i < n; i++) {
+            float g = sc.g[i];
+            for (uint32_t t = 1; t < T; t++)
+                g += sc.g[(size_t)t * n + i];
             for (uint32_t s = 0; s < S; s++)
-                dW1[i * S + s] = sc.g[i];
+                dW1[i * S + s] = g;
+        }
+    if (is_mmoe(m)) {
+        mmoe_backward(m, &sc, E, n, dE);
+        return MT_OK;
+    }
 
     /* FM: d/dE[i,s,k] = g_i * (sum_s' E[i,s',k] - E[i,s,k]), the sums kept by the forward
      * pass. The MLP part is added below. (dcnv2: the MLP's dL/dx goes to gx, through the

@@ -230,6 +230,9 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
     if (c->nslots < 1 || c->nslots > MT_SERVING_MAX_SLOTS)
         BAD("nslots: %u feature slots, 1..%d allowed", c->nslots, MT_SERVING_MAX_SLOTS);
     if (c->nhidden > MT_SERVING_MAX_HIDDEN) BAD("nhidden: %u hidden layers", c->nhidden);
+    if (c->model_type == MT_MODEL_MMOE)
+        BAD("model_type mmoe: Predict returns one score per candidate (multi-task scores are not "
+            "served yet)");
     for (uint32_t s = 0; s < c->nslots; s++) {
         if (c->slot_ids[s] >= MT_MODEL_SLOT_LIMIT)
             BAD("feature slot %u is not below %u", c->slot_ids[s], MT_MODEL_SLOT_LIMIT);

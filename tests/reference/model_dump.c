@@ -53,12 +53,18 @@ int main(int argc, char **argv) {
     int opt;
     uint32_t dims[64];
     size_t ndims = 0;
-    while ((opt = getopt(argc, argv, "t:c:r:D:")) != -1) {
+    while ((opt = getopt(argc, argv, "t:c:r:D:T:K:H:")) != -1) {
         if (opt == 't' && mt_model_type_parse(optarg, &c.type) == MT_OK) continue;
         if (opt == 'c')
             c.ncross = (uint32_t)strtoul(optarg, NULL, 10);
         else if (opt == 'r')
             c.cross_rank = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'T')
+            c.ntasks = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'K')
+            c.nexperts = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'H')
+            c.expert_width = (uint32_t)strtoul(optarg, NULL, 10);
         else if (opt == 'D')
             for (char *p = optarg; *p && ndims < 64; p += *p == ',')
                 dims[ndims++] = (uint32_t)strtoul(p, &p, 10);
@@ -77,6 +83,7 @@ int main(int argc, char **argv) {
     size_t n = strtoul(argv[3], NULL, 10);
     uint64_t seed = strtoull(argv[4], NULL, 10);
     c.nhidden = (uint32_t)(argc - 5);
+    c.task_weight[1] = 0.5f; /* mmoe: a task weight other than 1 */
     if (ndims) {
         if (ndims != c.nslots) {
             fprintf(stderr, "model_dump: -D gives %zu dims for %u slots\n", ndims, c.nslots);
@@ -110,18 +117,18 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < p.size; j++)
             p.values[j] = uniform(&rs, -a, a);
     }
-    size_t S = c.nslots, D = 0, off[65];
+    size_t S = c.nslots, D = 0, off[65], T = mt_model_ntasks(m);
     for (size_t s = 0; s < S && s < 64; s++) {
         off[s] = D;
         D += mt_model_slot_dim(&c, (uint32_t)s);
     }
     if (S > 64) D = S * c.dim; /* one dim: off[] is not needed */
     float *E = malloc(n * D * sizeof(float)), *W1 = malloc(n * S * sizeof(float)),
-          *y = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float)),
-          *probs = malloc(n * sizeof(float)), *fwd = malloc(n * sizeof(float)),
+          *y = malloc(n * T * sizeof(float)), *w = malloc(n * sizeof(float)),
+          *probs = malloc(n * T * sizeof(float)), *fwd = malloc(n * T * sizeof(float)),
           *dE = malloc(n * D * sizeof(float)), *dW1 = malloc(n * S * sizeof(float)),
           *Es = malloc(n * D * sizeof(float)), *W1s = malloc(n * S * sizeof(float)),
-          *ps = malloc(n * sizeof(float));
+          *ps = malloc(n * T * sizeof(float));
     uint8_t *varies = malloc(S);
     if (!E || !W1 || !y || !w || !probs || !fwd || !dE || !dW1 || !Es || !W1s || !ps || !varies)
         return 1;
@@ -130,7 +137,8 @@ int main(int argc, char **argv) {
     for (size_t j = 0; j < n * S; j++)
         W1[j] = uniform(&rs, -0.5f, 0.5f);
     for (size_t i = 0; i < n; i++) {
-        y[i] = i % 4 == 3 ? uniform(&rs, 0, 1) : (float)(rng_next(&rs) & 1);
+        for (size_t t = 0; t < T; t++)
+            y[i * T + t] = i % 4 == 3 ? uniform(&rs, 0, 1) : (float)(rng_next(&rs) & 1);
         w[i] = uniform(&rs, 0, 2);
     }
     float loss = 0, rate = 0.25f;
@@ -157,6 +165,9 @@ int main(int argc, char **argv) {
            S, (size_t)c.dim, n);
     for (uint32_t l = 0; l < c.nhidden; l++)
         printf("%s%u", l ? "," : "", c.hidden[l]);
+    printf("],\"tasks\":%zu,\"task_weights\":[", T);
+    for (size_t t = 0; t < T; t++)
+        printf("%s%.9g", t ? "," : "", (double)mt_model_config(m)->task_weight[t]);
     printf("],\"dims\":[");
     for (size_t s = 0; s < ndims; s++)
         printf("%s%u", s ? "," : "", dims[s]);
@@ -174,20 +185,20 @@ int main(int argc, char **argv) {
     printf("],\n");
     floats("E", E, n * D, 1);
     floats("W1", W1, n * S, 1);
-    floats("labels", y, n, 1);
+    floats("labels", y, n * T, 1);
     floats("weights", w, n, 1);
-    floats("probs", probs, n, 1);
+    floats("probs", probs, n * T, 1);
     printf("\"loss\":%.9g,\n", (double)loss);
     floats("dE", dE, n * D, 1);
     floats("dW1", dW1, n * S, 1);
-    floats("forward", fwd, n, 1);
+    floats("forward", fwd, n * T, 1);
     printf("\"serving\":{\"rate\":%.9g,\"varies\":[", (double)rate);
     for (size_t s = 0; s < S; s++)
         printf("%s%d", s ? "," : "", varies[s]);
     printf("],\n");
     floats("E", Es, n * D, 1);
     floats("W1", W1s, n * S, 1);
-    floats("probs", ps, n, 0);
+    floats("probs", ps, n * T, 0);
     printf("}}\n");
     free(E), free(W1), free(y), free(w), free(probs), free(fwd), free(dE), free(dW1);
     free(Es), free(W1s), free(ps), free(varies);

@@ -37,7 +37,10 @@ CASES = [  # model_dump's options (family, cross layers, rank), slots, dim, batc
     (["-t", "dcnv2", "-c", "3"], 26, 16, 64, 9, [256, 128]),
     (["-t", "dcnv2", "-c", "2", "-r", "32"], 26, 16, 64, 10, [256, 128]),
     (["-t", "dcnv2", "-c", "2", "-D", "3,1,5,8"], 4, 4, 12, 11, [8]),  # per-slot dims
-    (["-t", "dcnv2", "-c", "3", "-r", "4", "-D", "16,4,8"], 3, 8, 16, 12, []),
+        (["-t", "dcnv2", "-c", "3", "-r", "4", "-D", "16,4,8"], 3, 8, 16, 12, []),
+    (["-t", "mmoe", "-T", "2", "-K", "3", "-H", "8"], 4, 3, 12, 13, [6, 4]),
+    (["-t", "mmoe", "-T", "3", "-K", "2", "-H", "5"], 3, 2, 8, 14, []),
+    (["-t", "mmoe", "-T", "2", "-K", "4", "-H", "64"], 26, 16, 64, 15, [128, 64]),
 ]
 
 
@@ -84,6 +87,20 @@ def logits(torch, d, params, E, W1):
             else:
                 z = h @ params[f"cross.{c}.w"]
             h = x0 * (z + params[f"cross.{c}.b"]) + h
+    elif d["model"] == "mmoe":
+        # K experts relu(x We + be), T softmax gates, f_t = sum_k g_t[k] a_k, a tower per task
+        T, K = d["tasks"], params["gates.b"].shape[0] // d["tasks"]
+        a = torch.relu(x0 @ params["experts.w"] + params["experts.b"]).reshape(n, K, -1)
+        g = torch.softmax((x0 @ params["gates.w"] + params["gates.b"]).reshape(n, T, K), dim=2)
+        out = []
+        for t in range(T):
+            h = (g[:, t, :].unsqueeze(2) * a).sum(1)
+            layer = 0
+            while f"tower.{t}.{layer}.w" in params:
+                h = torch.relu(h @ params[f"tower.{t}.{layer}.w"] + params[f"tower.{t}.{layer}.b"])
+                layer += 1
+            out.append((h @ params[f"tower.{t}.out.w"]).squeeze(1) + params["b0"][t])
+        return torch.stack(out, 1) + W1.reshape(n, slots).sum(1, keepdim=True)  # [n x T]
     else:
         raise ValueError(f"no reference for model {d['model']}")
     layer = 0
@@ -103,8 +120,14 @@ def reference(torch, d, dtype):
     E, W1 = t(d["E"]).requires_grad_(), t(d["W1"]).requires_grad_()
     y, w = t(d["labels"]), t(d["weights"])
     logit = logits(torch, d, params, E, W1)
-    loss = (torch.nn.functional.binary_cross_entropy_with_logits(
-        logit, y, weight=w, reduction="sum") / n)
+    if d["model"] == "mmoe":  # sum over tasks of the task's weight times its mean log loss
+        T = d["tasks"]
+        y = y.reshape(n, T)
+        loss = sum(d["task_weights"][t] * torch.nn.functional.binary_cross_entropy_with_logits(
+            logit[:, t], y[:, t], weight=w, reduction="sum") for t in range(T)) / n
+    else:
+        loss = (torch.nn.functional.binary_cross_entropy_with_logits(
+            logit, y, weight=w, reduction="sum") / n)
     loss.backward()
     p = torch.sigmoid(logit).detach()
     sv = d["serving"]
@@ -134,6 +157,8 @@ def check_case(torch, d):
     if d["model"] == "dcnv2":
         name += f" ({d['cross']} cross layers, " + \
             (f"rank {d['rank']})" if d["rank"] else "full rank)")
+    if d["model"] == "mmoe":
+        name += f" ({d['tasks']} tasks weighted {d['task_weights']})"
     name += f" slots {d['slots']} dim {d['dim']} batch {d['n']} hidden {d['hidden']}"
     if d.get("dims"):
         name += f" slot dims {d['dims']}"

@@ -203,6 +203,9 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         !(cfg->cowclip_ratio >= 0 && cfg->cowclip_ratio < 1e30f) ||
         !(cfg->cowclip_zeta >= 0 && cfg->cowclip_zeta < 1e30f))
         return MT_CONFIG;
+    /* one score per example: the multi-task family (mmoe) needs task labels the batches do
+     * not carry yet */
+    if (cfg->model_type == MT_MODEL_MMOE) return MT_CONFIG;
     /* slot_hash_buckets is indexed like slot_ids, not by slot id: catch the mix-up */
     for (uint32_t s = cfg->nslots; s < 256; s++)
         if (cfg->slot_hash_buckets[s] || cfg->slot_mean[s] || cfg->slot_dim[s]) return MT_CONFIG;

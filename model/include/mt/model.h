@@ -27,7 +27,16 @@
  *
  * Model families (mt_model_config_t.type; mt_model_type_name() gives the config's names):
  *
- *   deepfm  the logit above: first order + FM + MLP(x)
+  *   deepfm  the logit above: first order + FM + MLP(x)
+ *   mmoe    T tasks (Ma et al., "Modeling Task Relationships in Multi-task Learning with
+ *           Multi-gate Mixture-of-Experts", KDD 2018): K shared experts, one softmax gate
+ *           and one tower per task, the first order shared:
+ *             a_k     = relu(x We_k + be_k)                  (expert k, width h_e)
+ *             g_t     = softmax(x Wg_t + bg_t)               (gate of task t, over the K)
+ *             f_t     = sum_k g_t[k] a_k
+ *             logit_t = b0[t] + sum_s W1[s] + MLP_t(f_t)    (tower t: the hidden widths)
+ *           The loss is sum_t task_weight[t] * the mean log loss of task t. Scores and labels
+ *           are [n x T] (example i's task t at i*T + t); the other families have T = 1.
  *   dcnv2   first order + MLP(x_C), no FM: C cross layers (DCN-v2, Wang et al. 2021) over
  *           x_0 = x, stacked before the MLP (which reads the last one's output):
  *             x_(c+1) = x_0 * (x_c W_c + b_c) + x_c           (element-wise *, full rank)
@@ -43,7 +52,12 @@
  *   "cross.<c>.b" [D]          dcnv2: its bias
  *   "mlp.<l>.w"   [in_l, h_l]  hidden layer l weights, in_0 = D, in_l = h_(l-1)
  *   "mlp.<l>.b"   [h_l]        hidden layer l bias
- *   "mlp.out.w"   [in_out, 1]  output weights, in_out = h_last (D without hidden layers)
+  *   "mlp.out.w"   [in_out, 1]  output weights, in_out = h_last (D without hidden layers)
+ *   mmoe instead of "b0" and the MLP: "b0" [T], "experts.w" [D, K*h_e] (expert k's columns
+ *   k*h_e ..), "experts.b" [K*h_e], "gates.w" [D, T*K] (task t's columns t*K ..), "gates.b"
+ *   [T*K], then per task t its tower "tower.<t>.<l>.w" / ".b" and "tower.<t>.out.w", shaped
+ *   as the MLP's over an input of h_e.
+
  *
  * Loss: weighted log loss, mean over the batch:  L = (1/n) sum_i w_i * logloss(p_i, y_i)
  * (w_i = 1 without weights; dividing by n rather than by sum w keeps the gradient scale
@@ -147,15 +161,19 @@ static inline void mt_model_pool_add(float *restrict e, float *restrict w1,
 #define MT_MODEL_MAX_INPUT      (1u << 22) /* nslots * dim at most (the MLP's input width) */
 #define MT_MODEL_NAME_MAX       32   /* parameter names are shorter than this (NUL included) */
 #define MT_MODEL_MAX_CROSS      8    /* dcnv2: cross layers at most */
+#define MT_MODEL_MAX_TASKS      4    /* mmoe: tasks at most */
+#define MT_MODEL_MAX_EXPERTS    8    /* mmoe: experts at most */
 #define MT_MODEL_MAX_FULL_CROSS 4096 /* dcnv2: D at most for full-rank cross layers */
 
 /** The model family (see the top of this file). */
 typedef enum mt_model_type {
     MT_MODEL_DEEPFM = 0,
     MT_MODEL_DCNV2 = 1,
+    MT_MODEL_MMOE = 2,
 } mt_model_type_t;
 
-/** @returns the family's name in the configuration ("deepfm", "dcnv2"), NULL if unknown. */
+/** @returns the family's name in the configuration ("deepfm", "dcnv2", "mmoe"), NULL if
+ *  unknown. */
 const char *mt_model_type_name(mt_model_type_t type);
 
 /** Parses a family's name. @returns MT_OK or MT_CONFIG (unknown name, NULL argument). */
@@ -172,9 +190,13 @@ typedef struct mt_model_config {
     uint32_t hidden[MT_MODEL_MAX_HIDDEN]; /* widths, each 1..MAX_WIDTH (default 256, 128) */
     uint64_t init_seed;                   /* Xavier-uniform weights are a function of it */
     mt_model_type_t type;                 /* the family (default deepfm) */
-    uint32_t ncross;           /* dcnv2: cross layers, 1..MT_MODEL_MAX_CROSS (default 3) */
-    uint32_t cross_rank;       /* dcnv2: 0 = full rank (D <= MT_MODEL_MAX_FULL_CROSS), else the
+    uint32_t ncross;       /* dcnv2: cross layers, 1..MT_MODEL_MAX_CROSS (default 3) */
+    uint32_t cross_rank;   /* dcnv2: 0 = full rank (D <= MT_MODEL_MAX_FULL_CROSS), else the
                             rank r of each layer's U V, 1..D (default 0) */
+    uint32_t ntasks;       /* mmoe: tasks T, 2..MT_MODEL_MAX_TASKS (default 2); others: 1 */
+    uint32_t nexperts;     /* mmoe: experts K, 1..MT_MODEL_MAX_EXPERTS (default 4) */
+    uint32_t expert_width; /* mmoe: each expert's width h_e, 1..MT_MODEL_MAX_WIDTH (64) */
+    float task_weight[MT_MODEL_MAX_TASKS]; /* mmoe: each task's loss weight, >= 0 (1) */
     const uint32_t *slot_dims; /* [nslots]: each slot's embedding dim d_s, or NULL: dim for
                                   every slot (default). Borrowed by validate and create (the
                                   model keeps a copy: mt_model_config() points to it); deepfm
@@ -223,8 +245,11 @@ void mt_model_destroy(mt_model_t *m);
 const mt_model_config_t *mt_model_config(const mt_model_t *m);
 
 /** @returns the number of dense parameter tensors (2 * nhidden + 2, and dcnv2's cross
- *  layers: 2 or 3 each). */
+ *  layers: 2 or 3 each; mmoe: 5 + T * (2 * nhidden + 1)). */
 size_t mt_model_nparams(const mt_model_t *m);
+
+/** @returns the model's tasks T: the scores per example (1 but for mmoe); 0 for NULL. */
+uint32_t mt_model_ntasks(const mt_model_t *m);
 
 /**
  * Describes parameter tensor @p i (0-based, in the order of the table above).
@@ -251,7 +276,7 @@ void mt_model_ws_destroy(mt_model_ws_t *ws);
  * @param[in]  ws     scratch owned by the calling thread; NULL allocates and frees per call
  * @param[in]  E      [n x S x d], borrowed
  * @param[in]  W1     [n x S], borrowed
- * @param[out] probs  [n]
+  * @param[out] probs  [n x T]
  * @returns MT_OK, MT_INVALID (NULL arrays with n > 0, n above INT_MAX) or MT_NOMEM.
  */
 mt_err_t mt_model_forward(const mt_model_t *m, mt_model_ws_t *ws, const float *E, const float *W1,
@@ -279,9 +304,9 @@ mt_err_t mt_model_forward_serving(const mt_model_t *m, mt_model_ws_t *ws, const 
 /**
  * Forward and backward for the weighted mean log loss. Overwrites (does not accumulate) the
  * gradient of every dense parameter (read them with mt_model_param()).
- * @param[in]  labels   [n], each in [0, 1]
+  * @param[in]  labels   [n x T], each in [0, 1]
  * @param[in]  weights  [n], each finite and >= 0, or NULL for all 1
- * @param[out] probs    [n] p_i, or NULL
+  * @param[out] probs  [n x T] p_i, or NULL
  * @param[out] loss     the mean loss, or NULL
  * @param[out] dE       [n x S x d] dL/dE, or NULL when not wanted
  * @param[out] dW1      [n x S] dL/dW1, or NULL when not wanted

@@ -1762,12 +1762,16 @@ Test(config, model_section_makes_the_model) {
     cr_expect(strstr(err, "trainer.hidden") != NULL, "%s", err);
     /* every name the key takes is the model's name of the same family */
     cr_expect_eq(mt_config_set(&c, "model.type", "dcn", err, sizeof(err)), MT_CONFIG);
-    for (int t = 0; mt_model_type_name((mt_model_type_t)t); t++) {
-        cr_assert_eq(mt_config_set(&c, "model.type", mt_model_type_name((mt_model_type_t)t), err,
-                                   sizeof(err)),
-                     MT_OK, "%s", err);
-        cr_expect_eq((int)c.model.type, t);
+    const mt_model_type_t offered[] = {MT_MODEL_DEEPFM, MT_MODEL_DCNV2};
+    for (size_t k = 0; k < sizeof(offered) / sizeof(offered[0]); k++) {
+        cr_assert_eq(
+            mt_config_set(&c, "model.type", mt_model_type_name(offered[k]), err, sizeof(err)),
+            MT_OK, "%s", err);
+        cr_expect_eq(c.model.type, offered[k]);
     }
+    /* mmoe is the model library's only: trainer and serving do not carry multi-task labels
+     * and scores yet (docs/models.md) */
+    cr_expect_eq(mt_config_set(&c, "model.type", "mmoe", err, sizeof(err)), MT_CONFIG);
     cr_expect_eq(mt_config_set(&c, "model.cross_layers", "0", err, sizeof(err)), MT_CONFIG);
     cr_expect_eq(mt_config_set(&c, "model.cross_layers", "9", err, sizeof(err)), MT_CONFIG);
     mt_config_free(&c);

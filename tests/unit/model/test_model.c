@@ -35,10 +35,11 @@ static float rng_uniform(uint64_t *s, float lo, float hi) {
 typedef struct family {
     mt_model_type_t type;
     uint32_t ncross, rank;
-    const uint32_t *dims; /* per-slot dims, or NULL */
+    const uint32_t *dims;                    /* per-slot dims, or NULL */
+    uint32_t ntasks, nexperts, expert_width; /* mmoe */
 } family_t;
 
-static const family_t DEEPFM = {MT_MODEL_DEEPFM, 0, 0, NULL};
+static const family_t DEEPFM = {MT_MODEL_DEEPFM, 0, 0, NULL, 0, 0, 0};
 
 static mt_model_t *mk_model_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
                                const uint32_t *hidden, uint64_t seed) {
@@ -52,6 +53,13 @@ static mt_model_t *mk_model_of(family_t f, uint32_t S, uint32_t d, uint32_t nhid
     c.init_seed = seed;
     c.type = f.type;
     c.slot_dims = f.dims;
+    if (f.type == MT_MODEL_MMOE) {
+        c.ntasks = f.ntasks;
+        c.nexperts = f.nexperts;
+        c.expert_width = f.expert_width;
+        c.task_weight[1] = 0.5f; /* weights other than 1 */
+        c.task_weight[2] = 2.0f;
+    }
     if (f.type == MT_MODEL_DCNV2) {
         c.ncross = f.ncross;
         c.cross_rank = f.rank;
@@ -111,16 +119,17 @@ static void grad_check_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
     size_t D = 0;
     for (uint32_t s = 0; s < S; s++)
         D += f.dims ? f.dims[s] : d;
-    size_t ne = n * D, nw = n * S;
+    size_t ne = n * D, nw = n * S, T = mt_model_ntasks(m);
     float *E = malloc(ne * sizeof *E), *W1 = malloc(nw * sizeof *W1);
-    float *y = malloc(n * sizeof *y), *w = malloc(n * sizeof *w);
+    float *y = malloc(n * T * sizeof *y), *w = malloc(n * sizeof *w);
     float *dE = malloc(ne * sizeof *dE), *dW1 = malloc(nw * sizeof *dW1);
     for (size_t j = 0; j < ne; j++)
         E[j] = rng_uniform(&rs, -0.6f, 0.6f);
     for (size_t j = 0; j < nw; j++)
         W1[j] = rng_uniform(&rs, -0.3f, 0.3f);
     for (size_t i = 0; i < n; i++) {
-        y[i] = (float)(i % 2);
+        for (size_t t = 0; t < T; t++) /* tasks labelled differently */
+            y[i * T + t] = (float)((i + t * (i / 2)) % 2);
         w[i] = rng_uniform(&rs, 0.5f, 2.0f);
     }
     const float *wp = use_weights ? w : NULL;
@@ -217,35 +226,53 @@ Test(model_grad, dense_grads_overwritten_not_accumulated) {
  * straight into the output layer, one layer or several. */
 Test(model_grad, dcnv2_full_rank_two_cross_layers_two_hidden) {
     const uint32_t h[] = {7, 5};
-    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0, NULL}, 3, 2, 2, h, 5, 1, 21);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0, NULL, 0, 0, 0}, 3, 2, 2, h, 5, 1, 21);
 }
 
 Test(model_grad, dcnv2_low_rank_three_cross_layers_one_hidden) {
     const uint32_t h[] = {6};
-    grad_check_of((family_t){MT_MODEL_DCNV2, 3, 2, NULL}, 2, 3, 1, h, 4, 0, 22);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 3, 2, NULL, 0, 0, 0}, 2, 3, 1, h, 4, 0, 22);
 }
 
 Test(model_grad, dcnv2_one_cross_layer_no_hidden) {
-    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL}, 3, 2, 0, NULL, 4, 1, 23);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL, 0, 0, 0}, 3, 2, 0, NULL, 4, 1, 23);
 }
 
 /* per-slot dims (dcnv2 takes any): slots of dims 3, 1 and 5 */
 Test(model_grad, dcnv2_per_slot_dims) {
     static const uint32_t dims[3] = {3, 1, 5};
     const uint32_t h[] = {6};
-    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0, dims}, 3, 3, 1, h, 4, 1, 25);
-    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 2, dims}, 3, 3, 0, NULL, 3, 0, 26);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0, dims, 0, 0, 0}, 3, 3, 1, h, 4, 1, 25);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 2, dims, 0, 0, 0}, 3, 3, 0, NULL, 3, 0, 26);
+}
+
+/* mmoe: every expert, gate and tower tensor, b0 per task, dE and dW1; with and without
+ * tower hidden layers, 2 and 3 tasks, one expert (the gate's softmax is then constant). */
+Test(model_grad, mmoe_two_tasks_towers_of_two_layers) {
+    const uint32_t h[] = {5, 3};
+    grad_check_of((family_t){MT_MODEL_MMOE, 0, 0, NULL, 2, 3, 4}, 3, 2, 2, h, 5, 1, 40);
+}
+
+Test(model_grad, mmoe_three_tasks_no_tower_hidden_layer) {
+    grad_check_of((family_t){MT_MODEL_MMOE, 0, 0, NULL, 3, 2, 3}, 2, 3, 0, NULL, 4, 0, 32);
+}
+
+Test(model_grad, mmoe_one_expert_per_slot_dims) {
+    static const uint32_t dims[3] = {2, 1, 3};
+    const uint32_t h[] = {4};
+    grad_check_of((family_t){MT_MODEL_MMOE, 0, 0, dims, 2, 1, 3}, 3, 2, 1, h, 3, 1, 33);
 }
 
 Test(model_grad, dcnv2_low_rank_no_hidden_single_slot) {
-    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 1, NULL}, 1, 4, 0, NULL, 3, 1, 24);
+    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 1, NULL, 0, 0, 0}, 1, 4, 0, NULL, 3, 1, 24);
 }
 
 /* The dense gradients do not depend on whether dE is asked for (without it the cross
  * layers' backward pass stops early). */
 Test(model_grad, dcnv2_dense_grads_same_without_dE) {
     const uint32_t h[] = {4};
-    const family_t fams[] = {{MT_MODEL_DCNV2, 2, 0, NULL}, {MT_MODEL_DCNV2, 2, 3, NULL}};
+    const family_t fams[] = {{MT_MODEL_DCNV2, 2, 0, NULL, 0, 0, 0},
+                             {MT_MODEL_DCNV2, 2, 3, NULL, 0, 0, 0}};
     for (size_t q = 0; q < 2; q++) {
         mt_model_t *m = mk_model_of(fams[q], 2, 3, 1, h, 5);
         uint64_t rs = 3;
@@ -287,7 +314,7 @@ Test(model_grad, dcnv2_dense_grads_same_without_dE) {
  *   logit = 0.53 (no FM term, which would add 0.5 * (3^2 - 5) = 2)
  */
 Test(model_forward, dcnv2_hand_worked_example) {
-    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL}, 2, 1, 0, NULL, 1);
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL, 0, 0, 0}, 2, 1, 0, NULL, 1);
     cr_assert_eq(mt_model_nparams(m), 4);
     mt_model_param_t b0, w, b, wout;
     cr_assert_eq(mt_model_param_find(m, "b0", &b0), MT_OK);
@@ -319,7 +346,8 @@ Test(model_forward, dcnv2_hand_worked_example) {
  * serving forward's shared slots (which dcnv2 reads per row). */
 Test(model_forward, dcnv2_same_scores_every_way) {
     const uint32_t h[] = {8};
-    const family_t fams[] = {{MT_MODEL_DCNV2, 3, 0, NULL}, {MT_MODEL_DCNV2, 2, 4, NULL}};
+    const family_t fams[] = {{MT_MODEL_DCNV2, 3, 0, NULL, 0, 0, 0},
+                             {MT_MODEL_DCNV2, 2, 4, NULL, 0, 0, 0}};
     for (size_t q = 0; q < 2; q++) {
         mt_model_t *m = mk_model_of(fams[q], 4, 3, 1, h, 8);
         enum { N = 9, S = 4, D = 12 };
@@ -773,9 +801,76 @@ Test(model_config, families_and_cross_layers) {
     cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
 }
 
+/* mmoe: b0 per task, the experts and gates as one tensor each, a tower per task; the
+ * scores [n x T]; the same every way (workspace, none, training); bad settings refused. */
+Test(model_params, mmoe_names_shapes_and_scores) {
+    const uint32_t h[] = {6};
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_MMOE, 0, 0, NULL, 3, 2, 5}, 4, 2, 1, h, 9);
+    cr_assert_eq(mt_model_ntasks(m), 3);
+    const char *names[] = {"b0",          "experts.w",    "experts.b",     "gates.w",
+                           "gates.b",     "tower.0.0.w",  "tower.0.0.b",   "tower.0.out.w",
+                           "tower.1.0.w", "tower.1.0.b",  "tower.1.out.w", "tower.2.0.w",
+                           "tower.2.0.b", "tower.2.out.w"};
+    const uint32_t sh[][2] = {{3, 0}, {8, 10}, {10, 0}, {8, 6}, {6, 0}, {5, 6}, {6, 0},
+                              {6, 1}, {5, 6},  {6, 0},  {6, 1}, {5, 6}, {6, 0}, {6, 1}};
+    cr_assert_eq(mt_model_nparams(m), 14);
+    for (size_t t = 0; t < 14; t++) {
+        mt_model_param_t p;
+        cr_assert_eq(mt_model_param(m, t, &p), MT_OK);
+        cr_expect_str_eq(p.name, names[t]);
+        cr_expect(p.shape[0] == sh[t][0] && p.shape[1] == sh[t][1], "%s", names[t]);
+    }
+    enum { N = 7 };
+    uint64_t rs = 3;
+    float E[N * 8], W1[N * 4], y[N * 3], p1[N * 3], p2[N * 3], p3[N * 3];
+    for (int j = 0; j < N * 8; j++)
+        E[j] = rng_uniform(&rs, -1, 1);
+    for (int j = 0; j < N * 4; j++)
+        W1[j] = rng_uniform(&rs, -1, 1);
+    for (int j = 0; j < N * 3; j++)
+        y[j] = (float)(j % 2);
+    mt_model_ws_t *ws = NULL;
+    cr_assert_eq(mt_model_ws_create(&ws), MT_OK);
+    cr_assert_eq(mt_model_forward(m, ws, E, W1, N, p1), MT_OK);
+    cr_assert_eq(mt_model_forward(m, NULL, E, W1, N, p2), MT_OK);
+    cr_assert_eq(mt_model_forward_backward(m, E, W1, y, NULL, N, p3, NULL, NULL, NULL), MT_OK);
+    for (int j = 0; j < N * 3; j++) {
+        cr_expect_eq(p1[j], p2[j]);
+        cr_expect_float_eq(p1[j], p3[j], 1e-6f);
+    }
+    cr_expect(p1[0] != p1[1] && p1[1] != p1[2], "the tasks score differently");
+    y[4] = 1.5f; /* a task label out of range */
+    cr_expect_eq(mt_model_forward_backward(m, E, W1, y, NULL, N, NULL, NULL, NULL, NULL),
+                 MT_INVALID);
+    mt_model_ws_destroy(ws);
+    mt_model_destroy(m);
+
+    mt_model_config_t c;
+    char err[160];
+    mt_model_config_init(&c);
+    c.nslots = 2;
+    c.dim = 4;
+    c.type = MT_MODEL_MMOE;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_OK, "%s", err);
+    c.ntasks = 1;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "ntasks") != NULL, "%s", err);
+    c.ntasks = MT_MODEL_MAX_TASKS + 1;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    c.ntasks = 2;
+    c.nexperts = 0;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "nexperts") != NULL, "%s", err);
+    c.nexperts = 2;
+    c.task_weight[1] = -1;
+    cr_expect_eq(mt_model_config_validate(&c, err, sizeof err), MT_CONFIG);
+    cr_expect(strstr(err, "task_weight[1]") != NULL, "%s", err);
+    cr_expect_str_eq(mt_model_type_name(MT_MODEL_MMOE), "mmoe");
+}
+
 Test(model_params, dcnv2_names_and_shapes) {
     const uint32_t h[] = {32};
-    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 2, 8, NULL}, 5, 4, 1, h, 3);
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 2, 8, NULL, 0, 0, 0}, 5, 4, 1, h, 3);
     const char *names[] = {"b0",        "cross.0.v", "cross.0.u", "cross.0.b", "cross.1.v",
                            "cross.1.u", "cross.1.b", "mlp.0.w",   "mlp.0.b",   "mlp.out.w"};
     const uint32_t sh[][2] = {{1, 0},  {20, 8}, {8, 20},  {20, 0}, {20, 8},
@@ -795,7 +890,7 @@ Test(model_params, dcnv2_names_and_shapes) {
     mt_model_destroy(m);
     /* per-slot dims: the width is their sum; the model keeps its own copy of them */
     uint32_t dims[3] = {2, 7, 3};
-    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, dims}, 3, 4, 1, h, 3);
+    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, dims, 0, 0, 0}, 3, 4, 1, h, 3);
     dims[1] = 99;
     mt_model_param_t q;
     cr_assert_eq(mt_model_param_find(m, "cross.0.w", &q), MT_OK);
@@ -804,7 +899,7 @@ Test(model_params, dcnv2_names_and_shapes) {
     cr_expect(q.shape[0] == 12 && q.shape[1] == 32);
     cr_expect_eq(mt_model_config(m)->slot_dims[1], 7);
     mt_model_destroy(m);
-    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL}, 5, 4, 0, NULL, 3);
+    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL, 0, 0, 0}, 5, 4, 0, NULL, 3);
     mt_model_param_t p;
     cr_assert_eq(mt_model_nparams(m), 4);
     cr_assert_eq(mt_model_param(m, 1, &p), MT_OK);
