@@ -187,14 +187,19 @@ static void model_config(const mt_serving_config_t *c, uint32_t *dims, mt_model_
     mc->cross_rank = c->cross_rank;
 }
 
+_Static_assert(sizeof(((mt_serving_config_t *)0)->hidden) ==
+                   sizeof(((mt_model_config_t *)0)->hidden),
+               "the MLP's widths are the model's");
+
 void mt_serving_config_init(mt_serving_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->dim = 16;
-    cfg->nhidden = 2;
-    cfg->hidden[0] = 256;
-    cfg->hidden[1] = 128;
-    cfg->model_type = MT_MODEL_DEEPFM;
-    cfg->ncross = 3;
+    mt_model_config_t mc; /* the model's own defaults: MLP, family, cross layers */
+    mt_model_config_init(&mc);
+    cfg->nhidden = mc.nhidden;
+    memcpy(cfg->hidden, mc.hidden, sizeof(cfg->hidden));
+    cfg->model_type = mc.type;
+    cfg->ncross = mc.ncross;
     mt_table_config_init(&cfg->table);
     cfg->negative_rate = 1.0f;
     cfg->sync_interval_ms = 10000;

@@ -110,14 +110,19 @@ struct mt_trainer {
     pipe_t pipe;
 };
 
+_Static_assert(sizeof(((mt_trainer_config_t *)0)->hidden) ==
+                   sizeof(((mt_model_config_t *)0)->hidden),
+               "the MLP's widths are the model's");
+
 void mt_trainer_config_init(mt_trainer_config_t *cfg) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->dim = 8; /* dim, optimizer and lr: [trainer]'s defaults (docs/trainer.md's sweep) */
-    cfg->nhidden = 2;
-    cfg->hidden[0] = 256;
-    cfg->hidden[1] = 128;
-    cfg->model_type = MT_MODEL_DEEPFM;
-    cfg->ncross = 3;
+    mt_model_config_t mc; /* the model's own defaults: MLP, family, cross layers */
+    mt_model_config_init(&mc);
+    cfg->nhidden = mc.nhidden;
+    memcpy(cfg->hidden, mc.hidden, sizeof(cfg->hidden));
+    cfg->model_type = mc.type;
+    cfg->ncross = mc.ncross;
     cfg->cowclip_zeta = 1e-5f;
     cfg->seed = 1;
     cfg->sparse_opt = MT_OPT_FTRL;
