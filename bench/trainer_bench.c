@@ -14,7 +14,8 @@
  *     untimed warm-up pass of as many examples: most ids have a row, as in a steady stream;
  *   - each with 1 thread (a trainer and its own table) and 2 threads (two trainers, each
  *     its dense model, on one shared table: hogwild on the sparse part);
- *   - model "dcnv2" (3 cross layers, full rank and rank 64), warm, 1 thread, each with its
+ *   - model "dcnv2" (3 cross layers, full rank and rank 64; --quick: rank 64 only), warm, 1
+ *     thread, each with its
  *     own compute floor (the MLP's FLOPs plus the cross layers') and vs_deepfm;
   *   - pytorch_examples_per_s: a plain PyTorch DeepFM of the same shapes and optimizers on
  *     the warm stream (bench/pytorch_deepfm.py, one thread, run by /usr/bin/python3 when
@@ -430,12 +431,13 @@ int main(int argc, char **argv) {
     mt_bench_run_conditions("trainer");
     size_t total = 300000, batch = 512;
     uint64_t initial_rows = 0;
-    int reps = 1, with_ps = 1, with_torch = 1, max_threads = 2, phase_lo = PHASE_COLD,
+    int reps = 1, with_ps = 1, with_torch = 1, quick = 0, max_threads = 2, phase_lo = PHASE_COLD,
         phase_hi = PHASE_WARM;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick"))
+        if (!strcmp(argv[i], "--quick")) {
             total = 20000;
-        else if (!strcmp(argv[i], "--examples") && i + 1 < argc)
+            quick = 1;
+        } else if (!strcmp(argv[i], "--examples") && i + 1 < argc)
             total = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = strtoull(argv[++i], NULL, 10);
@@ -537,7 +539,8 @@ int main(int argc, char **argv) {
      * rank 4 D r; the element-wise parts not counted). */
     if (phase_hi == PHASE_WARM) {
         static const struct { uint32_t ncross, rank; } fam[] = {{3, 0}, {3, 64}};
-        for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+        /* quick (a smoke run): the low-rank one only */
+        for (size_t f = quick ? 1 : 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
             mt_trainer_config_t dc = tc;
             dc.model_type = MT_MODEL_DCNV2;
             dc.ncross = fam[f].ncross;
