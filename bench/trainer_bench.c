@@ -15,8 +15,8 @@
  *   - each with 1 thread (a trainer and its own table) and 2 threads (two trainers, each
  *     its dense model, on one shared table: hogwild on the sparse part);
  *   - model "dcnv2" (3 cross layers, full rank and rank 64; --quick: rank 64 only), warm, 1
- *     thread, each with its
- *     own compute floor (the MLP's FLOPs plus the cross layers') and vs_deepfm;
+ *     thread, each with its own compute floor (the MLP's FLOPs plus the cross layers') and
+ *     vs_deepfm;
   *   - pytorch_examples_per_s: a plain PyTorch DeepFM of the same shapes and optimizers on
  *     the warm stream (bench/pytorch_deepfm.py, one thread, run by /usr/bin/python3 when
  *     Debian's python3-torch is installed; otherwise a line saying why it is missing), and
