@@ -213,18 +213,24 @@ Test(trainer, per_slot_buckets_collide_only_their_slot) {
 /* Mean pooling (model.h): a step scores an example by its mean-pooled slot's average row,
  * and each id of that slot learns from its share of the cell's gradient (1 / count); the
  * summed slot beside it is unchanged. SGD, so that a row's change is lr times its gradient. */
+/* Two slots (1, 2) of dim 4, MLP 8-4, SGD at 0.5 on rows initialized in +-0.3: a row's
+ * change is its gradient times 0.5, so that a step can be checked by hand. */
+static void sgd_config(mt_trainer_config_t *tc) {
+    mt_trainer_config_init(tc);
+    tc->nslots = 2;
+    tc->slot_ids[0] = 1;
+    tc->slot_ids[1] = 2;
+    tc->dim = 4;
+    tc->hidden[0] = 8;
+    tc->hidden[1] = 4;
+    tc->sparse_opt = MT_OPT_SGD;
+    tc->sparse_lr = 0.5f;
+    tc->init_scale = 0.3f;
+}
+
 Test(trainer, mean_pooling_scores_and_learns_by_the_average) {
     mt_trainer_config_t tc;
-    mt_trainer_config_init(&tc);
-    tc.nslots = 2;
-    tc.slot_ids[0] = 1;
-    tc.slot_ids[1] = 2;
-    tc.dim = 4;
-    tc.hidden[0] = 8;
-    tc.hidden[1] = 4;
-    tc.sparse_opt = MT_OPT_SGD;
-    tc.sparse_lr = 0.5f;
-    tc.init_scale = 0.3f;
+    sgd_config(&tc);
     tc.slot_mean[2] = 1; /* beyond nslots: refused */
     mt_trainer_t *tr = NULL;
     cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
@@ -281,16 +287,7 @@ Test(trainer, mean_pooling_scores_and_learns_by_the_average) {
  * gradient: checked against the model's gradients and the clip worked out here. */
 Test(trainer, cowclip_clips_each_ids_embedding_gradient) {
     mt_trainer_config_t tc;
-    mt_trainer_config_init(&tc);
-    tc.nslots = 2;
-    tc.slot_ids[0] = 1;
-    tc.slot_ids[1] = 2;
-    tc.dim = 4;
-    tc.hidden[0] = 8;
-    tc.hidden[1] = 4;
-    tc.sparse_opt = MT_OPT_SGD;
-    tc.sparse_lr = 0.5f;
-    tc.init_scale = 0.3f;
+    sgd_config(&tc);
     tc.cowclip_ratio = -1; /* refused */
     mt_trainer_t *tr = NULL;
     cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
@@ -365,17 +362,8 @@ Test(trainer, cowclip_clips_each_ids_embedding_gradient) {
  * here. deepfm refuses unequal dims. */
 Test(trainer, per_slot_dims_pool_and_learn_by_their_own_width) {
     mt_trainer_config_t tc;
-    mt_trainer_config_init(&tc);
-    tc.nslots = 2;
-    tc.slot_ids[0] = 1;
-    tc.slot_ids[1] = 2;
-    tc.dim = 4;
+    sgd_config(&tc);
     tc.slot_dim[1] = 2; /* slot 2: dim 2 */
-    tc.hidden[0] = 8;
-    tc.hidden[1] = 4;
-    tc.sparse_opt = MT_OPT_SGD;
-    tc.sparse_lr = 0.5f;
-    tc.init_scale = 0.3f;
     mt_trainer_t *tr = NULL;
     cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG); /* deepfm */
     tc.model_type = MT_MODEL_DCNV2;
