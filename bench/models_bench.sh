@@ -14,7 +14,8 @@
 #     lines train, the last 2,000 evaluate.
 # A real dataset missing (a clone without ../shared) is named on a line of its own and left
 # out. The model is deploy/trainer.example.conf's (dim 8) with MLP 64-32; dcnv2 has 3 cross
-# layers, full rank and rank 16.
+# layers, full rank and rank 16; mmoe (on the stream with conversions, below) 4 experts of
+# width 64 and towers 64-32.
 #
 #   bash bench/models_bench.sh [--quick] [--seeds N (3)] [--build DIR]
 # --quick: one seed, the synthetic data only.
@@ -117,6 +118,38 @@ for ds in "${datasets[@]}"; do
       echo "$line" >> "$runs"
     done
   done
+done
+
+# Multi-task: the stream with conversions (`monolith gen --tasks 2`: a click, then for a
+# clicked example a conversion with a ground truth of its own), mmoe training both tasks at
+# once against deepfm trained on each label alone; the eval AUC per task, as datasets
+# synthetic-2tasks/click and synthetic-2tasks/conversion.
+"$cli" gen --examples 40000 --tasks 2 --seed 11 --users 3000 --items 1000 > "$tmp/all2.tsv"
+head -n 30001 "$tmp/all2.tsv" > "$tmp/mt-train.tsv"
+{ head -n 1 "$tmp/all2.tsv"; tail -n 10000 "$tmp/all2.tsv"; } > "$tmp/mt-eval.tsv"
+mt_run() { # mt_run SEED MODEL TASK-OR-ALL ARGS...: one run, its lines into $runs
+  local seed=$1 fam=$2 task=$3; shift 3
+  "$trainer" --config "$conf" --set trainer.hidden=64,32 --set trainer.batch_size=256 \
+    --set trainer.seed="$seed" --set trainer.progress_interval_ms=0 "$@" \
+    --train "$tmp/mt-train.tsv" --eval "$tmp/mt-eval.tsv" --epochs 2 --report "$tmp/r.json" \
+    > /dev/null 2> "$tmp/r.err" || { cat "$tmp/r.err" >&2; echo "models_bench: 2 tasks $fam seed $seed failed" >&2; exit 1; }
+  python3 - "$tmp/r.json" "$fam" "$seed" "$task" <<'PY' | tee -a "$runs"
+import json, sys
+r = json.load(open(sys.argv[1]))
+fam, seed, task = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+aucs = r.get("task_eval_auc", [r["eval_auc"]])
+names = ["click", "conversion"] if task == "all" else [task]
+for name, auc in zip(names, aucs):
+    print(json.dumps({"bench": "models", "dataset": "synthetic-2tasks/" + name, "model": fam,
+                      "seed": seed, "examples": r["examples"], "eval_auc": auc,
+                      "eval_logloss": r["eval_logloss"] if name == "click" else 0,
+                      "examples_per_s": r["examples_per_s"]}, separators=(",", ":")))
+PY
+}
+for seed in $(seq 1 "$seeds"); do
+  mt_run "$seed" deepfm click
+  mt_run "$seed" deepfm conversion --set input.label=conversion
+  mt_run "$seed" mmoe all --set model.type=mmoe --set input.task_labels=conversion
 done
 
 # summaries: per dataset and family, the AUC's mean and std, and its difference to deepfm's

@@ -542,9 +542,9 @@ int main(int argc, char **argv) {
         /* quick (a smoke run): the low-rank one only */
         for (size_t f = quick ? 1 : 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
             mt_trainer_config_t dc = tc;
-            dc.model_type = MT_MODEL_DCNV2;
-            dc.ncross = fam[f].ncross;
-            dc.cross_rank = fam[f].rank;
+            dc.family.type = MT_MODEL_DCNV2;
+            dc.family.ncross = fam[f].ncross;
+            dc.family.cross_rank = fam[f].rank;
             double D = (double)in, per_layer = fam[f].rank ? 4.0 * D * fam[f].rank : 2.0 * D * D;
             double dfwd = fwd + fam[f].ncross * per_layer;
             double dfloor = gf * 1e9 / (3 * dfwd);

@@ -9,7 +9,7 @@
  *   monolith snapshot --addr HOST:PORT [--token TOKEN] [--id N]
  *   (health, stats, lookup, snapshot: [--tls-ca FILE [--tls-cert FILE --tls-key FILE]
  *    [--tls-server-name NAME]] to talk to daemons with [tls] enabled; docs/security.md)
- *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P]
+ *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P] [--tasks 2]
  *                     [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]
  *   monolith offsets  --kafka BOOTSTRAP --group G [--topic examples]
  *   monolith replay   --dataset trivago|movielens-100k|movielens-latest|gen|csv [--path P]
@@ -37,7 +37,9 @@
  *
  * predict asks a serving replica (monolith.v1.Serving/Predict) to score the candidates for
  * the user: the user's fids and each candidate's (ITEM: its item id) are grouped by slot
- * into SlotFids; it prints {"scores":[...],"sparse_version":N,"dense_version":N}. A
+ * into SlotFids; it prints {"scores":[...],"sparse_version":N,"dense_version":N}, and for a
+ * multi-task model (T > 1 tasks) each candidate's T scores after the scores (task 0's):
+ * {"scores":[...],"task_scores":[[t0,t1,...],...],"tasks":T,"sparse_version":N,...}. A
  * client in Python making the same call is clients/python/monolith_client.py.
  *
  * A FID is "SLOT:VALUE" (decimal, VALUE < 2^48) or a raw 64-bit number (decimal or 0x hex).
@@ -111,7 +113,7 @@ static int usage(void) {
             " --tls-key FILE]\n"
             "        [--tls-server-name NAME]]: TLS, as the daemons' [tls] section)\n"
             "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
-            " [--ctr P]\n"
+            " [--ctr P] [--tasks 2]\n"
             "                         [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]\n"
             "       monolith offsets  --kafka BOOTSTRAP --group G [--topic examples]\n"
             "       monolith replay   --dataset D [--path P] [--kafka BOOTSTRAP] ..."
@@ -431,14 +433,27 @@ static int cmd_predict(const char *addr, const char *request_id, char *user, cha
     if ((rc = call(addr, "/monolith.v1.Serving/Predict", buf, len, &resp, &rlen, "predict")))
         goto out;
     rc = 1;
-    if (!(pr = monolith__v1__predict_response__unpack(NULL, rlen, resp))) {
+    if (!(pr = monolith__v1__predict_response__unpack(NULL, rlen, resp)) ||
+        (pr->tasks > 1 && pr->n_task_scores != pr->n_scores * pr->tasks)) {
         fprintf(stderr, "monolith: predict: malformed answer\n");
         goto out;
     }
     printf("{\"scores\":[");
     for (size_t i = 0; i < pr->n_scores; i++)
         printf("%s%.9g", i ? "," : "", pr->scores[i]);
-    printf("],\"sparse_version\":%" PRIu64 ",\"dense_version\":%" PRIu64 "}\n", pr->sparse_version,
+    if (pr->tasks > 1) { /* a multi-task model: each candidate's T scores */
+        printf("],\"task_scores\":[");
+        for (size_t i = 0; i < pr->n_scores; i++) {
+            printf("%s[", i ? "," : "");
+            for (uint32_t t = 0; t < pr->tasks; t++)
+                printf("%s%.9g", t ? "," : "", pr->task_scores[i * pr->tasks + t]);
+            printf("]");
+        }
+        printf("],\"tasks\":%" PRIu32, pr->tasks);
+    } else {
+        printf("]");
+    }
+    printf(",\"sparse_version\":%" PRIu64 ",\"dense_version\":%" PRIu64 "}\n", pr->sparse_version,
            pr->dense_version);
     rc = 0;
 out:
@@ -528,7 +543,8 @@ static int cmd_gen(uint64_t examples, const mt_gen_config_t *gc, const char *kaf
     if (mt_gen_create(gc, &g) != MT_OK) return 1;
     mt_batch_t b = {0};
     int rc = 0;
-    printf("label\ttimestamp_ms\tuser\titem\tsegment\tcategory\thour\ttags\n");
+    printf("label%s\ttimestamp_ms\tuser\titem\tsegment\tcategory\thour\ttags\n",
+           gc->tasks == 2 ? "\tconversion" : "");
     for (uint64_t done = 0; done < examples && !rc;) {
         size_t n = examples - done < 4096 ? (size_t)(examples - done) : 4096;
         if (mt_gen_next(g, &b, n, NULL) != MT_OK) {
@@ -536,7 +552,9 @@ static int cmd_gen(uint64_t examples, const mt_gen_config_t *gc, const char *kaf
             break;
         }
         for (size_t i = 0; i < b.n; i++) {
-            printf("%d\t%" PRId64, b.labels[i] > 0.5f, b.timestamps_ms[i]);
+            for (uint32_t t = 0; t < b.ntasks; t++) /* the click, then a conversion */
+                printf("%d\t", b.labels[i * b.ntasks + t] > 0.5f);
+            printf("%" PRId64, b.timestamps_ms[i]);
             for (uint32_t s = 0; s < b.nslots; s++) {
                 size_t cnt;
                 const uint64_t *f = mt_batch_fids(&b, i, s, &cnt);
@@ -992,8 +1010,9 @@ int main(int argc, char **argv) {
                 free(cands);
                 return usage();
             }
-        } else if (has && (!strcmp(a, "--examples") || !strcmp(a, "--seed") ||
-                           !strcmp(a, "--users") || !strcmp(a, "--items") || !strcmp(a, "--ctr"))) {
+        } else if (has &&
+                   (!strcmp(a, "--examples") || !strcmp(a, "--seed") || !strcmp(a, "--users") ||
+                    !strcmp(a, "--items") || !strcmp(a, "--ctr") || !strcmp(a, "--tasks"))) {
             char *end;
             const char *v = argv[++i];
             if (!strcmp(a, "--ctr")) {
@@ -1006,6 +1025,8 @@ int main(int argc, char **argv) {
                     gc.seed = x;
                 else if (!strcmp(a, "--users"))
                     gc.num_users = x;
+                else if (!strcmp(a, "--tasks")) /* 2: a conversion label after the click */
+                    gc.tasks = x <= 2 ? (uint32_t)x : 0;
                 else
                     gc.num_items = x;
             }

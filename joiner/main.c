@@ -69,6 +69,9 @@ typedef struct daemon {
     double started;
     const char *report_path;
     uint64_t bad_logged;
+    const char *task_names[MT_JOINER_MAX_TASKS]; /* joiner.task_actions, in task order */
+    uint32_t ntasks;
+    char tasks[64]; /* "click, conversion" */
     /* shared with the metrics thread */
     pthread_mutex_t lock;
     mt_joiner_stats_t snap;
@@ -149,10 +152,21 @@ static int render(void *ud, const char *path, char **body, size_t *len) {
     C("early_dropped_total", "Early actions dropped at joiner.max_early_actions.", s.early_dropped);
     C("ambiguous_actions_total", "item_id 0 actions of a request with several impressions.",
       s.ambiguous_actions);
+    C("no_task_actions_total", "Actions of a type in no task of joiner.task_actions (ignored).",
+      s.no_task_actions);
+    C("closed_early_total",
+      "Examples emitted before their window closed: every task's action had come.", s.closed_early);
+    fprintf(f, "# HELP monolith_joiner_task_positives_total Examples emitted with the task's "
+               "label 1 (joiner.task_actions).\n"
+               "# TYPE monolith_joiner_task_positives_total counter\n");
+    for (uint32_t t = 0; t < d->ntasks; t++)
+        fprintf(f, "monolith_joiner_task_positives_total{task=\"%s\"} %" PRIu64 "\n",
+                d->task_names[t], s.task_positives[t]);
     C("bad_messages_total", "Messages skipped as not valid protobufs.", s.bad_messages);
-    C("dropped_messages_total", "Messages that produced nothing: bad, late or duplicate.",
+    C("dropped_messages_total",
+      "Messages that produced nothing: bad, late, duplicate, ambiguous or of no task.",
       s.bad_messages + s.late_actions + s.duplicate_impressions + s.duplicate_actions +
-          s.ambiguous_actions);
+          s.ambiguous_actions + s.no_task_actions);
     C("replayed_total", "Re-consumed messages skipped (already applied).", s.replayed);
     C("delivered_total", "Examples delivered to the examples topic.", delivered);
     C("delivery_failures_total", "Commit rounds whose delivery failed (retried).", dfail);
@@ -284,6 +298,11 @@ static int write_report(daemon_t *d, double seconds) {
            ", dropped %" PRIu64 ")\n",
            s.early_actions, s.early_joined, s.early_expired, s.early_dropped);
     printf("ambiguous actions  %" PRIu64 "\n", s.ambiguous_actions);
+    printf("tasks             ");
+    for (uint32_t t = 0; t < d->ntasks; t++)
+        printf(" %s %" PRIu64, d->task_names[t], s.task_positives[t]);
+    printf("   (closed early %" PRIu64 ", no-task actions %" PRIu64 ")\n", s.closed_early,
+           s.no_task_actions);
     printf("bad messages       %" PRIu64 "\n", s.bad_messages);
     printf("replayed (skipped) %" PRIu64 "   outbox recovered %" PRIu64 "\n", s.replayed,
            s.outbox_recovered);
@@ -315,6 +334,12 @@ static int write_report(daemon_t *d, double seconds) {
     json_u64(f, "early_expired", s.early_expired, 0);
     json_u64(f, "early_dropped", s.early_dropped, 0);
     json_u64(f, "ambiguous_actions", s.ambiguous_actions, 0);
+    json_u64(f, "no_task_actions", s.no_task_actions, 0);
+    json_u64(f, "closed_early", s.closed_early, 0);
+    fputs("\"task_positives\": {", f);
+    for (uint32_t t = 0; t < d->ntasks; t++)
+        json_u64(f, d->task_names[t], s.task_positives[t], t + 1 == d->ntasks);
+    fputs("}, ", f);
     json_u64(f, "bad_messages", s.bad_messages, 0);
     json_u64(f, "replayed", s.replayed, 0);
     json_u64(f, "outbox_recovered", s.outbox_recovered, 0);
@@ -362,9 +387,9 @@ static int run(daemon_t *d, double duration_s, int drain) {
         mt_log(MT_LOG_ERROR, WHO, "Kafka consumer on %s: %s", bootstrap, err);
         goto out;
     }
-    mt_log(MT_LOG_INFO, WHO, "joining %s + %s -> %s on %s as group %s (window %u s)",
+    mt_log(MT_LOG_INFO, WHO, "joining %s + %s -> %s on %s as group %s (window %u s, tasks %s)",
            d->cfg.kafka.features_topic, d->cfg.kafka.actions_topic, d->cfg.kafka.examples_topic,
-           bootstrap, d->cfg.joiner.group, d->cfg.joiner.window_s);
+           bootstrap, d->cfg.joiner.group, d->cfg.joiner.window_s, d->tasks);
     const mt_config_joiner_t *jc = &d->cfg.joiner;
     double t0 = mt_mono_s(), next_commit = t0 + jc->commit_interval_ms / 1000.0;
     double next_progress = t0 + 1.0, last_t = t0, next_lag = t0;
@@ -515,6 +540,14 @@ int main(int argc, char **argv) {
     jc.sync = d.cfg.joiner.sync;
     jc.write_buffer_mb = d.cfg.joiner.rocksdb_write_buffer_mb;
     jc.block_cache_mb = d.cfg.joiner.rocksdb_block_cache_mb;
+    _Static_assert(MT_CONFIG_MAX_TASK_ACTIONS == MT_JOINER_MAX_TASKS, "task limits differ");
+    size_t ntasks = 0;
+    if (mt_config_joiner_task_actions(&d.cfg, jc.task_actions, &ntasks, err, sizeof(err)) !=
+        MT_OK) {
+        fprintf(stderr, "monolith-joiner: %s: %s\n", config, err);
+        goto out;
+    }
+    jc.ntasks = (uint32_t)ntasks;
     if (mt_joiner_config_validate(&jc, err, sizeof(err)) != MT_OK) {
         fprintf(stderr, "monolith-joiner: %s: joiner.%s\n", config, err);
         goto out;
@@ -524,10 +557,16 @@ int main(int argc, char **argv) {
                 config);
         goto out;
     }
+    d.ntasks = jc.ntasks;
+    for (uint32_t t = 0, off = 0; t < jc.ntasks; t++) {
+        d.task_names[t] = mt_joiner_action_name(jc.task_actions[t]);
+        off += (uint32_t)snprintf(d.tasks + off, sizeof(d.tasks) - off, "%s%s", t ? ", " : "",
+                                  d.task_names[t]);
+    }
     if (check_only) {
-        printf("%s: ok (window %u s, lateness %u s, negative rate %g, state %s)\n", config,
-               d.cfg.joiner.window_s, d.cfg.joiner.allowed_lateness_s, d.cfg.joiner.negative_rate,
-               d.cfg.joiner.state_dir);
+        printf("%s: ok (window %u s, lateness %u s, negative rate %g, tasks %s, state %s)\n",
+               config, d.cfg.joiner.window_s, d.cfg.joiner.allowed_lateness_s,
+               d.cfg.joiner.negative_rate, d.tasks, d.cfg.joiner.state_dir);
         rc = 0;
         goto out;
     }

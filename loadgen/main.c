@@ -24,6 +24,10 @@
  *     TRUE probability at t; each click becomes an Action (request id, item id, CLICK,
  *     timestamp w + click delay) produced to `actions` once the delay has passed on the wall
  *     clock. A request the primary failed shows nothing and draws no click;
+ *     with --conversions R, each click also converts with the probability of a second
+ *     hidden model (the generator's form under another seed, calibrated to a mean of R):
+ *     an Action of type CONVERSION, --conversion-delay-ms after the click (for a joiner
+ *     with joiner.task_actions = click, conversion);
  *  5. the same request goes, in parallel, to the other targets (shadow replicas of other
  *     sync intervals, started with logging off): they score the same pages against the same
  *     clicks, so their AUCs are paired (the noise of the traffic cancels in differences).
@@ -33,15 +37,17 @@
  * for the true probabilities ("truth": the best any model can do on these clicks). Targets
  * given as @PORTFILE join when the file appears and Health says SERVING; a window counts for
  * a target only if the target answered all of it. Latency (p50/p99) and errors of the
- * primary, QPS, clicks delivered. Outputs: a progress line on stderr, --series TSV (one row
+ * primary, QPS, clicks delivered (clicks_delivered: every action, conversions too).
+ * Outputs: a progress line on stderr, --series TSV (one row
  * per window and target, for gnuplot), --latency-series TSV (the primary's latency
  * percentiles of each --latency-interval-s alone, for drift over a long run: bench/soak.sh),
  * and a final JSON report on stdout (and --report).
  *
  * Threads: --inflight workers (each sends one request at a time, synchronously), one click
- * producer (a FIFO of clicks by due time), and main (targets, windows, progress). `mu`
- * guards the windows and the statistics; `click_mu` the click FIFO. Lock order: mu, then
- * click_mu (never held together in practice).
+ * producer (a FIFO of clicks and one of conversions, each by due time: every action of a
+ * FIFO has the same delay), and main (targets, windows, progress). `mu` guards the windows
+ * and the statistics; `click_mu` the FIFOs. Lock order: mu, then click_mu (never held
+ * together in practice).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -108,15 +114,22 @@ typedef struct click {
     int64_t due_ms;
     int64_t ts_ms;
     uint64_t item;
+    int type; /* MONOLITH__V1__ACTION_TYPE__ACTION_CLICK or _CONVERSION */
     char request_id[48];
 } click_t;
+
+typedef struct fifo {
+    click_t *head, *tail;
+} fifo_t;
 
 typedef struct opts {
     const char *kafka, *actions_topic, *series_path, *report_path, *latency_path;
     double rate, duration_s, window_s, time_scale, progress_s, latency_interval_s;
     uint32_t k, inflight;
     int64_t deadline_ms, click_delay_ms;
-    mt_rpc_tls_config_t tls; /* --tls-*: the serving targets' TLS (docs/security.md) */
+    double conversion_rate;      /* --conversions: 0 = none */
+    int64_t conversion_delay_ms; /* after the click */
+    mt_rpc_tls_config_t tls;     /* --tls-*: the serving targets' TLS (docs/security.md) */
     mt_gen_config_t gen;
 } opts_t;
 
@@ -124,13 +137,14 @@ typedef struct opts {
 
 static opts_t o;
 static mt_gen_t *gen;
+static mt_gen_t *conv_gen; /* --conversions: the conversions' hidden model; NULL: none */
 static target_t targets[MAX_TARGETS];
 static uint32_t ntargets;
 static mt_kafka_producer_t *producer;
 static char nonce[16];
 static int64_t wall_start_ms;
 static volatile sig_atomic_t stop_flag;
-static _Atomic uint64_t next_req, sent, late_sends, clicks_made, impressions;
+static _Atomic uint64_t next_req, sent, late_sends, clicks_made, conversions_made, impressions;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static window_t windows[8]; /* open windows, by index % 8 (mu) */
@@ -145,8 +159,8 @@ static char last_line[512];    /* last window's AUCs for the progress line (mu) 
 
 static pthread_mutex_t click_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t click_cv = PTHREAD_COND_INITIALIZER;
-static click_t *click_head, *click_tail; /* (click_mu) */
-static int clicks_done;                  /* no more clicks will come (click_mu) */
+static fifo_t fifos[2]; /* clicks, conversions (click_mu) */
+static int clicks_done; /* no more clicks will come (click_mu) */
 static _Atomic uint64_t clicks_produced, click_errors;
 
 /* ---------------- helpers ---------------- */
@@ -356,25 +370,31 @@ static void close_window(int64_t w) {
 /* ---------------- clicks ---------------- */
 
 static void click_push(click_t *c) {
+    fifo_t *q = &fifos[c->type == MONOLITH__V1__ACTION_TYPE__ACTION_CONVERSION];
     pthread_mutex_lock(&click_mu);
     c->next = NULL;
-    if (click_tail)
-        click_tail->next = c;
+    if (q->tail)
+        q->tail->next = c;
     else
-        click_head = c;
-    click_tail = c;
+        q->head = c;
+    q->tail = c;
     pthread_cond_signal(&click_cv);
     pthread_mutex_unlock(&click_mu);
 }
 
-/* Produces each click once its delay has passed (clicks arrive in about due order). */
+/* Produces each action once its delay has passed (each FIFO is in about due order: the
+ * earlier of the two heads goes first). */
 static void *click_thread(void *arg) {
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&click_mu);
-        while (!click_head && !clicks_done)
+        while (!fifos[0].head && !fifos[1].head && !clicks_done)
             pthread_cond_wait(&click_cv, &click_mu);
-        click_t *c = click_head;
+        fifo_t *q =
+            !fifos[1].head || (fifos[0].head && fifos[0].head->due_ms <= fifos[1].head->due_ms)
+                ? &fifos[0]
+                : &fifos[1];
+        click_t *c = q->head;
         if (!c) { /* done and empty */
             pthread_mutex_unlock(&click_mu);
             break;
@@ -385,14 +405,14 @@ static void *click_thread(void *arg) {
             sleep_s((double)(wait_ms < 50 ? wait_ms : 50) / 1000.0);
             continue;
         }
-        click_head = c->next;
-        if (!click_head) click_tail = NULL;
+        q->head = c->next;
+        if (!q->head) q->tail = NULL;
         pthread_mutex_unlock(&click_mu);
         if (producer) {
             Monolith__V1__Action a = MONOLITH__V1__ACTION__INIT;
             a.request_id = c->request_id;
             a.timestamp_ms = c->ts_ms;
-            a.type = MONOLITH__V1__ACTION_TYPE__ACTION_CLICK;
+            a.type = (Monolith__V1__ActionType)c->type;
             a.item_id = c->item;
             uint8_t buf[128];
             size_t len = monolith__v1__action__pack(&a, buf);
@@ -586,9 +606,25 @@ static void *worker_main(void *arg) {
                 c->ts_ms = w_ms + o.click_delay_ms;
                 c->due_ms = c->ts_ms;
                 c->item = w->items[j];
+                c->type = MONOLITH__V1__ACTION_TYPE__ACTION_CLICK;
                 snprintf(c->request_id, sizeof(c->request_id), "%s", rid);
+                /* the conversion of a click: the second hidden model's probability */
+                double q = 0;
+                click_t *v = NULL;
+                if (conv_gen && mt_gen_true_p(conv_gen, user, w->items[j], gen_ts, &q) == MT_OK &&
+                    unit(mix64(o.gen.seed ^ 0x636F6E76ull) ^ (i * 0x9E3779B97F4A7C15ull + j)) < q &&
+                    (v = malloc(sizeof(*v)))) {
+                    *v = *c;
+                    v->type = MONOLITH__V1__ACTION_TYPE__ACTION_CONVERSION;
+                    v->ts_ms = c->ts_ms + o.conversion_delay_ms;
+                    v->due_ms = v->ts_ms;
+                }
                 atomic_fetch_add(&clicks_made, 1);
                 click_push(c);
+                if (v) {
+                    atomic_fetch_add(&conversions_made, 1);
+                    click_push(v);
+                }
             }
         } else {
             atomic_fetch_add(&prim->errors, 1);
@@ -642,6 +678,9 @@ static int usage(void) {
             "  [--kafka BOOTSTRAP] [--actions-topic actions] [--rate REQ_PER_S (200)]\n"
             "  [--duration-s S (60)] [--candidates K (10)] [--inflight N (4)]\n"
             "  [--window-s W (10)] [--click-delay-ms D (1000)] [--deadline-ms D (2000)]\n"
+            "  [--conversions R (0: none)]: each click converts (an Action of type\n"
+            "   CONVERSION) with the probability of a second hidden model of mean about R\n"
+            "  [--conversion-delay-ms D (1000)]: a conversion's time after its click's\n"
             "  [--time-scale X (10): generator seconds per wall second]\n"
             "  [--seed S (1)] [--users U (5000)] [--items I (2000)] [--items-born-per-s B (5)]\n"
             "  [--item-half-life-s H (300)] [--users-born-per-s B (0.5)]\n"
@@ -701,6 +740,7 @@ static int parse_args(int argc, char **argv) {
     o.inflight = 4;
     o.deadline_ms = 2000;
     o.click_delay_ms = 1000;
+    o.conversion_delay_ms = 1000;
     mt_gen_config_init(&o.gen);
     o.gen.seed = 1;
     o.gen.num_users = 5000;
@@ -749,6 +789,8 @@ static int parse_args(int argc, char **argv) {
         NUM("--inflight", 1, 256, o.inflight = (uint32_t)d)
         NUM("--window-s", 0.5, 86400, o.window_s = d)
         NUM("--click-delay-ms", 0, 3600000, o.click_delay_ms = (int64_t)d)
+        NUM("--conversions", 0, 0.999999, o.conversion_rate = d)
+        NUM("--conversion-delay-ms", 0, 3600000, o.conversion_delay_ms = (int64_t)d)
         NUM("--deadline-ms", 1, 3600000, o.deadline_ms = (int64_t)d)
         NUM("--time-scale", 0, 1e6, o.time_scale = d)
         NUM("--progress-s", 0, 86400, o.progress_s = d)
@@ -857,6 +899,12 @@ int main(int argc, char **argv) {
     uint32_t nstarted = 0;
     if (!lat_ms || !ws) goto out;
     if (mt_gen_create(&o.gen, &gen) != MT_OK) goto out;
+    if (o.conversion_rate > 0) { /* the same form, another seed: another hidden truth */
+        mt_gen_config_t cc = o.gen;
+        cc.seed = mix64(o.gen.seed ^ 0x636F6E7665727400ull); /* "convert" */
+        cc.target_ctr = o.conversion_rate;
+        if (mt_gen_create(&cc, &conv_gen) != MT_OK) goto out;
+    }
     snprintf(nonce, sizeof(nonce), "%x%x", (unsigned)getpid() & 0xFFFF,
              (unsigned)(wall_ms() & 0xFFFFFF));
     if (o.series_path) {
@@ -969,15 +1017,17 @@ int main(int argc, char **argv) {
     if (!m) goto out;
     uint64_t s = atomic_load(&sent);
     char b1[32], b2[32], b3[32];
-    uint64_t imp = atomic_load(&impressions), clk = atomic_load(&clicks_made);
+    uint64_t imp = atomic_load(&impressions), clk = atomic_load(&clicks_made),
+             conv = atomic_load(&conversions_made);
     fprintf(m,
             "{\"seconds\": %.1f, \"requests\": %" PRIu64 ", \"qps\": %.1f, \"candidates\": %u, "
             "\"impressions\": %" PRIu64 ", \"clicks\": %" PRIu64 ", \"ctr\": %s, "
+            "\"conversions\": %" PRIu64 ", "
             "\"clicks_delivered\": %" PRIu64 ", \"clicks_failed\": %" PRIu64
             ", \"late_sends\": %" PRIu64 ", \"latency_p50_ms\": %s, \"latency_p99_ms\": %s, "
             "\"window_s\": %.1f, \"paired_windows\": %u, \"truth_auc\": %s, \"targets\": {",
             seconds, s, (double)s / seconds, o.k, imp, clk,
-            jnum(b1, imp ? (double)clk / (double)imp : NAN), delivered, failed,
+            jnum(b1, imp ? (double)clk / (double)imp : NAN), conv, delivered, failed,
             atomic_load(&late_sends), jnum(b2, p50), jnum(b3, p99), o.window_s, paired_windows,
             jnum(b1 + 16, truth_windows ? truth_auc_sum / truth_windows : NAN));
     for (uint32_t i = 0; i < ntargets; i++) {
@@ -1011,10 +1061,12 @@ out:
         pthread_mutex_unlock(&click_mu);
         pthread_join(clicker, NULL);
     }
-    for (click_t *c = click_head; c;) {
-        click_t *n = c->next;
-        free(c);
-        c = n;
+    for (int f = 0; f < 2; f++) {
+        for (click_t *c = fifos[f].head; c;) {
+            click_t *n = c->next;
+            free(c);
+            c = n;
+        }
     }
     if (ws)
         for (uint32_t i = 0; i < o.inflight; i++) {
@@ -1034,6 +1086,7 @@ out:
     if (series_f) fclose(series_f);
     if (latency_f) fclose(latency_f);
     mt_gen_destroy(gen);
+    mt_gen_destroy(conv_gen);
     free(lat_ms);
     return rc;
 }

@@ -119,9 +119,7 @@ static int serving_config(const mt_config_t *c, const uint16_t *slots, size_t ns
     sc->dim = mc.dim;
     sc->nhidden = mc.nhidden;
     memcpy(sc->hidden, mc.hidden, sizeof(sc->hidden));
-    sc->model_type = mc.type;
-    sc->ncross = mc.ncross;
-    sc->cross_rank = mc.cross_rank;
+    mt_model_family_get(&mc, &sc->family);
     sc->hash_buckets = c->trainer.hash_buckets;
     if (mt_config_slot_hash_buckets(c, slots, nslots, sc->slot_hash_buckets, err, errlen) != MT_OK)
         return 2;

@@ -10,8 +10,10 @@ python3-grpcio. Nothing about the wire is written by hand here.
     monolith_client.py --addr HOST:PORT lookup FID [FID...]
 
 A FID is SLOT:VALUE (VALUE < 2^48) or a 64-bit number (decimal or 0x hex), as for the
-`monolith` tool. predict prints {"scores": [...], "sparse_version": N, "dense_version": N};
-lookup prints one {"fid", "slot", "value", "found", "embedding"} object per line. Exit status:
+`monolith` tool. predict prints {"scores": [...], "sparse_version": N, "dense_version": N},
+and for a multi-task model (T > 1 tasks) each candidate's T scores too, after the scores
+(task 0's): {"scores": [...], "task_scores": [[t0, t1, ...], ...], "tasks": T, ...}; lookup
+prints one {"fid", "slot", "value", "found", "embedding"} object per line. Exit status:
 0 success, 1 the call failed (its gRPC status and message on stderr), 2 bad usage.
 
 --stubs DIR (or MONOLITH_PY_STUBS) names the generated stubs' folder; by default the release
@@ -80,15 +82,31 @@ class Client:
             by_slot[s].append(fid)
         return [self.example_pb2.SlotFids(slot=s, fids=by_slot[s]) for s in order]
 
-    def predict(self, user_fids, candidates, request_id=""):
-        """candidates: [(item_id, [fid, ...]), ...] -> (scores, sparse_version, dense_version)."""
+    def predict_response(self, user_fids, candidates, request_id=""):
+        """candidates: [(item_id, [fid, ...]), ...] -> the PredictResponse."""
         req = self.serving_pb2.PredictRequest(
             request_id=request_id,
             user=self._slot_fids(user_fids),
             candidates=[self.serving_pb2.Candidate(item_id=item, item=self._slot_fids(fids))
                         for item, fids in candidates])
-        resp = self.stub.Predict(req, timeout=self.timeout_s)
+        return self.stub.Predict(req, timeout=self.timeout_s)
+
+    def predict(self, user_fids, candidates, request_id=""):
+        """candidates: [(item_id, [fid, ...]), ...] -> (scores, sparse_version, dense_version)."""
+        resp = self.predict_response(user_fids, candidates, request_id)
         return list(resp.scores), resp.sparse_version, resp.dense_version
+
+    @staticmethod
+    def task_scores(resp):
+        """A multi-task model's scores, one list of T per candidate ([n x T] on the wire,
+        candidate-major); None for a one-task model (tasks 0, task_scores empty)."""
+        t, flat = resp.tasks, list(resp.task_scores)
+        if t <= 1:
+            return None
+        if len(flat) != len(resp.scores) * t:
+            raise ValueError("malformed PredictResponse: %d task scores for %d candidates of "
+                             "%d tasks" % (len(flat), len(resp.scores), t))
+        return [flat[i * t:(i + 1) * t] for i in range(len(resp.scores))]
 
     def lookup(self, fids):
         """-> (found flags, embeddings: one list of floats per fid). The answer packs the
@@ -146,8 +164,13 @@ def main(argv=None):
         return 2
     try:
         if args.cmd == "predict":
-            scores, sv, dv = client.predict(user, cands, args.request_id)
-            print(json.dumps({"scores": scores, "sparse_version": sv, "dense_version": dv}))
+            resp = client.predict_response(user, cands, args.request_id)
+            out = {"scores": list(resp.scores)}
+            tasks = client.task_scores(resp)
+            if tasks is not None:
+                out["task_scores"], out["tasks"] = tasks, resp.tasks
+            out["sparse_version"], out["dense_version"] = resp.sparse_version, resp.dense_version
+            print(json.dumps(out))
         else:
             found, embs = client.lookup(fids)
             for fid, f, e in zip(fids, found, embs):

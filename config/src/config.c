@@ -117,9 +117,12 @@ static const prop_enum_t sync_source_enum[] = {{"direct", 0}, {"kafka", 1}, {NUL
 static const prop_enum_t time_unit_enum[] = {{"s", 1}, {"ms", 2}, {NULL, 0}};
 /* the names of mt_model_type_name() (test_config checks that they agree) */
 static const prop_enum_t model_type_enum[] = {
-    {"deepfm", MT_MODEL_DEEPFM}, {"dcnv2", MT_MODEL_DCNV2}, {NULL, 0}};
+    {"deepfm", MT_MODEL_DEEPFM}, {"dcnv2", MT_MODEL_DCNV2}, {"mmoe", MT_MODEL_MMOE}, {NULL, 0}};
 static const prop_enum_t precision_enum[] = {
     {"fp32", MT_PREC_FP32}, {"fp16", MT_PREC_FP16}, {NULL, 0}};
+/* joiner.task_actions: monolith.v1.ActionType's values under mt_joiner_action_name()'s names
+ * (test_joiner checks that they agree) */
+static const prop_enum_t action_enum[] = {{"click", 1}, {"conversion", 2}, {NULL, 0}};
 
 #define KEY(s, k) .section = (s), .key = (k)
 #define CFG(m) \
@@ -240,12 +243,23 @@ static const prop_t props[] = {
     /* [model] */
     {KEY("model", "type"), CFG(model.type), ENUM(model_type_enum), .def = "deepfm",
      .doc = "the model family: deepfm (first order + FM + MLP), dcnv2 (first order + cross "
-            "layers stacked with the MLP); docs/trainer.md describes each"},
+            "layers stacked with the MLP), mmoe (multi-task: shared experts, a gate and a tower "
+            "per task); docs/trainer.md describes each"},
     {KEY("model", "cross_layers"), CFG(model.cross_layers), UINT(1, MT_MODEL_MAX_CROSS), .def = "3",
      .doc = "dcnv2: cross layers x_(c+1) = x_0 * (x_c W_c + b_c) + x_c"},
     {KEY("model", "cross_rank"), CFG(model.cross_rank), UINT(0, MT_MODEL_MAX_INPUT), .def = "0",
      .doc = "dcnv2: 0 = full-rank cross layers (D x D weights, D = slots x dim at most 4096); "
             "else each layer's W is U V of this rank (at most D)"},
+    {KEY("model", "tasks"), CFG(model.tasks), UINT(2, MT_MODEL_MAX_TASKS), .def = "2",
+     .doc = "mmoe: tasks, one label each (the click first): Example.labels in order (the "
+            "joiner's `joiner.task_actions`), or `input.label` then `input.task_labels`"},
+    {KEY("model", "experts"), CFG(model.experts), UINT(1, MT_MODEL_MAX_EXPERTS), .def = "4",
+     .doc = "mmoe: shared experts (one ReLU layer over the embeddings each)"},
+    {KEY("model", "expert_width"), CFG(model.expert_width), UINT(1, MT_MODEL_MAX_WIDTH),
+     .def = "64", .doc = "mmoe: each expert's width"},
+    {KEY("model", "task_weights"), CFG(model.task_weights), STR(0, 256), .def = "",
+     .doc = "mmoe: each task's loss weight (>= 0), comma-separated in task order; empty: 1 "
+            "each"},
     {KEY("trainer", "batch_size"), CFG(trainer.batch_size), UINT(1, 1u << 20), .def = "256",
      .doc = "examples per training step"},
     {KEY("trainer", "sparse_optimizer"), CFG(trainer.sparse_opt), ENUM(slot_opt_enum),
@@ -335,6 +349,9 @@ static const prop_t props[] = {
     {KEY("input", "label"), CFG(input.label), STR(0, 256), .def = "label",
      .doc = "tsv / csv: label column (name or index; for `monolith replay --dataset csv` the "
             "action column: a positive value is a click); empty: no label"},
+    {KEY("input", "task_labels"), CFG(input.task_labels), STR(0, 1024), .def = "",
+     .doc = "tsv / csv: a multi-task model's further label columns (tasks 1, 2, ... after "
+            "`label`'s task 0), comma-separated names or indexes, read like `label`"},
     {KEY("input", "label_threshold"), CFG(input.label_threshold), REAL(-FINITE, FINITE, 0),
      .def = "0.5", .doc = "tsv / csv: label = value >= this"},
     {KEY("input", "positive_labels"), CFG(input.positive_labels), STR(0, 4096), .def = "",
@@ -433,6 +450,15 @@ static const prop_t props[] = {
      .def = "8",
      .doc = "block cache (MiB) of the state's RocksDB (reads of flushed state: late actions, "
             "restarts); it fills up over the first minutes; 0: no cache"},
+    {KEY("joiner", "task_actions"), CFG(joiner.task_actions), STR(1, 256), .def = "click",
+     .doc = "the tasks, one label each: action types, comma-separated (`click`, `conversion`; "
+            "case-insensitive; 1 to 4, each once); an example's `labels[t]` is 1 when an "
+            "action of the t-th type joined its impression within the window. One task: an "
+            "impression closes at its first action; several: it stays open until every task's "
+            "action has come or its window ends, and negatives are sampled only among examples "
+            "whose labels are all 0. Actions of a type in no task are ignored and counted (an "
+            "unspecified type counts as `click`). A `state_dir` keeps the list it was written "
+            "with: the joiner refuses it under another list"},
     /* [serving] */
     {KEY("serving", "listen"), CFG(serving.listen), ADDR(PF_PORT0_OK), .def = "127.0.0.1:7200",
      .doc = "address serving answers Predict and Lookup on (port 0: any free port)"},
@@ -1611,6 +1637,9 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
             return MT_CONFIG;
         }
     }
+    uint32_t task_types[MT_CONFIG_MAX_TASK_ACTIONS];
+    size_t ntasks = 0;
+    if (mt_config_joiner_task_actions(c, task_types, &ntasks, errbuf, errlen)) return MT_CONFIG;
     if (c->nslots == 0) {
         mt_msgf(errbuf, errlen,
                 "no slots: list the model's feature slots in trainer.slots, map columns to "
@@ -1625,6 +1654,55 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
     else if (err)
         mt_msgf(errbuf, errlen, "%s", mt_strerror(err));
     return err;
+}
+
+/* @p name (lower case) equals the @p len bytes at @p p, in any case. */
+static bool name_is(const char *name, const char *p, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        char ch = p[i] >= 'A' && p[i] <= 'Z' ? (char)(p[i] - 'A' + 'a') : p[i];
+        if (ch != name[i]) return false; /* also at the end of a shorter name */
+    }
+    return name[len] == '\0';
+}
+
+mt_err_t mt_config_joiner_task_actions(const mt_config_t *c, uint32_t *types, size_t *n,
+                                       char *errbuf, size_t errlen) {
+    const char *s = c->joiner.task_actions ? c->joiner.task_actions : "", *p = s;
+    *n = 0;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        const char *q = p;
+        while (*q && *q != ',')
+            q++;
+        size_t len = (size_t)(q - p);
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        const prop_enum_t *e = action_enum;
+        while (e->name && !name_is(e->name, p, len))
+            e++;
+        if (!len || !e->name) {
+            mt_msgf(errbuf, errlen,
+                    "joiner.task_actions: '%s': %s%.*s%s (expected action types, "
+                    "comma-separated: click, conversion)",
+                    s, len ? "'" : "an empty entry", (int)len, p, len ? "' is not one" : "");
+            return MT_CONFIG;
+        }
+        if (*n == MT_CONFIG_MAX_TASK_ACTIONS) {
+            mt_msgf(errbuf, errlen, "joiner.task_actions: '%s': more than %u tasks", s,
+                    MT_CONFIG_MAX_TASK_ACTIONS);
+            return MT_CONFIG;
+        }
+        for (size_t i = 0; i < *n; i++) {
+            if (types[i] == (uint32_t)e->value) {
+                mt_msgf(errbuf, errlen, "joiner.task_actions: '%s': %s appears twice", s, e->name);
+                return MT_CONFIG;
+            }
+        }
+        types[(*n)++] = (uint32_t)e->value;
+        if (!*q) return MT_OK;
+        p = q + 1;
+    }
 }
 
 mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out,
@@ -1782,6 +1860,41 @@ static mt_err_t slot_dims(const mt_config_t *c, const uint16_t *slots, size_t ns
     return MT_OK;
 }
 
+/* model.task_weights into w[0, model.tasks): empty leaves the 1s of mt_model_config_init(). */
+static mt_err_t task_weights(const mt_config_t *c, float *w, char *errbuf, size_t errlen) {
+    const char *p = c->model.task_weights;
+    uint32_t n = 0;
+    while (*p) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || !(v >= 0 && v <= 1e6)) {
+            mt_msgf(errbuf, errlen, "model.task_weights: '%s': a weight is a number in [0, 1e6]",
+                    c->model.task_weights);
+            return MT_CONFIG;
+        }
+        if (n < MT_MODEL_MAX_TASKS) w[n] = (float)v;
+        n++;
+        p = end;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == ',')
+            p++;
+        else if (*p) {
+            mt_msgf(errbuf, errlen, "model.task_weights: '%s': comma-separated numbers",
+                    c->model.task_weights);
+            return MT_CONFIG;
+        }
+    }
+    if (n && n != c->model.tasks) {
+        mt_msgf(errbuf, errlen, "model.task_weights: %u weights for %u tasks (model.tasks)", n,
+                c->model.tasks);
+        return MT_CONFIG;
+    }
+    return MT_OK;
+}
+
 mt_err_t mt_config_model(const mt_config_t *c, const uint16_t *slots, size_t nslots, uint32_t *dims,
                          mt_model_config_t *out, char *errbuf, size_t errlen) {
     uint64_t hidden[MT_MODEL_MAX_HIDDEN];
@@ -1804,6 +1917,10 @@ mt_err_t mt_config_model(const mt_config_t *c, const uint16_t *slots, size_t nsl
     out->type = c->model.type;
     out->ncross = c->model.cross_layers;
     out->cross_rank = c->model.cross_rank;
+    out->ntasks = c->model.tasks;
+    out->nexperts = c->model.experts;
+    out->expert_width = c->model.expert_width;
+    if ((err = task_weights(c, out->task_weight, errbuf, errlen))) return err;
     for (size_t i = 0; i < nslots; i++)
         if (dims[i] != out->dim) out->slot_dims = dims;
     if (mt_model_config_validate(out, msg, sizeof(msg)) != MT_OK) {

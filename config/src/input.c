@@ -225,14 +225,14 @@ mt_err_t mt_config_input_csv(const mt_config_t *c, mt_config_csv_t *out, char *e
     cc->nslots_cfg = n;
 
     /* the single columns and the positive values: one buffer of NUL-terminated copies */
-    const char *const src[5] = {in->label, in->timestamp, in->request_id, in->item_id,
-                                in->positive_labels};
+    const char *const src[6] = {in->label,   in->timestamp,       in->request_id,
+                                in->item_id, in->positive_labels, in->task_labels};
     size_t total = 0;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         total += strlen(src[i]) + 1;
-    char *part[5], *buf = out->strings_ = malloc(total);
+    char *part[6], *buf = out->strings_ = malloc(total);
     if (!buf) return MT_NOMEM;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         size_t len = strlen(src[i]) + 1;
         memcpy(buf, src[i], len);
         part[i] = buf;
@@ -244,6 +244,29 @@ mt_err_t mt_config_input_csv(const mt_config_t *c, mt_config_csv_t *out, char *e
         (err = column_ref("input.item_id", part[3], header, &out->item_id, errbuf, errlen)))
         return err;
     bool has_label = cc->label.index >= 0 || cc->label.name;
+    size_t nt = 0; /* input.task_labels: cut in place */
+    for (char *p = part[5]; *p;) {
+        char *end = strchr(p, ',');
+        if (end) *end = '\0';
+        if (*trim(p)) {
+            if (nt == MT_BATCH_MAX_TASKS - 1) {
+                mt_msgf(errbuf, errlen, "input.task_labels: more than %d columns",
+                        MT_BATCH_MAX_TASKS - 1);
+                return MT_CONFIG;
+            }
+            if ((err = column_ref("input.task_labels", p, header, &out->task_labels[nt], errbuf,
+                                  errlen)))
+                return err;
+            nt++;
+        }
+        p = end ? end + 1 : p + strlen(p);
+    }
+    if (nt && !has_label) {
+        mt_msgf(errbuf, errlen, "input.task_labels: needs a label column (input.label)");
+        return MT_CONFIG;
+    }
+    cc->task_labels = out->task_labels;
+    cc->ntask_labels = nt;
     cc->label_kind = has_label ? MT_CSV_LABEL_THRESHOLD : MT_CSV_LABEL_NONE;
     cc->label_threshold = in->label_threshold;
     if (*trim(part[4])) {

@@ -20,7 +20,19 @@ mt_err_t mt_batch_init(mt_batch_t *b, const uint16_t *slot_ids, uint32_t nslots)
     }
     memcpy(b->slot_ids, slot_ids, nslots * sizeof(uint16_t));
     b->nslots = nslots;
+    b->ntasks = 1;
     b->offsets[0] = 0;
+    return MT_OK;
+}
+
+mt_err_t mt_batch_set_tasks(mt_batch_t *b, uint32_t ntasks) {
+    if (b->n || ntasks < 1 || ntasks > MT_BATCH_MAX_TASKS) return MT_INVALID;
+    if (b->cap_n) { /* the labels' room follows the examples' */
+        float *l = realloc(b->labels, b->cap_n * ntasks * sizeof(float));
+        if (!l) return MT_NOMEM;
+        b->labels = l;
+    }
+    b->ntasks = ntasks;
     return MT_OK;
 }
 
@@ -43,6 +55,13 @@ void mt_batch_free(mt_batch_t *b) {
 
 mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sample_rate,
                       const uint64_t *const *fids_per_slot, const uint32_t *counts) {
+    if (b->ntasks != 1) return MT_INVALID;
+    return mt_batch_add_labels(b, &label, timestamp_ms, sample_rate, fids_per_slot, counts);
+}
+
+mt_err_t mt_batch_add_labels(mt_batch_t *b, const float *labels, int64_t timestamp_ms,
+                             float sample_rate, const uint64_t *const *fids_per_slot,
+                             const uint32_t *counts) {
     size_t add = 0;
     for (uint32_t s = 0; s < b->nslots; s++) {
         for (uint32_t k = 0; k < counts[s]; k++)
@@ -52,7 +71,7 @@ mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sa
     size_t cap_n = b->cap_n;
     if (b->n + 1 > cap_n) {
         size_t c = cap_n ? 2 * cap_n : 64, off_cap = c * b->nslots + 1;
-        float *l = realloc(b->labels, c * sizeof(float));
+        float *l = realloc(b->labels, c * b->ntasks * sizeof(float));
         if (l) b->labels = l;
         int64_t *t = realloc(b->timestamps_ms, c * sizeof(int64_t));
         if (t) b->timestamps_ms = t;
@@ -72,7 +91,7 @@ mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sa
         b->nfids += counts[s];
         b->offsets[base + s + 1] = b->nfids;
     }
-    b->labels[b->n] = label;
+    memcpy(b->labels + b->n * b->ntasks, labels, b->ntasks * sizeof(float));
     b->timestamps_ms[b->n] = timestamp_ms;
     b->sample_rates[b->n] = sample_rate;
     b->n++;
@@ -80,7 +99,7 @@ mt_err_t mt_batch_add(mt_batch_t *b, float label, int64_t timestamp_ms, float sa
 }
 
 mt_err_t mt_batch_gather(const mt_batch_t *src, const size_t *idx, size_t n, mt_batch_t *dst) {
-    if (dst->nslots != src->nslots ||
+    if (dst->nslots != src->nslots || dst->ntasks != src->ntasks ||
         memcmp(dst->slot_ids, src->slot_ids, src->nslots * sizeof(uint16_t)) != 0)
         return MT_INVALID;
     mt_batch_clear(dst);
@@ -95,8 +114,8 @@ mt_err_t mt_batch_gather(const mt_batch_t *src, const size_t *idx, size_t n, mt_
             fp[s] = mt_batch_fids(src, e, s, &c);
             counts[s] = (uint32_t)c;
         }
-        err = mt_batch_add(dst, src->labels[e], src->timestamps_ms[e], src->sample_rates[e], fp,
-                           counts);
+        err = mt_batch_add_labels(dst, src->labels + e * src->ntasks, src->timestamps_ms[e],
+                                  src->sample_rates[e], fp, counts);
     }
     free(fp);
     free(counts);

@@ -42,9 +42,18 @@ mt_err_t mt_example_decode(const void *buf, size_t len, mt_batch_t *b, uint32_t 
         err = refuse(why, whylen, "no label");
         goto out;
     }
-    if (!(ex->labels[0] >= 0.0f && ex->labels[0] <= 1.0f)) {
-        err = refuse(why, whylen, "label %g outside [0, 1]", (double)ex->labels[0]);
+    /* one label per task of the batch (its first ones: a model of fewer tasks ignores the
+     * others) */
+    if (ex->n_labels < b->ntasks) {
+        err = refuse(why, whylen, "%zu label%s, the model has %u tasks", ex->n_labels,
+                     ex->n_labels == 1 ? "" : "s", b->ntasks);
         goto out;
+    }
+    for (uint32_t t = 0; t < b->ntasks; t++) {
+        if (!(ex->labels[t] >= 0.0f && ex->labels[t] <= 1.0f)) {
+            err = refuse(why, whylen, "label %u: %g outside [0, 1]", t, (double)ex->labels[t]);
+            goto out;
+        }
     }
     if (!(rate > 0.0f && rate <= 1.0f)) {
         err = refuse(why, whylen, "sample_rate %g outside (0, 1]", (double)rate);
@@ -77,7 +86,7 @@ mt_err_t mt_example_decode(const void *buf, size_t len, mt_batch_t *b, uint32_t 
         fids[s] = sf->fids;
         counts[s] = (uint32_t)sf->n_fids;
     }
-    err = mt_batch_add(b, ex->labels[0], ex->timestamp_ms, rate, fids, counts);
+    err = mt_batch_add_labels(b, ex->labels, ex->timestamp_ms, rate, fids, counts);
     if (err == MT_INVALID) err = refuse(why, whylen, "fid of another slot");
     if (!err && ignored_slots) *ignored_slots = ignored;
 out:
@@ -96,11 +105,10 @@ mt_err_t mt_example_encode(const mt_batch_t *b, size_t i, const char *request_id
         free(sp);
         return MT_NOMEM;
     }
-    float label = b->labels[i];
     ex.request_id = (char *)(request_id ? request_id : "");
     ex.timestamp_ms = b->timestamps_ms[i];
-    ex.n_labels = 1;
-    ex.labels = &label;
+    ex.n_labels = b->ntasks;
+    ex.labels = b->labels + i * b->ntasks;
     ex.sample_rate = b->sample_rates[i];
     size_t n = 0;
     for (uint32_t s = 0; s < b->nslots; s++) {

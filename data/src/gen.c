@@ -55,6 +55,7 @@ struct mt_gen {
     mt_gen_config_t cfg;
     pop_t users, items;
     uint64_t slot_key[MT_GEN_NSLOTS + 1]; /* by slot id */
+    uint64_t conv_key[MT_GEN_NSLOTS + 1]; /* the conversion model's entities, by slot id */
     uint64_t stream_key, calib_key;
     uint64_t request_key; /* seeds mt_gen_draw_request()'s draws */
     double b0;
@@ -74,12 +75,14 @@ static void pop_init(pop_t *p, uint16_t slot, uint64_t n, double e, double born_
                      double half_life_s, uint64_t key);
 static uint64_t pop_sample(const pop_t *p, double elapsed_s, uint64_t *rng);
 static double entity(const mt_gen_t *g, int slot, uint64_t id, double *vec);
+static double entity_of(uint64_t key, uint32_t dim, uint64_t id, double *vec);
 static mt_err_t draw(const mt_gen_t *g, uint64_t *rng, int64_t ts_ms, int64_t clock_ms,
                      example_t *ex);
 static void features(const mt_gen_t *g, uint64_t user, uint64_t item, int64_t ts_ms,
                      int64_t clock_ms, example_t *ex);
 static mt_err_t elapsed_of(const mt_gen_t *g, int64_t ts_ms, double *elapsed_s);
 static double sigmoid(double x);
+static double conversion_p(const mt_gen_t *g, const example_t *ex);
 static double daily_term(const mt_gen_t *g, int64_t ts_ms);
 static mt_err_t calibrate(mt_gen_t *g);
 
@@ -106,6 +109,8 @@ void mt_gen_config_init(mt_gen_config_t *cfg) {
     cfg->interaction_scale = 0.7;
     cfg->daily_amplitude = 0.3;
     cfg->drift_period_s = 604800.0;
+    cfg->tasks = 1;
+    cfg->conversion_rate = 0.1;
     cfg->events_per_s = 1000.0;
     cfg->start_time_ms = 1700000000000ll;
 }
@@ -159,6 +164,9 @@ mt_err_t mt_gen_config_validate(const mt_gen_config_t *cfg, char *errbuf, size_t
         BAD("daily_amplitude must be in [0, 10], got %g", cfg->daily_amplitude);
     if (!nonneg(cfg->drift_period_s))
         BAD("drift_period_s must be >= 0, got %g", cfg->drift_period_s);
+    if (cfg->tasks < 1 || cfg->tasks > 2) BAD("tasks must be 1 or 2, got %u", cfg->tasks);
+    if (!(cfg->conversion_rate > 0 && cfg->conversion_rate < 1))
+        BAD("conversion_rate must be in (0, 1), got %g", cfg->conversion_rate);
     if (!(isfinite(cfg->events_per_s) && cfg->events_per_s > 0 && cfg->events_per_s <= 1e12))
         BAD("events_per_s must be in (0, 1e12], got %g", cfg->events_per_s);
     if (cfg->start_time_ms < 0 || cfg->start_time_ms > (1ll << 52))
@@ -176,6 +184,8 @@ mt_err_t mt_gen_create(const mt_gen_config_t *cfg, mt_gen_t **out) {
     uint64_t seed_key = mix64(cfg->seed ^ 0x6D6F6E6F6C697468ull); /* "monolith" */
     for (int s = 0; s <= MT_GEN_NSLOTS; s++)
         g->slot_key[s] = mix64(seed_key + (uint64_t)s * GOLDEN);
+    for (int s = 0; s <= MT_GEN_NSLOTS; s++)
+        g->conv_key[s] = mix64((seed_key ^ 0x636F6E76ull) + (uint64_t)s * GOLDEN); /* "conv" */
     g->stream_key = mix64(seed_key ^ 0x73747265616D0000ull);
     g->calib_key = mix64(seed_key ^ 0x63616C6962000000ull);
     g->request_key = mix64(seed_key ^ 0x7265717565737400ull); /* "request" */
@@ -205,9 +215,11 @@ mt_err_t mt_gen_next(mt_gen_t *g, mt_batch_t *batch, size_t n, float *true_p_out
     if (!g || !batch) return MT_INVALID;
     if (batch->nslots == 0) {
         mt_err_t err = mt_batch_init(batch, slots, MT_GEN_NSLOTS);
+        if (!err) err = mt_batch_set_tasks(batch, g->cfg.tasks);
         if (err != MT_OK) return err;
     } else if (batch->nslots != MT_GEN_NSLOTS ||
-               memcmp(batch->slot_ids, slots, sizeof(slots)) != 0) {
+               memcmp(batch->slot_ids, slots, sizeof(slots)) != 0 ||
+               batch->ntasks != g->cfg.tasks) {
         return MT_MISMATCH;
     }
     mt_batch_clear(batch);
@@ -222,7 +234,8 @@ mt_err_t mt_gen_next(mt_gen_t *g, mt_batch_t *batch, size_t n, float *true_p_out
         mt_err_t err = draw(g, &rng, ts_ms, ts_ms, &ex);
         if (err != MT_OK) return err;
         double p = sigmoid(g->b0 + ex.z);
-        float label = rand01(&rng) < p ? 1.0f : 0.0f;
+        float label[2] = {rand01(&rng) < p ? 1.0f : 0.0f, 0.0f};
+        if (c->tasks == 2 && label[0] > 0) label[1] = rand01(&rng) < conversion_p(g, &ex);
         uint64_t one[5] = {
             mt_fid_of_int(MT_GEN_SLOT_USER, ex.user),
             mt_fid_of_int(MT_GEN_SLOT_ITEM, ex.item),
@@ -235,7 +248,7 @@ mt_err_t mt_gen_next(mt_gen_t *g, mt_batch_t *batch, size_t n, float *true_p_out
             tags[t] = mt_fid_of_int(MT_GEN_SLOT_ITEM_TAGS, ex.tags[t]);
         const uint64_t *per_slot[MT_GEN_NSLOTS] = {one, one + 1, one + 2, one + 3, one + 4, tags};
         const uint32_t counts[MT_GEN_NSLOTS] = {1, 1, 1, 1, 1, ex.ntags};
-        err = mt_batch_add(batch, label, ex.ts_ms, 1.0f, per_slot, counts);
+        err = mt_batch_add_labels(batch, label, ex.ts_ms, 1.0f, per_slot, counts);
         if (err != MT_OK) return err;
         if (true_p_out) true_p_out[i] = (float)p;
     }
@@ -429,11 +442,16 @@ static mt_err_t elapsed_of(const mt_gen_t *g, int64_t ts_ms, double *elapsed_s) 
 /* Bias (returned) and vector (dim entries into vec, if non-NULL) of (slot, id): uniform,
  * mean 0, variance 1, from the hash of (seed, slot, id). */
 static double entity(const mt_gen_t *g, int slot, uint64_t id, double *vec) {
+    return entity_of(g->slot_key[slot], g->cfg.latent_dim, id, vec);
+}
+
+/* An entity's bias (returned) and vector of @p dim entries from @p key. */
+static double entity_of(uint64_t key, uint32_t dim, uint64_t id, double *vec) {
     static const double sqrt3 = 1.7320508075688772;
-    uint64_t st = mix64(g->slot_key[slot] ^ (id * 0xD1B54A32D192ED03ull));
+    uint64_t st = mix64(key ^ (id * 0xD1B54A32D192ED03ull));
     double bias = (2 * rand01(&st) - 1) * sqrt3;
     if (vec)
-        for (uint32_t j = 0; j < g->cfg.latent_dim; j++)
+        for (uint32_t j = 0; j < dim; j++)
             vec[j] = (2 * rand01(&st) - 1) * sqrt3;
     return bias;
 }
@@ -443,6 +461,17 @@ static double dot(const double *a, const double *b, uint32_t n) {
     for (uint32_t j = 0; j < n; j++)
         s += a[j] * b[j];
     return s;
+}
+
+/* A clicked example's conversion probability q (mt/gen.h). */
+static double conversion_p(const mt_gen_t *g, const example_t *ex) {
+    const mt_gen_config_t *c = &g->cfg;
+    double u[MT_GEN_MAX_DIM], v[MT_GEN_MAX_DIM];
+    double bu = entity_of(g->conv_key[MT_GEN_SLOT_USER], c->latent_dim, ex->user, u);
+    double bi = entity_of(g->conv_key[MT_GEN_SLOT_ITEM], c->latent_dim, ex->item, v);
+    double z = log(c->conversion_rate / (1 - c->conversion_rate)) + c->bias_scale * (bu + bi) +
+               c->interaction_scale * dot(u, v, c->latent_dim) * g->inv_sqrt_dim;
+    return sigmoid(z);
 }
 
 static double sigmoid(double x) {

@@ -91,6 +91,8 @@ struct mt_reader {
     size_t expect_cols; /* 0 = not known yet */
     mt_csv_label_kind_t label_kind;
     size_t label_col;
+    size_t label_cols[MT_BATCH_MAX_TASKS]; /* each task's column ([0] = label_col) */
+    uint32_t ntasks;                       /* labels per example (1 but for task_labels) */
     double label_threshold;
     char **pos_labels;
     size_t npos_labels;
@@ -616,6 +618,17 @@ mt_err_t mt_csv_config_validate(const mt_csv_config_t *cfg, char *errbuf, size_t
         break;
     default: CFG_ERR("unknown label_kind %d", (int)cfg->label_kind);
     }
+    if (cfg->ntask_labels) {
+        if (cfg->ntask_labels > MT_BATCH_MAX_TASKS - 1)
+            CFG_ERR("task_labels: %zu columns, at most %d", cfg->ntask_labels,
+                    MT_BATCH_MAX_TASKS - 1);
+        if (cfg->label_kind == MT_CSV_LABEL_NONE || !cfg->task_labels)
+            CFG_ERR("task_labels need a label");
+        for (size_t t = 0; t < cfg->ntask_labels; t++) {
+            mt_err_t e = check_column(cfg, cfg->task_labels[t], "task_labels", errbuf, errlen);
+            if (e) return e;
+        }
+    }
     switch (cfg->time_unit) {
     case MT_CSV_TIME_NONE: break;
     case MT_CSV_TIME_S:
@@ -753,6 +766,12 @@ mt_err_t mt_reader_csv_open(const mt_csv_config_t *cfg, const char *path, FILE *
     if (cfg->label_kind != MT_CSV_LABEL_NONE &&
         (err = resolve(r, cfg->label, "label", &r->label_col, errbuf, errlen)))
         goto out;
+    r->label_cols[0] = r->label_col;
+    r->ntasks = 1 + (uint32_t)cfg->ntask_labels;
+    for (size_t t = 0; t < cfg->ntask_labels; t++)
+        if ((err = resolve(r, cfg->task_labels[t], "task label", &r->label_cols[t + 1], errbuf,
+                           errlen)))
+            goto out;
     if (cfg->time_unit != MT_CSV_TIME_NONE &&
         (err = resolve(r, cfg->timestamp, "timestamp", &r->time_col, errbuf, errlen)))
         goto out;
@@ -833,6 +852,24 @@ mt_err_t mt_reader_csv_text(const mt_reader_t *r, size_t i, const char **text, s
     return MT_OK;
 }
 
+/* Label column @p col of the line into *label, as the config's label kind reads it. */
+static mt_err_t csv_label(mt_reader_t *r, size_t col, float *label) {
+    *label = 0;
+    if (col >= r->nfields) return bad(r, "no label column %zu", col + 1);
+    field_t f = r->fields[col];
+    if (r->label_kind == MT_CSV_LABEL_THRESHOLD) {
+        double v;
+        if (!parse_double(f, &v)) return bad(r, "label '%.*s' is not a number", SHOW(f));
+        *label = v >= r->label_threshold ? 1.0f : 0.0f;
+    } else {
+        for (size_t i = 0; i < r->npos_labels; i++)
+            if (strlen(r->pos_labels[i]) == f.len && !memcmp(r->pos_labels[i], f.p, f.len))
+                *label = 1.0f;
+    }
+    return MT_OK;
+}
+
+/* @p label: [r->ntasks]. */
 static mt_err_t csv_parse(mt_reader_t *r, float *label, int64_t *ts) {
     mt_err_t err = split(r, r->line, r->line_len, r->delim, r->quote);
     if (err) return err;
@@ -843,19 +880,11 @@ static mt_err_t csv_parse(mt_reader_t *r, float *label, int64_t *ts) {
     }
     *label = 0;
     *ts = 0;
-    if (r->label_kind != MT_CSV_LABEL_NONE) {
-        if (r->label_col >= r->nfields) return bad(r, "no label column %zu", r->label_col + 1);
-        field_t f = r->fields[r->label_col];
-        if (r->label_kind == MT_CSV_LABEL_THRESHOLD) {
-            double v;
-            if (!parse_double(f, &v)) return bad(r, "label '%.*s' is not a number", SHOW(f));
-            *label = v >= r->label_threshold ? 1.0f : 0.0f;
-        } else {
-            for (size_t i = 0; i < r->npos_labels; i++)
-                if (strlen(r->pos_labels[i]) == f.len && !memcmp(r->pos_labels[i], f.p, f.len))
-                    *label = 1.0f;
+    if (r->label_kind != MT_CSV_LABEL_NONE)
+        for (uint32_t t = 0; t < r->ntasks; t++) {
+            mt_err_t e = csv_label(r, r->label_cols[t], &label[t]);
+            if (e) return e;
         }
-    }
     if (r->time_unit != MT_CSV_TIME_NONE) {
         if (r->time_col >= r->nfields) return bad(r, "no timestamp column %zu", r->time_col + 1);
         field_t f = r->fields[r->time_col];
@@ -925,7 +954,10 @@ const uint16_t *mt_reader_slots(const mt_reader_t *r, uint32_t *nslots) {
 }
 
 mt_err_t mt_reader_batch_init(const mt_reader_t *r, mt_batch_t *b) {
-    return mt_batch_init(b, r->slot_ids, r->nslots);
+    mt_err_t err = mt_batch_init(b, r->slot_ids, r->nslots);
+    if (!err && r->ntasks > 1 && (err = mt_batch_set_tasks(b, r->ntasks)) != MT_OK)
+        mt_batch_free(b);
+    return err;
 }
 
 void mt_reader_set_bad_line_cb(mt_reader_t *r, mt_reader_bad_line_cb cb, void *opaque) {
@@ -939,7 +971,7 @@ const mt_reader_stats_t *mt_reader_stats(const mt_reader_t *r) {
 
 mt_err_t mt_reader_next(mt_reader_t *r, mt_batch_t *b, size_t max_examples) {
     if (!r || !b || max_examples == 0) return MT_INVALID;
-    if (b->nslots != r->nslots || !b->slot_ids ||
+    if (b->nslots != r->nslots || !b->slot_ids || b->ntasks != (r->ntasks ? r->ntasks : 1) ||
         memcmp(b->slot_ids, r->slot_ids, r->nslots * sizeof(uint16_t)))
         return MT_MISMATCH;
     size_t added = 0;
@@ -959,20 +991,20 @@ mt_err_t mt_reader_next(mt_reader_t *r, mt_batch_t *b, size_t max_examples) {
             (r->line[0] < '0' || r->line[0] > '9'))
             continue;
         memset(r->scnt, 0, r->nslots * sizeof(uint32_t));
-        float label = 0;
+        float label[MT_BATCH_MAX_TASKS] = {0};
         int64_t ts = 0;
         mt_err_t err;
         switch (r->kind) {
-        case K_CRITEO: err = criteo_parse(r, &label, &ts); break;
-        case K_MOVIELENS: err = ml_parse(r, &label, &ts); break;
-        default: err = csv_parse(r, &label, &ts); break;
+        case K_CRITEO: err = criteo_parse(r, label, &ts); break;
+        case K_MOVIELENS: err = ml_parse(r, label, &ts); break;
+        default: err = csv_parse(r, label, &ts); break;
         }
         if (err == MT_CORRUPT) {
             record_bad(r);
             continue;
         }
         if (err) return err;
-        err = mt_batch_add(b, label, ts, 1.0f, (const uint64_t *const *)r->sfids, r->scnt);
+        err = mt_batch_add_labels(b, label, ts, 1.0f, (const uint64_t *const *)r->sfids, r->scnt);
         if (err) return err == MT_INVALID ? MT_INTERNAL : err;
         r->have_text = r->ntext > 0;
         added++;

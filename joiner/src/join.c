@@ -10,15 +10,26 @@
  *   'M'                     meta (below)                          watermark, gauges, seq
  *   'K' topic '\0' be32(p)  i64 next offset, i64 max event time  input partition
  *   'P' key                 i64 ts, Impression bytes              pending impression
+ *   'A' key                 u8 labels                             labels seen of a 'P' (T > 1)
  *   'T' be64t(close) key    (empty)                               close-time index of 'P'
- *   'E' key                 i64 ts, u32 type                      early action
+ *   'E' key                 early record (below)                  early action(s)
  *   'F' be64t(expire) key   (empty)                               expiry index of 'E'
- *   'D' key                 u8 label, i64 expire                  tombstone of a closed key
+ *   'D' key                 u8 labels, i64 expire                 tombstone of a closed key
  *   'G' be64t(expire) key   (empty)                               expiry index of 'D'
- *   'O' be64(seq)           u8 label, u16 n, request id (n), Example bytes   the outbox
+ *   'O' be64(seq)           u8 labels, u16 n, request id (n), Example bytes   the outbox
  *
- *   meta: u32 version (1), u32 0, i64 watermark, i64 max event time, u64 pending,
- *         u64 early, u64 tombstones, u64 next outbox seq
+ *   meta: u32 version (1: one task, 2: several), u8 task_actions[4] (0-padded; all 0 in a
+ *         state written before the field: read as one task, the click), i64 watermark,
+ *         i64 max event time, u64 pending, u64 early, u64 tombstones, u64 next outbox seq
+ *   labels: bit t = task t's label. With one task (T = 1) every record is as it was before
+ *         tasks existed: labels 0 or 1, no 'A' record (an impression closes at its action).
+ *   early record, T = 1: i64 ts, u8 type, 3 bytes 0 (one action).
+ *         T > 1: i64 ts (the latest action's: its 'F' entry is at ts + window), u32 labels
+ *         (the tasks present), i64 ts[T] (each task's action time; INT64_MIN: none).
+ *
+ * A pending impression's 'A' record exists only while its labels are not 0; it is written
+ * in the batch of the action that set the label and deleted with the 'P' record. A state
+ * written with other task_actions is refused at open (its labels would change meaning).
  *
  * Invariants: every write is one WriteBatch holding a whole step (one message with its
  * position and meta, or a run of closures with meta), so any prefix of the WAL is a
@@ -47,10 +58,11 @@
 
 #include "monolith/v1/example.pb-c.h"
 
-#define META_VERSION   1u
-#define KEY_MAX        (1 + 8 + MT_JOINER_MAX_REQUEST_ID + 1 + 8)
-#define CLOSE_BATCH    512 /* closures per atomic write */
-#define MAX_SLOTS_FIDS (1u << 20)
+#define META_VERSION    1u /* one task: the layout before tasks existed */
+#define META_VERSION_MT 2u /* several tasks ('A' records, masks, the multi-task early record) */
+#define KEY_MAX         (1 + 8 + MT_JOINER_MAX_REQUEST_ID + 1 + 8)
+#define CLOSE_BATCH     512 /* closures per atomic write */
+#define MAX_SLOTS_FIDS  (1u << 20)
 
 /* ============================== types ============================== */
 
@@ -60,7 +72,8 @@ typedef struct centry { /* a pending impression held in memory */
     uint64_t hash, item;
     int64_t ts;
     uint32_t rid_len, len;
-    uint8_t data[]; /* request id, then the Impression bytes */
+    uint32_t labels; /* its 'A' record (0: none) */
+    uint8_t data[];  /* request id, then the Impression bytes */
 } centry_t;
 
 typedef struct position { /* one input partition */
@@ -91,6 +104,7 @@ struct mt_joiner {
     rocksdb_writeoptions_t *wo, *wo_sync;
     rocksdb_readoptions_t *ro;
     rocksdb_writebatch_t *wb;
+    uint32_t all_labels; /* every task's bit: (1 << ntasks) - 1 */
     /* persisted (meta) */
     int64_t watermark, max_event;
     uint64_t pending, early, tombstones, next_seq;
@@ -133,6 +147,12 @@ static int64_t unbias(uint64_t v) {
 }
 static int64_t sat_add(int64_t a, int64_t b) { /* b >= 0 */
     return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+static uint32_t popcount(uint32_t v) {
+    uint32_t n = 0;
+    for (; v; v &= v - 1)
+        n++;
+    return n;
 }
 
 static int64_t default_clock(void *opaque) {
@@ -225,7 +245,9 @@ static int tkey_parse(const uint8_t *k, size_t len, int64_t *t, const char **rid
 static void put_meta(mt_joiner_t *j) {
     uint8_t m[56];
     memset(m, 0, sizeof(m));
-    m[0] = META_VERSION;
+    m[0] = j->cfg.ntasks > 1 ? META_VERSION_MT : META_VERSION;
+    for (uint32_t t = 0; t < j->cfg.ntasks; t++)
+        m[4 + t] = (uint8_t)j->cfg.task_actions[t];
     mt_put_le(m + 8, (uint64_t)j->watermark, 8);
     mt_put_le(m + 16, (uint64_t)j->max_event, 8);
     mt_put_le(m + 24, j->pending, 8);
@@ -359,7 +381,7 @@ static void cache_remove(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t 
 
 /* Best effort: a failed allocation only means a miss later. */
 static void cache_insert(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item, int64_t ts,
-                         const void *raw, size_t len) {
+                         const void *raw, size_t len, uint32_t labels) {
     if (j->cfg.max_pending_memory == 0) return;
     while (j->ncached >= j->cfg.max_pending_memory && j->oldest) {
         cache_unlink(j, j->oldest);
@@ -387,6 +409,7 @@ static void cache_insert(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t 
     e->ts = ts;
     e->rid_len = (uint32_t)rlen;
     e->len = (uint32_t)len;
+    e->labels = labels;
     memcpy(e->data, rid, rlen);
     memcpy(e->data + rlen, raw, len);
     e->hnext = j->buckets[e->hash & (j->nbuckets - 1)];
@@ -412,13 +435,49 @@ static void cache_free(mt_joiner_t *j) {
     j->nbuckets = j->ncached = 0;
 }
 
-/* A pending impression: *found, and its time and bytes (into j->val). */
+/* The labels seen of pending impression (rid, item): its cache entry's, else its 'A' record
+ * (absent: 0; one task: always 0). Leaves j->val alone (it may hold the impression). */
+static mt_err_t labels_get(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item,
+                           uint32_t *labels) {
+    *labels = 0;
+    if (j->cfg.ntasks == 1) return MT_OK;
+    centry_t *e = cache_find(j, rid, rlen, item, key_hash(rid, rlen, item));
+    if (e) {
+        *labels = e->labels;
+        return MT_OK;
+    }
+    uint8_t k[KEY_MAX];
+    size_t kl = key_make(k, 'A', rid, rlen, item), vlen = 0;
+    char *rerr = NULL;
+    char *v = rocksdb_get(j->db, j->ro, (const char *)k, kl, &vlen, &rerr);
+    if (rerr) return rerr_of(rerr);
+    mt_err_t err = MT_OK;
+    if (v && (vlen != 1 || ((uint8_t)v[0] & ~j->all_labels)))
+        err = MT_CORRUPT;
+    else if (v)
+        *labels = (uint8_t)v[0];
+    rocksdb_free(v);
+    return err;
+}
+
+/* Records the labels seen of pending impression (rid, item) (not 0: several tasks only). */
+static void labels_put(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item,
+                       uint32_t labels) {
+    uint8_t k[KEY_MAX], v = (uint8_t)labels;
+    size_t kl = key_make(k, 'A', rid, rlen, item);
+    rocksdb_writebatch_put(j->wb, (const char *)k, kl, (const char *)&v, 1);
+    centry_t *e = cache_find(j, rid, rlen, item, key_hash(rid, rlen, item));
+    if (e) e->labels = labels;
+}
+
+/* A pending impression: *found, and its time, labels seen and bytes (into j->val). */
 static mt_err_t pending_get(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item, int *found,
-                            int64_t *ts) {
+                            int64_t *ts, uint32_t *labels) {
     centry_t *e = cache_find(j, rid, rlen, item, key_hash(rid, rlen, item));
     if (e) {
         *found = 1;
         *ts = e->ts;
+        *labels = e->labels;
         return buf_set(&j->val, e->data + rlen, e->len);
     }
     uint8_t k[KEY_MAX];
@@ -430,7 +489,7 @@ static mt_err_t pending_get(mt_joiner_t *j, const char *rid, size_t rlen, uint64
     *ts = (int64_t)mt_get_le(j->val.p, 8);
     memmove(j->val.p, j->val.p + 8, j->val.len - 8);
     j->val.len -= 8;
-    return MT_OK;
+    return labels_get(j, rid, rlen, item, labels);
 }
 
 /* ============================== examples ============================== */
@@ -469,10 +528,11 @@ static int impression_ok(const Monolith__V1__Impression *im, char *why, size_t w
     return 1;
 }
 
-/* The Example of impression @p raw: user and item slots merged (one SlotFids per slot, fids
- * of a slot on both sides concatenated without repeats), sorted by slot. */
-static mt_err_t make_example(const void *raw, size_t rawlen, float label, float rate, uint8_t **out,
-                             size_t *outlen) {
+/* The Example of impression @p raw with @p nlabels labels: user and item slots merged (one
+ * SlotFids per slot, fids of a slot on both sides concatenated without repeats), sorted by
+ * slot. */
+static mt_err_t make_example(const void *raw, size_t rawlen, float *labels, size_t nlabels,
+                             float rate, uint8_t **out, size_t *outlen) {
     Monolith__V1__Impression *im = monolith__v1__impression__unpack(NULL, rawlen, raw);
     if (!im) return MT_CORRUPT;
     mt_err_t err = MT_NOMEM;
@@ -517,8 +577,8 @@ static mt_err_t make_example(const void *raw, size_t rawlen, float label, float 
     Monolith__V1__Example ex = MONOLITH__V1__EXAMPLE__INIT;
     ex.request_id = im->request_id;
     ex.timestamp_ms = im->timestamp_ms;
-    ex.n_labels = 1;
-    ex.labels = &label;
+    ex.n_labels = nlabels;
+    ex.labels = labels;
     ex.n_slots = nout;
     ex.slots = ptrs;
     ex.sample_rate = rate;
@@ -545,8 +605,8 @@ static int keep_negative(const mt_joiner_t *j, const char *rid, size_t rlen, uin
     return (double)(h >> 11) * 0x1.0p-53 < j->cfg.negative_rate;
 }
 
-static mt_err_t outbox_push(mt_joiner_t *j, uint64_t seq, const char *rid, size_t rlen, int label,
-                            const uint8_t *ex, size_t len) {
+static mt_err_t outbox_push(mt_joiner_t *j, uint64_t seq, const char *rid, size_t rlen,
+                            uint32_t labels, const uint8_t *ex, size_t len) {
     if (j->ohead + j->ocount == j->ocap) {
         if (j->ohead) {
             memmove(j->ob, j->ob + j->ohead, j->ocount * sizeof(*j->ob));
@@ -570,41 +630,46 @@ static mt_err_t outbox_push(mt_joiner_t *j, uint64_t seq, const char *rid, size_
     o->ex.request_id_len = rlen;
     o->ex.value = o->buf + rlen + 1;
     o->ex.len = len;
-    o->ex.label = label;
+    o->ex.label = labels != 0;
+    o->ex.labels = labels;
     j->ocount++;
     return MT_OK;
 }
 
-/* Closes key (rid, item) of impression @p raw (time @p ts) with @p label: the example (unless
- * sampled out) into the batch's outbox, and a tombstone. */
+/* Closes key (rid, item) of impression @p raw (time @p ts) with @p labels (bit t: task t's):
+ * the example (unless sampled out: only an example of labels 0 can be) into the batch's
+ * outbox, and a tombstone. */
 static mt_err_t emit(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item, int64_t ts,
-                     const void *raw, size_t rawlen, int label) {
+                     const void *raw, size_t rawlen, uint32_t labels) {
     mt_err_t err;
     int64_t close = sat_add(ts, j->cfg.window_ms);
     int64_t expire = sat_add(sat_add(close > j->watermark ? close : j->watermark, j->cfg.window_ms),
                              j->cfg.allowed_lateness_ms);
     uint8_t k[KEY_MAX], v[9];
     size_t kl = key_make(k, 'D', rid, rlen, item);
-    v[0] = (uint8_t)label;
+    v[0] = (uint8_t)labels;
     mt_put_le(v + 1, (uint64_t)expire, 8);
     rocksdb_writebatch_put(j->wb, (const char *)k, kl, (const char *)v, 9);
     kl = tkey_make(k, 'G', expire, rid, rlen, item);
     rocksdb_writebatch_put(j->wb, (const char *)k, kl, "", 0);
     j->tombstones++;
-    if (!label && !keep_negative(j, rid, rlen, item)) {
+    if (!labels && !keep_negative(j, rid, rlen, item)) {
         j->st.sampled_out++;
         return MT_OK;
     }
-    float rate = label ? 1.0f : (float)j->cfg.negative_rate;
+    float rate = labels ? 1.0f : (float)j->cfg.negative_rate;
+    float lv[MT_JOINER_MAX_TASKS];
+    for (uint32_t t = 0; t < j->cfg.ntasks; t++)
+        lv[t] = labels >> t & 1 ? 1.0f : 0.0f;
     uint8_t *ex = NULL;
     size_t len = 0;
-    if ((err = make_example(raw, rawlen, label ? 1.0f : 0.0f, rate, &ex, &len))) return err;
+    if ((err = make_example(raw, rawlen, lv, j->cfg.ntasks, rate, &ex, &len))) return err;
     uint8_t *ov = malloc(3 + rlen + len);
     if (!ov) {
         free(ex);
         return MT_NOMEM;
     }
-    ov[0] = (uint8_t)label;
+    ov[0] = (uint8_t)labels;
     ov[1] = (uint8_t)rlen;
     ov[2] = (uint8_t)(rlen >> 8);
     memcpy(ov + 3, rid, rlen);
@@ -615,22 +680,29 @@ static mt_err_t emit(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item
     put_be64(ok + 1, seq);
     rocksdb_writebatch_put(j->wb, (const char *)ok, 9, (const char *)ov, 3 + rlen + len);
     free(ov);
-    err = outbox_push(j, seq, rid, rlen, label, ex, len);
+    err = outbox_push(j, seq, rid, rlen, labels, ex, len);
     free(ex);
     if (err) return err;
-    if (label)
+    if (labels)
         j->st.positives++;
     else
         j->st.negatives++;
+    for (uint32_t t = 0; t < j->cfg.ntasks; t++)
+        j->st.task_positives[t] += labels >> t & 1;
     return MT_OK;
 }
 
-/* Removes pending impression (rid, item) of time @p ts from the state. */
-static void pending_delete(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item,
-                           int64_t ts) {
+/* Removes pending impression (rid, item) of time @p ts and labels seen @p labels (its 'A'
+ * record, if not 0) from the state. */
+static void pending_delete(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item, int64_t ts,
+                           uint32_t labels) {
     uint8_t k[KEY_MAX];
     size_t kl = key_make(k, 'P', rid, rlen, item);
     rocksdb_writebatch_delete(j->wb, (const char *)k, kl);
+    if (labels) {
+        kl = key_make(k, 'A', rid, rlen, item);
+        rocksdb_writebatch_delete(j->wb, (const char *)k, kl);
+    }
     kl = tkey_make(k, 'T', sat_add(ts, j->cfg.window_ms), rid, rlen, item);
     rocksdb_writebatch_delete(j->wb, (const char *)k, kl);
     cache_remove(j, rid, rlen, item);
@@ -645,6 +717,63 @@ static void early_delete(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t 
     kl = tkey_make(k, 'F', sat_add(ts, j->cfg.window_ms), rid, rlen, item);
     rocksdb_writebatch_delete(j->wb, (const char *)k, kl);
     j->early--;
+}
+
+/* An early record ('E'): the actions of one key that came before its impression. */
+typedef struct early {
+    int64_t ts;                      /* the latest action's time ('F' at ts + window) */
+    uint32_t labels;                 /* the tasks whose action is here */
+    int64_t at[MT_JOINER_MAX_TASKS]; /* each task's action time (INT64_MIN: none) */
+} early_t;
+
+/* Parses early record @p v. @returns 0, or -1 if malformed. */
+static int early_parse(const mt_joiner_t *j, const uint8_t *v, size_t len, early_t *e) {
+    uint32_t nt = j->cfg.ntasks;
+    if (nt == 1) { /* i64 ts, u8 type, 3 bytes */
+        if (len < 8) return -1;
+        e->ts = e->at[0] = (int64_t)mt_get_le(v, 8);
+        e->labels = 1;
+        return 0;
+    }
+    if (len != 12 + 8 * (size_t)nt) return -1;
+    e->ts = (int64_t)mt_get_le(v, 8);
+    e->labels = (uint32_t)mt_get_le(v + 8, 4);
+    if (!e->labels || (e->labels & ~j->all_labels)) return -1;
+    for (uint32_t t = 0; t < nt; t++)
+        e->at[t] = (int64_t)mt_get_le(v + 12 + 8 * t, 8);
+    return 0;
+}
+
+/* Writes early record @p e under key @p k (its 'F' entry is the caller's); @p type: the
+ * action's type, kept by the one-task layout. */
+static void early_put(mt_joiner_t *j, const uint8_t *k, size_t kl, const early_t *e,
+                      uint32_t type) {
+    uint8_t v[12 + 8 * MT_JOINER_MAX_TASKS];
+    size_t n = 12;
+    mt_put_le(v, (uint64_t)e->ts, 8);
+    if (j->cfg.ntasks == 1) {
+        v[8] = (uint8_t)type;
+        v[9] = v[10] = v[11] = 0;
+    } else {
+        mt_put_le(v + 8, e->labels, 4);
+        for (uint32_t t = 0; t < j->cfg.ntasks; t++, n += 8)
+            mt_put_le(v + n, (uint64_t)e->at[t], 8);
+    }
+    rocksdb_writebatch_put(j->wb, (const char *)k, kl, (const char *)v, n);
+}
+
+/* The actions held by early record (rid, item), for the counters: 1 with one task. */
+static mt_err_t early_count(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item,
+                            uint64_t *n) {
+    *n = 1;
+    if (j->cfg.ntasks == 1) return MT_OK;
+    uint8_t k[KEY_MAX];
+    size_t kl = key_make(k, 'E', rid, rlen, item);
+    int found = 0;
+    early_t e;
+    mt_err_t err = db_get(j, k, kl, &found);
+    if (!err && found && !early_parse(j, j->val.p, j->val.len, &e)) *n = popcount(e.labels);
+    return err;
 }
 
 /* Scans keys with prefix @p type rid '\0': up to 2 items into @p items (and the first value
@@ -701,9 +830,11 @@ static mt_err_t early_drop_oldest(mt_joiner_t *j) {
         const char *rid;
         size_t rlen;
         uint64_t item;
-        if (tkey_parse(k, kl, &t, &rid, &rlen, &item) == 0) {
+        uint64_t n = 0;
+        if (tkey_parse(k, kl, &t, &rid, &rlen, &item) == 0 &&
+            !(err = early_count(j, rid, rlen, item, &n))) {
             early_delete(j, rid, rlen, item, t - j->cfg.window_ms);
-            j->st.early_dropped++;
+            j->st.early_dropped += n;
         }
     }
     err = iter_error(it, err);
@@ -719,12 +850,13 @@ static mt_err_t add_impression(mt_joiner_t *j, const Monolith__V1__Impression *i
     int64_t ts = im->timestamp_ms;
     int found = 0;
     int64_t t2;
+    uint32_t l2, labels = 0;
     mt_err_t err;
     uint8_t k[KEY_MAX];
     size_t kl;
     j->st.impressions++;
     see_event(j, ts);
-    if ((err = pending_get(j, rid, rlen, item, &found, &t2))) return err;
+    if ((err = pending_get(j, rid, rlen, item, &found, &t2, &l2))) return err;
     if (!found) {
         kl = key_make(k, 'D', rid, rlen, item);
         if ((err = db_get(j, k, kl, &found))) return err;
@@ -735,23 +867,38 @@ static mt_err_t add_impression(mt_joiner_t *j, const Monolith__V1__Impression *i
         return MT_OK;
     }
     int64_t close = sat_add(ts, j->cfg.window_ms);
-    /* an early action of this item, or of the request (item 0) */
-    for (int pass = 0; pass < (item ? 2 : 1); pass++) {
+    /* early actions of this item, then of the request (item 0): each task's action within
+     * this impression's window labels it; the others wait on */
+    for (int pass = 0; pass < (item ? 2 : 1) && labels != j->all_labels; pass++) {
         uint64_t ai = pass ? 0 : item;
+        early_t e;
         kl = key_make(k, 'E', rid, rlen, ai);
         if ((err = db_get(j, k, kl, &found))) return err;
-        if (!found || j->val.len < 8) continue;
-        int64_t ats = (int64_t)mt_get_le(j->val.p, 8);
-        if (ats > close) continue; /* outside this impression's window */
-        early_delete(j, rid, rlen, ai, ats);
-        j->st.early_joined++;
+        if (!found || early_parse(j, j->val.p, j->val.len, &e)) continue;
+        uint32_t claim = 0;
+        for (uint32_t t = 0; t < j->cfg.ntasks; t++)
+            if ((e.labels & ~labels) >> t & 1 && e.at[t] <= close) claim |= 1u << t;
+        if (!claim) continue; /* outside this impression's window */
+        labels |= claim;
+        j->st.early_joined += popcount(claim);
+        if (claim == e.labels) {
+            early_delete(j, rid, rlen, ai, e.ts);
+            continue;
+        }
+        e.labels &= ~claim; /* its 'F' entry stays: the record expires with its latest */
+        for (uint32_t t = 0; t < j->cfg.ntasks; t++)
+            if (claim >> t & 1) e.at[t] = INT64_MIN;
+        early_put(j, k, kl, &e, 0);
+    }
+    if (labels == j->all_labels) {
+        j->st.closed_early++;
         *oc = MT_JOINER_JOINED;
-        return emit(j, rid, rlen, item, ts, raw, len, 1);
+        return emit(j, rid, rlen, item, ts, raw, len, labels);
     }
     if (close < j->watermark) {
         j->st.late_impressions++;
         *oc = MT_JOINER_LATE_IMPRESSION;
-        return emit(j, rid, rlen, item, ts, raw, len, 0);
+        return emit(j, rid, rlen, item, ts, raw, len, labels);
     }
     uint8_t *v = malloc(8 + len);
     if (!v) return MT_NOMEM;
@@ -762,24 +909,49 @@ static mt_err_t add_impression(mt_joiner_t *j, const Monolith__V1__Impression *i
     free(v);
     kl = tkey_make(k, 'T', close, rid, rlen, item);
     rocksdb_writebatch_put(j->wb, (const char *)k, kl, "", 0);
-    cache_insert(j, rid, rlen, item, ts, raw, len);
+    if (labels) labels_put(j, rid, rlen, item, labels);
+    cache_insert(j, rid, rlen, item, ts, raw, len, labels);
     j->pending++;
     *oc = MT_JOINER_PENDING;
     return MT_OK;
 }
 
-/* Joins action (time ats) with pending impression (rid, item) read by pending_get(). */
+/* Joins action (time ats, task @p task) with pending impression (rid, item) of time @p its and
+ * labels seen @p labels, read by pending_get(): with every task's label it closes. */
 static mt_err_t join_pending(mt_joiner_t *j, const char *rid, size_t rlen, uint64_t item,
-                             int64_t its, int64_t ats, mt_joiner_outcome_t *oc) {
+                             int64_t its, uint32_t labels, int64_t ats, uint32_t task,
+                             mt_joiner_outcome_t *oc) {
     if (ats > sat_add(its, j->cfg.window_ms)) {
         j->st.late_actions++;
         *oc = MT_JOINER_LATE_ACTION;
         return MT_OK;
     }
+    uint32_t bit = 1u << task;
+    if (labels & bit) { /* several tasks: this task's action came before */
+        j->st.duplicate_actions++;
+        *oc = MT_JOINER_DUPLICATE;
+        return MT_OK;
+    }
+    if ((labels | bit) != j->all_labels) { /* the other tasks' actions may come */
+        labels_put(j, rid, rlen, item, labels | bit);
+        *oc = MT_JOINER_LABELLED;
+        return MT_OK;
+    }
     /* j->val holds the impression (emit() does not use it) */
-    pending_delete(j, rid, rlen, item, its);
+    pending_delete(j, rid, rlen, item, its, labels);
+    j->st.closed_early++;
     *oc = MT_JOINER_JOINED;
-    return emit(j, rid, rlen, item, its, j->val.p, j->val.len, 1);
+    return emit(j, rid, rlen, item, its, j->val.p, j->val.len, labels | bit);
+}
+
+/* The task of action type @p type, or -1. An unspecified type is the click (the only
+ * action before types were told apart). */
+static int task_of(const mt_joiner_t *j, uint32_t type) {
+    if (type == MONOLITH__V1__ACTION_TYPE__ACTION_UNSPECIFIED)
+        type = MONOLITH__V1__ACTION_TYPE__ACTION_CLICK;
+    for (uint32_t t = 0; t < j->cfg.ntasks; t++)
+        if (j->cfg.task_actions[t] == type) return (int)t;
+    return -1;
 }
 
 static mt_err_t add_action(mt_joiner_t *j, const Monolith__V1__Action *a, mt_joiner_outcome_t *oc) {
@@ -789,17 +961,25 @@ static mt_err_t add_action(mt_joiner_t *j, const Monolith__V1__Action *a, mt_joi
     int64_t ats = a->timestamp_ms;
     int found = 0;
     int64_t its = 0;
+    uint32_t labels = 0;
     mt_err_t err;
     uint8_t k[KEY_MAX];
     size_t kl;
     j->st.actions++;
     see_event(j, ats);
+    int task = task_of(j, (uint32_t)a->type);
+    if (task < 0) {
+        j->st.no_task_actions++;
+        *oc = MT_JOINER_IGNORED;
+        return MT_OK;
+    }
+    uint32_t bit = 1u << task;
     if (item) {
-        if ((err = pending_get(j, rid, rlen, item, &found, &its))) return err;
-        if (found) return join_pending(j, rid, rlen, item, its, ats, oc);
+        if ((err = pending_get(j, rid, rlen, item, &found, &its, &labels))) return err;
+        if (found) return join_pending(j, rid, rlen, item, its, labels, ats, (uint32_t)task, oc);
         /* an impression logged without its item id */
-        if ((err = pending_get(j, rid, rlen, 0, &found, &its))) return err;
-        if (found) return join_pending(j, rid, rlen, 0, its, ats, oc);
+        if ((err = pending_get(j, rid, rlen, 0, &found, &its, &labels))) return err;
+        if (found) return join_pending(j, rid, rlen, 0, its, labels, ats, (uint32_t)task, oc);
         kl = key_make(k, 'D', rid, rlen, item);
         if ((err = db_get(j, k, kl, &found))) return err;
     } else {
@@ -816,13 +996,14 @@ static mt_err_t add_action(mt_joiner_t *j, const Monolith__V1__Action *a, mt_joi
             its = (int64_t)mt_get_le(j->val.p, 8);
             memmove(j->val.p, j->val.p + 8, j->val.len - 8);
             j->val.len -= 8;
-            return join_pending(j, rid, rlen, items[0], its, ats, oc);
+            if ((err = labels_get(j, rid, rlen, items[0], &labels))) return err;
+            return join_pending(j, rid, rlen, items[0], its, labels, ats, (uint32_t)task, oc);
         }
         if ((err = prefix_scan(j, 'D', rid, rlen, items, &n))) return err;
         found = n > 0;
     }
-    if (found) { /* closed already: a repeat of the action that labelled it, or late */
-        if (j->val.len >= 1 && j->val.p[0] == 1) {
+    if (found) { /* closed already: a repeat of an action that labelled it, or late */
+        if (j->val.len >= 1 && (j->val.p[0] & bit)) {
             j->st.duplicate_actions++;
             *oc = MT_JOINER_DUPLICATE;
         } else {
@@ -837,21 +1018,41 @@ static mt_err_t add_action(mt_joiner_t *j, const Monolith__V1__Action *a, mt_joi
         *oc = MT_JOINER_LATE_ACTION;
         return MT_OK;
     }
+    early_t e;
+    uint8_t fk[KEY_MAX];
+    size_t fl;
     kl = key_make(k, 'E', rid, rlen, item);
     if ((err = db_get(j, k, kl, &found))) return err;
     if (found) {
-        j->st.duplicate_actions++;
-        *oc = MT_JOINER_DUPLICATE;
+        if (j->cfg.ntasks == 1 || early_parse(j, j->val.p, j->val.len, &e) || (e.labels & bit)) {
+            j->st.duplicate_actions++;
+            *oc = MT_JOINER_DUPLICATE;
+            return MT_OK;
+        }
+        /* another task's action of the key joins its record; the latest sets the expiry */
+        e.labels |= bit;
+        e.at[task] = ats;
+        if (ats > e.ts) {
+            fl = tkey_make(fk, 'F', sat_add(e.ts, j->cfg.window_ms), rid, rlen, item);
+            rocksdb_writebatch_delete(j->wb, (const char *)fk, fl);
+            fl = tkey_make(fk, 'F', expire, rid, rlen, item);
+            rocksdb_writebatch_put(j->wb, (const char *)fk, fl, "", 0);
+            e.ts = ats;
+        }
+        early_put(j, k, kl, &e, 0);
+        j->st.early_actions++;
+        *oc = MT_JOINER_EARLY;
         return MT_OK;
     }
     if (j->early >= j->cfg.max_early_actions && (err = early_drop_oldest(j))) return err;
-    uint8_t v[12];
-    mt_put_le(v, (uint64_t)ats, 8);
-    v[8] = (uint8_t)a->type;
-    v[9] = v[10] = v[11] = 0;
-    rocksdb_writebatch_put(j->wb, (const char *)k, kl, (const char *)v, sizeof(v));
-    kl = tkey_make(k, 'F', expire, rid, rlen, item);
-    rocksdb_writebatch_put(j->wb, (const char *)k, kl, "", 0);
+    e.ts = ats;
+    e.labels = bit;
+    for (uint32_t t = 0; t < MT_JOINER_MAX_TASKS; t++)
+        e.at[t] = INT64_MIN;
+    e.at[task] = ats;
+    early_put(j, k, kl, &e, (uint32_t)a->type);
+    fl = tkey_make(fk, 'F', expire, rid, rlen, item);
+    rocksdb_writebatch_put(j->wb, (const char *)fk, fl, "", 0);
     j->early++;
     j->st.early_actions++;
     *oc = MT_JOINER_EARLY;
@@ -898,17 +1099,20 @@ static mt_err_t close_range(mt_joiner_t *j, char type, int64_t from, uint64_t *c
             if (type == 'T') {
                 int found = 0;
                 int64_t ts = 0;
-                if ((err = pending_get(j, rid, rlen, item, &found, &ts))) break;
+                uint32_t labels = 0;
+                if ((err = pending_get(j, rid, rlen, item, &found, &ts, &labels))) break;
                 if (!found) { /* an index entry without its record: drop it */
                     rocksdb_writebatch_delete(j->wb, (const char *)k, kl);
                     continue;
                 }
-                pending_delete(j, rid, rlen, item, ts);
-                err = emit(j, rid, rlen, item, ts, j->val.p, j->val.len, 0);
+                pending_delete(j, rid, rlen, item, ts, labels);
+                err = emit(j, rid, rlen, item, ts, j->val.p, j->val.len, labels);
                 if (closed) (*closed)++;
             } else if (type == 'F') {
+                uint64_t n = 0;
+                if ((err = early_count(j, rid, rlen, item, &n))) break;
                 early_delete(j, rid, rlen, item, t - j->cfg.window_ms);
-                j->st.early_expired++;
+                j->st.early_expired += n;
             } else { /* 'G' */
                 uint8_t dk[KEY_MAX];
                 size_t dl = key_make(dk, 'D', rid, rlen, item);
@@ -957,6 +1161,9 @@ void mt_joiner_config_init(mt_joiner_config_t *cfg) {
     cfg->sync = 1;
     cfg->write_buffer_mb = 64;
     cfg->block_cache_mb = 8;
+    memset(cfg->task_actions, 0, sizeof(cfg->task_actions));
+    cfg->task_actions[0] = MONOLITH__V1__ACTION_TYPE__ACTION_CLICK;
+    cfg->ntasks = 1;
 }
 
 mt_err_t mt_joiner_config_validate(const mt_joiner_config_t *cfg, char *errbuf, size_t errlen) {
@@ -982,7 +1189,62 @@ mt_err_t mt_joiner_config_validate(const mt_joiner_config_t *cfg, char *errbuf, 
                 cfg->write_buffer_mb, cfg->block_cache_mb);
         return MT_CONFIG;
     }
+    if (cfg->ntasks < 1 || cfg->ntasks > MT_JOINER_MAX_TASKS) {
+        mt_msgf(errbuf, errlen, "task_actions: %u tasks (1..%u)", cfg->ntasks, MT_JOINER_MAX_TASKS);
+        return MT_CONFIG;
+    }
+    for (uint32_t t = 0; t < cfg->ntasks; t++) {
+        if (!mt_joiner_action_name(cfg->task_actions[t])) {
+            mt_msgf(errbuf, errlen, "task_actions: type %u is not a task (1 click, 2 conversion)",
+                    cfg->task_actions[t]);
+            return MT_CONFIG;
+        }
+        for (uint32_t u = 0; u < t; u++) {
+            if (cfg->task_actions[u] == cfg->task_actions[t]) {
+                mt_msgf(errbuf, errlen, "task_actions: %s twice",
+                        mt_joiner_action_name(cfg->task_actions[t]));
+                return MT_CONFIG;
+            }
+        }
+    }
     return MT_OK;
+}
+
+/* "click, conversion" from @p n action types (an unknown one as its number). */
+static void tasks_text(const uint32_t *types, uint32_t n, char *out, size_t outlen) {
+    size_t off = 0;
+    out[0] = '\0';
+    for (uint32_t t = 0; t < n && off < outlen; t++) {
+        const char *name = mt_joiner_action_name(types[t]);
+        int w = name ? snprintf(out + off, outlen - off, "%s%s", t ? ", " : "", name)
+                     : snprintf(out + off, outlen - off, "%stype %u", t ? ", " : "", types[t]);
+        if (w < 0) break;
+        off += (size_t)w;
+    }
+}
+
+/* Checks that meta @p m was written with the configured tasks. */
+static mt_err_t check_tasks(const mt_joiner_t *j, const uint8_t *m, const char *state_dir,
+                            char *errbuf, size_t errlen) {
+    uint32_t stored[MT_JOINER_MAX_TASKS], n = 0;
+    while (n < MT_JOINER_MAX_TASKS && m[4 + n])
+        stored[n] = m[4 + n], n++;
+    if (n == 0) { /* written before the tasks were recorded: the click alone */
+        stored[0] = MONOLITH__V1__ACTION_TYPE__ACTION_CLICK;
+        n = 1;
+    }
+    int same = n == j->cfg.ntasks && (n > 1) == (m[0] == META_VERSION_MT);
+    for (uint32_t t = 0; same && t < n; t++)
+        same = stored[t] == j->cfg.task_actions[t];
+    if (same) return MT_OK;
+    char was[96], now[96];
+    tasks_text(stored, n, was, sizeof(was));
+    tasks_text(j->cfg.task_actions, j->cfg.ntasks, now, sizeof(now));
+    mt_msgf(errbuf, errlen,
+            "%s: written with task_actions \"%s\", configured \"%s\": its stored labels would "
+            "change meaning (keep the list, or start a new state_dir)",
+            state_dir, was, now);
+    return MT_MISMATCH;
 }
 
 static mt_err_t load_positions(mt_joiner_t *j) {
@@ -1022,8 +1284,8 @@ static mt_err_t load_outbox(mt_joiner_t *j) {
             err = MT_CORRUPT;
             break;
         }
-        err = outbox_push(j, get_be64(k + 1), (const char *)v + 3, rlen, v[0], v + 3 + rlen,
-                          vl - 3 - rlen);
+        err = outbox_push(j, get_be64(k + 1), (const char *)v + 3, rlen, v[0] & j->all_labels,
+                          v + 3 + rlen, vl - 3 - rlen);
         j->st.outbox_recovered++;
     }
     err = iter_error(it, err);
@@ -1043,6 +1305,7 @@ mt_err_t mt_joiner_open(const char *state_dir, const mt_joiner_config_t *cfg,
     mt_joiner_t *j = calloc(1, sizeof(*j));
     if (!j) return MT_NOMEM;
     j->cfg = *cfg;
+    j->all_labels = (1u << cfg->ntasks) - 1;
     j->clock = clock ? clock : default_clock;
     j->opaque = opaque;
     j->watermark = INT64_MIN;
@@ -1078,12 +1341,15 @@ mt_err_t mt_joiner_open(const char *state_dir, const mt_joiner_config_t *cfg,
         goto fail;
     }
     if (found) {
-        if (j->val.len != 56 || j->val.p[0] != META_VERSION) {
-            mt_msgf(errbuf, errlen, "%s: not a joiner state of version %u", state_dir,
-                    META_VERSION);
-            err = j->val.len >= 1 && j->val.p[0] != META_VERSION ? MT_VERSION : MT_CORRUPT;
+        uint8_t v0 = j->val.len ? j->val.p[0] : 0;
+        if (j->val.len != 56 || (v0 != META_VERSION && v0 != META_VERSION_MT)) {
+            mt_msgf(errbuf, errlen, "%s: not a joiner state of version %u or %u", state_dir,
+                    META_VERSION, META_VERSION_MT);
+            err = j->val.len >= 1 && v0 != META_VERSION && v0 != META_VERSION_MT ? MT_VERSION
+                                                                                 : MT_CORRUPT;
             goto fail;
         }
+        if ((err = check_tasks(j, j->val.p, state_dir, errbuf, errlen))) goto fail;
         j->watermark = (int64_t)mt_get_le(j->val.p + 8, 8);
         j->max_event = (int64_t)mt_get_le(j->val.p + 16, 8);
         j->pending = mt_get_le(j->val.p + 24, 8);
@@ -1298,6 +1564,16 @@ const char *mt_joiner_outcome_name(mt_joiner_outcome_t o) {
     case MT_JOINER_LATE_ACTION: return "late_action";
     case MT_JOINER_DUPLICATE: return "duplicate";
     case MT_JOINER_AMBIGUOUS: return "ambiguous";
+    case MT_JOINER_LABELLED: return "labelled";
+    case MT_JOINER_IGNORED: return "ignored";
     }
     return "?";
+}
+
+const char *mt_joiner_action_name(uint32_t type) {
+    switch (type) {
+    case MONOLITH__V1__ACTION_TYPE__ACTION_CLICK: return "click";
+    case MONOLITH__V1__ACTION_TYPE__ACTION_CONVERSION: return "conversion";
+    }
+    return NULL;
 }

@@ -77,17 +77,19 @@ typedef struct worker {
     atomic_int busy;
     mt_model_ws_t *ws;
     size_t cap_fids, cap_n, cap_set;
-    uint64_t *fids;        /* [fids] ids (reduced) */
-    uint16_t *cell;        /* [fids] model slot index of each id */
-    float *emb;            /* [fids * (d + 1)] their rows: embedding, first-order weight;
+    uint64_t *fids;    /* [fids] ids (reduced) */
+    uint16_t *cell;    /* [fids] model slot index of each id */
+    float *emb;        /* [fids * (d + 1)] their rows: embedding, first-order weight;
                               with per-slot dims packed, fid k's row at roff[k] */
-    size_t *roff;          /* per-slot dims: [fids + 1] each fid's row offset in emb */
-    float *E, *W1, *probs; /* [n * D], [n * S], [n] (D: the slots' dims summed) */
-    uint64_t *set;         /* user fids (raw), open addressing, 0 = empty */
-    uint8_t *varies;       /* [S] slots the candidates' fids fill (the others: the user's) */
-    uint8_t *user_has;     /* [S] slots the user's fids fill (varies + S, one allocation) */
-    uint32_t *count;       /* [2 * S] mean-pooled slots' ids: the user's, the candidate's */
-    uint8_t *pack;         /* impression encoding, and the packed reply */
+    size_t *roff;      /* per-slot dims: [fids + 1] each fid's row offset in emb */
+    float *E, *W1;     /* [n * D], [n * S] (D: the slots' dims summed) */
+    float *probs;      /* [n * T] the model's scores: candidate i's task t at i * T + t */
+    float *scores;     /* T > 1 only: [n] task 0 of each candidate (the reply's scores) */
+    uint64_t *set;     /* user fids (raw), open addressing, 0 = empty */
+    uint8_t *varies;   /* [S] slots the candidates' fids fill (the others: the user's) */
+    uint8_t *user_has; /* [S] slots the user's fids fill (varies + S, one allocation) */
+    uint32_t *count;   /* [2 * S] mean-pooled slots' ids: the user's, the candidate's */
+    uint8_t *pack;     /* impression encoding, and the packed reply */
     size_t cap_pack;
     size_t *ends;         /* [n] end of each candidate's fids */
     sv_req_t req;         /* the request, read in place */
@@ -123,6 +125,7 @@ struct mt_serving {
     size_t D;
     int mixed;
     uint32_t n_mean;
+    uint32_t ntasks; /* T: scores per candidate (the model's tasks: 1 but for mmoe) */
     mt_table_t *table;
     mt_psc_t *psc;
     mt_rpc_server_t *srv;
@@ -182,9 +185,7 @@ static void model_config(const mt_serving_config_t *c, uint32_t *dims, mt_model_
     }
     mc->nhidden = c->nhidden;
     memcpy(mc->hidden, c->hidden, sizeof(mc->hidden));
-    mc->type = c->model_type;
-    mc->ncross = c->ncross;
-    mc->cross_rank = c->cross_rank;
+    mt_model_family_set(mc, &c->family);
 }
 
 _Static_assert(sizeof(((mt_serving_config_t *)0)->hidden) ==
@@ -198,8 +199,7 @@ void mt_serving_config_init(mt_serving_config_t *cfg) {
     mt_model_config_init(&mc);
     cfg->nhidden = mc.nhidden;
     memcpy(cfg->hidden, mc.hidden, sizeof(cfg->hidden));
-    cfg->model_type = mc.type;
-    cfg->ncross = mc.ncross;
+    mt_model_family_get(&mc, &cfg->family);
     mt_table_config_init(&cfg->table);
     cfg->negative_rate = 1.0f;
     cfg->sync_interval_ms = 10000;
@@ -235,9 +235,6 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
     if (c->nslots < 1 || c->nslots > MT_SERVING_MAX_SLOTS)
         BAD("nslots: %u feature slots, 1..%d allowed", c->nslots, MT_SERVING_MAX_SLOTS);
     if (c->nhidden > MT_SERVING_MAX_HIDDEN) BAD("nhidden: %u hidden layers", c->nhidden);
-    if (c->model_type == MT_MODEL_MMOE)
-        BAD("model_type mmoe: Predict returns one score per candidate (multi-task scores are not "
-            "served yet)");
     for (uint32_t s = 0; s < c->nslots; s++) {
         if (c->slot_ids[s] >= MT_MODEL_SLOT_LIMIT)
             BAD("feature slot %u is not below %u", c->slot_ids[s], MT_MODEL_SLOT_LIMIT);
@@ -366,6 +363,8 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
         if (d > sv->maxd) sv->maxd = d;
         sv->mixed |= d != cfg->dim;
     }
+    /* mt_model_ntasks() of the model the config builds (asserted against it per Predict) */
+    sv->ntasks = cfg->family.type == MT_MODEL_MMOE ? cfg->family.ntasks : 1;
     for (uint32_t i = 0; i < cfg->num_shards; i++) {
         sv->shards[i].sv = sv;
         sv->shards[i].idx = i;
@@ -443,6 +442,7 @@ static void worker_free(worker_t *w) {
     free(w->E);
     free(w->W1);
     free(w->probs);
+    free(w->scores);
     free(w->set);
     free(w->varies);
     free(w->count);
@@ -1038,11 +1038,14 @@ static mt_err_t new_model(mt_serving_t *sv, mt_model_t **out) {
 
 /* The dense thread's own state (only it publishes models). */
 typedef struct dense_state {
-    mt_model_t *spare; /* pulled into; published when the PS had a newer version */
-    uint64_t version;  /* of the published model */
-    uint64_t inc0;     /* shard 0's incarnation when it was pulled */
-    int have;          /* a model was published */
-    int told;          /* "waiting for the dense parameters" was logged */
+    mt_model_t *spare;   /* pulled into; published when the PS had a newer version */
+    uint64_t version;    /* of the published model */
+    uint64_t inc0;       /* shard 0's incarnation when it was pulled */
+    int have;            /* a model was published */
+    int told;            /* "waiting for the dense parameters" was logged */
+    mt_psc_tensor_t *ts; /* [mt_model_nparams()] the spare's tensors as pulled (their count
+                            is the config's: dcnv2's cross layers and mmoe's towers add to
+                            the MLP's) */
 } dense_state_t;
 
 static void dense_once(mt_serving_t *sv, dense_state_t *ds) {
@@ -1052,7 +1055,11 @@ static void dense_once(mt_serving_t *sv, dense_state_t *ds) {
         return;
     }
     size_t n = mt_model_nparams(ds->spare);
-    mt_psc_tensor_t ts[2 * MT_MODEL_MAX_HIDDEN + 2];
+    if (!ds->ts && !(ds->ts = calloc(n, sizeof(*ds->ts)))) {
+        mt_log(MT_LOG_ERROR, WHO, "dense: out of memory");
+        return;
+    }
+    mt_psc_tensor_t *ts = ds->ts;
     for (size_t i = 0; i < n; i++) {
         mt_model_param_t p;
         mt_model_param(ds->spare, i, &p);
@@ -1126,6 +1133,7 @@ static void *dense_main(void *arg) {
         next = mt_mono_s() + ms / 1000.0;
     }
     mt_model_destroy(ds.spare);
+    free(ds.ts);
     return NULL;
 }
 
@@ -1220,7 +1228,8 @@ static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, si
     if (rows > w->cap_n) {
         if (sv_grow((void **)&w->E, rows * D, sizeof(float)) ||
             sv_grow((void **)&w->W1, rows * S, sizeof(float)) ||
-            sv_grow((void **)&w->probs, rows, sizeof(float)) ||
+            sv_grow((void **)&w->probs, rows * sv->ntasks, sizeof(float)) ||
+            (sv->ntasks > 1 && sv_grow((void **)&w->scores, rows, sizeof(float))) ||
             sv_grow((void **)&w->ends, rows, sizeof(size_t)))
             return -1;
         w->cap_n = rows;
@@ -1286,9 +1295,11 @@ static uint64_t lookup_reply_bytes(uint64_t nfids, uint64_t nfloats) {
 }
 
 /* PredictResponse: scores (packed floats), then sparse_version and dense_version (a tag and
- * a varint of at most 10 bytes each). The largest encoding of n scores. */
-static uint64_t predict_reply_max_bytes(uint64_t n) {
-    return len_field_bytes(4 * n) + 2 * (1 + 10);
+ * a varint of at most 10 bytes each); with T > 1 tasks also task_scores (n * T packed floats)
+ * and tasks (a tag and a varint). The largest encoding of n candidates' scores. */
+static uint64_t predict_reply_max_bytes(uint64_t n, uint32_t T) {
+    uint64_t tasks = T > 1 ? len_field_bytes(4 * n * T) + 1 + varint_bytes(T) : 0;
+    return len_field_bytes(4 * n) + tasks + 2 * (1 + 10);
 }
 
 /* Counts the fids of SlotFids sf[0, n): those of model slots into *nf, the others into
@@ -1444,10 +1455,10 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
              sv->cfg.max_candidates);
         goto out;
     }
-    if (predict_reply_max_bytes(n) > sv->cfg.max_message_bytes) {
+    if (predict_reply_max_bytes(n, sv->ntasks) > sv->cfg.max_message_bytes) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED,
              "the reply to %zu candidates could be %llu bytes, over the %u-byte message limit", n,
-             (unsigned long long)predict_reply_max_bytes(n), sv->cfg.max_message_bytes);
+             (unsigned long long)predict_reply_max_bytes(n, sv->ntasks), sv->cfg.max_message_bytes);
         goto out;
     }
     count_fids(sv, r->user, r->n_user, &nf, &ignored);
@@ -1536,12 +1547,23 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         goto out;
     }
     Monolith__V1__PredictResponse resp = MONOLITH__V1__PREDICT_RESPONSE__INIT;
+    const uint32_t T = sv->ntasks;
+    assert(mt_model_ntasks(m->m) == T);
     resp.n_scores = n;
-    resp.scores = w->probs;
+    resp.scores = w->probs; /* one task: the model's scores as they are */
+    if (T > 1) {
+        /* scores: task 0 of each candidate; task_scores: every task, as the model wrote them */
+        for (size_t i = 0; i < n; i++)
+            w->scores[i] = w->probs[i * T];
+        resp.scores = w->scores;
+        resp.n_task_scores = n * T;
+        resp.task_scores = w->probs;
+        resp.tasks = T;
+    }
     resp.sparse_version = atomic_load(&sv->sparse_version);
     resp.dense_version = m->version;
     size_t plen = monolith__v1__predict_response__get_packed_size(&resp);
-    assert(plen <= predict_reply_max_bytes(n));
+    assert(plen <= predict_reply_max_bytes(n, T));
     if (plen > w->cap_pack && sv_grow((void **)&w->pack, plen, 1)) {
         FAIL(sv, c, MT_RPC_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
@@ -1557,7 +1579,7 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
             clock_gettime(CLOCK_REALTIME, &ts);
             ts_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         }
-        log_impressions(sv, w, ts_ms, w->probs);
+        log_impressions(sv, w, ts_ms, resp.scores); /* task 0's: the click's */
     }
 out:
     sv_req_trim(r, REQ_KEEP);

@@ -1,10 +1,15 @@
 # The joiner: its core without Kafka (tests/unit/joiner: join rules, shuffled / duplicated /
-# late events, sampling, memory bound, restarts and a crash with exact counts), and
+# late events, sampling, memory bound, restarts and a crash with exact counts, per-task
+# labels), and
 # monolith-joiner end to end on monolith-kafka-dev with kcat as an independent producer of
 # raw messages (tests/e2e/joiner_e2e.sh: kill -9 and restart mid-stream, counted).
 if(TARGET mt_joiner)
   mt_add_test(test_joiner unit/joiner/test_join.c)
   target_link_libraries(test_joiner PRIVATE mt_joiner mt_proto)
+  # joiner.task_actions: per-task labels (early close, window end, sampling, restarts) and the
+  # config key's parsing against the joiner's names of the action types.
+  mt_add_test(test_joiner_tasks unit/joiner/test_tasks.c)
+  target_link_libraries(test_joiner_tasks PRIVATE mt_joiner mt_config mt_proto)
 
   add_test(NAME test_e2e_joiner COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/joiner_e2e.sh)
   set_tests_properties(test_e2e_joiner PROPERTIES TIMEOUT 300 ENVIRONMENT

@@ -6,11 +6,13 @@ if(TARGET mt_serving)
   target_include_directories(test_e2e_serving PRIVATE ${CMAKE_SOURCE_DIR}/tests/unit/ps)
   target_link_libraries(test_e2e_serving PRIVATE mt_serving mt_trainer mt_ps mt_store mt_psclient mt_route mt_kafka
                                                  mt_rpc mt_proto mt_data mt_model mt_embedding m)
-  # --monolith-serving --check on a configuration that trains and serves
+  # --monolith-serving --check on a configuration that trains and serves (a multi-task model
+  # too: serving answers its task scores)
   add_test(NAME test_serving_check_config COMMAND bash -c "\
 set -e; f=$(mktemp); trap 'rm -f $f' EXIT; \
 printf '[cluster]\\nps = 127.0.0.1:7100, 127.0.0.1:7101\\n[trainer]\\nslots = 1,2,3\\ndim = 8\\nhidden = 16\\n[serving]\\nsync_interval_ms = 1000\\n' > $f; \
 $<TARGET_FILE:monolith-serving> --config $f --set serving.log_sample_rate=0.5 --check; \
+$<TARGET_FILE:monolith-serving> --config $f --set model.type=mmoe --set model.tasks=3 --check; \
 if $<TARGET_FILE:monolith-serving> --config $f --set serving.bogus=1 --check 2>/dev/null; then exit 1; else [ $? -eq 2 ]; fi; \
 printf '[trainer]\\nslots = 1\\n' > $f; \
 if $<TARGET_FILE:monolith-serving> --config $f --check 2>/dev/null; then exit 1; else [ $? -eq 2 ]; fi")

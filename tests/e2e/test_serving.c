@@ -14,7 +14,10 @@
  *    requests get the statuses of mt/serving.h; before the first dense pull, UNAVAILABLE
  *    and Health NOT_SERVING;
  *  - impressions of a Predict reach the features topic of an embedded Kafka (mock) as
- *    Impression messages keyed by the request id, with the served scores.
+ *    Impression messages keyed by the request id, with the served scores;
+ *  - a multi-task model (mmoe) serves every task's score of every candidate as its trainer
+ *    scores them (task_scores, candidate-major, and tasks = T), task 0's in scores and in
+ *    the impressions; a one-task model's replies carry neither.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -128,6 +131,7 @@ typedef struct family {
     mt_model_type_t type;
     uint32_t ncross, rank;
     const uint32_t *dims; /* [NSLOTS] per-slot dims (0: DIM), or NULL */
+    uint32_t ntasks;      /* mmoe: its tasks T (0: the model's default) */
 } family_t;
 
 /* Shards (rows idle longer than ttl_s expire, 0: never) and a trainer; with_dense: the
@@ -143,9 +147,10 @@ static void cluster_start_model(cluster_t *c, uint32_t ttl_s, int with_dense, co
     if (mean) memcpy(c->tc.slot_mean, mean, NSLOTS);
     if (buckets) memcpy(c->tc.slot_hash_buckets, buckets, NSLOTS * sizeof(uint64_t));
     if (fam) {
-        c->tc.model_type = fam->type;
-        c->tc.ncross = fam->ncross;
-        c->tc.cross_rank = fam->rank;
+        c->tc.family.type = fam->type;
+        c->tc.family.ncross = fam->ncross;
+        c->tc.family.cross_rank = fam->rank;
+        if (fam->ntasks) c->tc.family.ntasks = fam->ntasks;
         if (fam->dims) memcpy(c->tc.slot_dim, fam->dims, NSLOTS * sizeof(uint32_t));
     }
     c->tc.nslots = NSLOTS;
@@ -200,15 +205,21 @@ static uint64_t fid(uint16_t slot, uint64_t v) {
 }
 
 /* A batch of n examples of (user u + k, item, category item % 7) with the given label,
- * trained at time now (touch time of the rows). */
+ * trained at time now (touch time of the rows). A multi-task model's other tasks learn other
+ * functions of the item: task 1 bit 1 of its id, task 2 whether 3 divides it, task 3 bit 2. */
 static void train(cluster_t *c, uint64_t user0, uint64_t item, float label, int n, uint32_t now) {
     mt_batch_t b;
     cr_assert_eq(mt_batch_init(&b, slot_ids, NSLOTS), MT_OK);
+    const uint32_t T = mt_trainer_ntasks(c->tr);
+    cr_assert_eq(mt_batch_set_tasks(&b, T), MT_OK);
+    const float labels[4] = {label, (float)((item >> 1) & 1), (float)(item % 3 == 0),
+                             (float)((item >> 2) & 1)};
+    cr_assert_leq(T, 4);
     for (int k = 0; k < n; k++) {
         uint64_t f[NSLOTS] = {fid(1, user0 + (uint64_t)k), fid(2, item), fid(3, item % 7)};
         const uint64_t *per[NSLOTS] = {&f[0], &f[1], &f[2]};
         uint32_t counts[NSLOTS] = {1, 1, 1};
-        cr_assert_eq(mt_batch_add(&b, label, 0, 1.0f, per, counts), MT_OK);
+        cr_assert_eq(mt_batch_add_labels(&b, labels, 0, 1.0f, per, counts), MT_OK);
     }
     cr_assert_eq(mt_trainer_train(c->tr, &b, now, NULL, NULL), MT_OK);
     if (c->ds) {
@@ -233,9 +244,7 @@ static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
     memcpy(sc.slot_mean, c->tc.slot_mean, NSLOTS);
     memcpy(sc.slot_hash_buckets, c->tc.slot_hash_buckets, NSLOTS * sizeof(uint64_t));
     memcpy(sc.slot_dim, c->tc.slot_dim, NSLOTS * sizeof(uint32_t));
-    sc.model_type = c->tc.model_type;
-    sc.ncross = c->tc.ncross;
-    sc.cross_rank = c->tc.cross_rank;
+    sc.family = c->tc.family;
     sc.dim = DIM;
     sc.nhidden = 2;
     sc.hidden[0] = 16;
@@ -375,8 +384,11 @@ static int call(server_t *s, const char *method, const ProtobufCMessage *m, uint
     return st.code;
 }
 
-/* Predict; @returns the status; scores (n) and dense version on OK. */
-static int predict(server_t *s, request_t *q, float *scores, uint64_t *dense_version) {
+/* Predict; @returns the status; on OK scores (n), dense version (or NULL), and a multi-task
+ * model's reply: *tasks (NULL: not wanted) and task_scores (n x *tasks, or NULL). Every reply
+ * has n scores, and task_scores of n x tasks when tasks > 1, else none. */
+static int predict_tasks(server_t *s, request_t *q, float *scores, uint64_t *dense_version,
+                         uint32_t *tasks, float *task_scores) {
     uint8_t *resp = NULL;
     size_t rlen = 0;
     char msg[256];
@@ -385,13 +397,24 @@ static int predict(server_t *s, request_t *q, float *scores, uint64_t *dense_ver
         Monolith__V1__PredictResponse *p = monolith__v1__predict_response__unpack(NULL, rlen, resp);
         cr_assert_not_null(p);
         cr_assert_eq(p->n_scores, q->r.n_candidates);
+        cr_assert_neq(p->tasks, 1, "one task: tasks is left out (0)");
+        cr_assert_eq(p->n_task_scores, p->tasks > 1 ? p->n_scores * p->tasks : 0,
+                     "%zu task scores, %zu candidates of %u tasks", p->n_task_scores, p->n_scores,
+                     p->tasks);
         for (size_t i = 0; i < p->n_scores; i++)
             scores[i] = p->scores[i];
         if (dense_version) *dense_version = p->dense_version;
+        if (tasks) *tasks = p->tasks;
+        if (task_scores && p->n_task_scores)
+            memcpy(task_scores, p->task_scores, p->n_task_scores * sizeof(float));
         monolith__v1__predict_response__free_unpacked(p, NULL);
     }
     free(resp);
     return code;
+}
+
+static int predict(server_t *s, request_t *q, float *scores, uint64_t *dense_version) {
+    return predict_tasks(s, q, scores, dense_version, NULL, NULL);
 }
 
 /* Serving's Lookup of n fids: values (sum of dims) and found flags. @returns the status. */
@@ -675,9 +698,7 @@ static mt_model_t *ps_model(cluster_t *c, uint64_t *version) {
     mc.nhidden = 2;
     mc.hidden[0] = 16;
     mc.hidden[1] = 8;
-    mc.type = c->tc.model_type;
-    mc.ncross = c->tc.ncross;
-    mc.cross_rank = c->tc.cross_rank;
+    mt_model_family_set(&mc, &c->tc.family);
     mt_model_t *m;
     cr_assert_eq(mt_model_create(&mc, &m), MT_OK);
     mt_psc_tensor_t ts[32];
@@ -948,7 +969,10 @@ Test(serving, mean_pooled_slots_score_as_the_trainer_pools, .timeout = 120) {
  * Trains six items (user 7000..7029 on each, alternate labels) through the cluster's trainer,
  * starts serving on it and checks that a request's served scores are the trainer's own scores
  * of the same examples (mt_trainer_predict: its rows and dense parameters read back from the
- * PS), with serving's sampling correction, within 1e-6. @p what names the case.
+ * PS), with serving's sampling correction, within 1e-6. A multi-task model (T > 1): every
+ * task of every candidate in task_scores (candidate i's task t at i * T + t), task 0's in
+ * scores, tasks = T; a one-task model's reply has no task_scores and tasks 0. @p what names
+ * the case.
  */
 static void served_as_trained(cluster_t *c, const char *what) {
     uint32_t now = (uint32_t)time(NULL);
@@ -967,39 +991,61 @@ static void served_as_trained(cluster_t *c, const char *what) {
     cr_assert(converged(&s, c, fids, nf, 30));
     request_t q;
     request_init(&q, "req-model", 7005, items, 6);
-    float got[6], want[6];
+    const uint32_t T = mt_trainer_ntasks(c->tr);
+    cr_assert(T >= 1 && T <= 4);
+    float got[6], got_tasks[6 * 4], want[6 * 4];
+    uint32_t tasks = 99;
     uint64_t dv = 0, ps_dv = mt_trainer_dense_sync_version(c->ds);
     double end = now_s() + 30;
     do {
-        cr_assert_eq(predict(&s, &q, got, &dv), MT_RPC_OK);
+        cr_assert_eq(predict_tasks(&s, &q, got, &dv, &tasks, got_tasks), MT_RPC_OK);
         if (dv != ps_dv) usleep(20000);
     } while (dv != ps_dv && now_s() < end);
     cr_assert_eq(dv, ps_dv);
+    /* one task: the reply of before (no task_scores, tasks left out); T: tasks = T and
+     * (predict_tasks) n x T task scores */
+    cr_assert_eq(tasks, T > 1 ? T : 0, "%s: tasks %u, the model has %u", what, tasks, T);
     /* the trainer's scores of the same six examples (user 7005 trained on each item) */
     mt_batch_t b;
     cr_assert_eq(mt_batch_init(&b, slot_ids, NSLOTS), MT_OK);
+    cr_assert_eq(mt_batch_set_tasks(&b, T), MT_OK);
+    const float no_labels[4] = {0};
     for (int i = 0; i < 6; i++) {
         uint64_t f[NSLOTS] = {fid(1, 7005), fid(2, items[i]), fid(3, items[i] % 7)};
         const uint64_t *per[NSLOTS] = {&f[0], &f[1], &f[2]};
         uint32_t counts[NSLOTS] = {1, 1, 1};
-        cr_assert_eq(mt_batch_add(&b, 0, 0, 1.0f, per, counts), MT_OK);
+        cr_assert_eq(mt_batch_add_labels(&b, no_labels, 0, 1.0f, per, counts), MT_OK);
     }
-    cr_assert_eq(mt_trainer_predict(c->tr, &b, want), MT_OK);
+    cr_assert_eq(mt_trainer_predict(c->tr, &b, want), MT_OK); /* [6 x T] */
     mt_batch_free(&b);
     for (int i = 0; i < 6; i++) {
-        float w = mt_model_correct_prob(want[i], RATE);
+        float w = mt_model_correct_prob(want[i * T], RATE); /* task 0: the click */
         cr_expect(fabsf(got[i] - w) <= 1e-6f, "%s, candidate %d: served %.9g, trainer %.9g", what,
                   i, got[i], w);
+        for (uint32_t t = 0; T > 1 && t < T; t++) {
+            w = mt_model_correct_prob(want[i * T + t], RATE);
+            cr_expect(fabsf(got_tasks[i * T + t] - w) <= 1e-6f,
+                      "%s, candidate %d, task %u: served %.9g, trainer %.9g", what, i, t,
+                      got_tasks[i * T + t], w);
+        }
     }
     /* the items were trained to different labels: the scores differ */
     cr_expect(fabsf(got[0] - got[1]) > 1e-4f, "%s: %.9g %.9g", what, got[0], got[1]);
+    /* and each task to its own (train()): a task in another's place would show */
+    for (uint32_t t = 1; t < T; t++) {
+        float most = 0;
+        for (int i = 0; i < 6; i++)
+            most = fmaxf(most, fabsf(got_tasks[i * T + t] - got_tasks[i * T]));
+        cr_expect(most > 1e-4f, "%s: task %u scores as task 0 (%.9g apart at most)", what, t,
+                  (double)most);
+    }
     server_stop(&s);
 }
 
 /* dcnv2 end to end: the trainer trains it through the PS, serving follows and scores it as
  * the trainer does. Full-rank and low-rank cross layers. */
 Test(serving, dcnv2_serves_the_trainers_scores, .timeout = 180) {
-    const family_t fams[2] = {{MT_MODEL_DCNV2, 2, 0, NULL}, {MT_MODEL_DCNV2, 3, 4, NULL}};
+    const family_t fams[2] = {{MT_MODEL_DCNV2, 2, 0, NULL, 0}, {MT_MODEL_DCNV2, 3, 4, NULL, 0}};
     for (int k = 0; k < 2; k++) {
         cluster_t c;
         cluster_start_model(&c, 0, 1, NULL, NULL, &fams[k], NULL);
@@ -1014,7 +1060,7 @@ Test(serving, dcnv2_serves_the_trainers_scores, .timeout = 180) {
  * of each slot's width as the trainer does. */
 Test(serving, per_slot_dims_serve_as_the_trainer_pools, .timeout = 180, MT_NOT_UNDER_TSAN) {
     static const uint32_t dims[NSLOTS] = {0, 3, 5};
-    const family_t fam = {MT_MODEL_DCNV2, 2, 0, dims};
+    const family_t fam = {MT_MODEL_DCNV2, 2, 0, dims, 0};
     cluster_t c;
     cluster_start_model(&c, 0, 1, NULL, NULL, &fam, NULL);
     mt_model_param_t p;
@@ -1108,10 +1154,10 @@ Test(serving, unavailable_until_the_model_arrives, .timeout = 120) {
     cluster_stop(&c);
 }
 
-/* (5) Impressions go to the features topic: one per candidate, keyed by the request id. */
-/* Not under ThreadSanitizer: librdkafka starts its threads with C11 thrd_create, which
- * TSan does not intercept here, and its first allocation on such a thread crashes TSan. */
-Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN) {
+/* (5) Impressions go to the features topic: one per candidate, keyed by the request id, with
+ * its served score (a multi-task model's task 0: the reply's scores). @p fam: the model (NULL:
+ * deepfm). */
+static void impressions_logged(const family_t *fam) {
     char err[512] = "";
     mt_kafka_topic_spec_t topic = {"features", 1};
     mt_kafka_mock_t *mock;
@@ -1122,7 +1168,7 @@ Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN
         mt_kafka_producer_create(mt_kafka_mock_bootstrap(mock), pconf, &p, err, sizeof(err)), MT_OK,
         "%s", err);
     cluster_t c;
-    cluster_start(&c, 0, 1);
+    cluster_start_model(&c, 0, 1, NULL, NULL, fam, NULL);
     train(&c, 1, 10, 1.0f, 10, (uint32_t)time(NULL));
     server_t s;
     server_start(&s, &c, 10, p);
@@ -1186,6 +1232,18 @@ Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN
     mt_kafka_mock_destroy(mock);
 }
 
+/* Not under ThreadSanitizer: librdkafka starts its threads with C11 thrd_create, which
+ * TSan does not intercept here, and its first allocation on such a thread crashes TSan. */
+Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN) {
+    impressions_logged(NULL);
+}
+
+/* mmoe: each impression carries its candidate's task-0 score, as the reply's scores. */
+Test(serving, mmoe_impressions_log_task_0, .timeout = 120, MT_NOT_UNDER_TSAN) {
+    const family_t fam = {MT_MODEL_MMOE, 0, 0, NULL, 2};
+    impressions_logged(&fam);
+}
+
 /* The encoded size of a LookupResponse of n rows of DIM + 1 floats (protobuf-c's own count). */
 static size_t lookup_reply_bytes(size_t n) {
     Monolith__V1__LookupResponse r = MONOLITH__V1__LOOKUP_RESPONSE__INIT;
@@ -1194,10 +1252,15 @@ static size_t lookup_reply_bytes(size_t n) {
     return monolith__v1__lookup_response__get_packed_size(&r);
 }
 
-/* The largest encoding of a PredictResponse of n scores (versions of 10 varint bytes). */
-static size_t predict_reply_bytes(size_t n) {
+/* The largest encoding of a PredictResponse of n candidates' scores (versions of 10 varint
+ * bytes), of a model of T tasks (T > 1: task_scores and tasks too; protobuf-c's own count). */
+static size_t predict_reply_bytes(size_t n, uint32_t T) {
     Monolith__V1__PredictResponse r = MONOLITH__V1__PREDICT_RESPONSE__INIT;
     r.n_scores = n;
+    if (T > 1) {
+        r.n_task_scores = n * T;
+        r.tasks = T;
+    }
     r.sparse_version = r.dense_version = UINT64_MAX;
     return monolith__v1__predict_response__get_packed_size(&r);
 }
@@ -1275,7 +1338,7 @@ Test(serving, replies_over_the_message_limit_are_refused_first, .timeout = 120, 
 
     /* Predict: 4 bytes of score per candidate */
     size_t m = 1;
-    while (predict_reply_bytes(m + 1) <= LIMIT)
+    while (predict_reply_bytes(m + 1, 1) <= LIMIT)
         m++;
     cr_assert_eq(predict_n(&s, m, msg, sizeof(msg)), MT_RPC_OK, "%s", msg);
     cr_assert_eq(predict_n(&s, m + 1, msg, sizeof(msg)), MT_RPC_RESOURCE_EXHAUSTED, "%s", msg);
@@ -1294,6 +1357,59 @@ Test(serving, replies_over_the_message_limit_are_refused_first, .timeout = 120, 
     free(found);
     server_stop(&s);
     cluster_stop(&c);
+}
+
+/* mmoe end to end, 2 and 3 tasks: the trainer trains every task through the PS, serving
+ * follows and answers each candidate's task scores as the trainer scores them (task_scores,
+ * candidate-major), task 0's in scores, tasks = T (served_as_trained). (3 tasks also has more
+ * dense tensors than serving's pull once had room for.) */
+Test(serving, mmoe_serves_every_tasks_scores, .timeout = 240) {
+    for (uint32_t T = 2; T <= 3; T++) {
+        const family_t fam = {MT_MODEL_MMOE, 0, 0, NULL, T};
+        cluster_t c;
+        cluster_start_model(&c, 0, 1, NULL, NULL, &fam, NULL);
+        cr_assert_eq(mt_trainer_ntasks(c.tr), T);
+        char name[32];
+        snprintf(name, sizeof(name), "tower.%u.out.w", T - 1);
+        mt_model_param_t p;
+        cr_assert_eq(mt_model_param_find(mt_trainer_model(c.tr), name, &p), MT_OK, "%s", name);
+        snprintf(name, sizeof(name), "mmoe, %u tasks", T);
+        served_as_trained(&c, name);
+        cluster_stop(&c);
+    }
+}
+
+/* A multi-task reply's size counts the task scores: under a 64 KiB limit the largest Predict
+ * whose reply (scores, task_scores, tasks) fits is answered, one candidate more is refused
+ * by serving first (RESOURCE_EXHAUSTED, its own message), as for one task. */
+/* Not under ThreadSanitizer (as replies_over_the_message_limit_are_refused_first): a size
+ * check without threads of its own, whose thousands of candidates outlast the calls'
+ * deadline there. */
+Test(serving, mmoe_replies_over_the_message_limit_are_refused_first, .timeout = 120,
+     MT_NOT_UNDER_TSAN) {
+    enum { LIMIT = 65536 };
+    for (uint32_t T = 2; T <= 3; T++) {
+        const family_t fam = {MT_MODEL_MMOE, 0, 0, NULL, T};
+        cluster_t c;
+        cluster_start_model(&c, 0, 1, NULL, NULL, &fam, NULL);
+        train(&c, 7000, 40, 1.0f, 10, (uint32_t)time(NULL));
+        server_t s;
+        server_start_ex(&s, &c, 1u << 20, NULL, 50, LIMIT);
+        wait_ready(&s);
+        size_t m = 1;
+        while (predict_reply_bytes(m + 1, T) <= LIMIT)
+            m++;
+        char msg[256] = "";
+        cr_assert_eq(predict_n(&s, m, msg, sizeof(msg)), MT_RPC_OK, "%u tasks: %s", T, msg);
+        cr_assert_eq(predict_n(&s, m + 1, msg, sizeof(msg)), MT_RPC_RESOURCE_EXHAUSTED,
+                     "%u tasks: %s", T, msg);
+        cr_assert(strstr(msg, "reply") && strstr(msg, "65536"), "%s", msg);
+        mt_serving_counters_t k;
+        mt_serving_counters(s.sv, &k);
+        cr_assert_eq(k.candidates, m, "the refused Predict was scored");
+        server_stop(&s);
+        cluster_stop(&c);
+    }
 }
 
 /* Regression: an 8 MB request_id was accepted, and its impressions were then refused by

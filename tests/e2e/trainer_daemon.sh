@@ -5,7 +5,8 @@
 #  2. the same run against a monolith-ps shard started from the same config file (sparse
 #     rows and dense parameters on the PS) reports exactly the same figures; so does the
 #     dcnv2 model (model.type) with per-slot dims (trainer.slot_dims), which learns as
-#     deepfm does;
+#     deepfm does; so does the multi-task mmoe on the stream with conversions (`monolith gen
+#     --tasks 2`, input.task_labels), which reports an eval AUC per task;
 #  3. real data from ../shared/data: MovieLens 100k with its side files (progressive AUC
 #     above 0.75 over two epochs) and the Criteo sample (above 0.6 in one pass);
 #  4. bad command lines and configurations exit 2 with a message naming the culprit, an
@@ -80,6 +81,51 @@ for k in examples progressive_auc eval_auc eval_logloss; do
     || fail "dcnv2 $k differs: local $(cat "$tmp/dcn.json") PS $(cat "$tmp/dcn-ps.json")"
 done
 kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
+
+echo "== 2c. mmoe (model.type): two tasks (click, conversion) from two label columns, an eval AUC each, and the same figures against a PS shard"
+"$MT_CLI_BIN" gen --examples 40000 --tasks 2 --seed 11 --users 3000 --items 1000 > "$tmp/all2.tsv"
+head -n 30001 "$tmp/all2.tsv" > "$tmp/train2.tsv"
+{ head -n 1 "$tmp/all2.tsv"; tail -n 10000 "$tmp/all2.tsv"; } > "$tmp/eval2.tsv"
+mmoe=(--set model.type=mmoe --set model.experts=2 --set model.expert_width=32
+      --set input.task_labels=conversion)
+"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${mmoe[@]}" --train "$tmp/train2.tsv" \
+  --eval "$tmp/eval2.tsv" --epochs 2 --report "$tmp/mmoe.json" > "$tmp/mmoe.out" 2> "$tmp/mmoe.err" \
+  || { cat "$tmp/mmoe.err" >&2; fail "mmoe local run"; }
+grep -q "model mmoe" "$tmp/mmoe.err" || fail "mmoe: not the model trained: $(head -5 "$tmp/mmoe.err")"
+grep -q "^task 1 progressive AUC" "$tmp/mmoe.out" || fail "mmoe: no task 1 line: $(cat "$tmp/mmoe.out")"
+[ "$(json "$tmp/mmoe.json" tasks)" = 2 ] || fail "mmoe tasks: $(cat "$tmp/mmoe.json")"
+python3 - "$tmp/mmoe.json" <<'PY' || fail "mmoe per-task eval AUC: $(cat "$tmp/mmoe.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+aucs = r["task_eval_auc"]
+print("mmoe eval AUC per task:", aucs)
+assert len(aucs) == 2 and aucs[0] == r["eval_auc"] and all(a > 0.55 for a in aucs)
+PY
+"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps3.port" "${small[@]}" "${mmoe[@]}" \
+  2> "$tmp/ps3.err" &
+pids+=($!)
+wait_until "$E2E_GUARD_S" test -s "$tmp/ps3.port" ||
+  { cat "$tmp/ps3.err" >&2; fail "monolith-ps did not start"; }
+"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${mmoe[@]}" --set "cluster.ps=127.0.0.1:$(cat "$tmp/ps3.port")" \
+  --train "$tmp/train2.tsv" --eval "$tmp/eval2.tsv" --epochs 2 --report "$tmp/mmoe-ps.json" \
+  > /dev/null 2> "$tmp/mmoe-ps.err" || { cat "$tmp/mmoe-ps.err" >&2; fail "mmoe PS run"; }
+python3 - "$tmp/mmoe.json" "$tmp/mmoe-ps.json" <<'PY' || fail "mmoe: local and PS differ"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for k in ("examples", "progressive_auc", "eval_auc", "eval_logloss", "task_eval_auc", "task_progressive_auc"):
+    assert a[k] == b[k], (k, a[k], b[k])
+PY
+kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
+# one label per task: a one-label input for the two-task model, and the reverse
+expect_rc() { # expect_rc STATUS PATTERN ARGS...
+  local want=$1 pat=$2; shift 2
+  set +e; "$MT_TRAINER_BIN" "$@" > /dev/null 2> "$tmp/bad.err"; local got=$?; set -e
+  [ "$got" = "$want" ] || fail "$* exited $got, expected $want: $(cat "$tmp/bad.err")"
+  grep -q -- "$pat" "$tmp/bad.err" || fail "$*: no '$pat' in: $(cat "$tmp/bad.err")"
+}
+expect_rc 2 "gives 1 label per example" --config "$conf" --set model.type=mmoe --train "$tmp/train.tsv"
+expect_rc 2 "gives 2 labels per example" --config "$conf" --set input.task_labels=conversion --train "$tmp/train2.tsv"
+expect_rc 2 "model.task_weights" --config "$conf" --set model.type=mmoe --set model.task_weights=1 --check
 
 echo "== 3. real data (../shared/data): MovieLens 100k with side features, Criteo sample"
 data=$(shared_data)

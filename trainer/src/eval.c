@@ -63,11 +63,16 @@ void mt_eval_reset(mt_eval_t *e) {
 }
 
 void mt_eval_add(mt_eval_t *e, const float *probs, const float *labels, size_t n) {
+    mt_eval_add_task(e, probs, labels, n, 1, 0);
+}
+
+void mt_eval_add_task(mt_eval_t *e, const float *probs, const float *labels, size_t n,
+                      uint32_t ntasks, uint32_t t) {
     for (size_t i = 0; i < n; i++) {
-        double p = probs[i];
+        double p = probs[i * ntasks + t];
         if (!(p >= 1e-7)) p = 1e-7; /* NaN too */
         if (p > 1 - 1e-7) p = 1 - 1e-7;
-        int y = labels[i] > 0.5f;
+        int y = labels[i * ntasks + t] > 0.5f;
         double l = y ? -log(p) : -log1p(-p);
         size_t bin = (size_t)(p * NBINS);
         if (bin >= NBINS) bin = NBINS - 1;

@@ -224,11 +224,11 @@ int mt_trainer_run_online(mt_trainer_run_t *d, uint64_t max_examples, double dur
     }
     size_t bs = d->cfg->trainer.batch_size;
     mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
-    float *probs = malloc(bs * sizeof(float));
+    float *probs = malloc(bs * d->ntasks * sizeof(float));
     mt_batch_t b = {0};
     mt_coord_t *co = NULL;
     int rc = 0;
-    if (!msgs || !probs || mt_batch_init(&b, d->slots, (uint32_t)d->nslots)) {
+    if (!msgs || !probs || mt__trainer_batch_init(d, &b)) {
         rc = 1;
         goto out;
     }
@@ -417,7 +417,7 @@ int mt_trainer_run_online(mt_trainer_run_t *d, uint64_t max_examples, double dur
     }
     if (!d->exact && commit(d, kc)) rc = 1;
     res.seconds = mt_mono_s() - t0;
-    mt_eval_result(d->eval, &res.ev);
+    mt__trainer_eval_results(d, d->eval, &res);
     if (mt__trainer_write_report(d, "online", &res, 1, NULL, 0)) rc = 1;
 out:
     mt_batch_free(&b);

@@ -293,13 +293,12 @@ int mt__trainer_run_online_marks(mt_trainer_run_t *d, mt_kafka_consumer_t *kc,
     size_t bs = d->cfg->trainer.batch_size;
     mt_kafka_msg_t *msgs = calloc(bs, sizeof(*msgs));
     mt_kafka_msg_t *held = calloc(bs, sizeof(*held)); /* the step's messages, to mark */
-    float *probs = malloc(bs * sizeof(float));
+    float *probs = malloc(bs * d->ntasks * sizeof(float));
     mt_batch_t b = {0};
     mt_cover_t *cv = NULL;
     int rc = 0;
     uint64_t gen = 0;
-    if (!msgs || !held || !probs || mt_batch_init(&b, d->slots, (uint32_t)d->nslots) ||
-        mt_cover_create(&cv)) {
+    if (!msgs || !held || !probs || mt__trainer_batch_init(d, &b) || mt_cover_create(&cv)) {
         rc = 1;
         goto out;
     }
@@ -439,7 +438,7 @@ int mt__trainer_run_online_marks(mt_trainer_run_t *d, mt_kafka_consumer_t *kc,
     }
     free(fl.msg);
     res.seconds = mt_mono_s() - t0;
-    mt_eval_result(d->eval, &res.ev);
+    mt__trainer_eval_results(d, d->eval, &res);
     if (mt__trainer_write_report(d, "online", &res, 1, NULL, 0)) rc = 1;
 out:
     mt_cover_destroy(cv);

@@ -103,6 +103,13 @@ int mt_trainer_run_render(void *ud, const char *path, char **body, size_t *len) 
       load_double(&c->window_auc_bits));
     G("window_logloss", "Progressive-validation log loss over the window.",
       load_double(&c->window_loss_bits));
+    if (d->ntasks > 1) { /* a multi-task model: each task's, the click's first */
+        fprintf(f, "# HELP monolith_trainer_task_window_auc Progressive-validation AUC of each "
+                   "task over the window.\n# TYPE monolith_trainer_task_window_auc gauge\n");
+        for (uint32_t k = 0; k < d->ntasks; k++)
+            fprintf(f, "monolith_trainer_task_window_auc{task=\"%u\"} %.6f\n", k,
+                    load_double(&c->task_auc_bits[k]));
+    }
     G("consumer_lag_messages",
       "Online: examples behind the high watermarks of the assigned partitions (-1: unknown).",
       atomic_load(&c->kafka_lag));
@@ -145,9 +152,7 @@ static int setup_trainer(mt_trainer_run_t *d) {
     tc.dim = mc.dim;
     tc.nhidden = mc.nhidden;
     memcpy(tc.hidden, mc.hidden, sizeof(tc.hidden));
-    tc.model_type = mc.type;
-    tc.ncross = mc.ncross;
-    tc.cross_rank = mc.cross_rank;
+    mt_model_family_get(&mc, &tc.family);
     tc.seed = mc.init_seed;
     tc.sparse_opt = t->sparse_opt;
     tc.sparse_lr = t->sparse_lr;
@@ -203,8 +208,37 @@ static int setup_trainer(mt_trainer_run_t *d) {
         mt_log(MT_LOG_INFO, WHO, "dense parameters on PS shard 0 (version %" PRIu64 ")",
                mt_trainer_dense_sync_version(d->dense));
     }
-    if ((e = mt_eval_create(t->auc_window, &d->eval))) return 1;
+    d->ntasks = mt_trainer_ntasks(d->tr);
+    for (uint32_t k = 0; k < d->ntasks; k++)
+        if ((e = mt_eval_create(t->auc_window, &d->eval[k]))) return 1;
     return 0;
+}
+
+void mt__trainer_store_tasks(mt_trainer_run_t *d, mt_eval_t *const *ev, double auc0, char *line,
+                             size_t len) {
+    if (d->ntasks < 2) return;
+    mt__trainer_store_double(&d->ctr.task_auc_bits[0], auc0);
+    for (uint32_t k = 1, o = 0; k < d->ntasks; k++) {
+        mt_eval_result_t r;
+        mt_eval_result(ev[k], &r);
+        mt__trainer_store_double(&d->ctr.task_auc_bits[k], r.window_auc);
+        if (line && o < len)
+            o +=
+                (uint32_t)snprintf(line + o, len - o, "%s%.4f", k == 1 ? " / " : " ", r.window_auc);
+    }
+}
+
+void mt__trainer_eval_results(const mt_trainer_run_t *d, mt_eval_t *const *ev,
+                              mt__trainer_pass_t *res) {
+    for (uint32_t k = 0; k < d->ntasks; k++)
+        mt_eval_result(ev[k], &res->task_ev[k]);
+    res->ev = res->task_ev[0];
+}
+
+mt_err_t mt__trainer_batch_init(const mt_trainer_run_t *d, mt_batch_t *b) {
+    mt_err_t e = mt_batch_init(b, d->slots, (uint32_t)d->nslots);
+    if (!e && (e = mt_batch_set_tasks(b, d->ntasks)) != MT_OK) mt_batch_free(b);
+    return e;
 }
 
 mt_err_t mt__trainer_dense_step(mt_trainer_run_t *d, const mt_psc_range_t *cover, size_t ncover,
@@ -219,7 +253,8 @@ mt_err_t mt__trainer_dense_step(mt_trainer_run_t *d, const mt_psc_range_t *cover
 
 void mt__trainer_count_step(mt_trainer_run_t *d, const mt_batch_t *b, const float *probs,
                             float loss, double *loss_sum) {
-    mt_eval_add(d->eval, probs, b->labels, b->n);
+    for (uint32_t k = 0; k < d->ntasks; k++)
+        mt_eval_add_task(d->eval[k], probs, b->labels, b->n, d->ntasks, k);
     *loss_sum += (double)loss * (double)b->n;
     atomic_fetch_add(&d->ctr.examples, b->n);
     atomic_fetch_add(&d->ctr.batches, 1);
@@ -245,16 +280,18 @@ void mt__trainer_progress(mt_trainer_run_t *d, mt_kafka_consumer_t *kc, uint64_t
     if (!d->cfg->trainer.progress_interval_ms || now < pr->next) return;
     pr->next = now + d->cfg->trainer.progress_interval_ms / 1000.0;
     mt_eval_result_t er;
-    mt_eval_result(d->eval, &er);
+    mt_eval_result(d->eval[0], &er);
     mt__trainer_store_double(&d->ctr.window_auc_bits, er.window_auc);
     mt__trainer_store_double(&d->ctr.window_loss_bits, er.window_logloss);
+    char tasks[128] = ""; /* a multi-task model's other tasks' window AUCs */
+    mt__trainer_store_tasks(d, d->eval, er.window_auc, tasks, sizeof(tasks));
     char sk[48] = "";
     if (skipped) snprintf(sk, sizeof(sk), "  skipped %" PRIu64, atomic_load(&d->ctr.steps_skipped));
     fprintf(stderr,
-            "online  %" PRIu64 " ex  %.0f ex/s  window(%zu) loss %.4f  auc %.4f  "
+            "online  %" PRIu64 " ex  %.0f ex/s  window(%zu) loss %.4f  auc %.4f%s  "
             "partitions %zu  lag %" PRId64 "%s  bad %" PRIu64 "\n",
             examples, (double)(examples - pr->last_examples) / (now - pr->last_t), er.window_n,
-            er.window_logloss, er.window_auc, mt_kafka_consumer_assigned(kc),
+            er.window_logloss, er.window_auc, tasks, mt_kafka_consumer_assigned(kc),
             (int64_t)atomic_load(&d->ctr.kafka_lag), sk, atomic_load(&d->ctr.bad_messages));
     pr->last_examples = examples;
     pr->last_t = now;
@@ -398,21 +435,33 @@ static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t e
     if ((rc = check_reader_slots(d, r, path))) goto out;
     bad_ctx_t bc = {d, path};
     mt_reader_set_bad_line_cb(r, on_bad_line, &bc);
-    mt_eval_t *ev = d->eval;
-    mt_eval_t *own = NULL;
+    mt_eval_t **ev = d->eval;
+    mt_eval_t *own[MT_BATCH_MAX_TASKS] = {0};
+    const uint32_t T = d->ntasks;
     if (!train) {
-        if (mt_eval_create(d->cfg->trainer.auc_window, &own)) {
-            rc = 1;
-            goto out;
-        }
+        for (uint32_t k = 0; k < T; k++)
+            if (mt_eval_create(d->cfg->trainer.auc_window, &own[k])) rc = 1;
         ev = own;
     } else {
-        mt_eval_reset(ev);
+        for (uint32_t k = 0; k < T; k++)
+            mt_eval_reset(ev[k]);
     }
     mt_batch_t b = {0};
-    mt_reader_batch_init(r, &b);
+    float *probs = NULL;
+    if (rc || mt_reader_batch_init(r, &b)) {
+        rc = 1;
+        goto done;
+    }
+    if (b.ntasks != T) { /* one label per task: the model's and the input's must agree */
+        fprintf(stderr,
+                "monolith-trainer: %s: the input gives %u label%s per example (input.label, "
+                "input.task_labels) but the model has %u task%s (model.type, model.tasks)\n",
+                path, b.ntasks, b.ntasks == 1 ? "" : "s", T, T == 1 ? "" : "s");
+        rc = 2;
+        goto done;
+    }
     size_t bs = d->cfg->trainer.batch_size;
-    float *probs = malloc(bs * sizeof(float));
+    probs = malloc(bs * T * sizeof(float));
     if (!probs) {
         rc = 1;
         goto done;
@@ -427,7 +476,8 @@ static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t e
             }
         } else {
             if ((e = mt_trainer_predict(d->tr, &b, probs))) break;
-            mt_eval_add(ev, probs, b.labels, b.n);
+            for (uint32_t k = 0; k < T; k++)
+                mt_eval_add_task(ev[k], probs, b.labels, b.n, T, k);
         }
         res->examples += b.n;
         mt_batch_clear(&b);
@@ -441,7 +491,8 @@ static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t e
         if (d->cfg->trainer.progress_interval_ms && now >= next_progress) {
             next_progress = now + d->cfg->trainer.progress_interval_ms / 1000.0;
             mt_eval_result_t er;
-            mt_eval_result(ev, &er);
+            mt_eval_result(ev[0], &er);
+            if (train) mt__trainer_store_tasks(d, ev, er.window_auc, NULL, 0);
             mt__trainer_store_double(&d->ctr.window_auc_bits, er.window_auc);
             mt__trainer_store_double(&d->ctr.window_loss_bits, er.window_logloss);
             double pos = (double)ftello(in), rate = (double)res->examples / (now - t0);
@@ -460,12 +511,13 @@ static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t e
         rc = 1;
     }
     res->seconds = mt_mono_s() - t0;
-    mt_eval_result(ev, &res->ev);
+    mt__trainer_eval_results(d, ev, res);
     if (!train) res->loss_sum = res->ev.logloss * (double)res->ev.n;
-    free(probs);
 done:
+    free(probs);
     mt_batch_free(&b);
-    mt_eval_destroy(own);
+    for (uint32_t k = 0; k < T; k++)
+        mt_eval_destroy(own[k]);
 out:
     mt_reader_destroy(r);
     fclose(in);
@@ -477,6 +529,19 @@ static void json_num(FILE *f, const char *key, double v, int last) {
         fprintf(f, "\"%s\": %.6g%s", key, v, last ? "" : ", ");
     else
         fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
+}
+
+/* "key": [the tasks' AUCs], */
+static void json_tasks(FILE *f, const char *key, const mt__trainer_pass_t *p, uint32_t ntasks) {
+    fprintf(f, "\"%s\": [", key);
+    for (uint32_t k = 0; k < ntasks; k++) {
+        double v = p->task_ev[k].auc;
+        if (isfinite(v))
+            fprintf(f, "%s%.6g", k ? ", " : "", v);
+        else
+            fprintf(f, "%snull", k ? ", " : "");
+    }
+    fprintf(f, "], ");
 }
 
 int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__trainer_pass_t *tr,
@@ -495,6 +560,13 @@ int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__tr
     if (have_eval)
         printf("eval AUC           %.4f   logloss %.4f   (%" PRIu64 " examples)\n", ev->ev.auc,
                ev->ev.logloss, ev->examples);
+    for (uint32_t k = 1; k < d->ntasks; k++) { /* a multi-task model's other tasks */
+        printf("task %u progressive AUC %.4f   logloss %.4f", k, tr->task_ev[k].auc,
+               tr->task_ev[k].logloss);
+        if (have_eval)
+            printf("   eval AUC %.4f   logloss %.4f", ev->task_ev[k].auc, ev->task_ev[k].logloss);
+        printf("\n");
+    }
     printf("bad lines          %" PRIu64 "\n", atomic_load(&d->ctr.bad_lines));
     printf("bad messages       %" PRIu64 "\n", atomic_load(&d->ctr.bad_messages));
     fflush(stdout);
@@ -516,6 +588,11 @@ int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__tr
         json_num(f, "eval_auc", ev->ev.auc, 0);
         json_num(f, "eval_logloss", ev->ev.logloss, 0);
         fprintf(f, "\"eval_examples\": %" PRIu64 ", ", ev->examples);
+    }
+    fprintf(f, "\"tasks\": %u, ", d->ntasks);
+    if (d->ntasks > 1) { /* every task's, the click's first */
+        json_tasks(f, "task_progressive_auc", tr, d->ntasks);
+        if (have_eval) json_tasks(f, "task_eval_auc", ev, d->ntasks);
     }
     fprintf(f,
             "\"bad_lines\": %" PRIu64 ", \"bad_messages\": %" PRIu64 ", \"batches\": %" PRIu64
@@ -615,6 +692,7 @@ void mt_trainer_run_destroy(mt_trainer_run_t *r) {
     mt_trainer_dense_sync_destroy(r->dense);
     mt_trainer_destroy(r->tr);
     mt_psc_destroy(r->psc);
-    mt_eval_destroy(r->eval);
+    for (uint32_t k = 0; k < MT_BATCH_MAX_TASKS; k++)
+        mt_eval_destroy(r->eval[k]);
     free(r);
 }

@@ -31,6 +31,7 @@ typedef struct mt__trainer_counters {
         consumer_stalls;
 
     _Atomic uint64_t window_auc_bits, window_loss_bits; /* doubles */
+    _Atomic uint64_t task_auc_bits[MT_BATCH_MAX_TASKS]; /* doubles: each task's window AUC */
     _Atomic int64_t kafka_lag;                          /* online: -1 unknown */
 } mt__trainer_counters_t;
 
@@ -41,7 +42,9 @@ struct mt_trainer_run {
     mt_trainer_t *tr;
     mt_psc_t *psc;
     mt_trainer_dense_sync_t *dense;
-    mt_eval_t *eval;
+    mt_eval_t *eval[MT_BATCH_MAX_TASKS]; /* progressive validation, one per task (the click's
+                                            first: window_auc) */
+    uint32_t ntasks;                     /* the model's: labels and scores per example */
     mt__trainer_counters_t ctr;
     int (*stop)(void *ud);
     void *stop_ud;
@@ -97,8 +100,21 @@ void mt__trainer_progress(mt_trainer_run_t *d, mt_kafka_consumer_t *kc, uint64_t
 typedef struct mt__trainer_pass {
     uint64_t examples;
     double seconds, loss_sum;
-    mt_eval_result_t ev;
+    mt_eval_result_t ev;                          /* task 0's (the click's) */
+    mt_eval_result_t task_ev[MT_BATCH_MAX_TASKS]; /* each task's: [0] = ev */
 } mt__trainer_pass_t;
+
+/* A multi-task model's window AUCs (task 0's is @p auc0) to /metrics, and the others', " / "
+ * separated, into @p line when given (the progress line). */
+void mt__trainer_store_tasks(mt_trainer_run_t *d, mt_eval_t *const *ev, double auc0, char *line,
+                             size_t len);
+
+/* The results of evaluators @p ev [d->ntasks] into @p res. */
+void mt__trainer_eval_results(const mt_trainer_run_t *d, mt_eval_t *const *ev,
+                              mt__trainer_pass_t *res);
+
+/* A batch of the model's slots and tasks. @returns MT_OK, MT_NOMEM. */
+mt_err_t mt__trainer_batch_init(const mt_trainer_run_t *d, mt_batch_t *b);
 
 /* The report on stdout, and as JSON to report_path. @returns 0 or 1 (the JSON could not
  * be written). */

@@ -100,8 +100,9 @@ struct mt_trainer {
     /* [U * (dim + 1)]: the gradients of a step's ids, packed like its idset's uemb */
     float *ug;
     uint32_t *ucnt; /* [cap_ug]: with CowClip, each unique id's occurrences in the step */
-    float *E, *W1, *dE, *dW1, *probs;
-    uint32_t *map; /* unique index + 1 (the calling thread's only) */
+    float *E, *W1, *dE, *dW1, *probs; /* probs: [n x ntasks] */
+    uint32_t ntasks;                  /* the model's tasks: labels and scores per example */
+    uint32_t *map;                    /* unique index + 1 (the calling thread's only) */
     /* the slots' dims: dims[s] (slot_dim, or dim), D their sum (E's row), maxd the largest;
      * mixed: they differ, rows are packed at uoff[] (else id u's row is at u * (dim + 1)) */
     uint32_t dims[256], maxd;
@@ -121,8 +122,7 @@ void mt_trainer_config_init(mt_trainer_config_t *cfg) {
     mt_model_config_init(&mc);
     cfg->nhidden = mc.nhidden;
     memcpy(cfg->hidden, mc.hidden, sizeof(cfg->hidden));
-    cfg->model_type = mc.type;
-    cfg->ncross = mc.ncross;
+    mt_model_family_get(&mc, &cfg->family);
     cfg->cowclip_zeta = 1e-5f;
     cfg->seed = 1;
     cfg->sparse_opt = MT_OPT_FTRL;
@@ -208,9 +208,6 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         !(cfg->cowclip_ratio >= 0 && cfg->cowclip_ratio < 1e30f) ||
         !(cfg->cowclip_zeta >= 0 && cfg->cowclip_zeta < 1e30f))
         return MT_CONFIG;
-    /* one score per example: the multi-task family (mmoe) needs task labels the batches do
-     * not carry yet */
-    if (cfg->model_type == MT_MODEL_MMOE) return MT_CONFIG;
     /* slot_hash_buckets is indexed like slot_ids, not by slot id: catch the mix-up */
     for (uint32_t s = cfg->nslots; s < 256; s++)
         if (cfg->slot_hash_buckets[s] || cfg->slot_mean[s] || cfg->slot_dim[s]) return MT_CONFIG;
@@ -263,12 +260,11 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     mc.nhidden = cfg->nhidden;
     memcpy(mc.hidden, cfg->hidden, sizeof(mc.hidden));
     mc.init_seed = cfg->seed;
-    mc.type = cfg->model_type;
-    mc.ncross = cfg->ncross;
-    mc.cross_rank = cfg->cross_rank;
+    mt_model_family_set(&mc, &cfg->family);
     mc.slot_dims = tr->mixed ? tr->dims : NULL;
     err = mt_model_create(&mc, &tr->model);
     if (err) goto fail;
+    tr->ntasks = mt_model_ntasks(tr->model);
     err = mt_model_ws_create(&tr->ws);
     if (err) goto fail;
     tr->nparams = mt_model_nparams(tr->model);
@@ -351,7 +347,7 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
             resize((void **)&tr->W1, c * S * sizeof(float)) ||
             resize((void **)&tr->dE, c * D * sizeof(float)) ||
             resize((void **)&tr->dW1, c * S * sizeof(float)) ||
-            resize((void **)&tr->probs, c * sizeof(float)))
+            resize((void **)&tr->probs, c * tr->ntasks * sizeof(float)))
             return MT_NOMEM;
         tr->cap_n = c;
     }
@@ -416,8 +412,9 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
     return nu;
 }
 
+/* The batch's slots and tasks are the model's. */
 static mt_err_t check_slots(const mt_trainer_t *tr, const mt_batch_t *b) {
-    if (b->nslots != tr->cfg.nslots) return MT_MISMATCH;
+    if (b->nslots != tr->cfg.nslots || b->ntasks != tr->ntasks) return MT_MISMATCH;
     for (uint32_t s = 0; s < b->nslots; s++)
         if (b->slot_ids[s] != tr->cfg.slot_ids[s]) return MT_MISMATCH;
     return MT_OK;
@@ -510,6 +507,10 @@ static idset_t *free_ids(mt_trainer_t *tr) {
 static uint64_t batch_hash(const mt_batch_t *b) {
     uint64_t h = XXH3_64bits(b->fids, b->nfids * sizeof(uint64_t));
     return XXH3_64bits_withSeed(b->offsets, (b->n * b->nslots + 1) * sizeof(size_t), h);
+}
+
+uint32_t mt_trainer_ntasks(const mt_trainer_t *tr) {
+    return tr ? tr->ntasks : 0;
 }
 
 mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *b, float *probs) {
@@ -797,7 +798,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     /* this batch's prefetch, if the caller made one (an empty batch leaves them alone) */
     idset_t *ids = tr->pipe.on && b->n ? take_prefetched(tr, b) : NULL;
     mt_err_t err = check_slots(tr, b);
-    for (size_t i = 0; i < b->n && !err; i++)
+    for (size_t i = 0; i < b->n * b->ntasks && !err; i++)
         if (!(b->labels[i] >= 0.0f && b->labels[i] <= 1.0f)) err = MT_INVALID;
     size_t S = tr->cfg.nslots;
     float loss = 0;

@@ -48,8 +48,9 @@
 extern "C" {
 #endif
 
-#define MT_CONFIG_MAX_SHARDS     4096u       /* cluster.num_shards and cluster.ps entries */
-#define MT_CONFIG_MAX_FILE_BYTES (16u << 20) /* mt_config_load_file() refuses larger files */
+#define MT_CONFIG_MAX_SHARDS       4096u       /* cluster.num_shards and cluster.ps entries */
+#define MT_CONFIG_MAX_FILE_BYTES   (16u << 20) /* mt_config_load_file() refuses larger files */
+#define MT_CONFIG_MAX_TASK_ACTIONS 4u          /* joiner.task_actions entries at most */
 
 /** [cluster]: the shards and where they live. */
 typedef struct mt_config_cluster {
@@ -136,6 +137,7 @@ typedef struct mt_config_input {
     int header;             /* 1: the first line names the columns */
     char *columns;          /* "col:slot[:int|string][:multi], ..." col = header name or index */
     char *label;            /* label column (name or index); "" = no label (all 0) */
+    char *task_labels;      /* a multi-task model's further label columns (tasks 1, 2, ...) */
     double label_threshold; /* label = value >= this */
     char *positive_labels;  /* "click, buy": label = value is one of these; "" = threshold */
     char *timestamp;        /* timestamp column; "" = none */
@@ -175,6 +177,8 @@ typedef struct mt_config_joiner {
     char *metrics_listen;             /* Prometheus /metrics "host:port"; "" = disabled */
     uint32_t rocksdb_write_buffer_mb; /* memtable size of the state's RocksDB */
     uint32_t rocksdb_block_cache_mb;  /* block cache of the state's RocksDB; 0 = none */
+    char *task_actions;               /* the tasks' action types, "click, conversion": one
+                                         label each (mt_config_joiner_task_actions()) */
 } mt_config_joiner_t;
 
 /** [serving]: monolith-serving (docs/serving.md). Strings owned, never NULL. The model's
@@ -218,9 +222,13 @@ typedef struct mt_config_tls {
 /** [model]: the model family (mt/model.h, docs/trainer.md); its slots, dim and MLP widths
  *  are [trainer]'s. */
 typedef struct mt_config_model {
-    mt_model_type_t type;  /* deepfm | dcnv2 */
+    mt_model_type_t type;  /* deepfm | dcnv2 | mmoe */
     uint32_t cross_layers; /* dcnv2: cross layers */
     uint32_t cross_rank;   /* dcnv2: 0 = full rank, else the rank of each layer's U V */
+    uint32_t tasks;        /* mmoe: tasks (labels per example) */
+    uint32_t experts;      /* mmoe: shared experts */
+    uint32_t expert_width; /* mmoe: each expert's width */
+    char *task_weights;    /* mmoe: each task's loss weight, "1, 0.5"; "" = 1 each */
 } mt_config_model_t;
 
 typedef struct mt_config {
@@ -369,6 +377,18 @@ mt_err_t mt_config_model(const mt_config_t *c, const uint16_t *slots, size_t nsl
  */
 mt_err_t mt_config_parse_uint_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out,
                                    size_t cap, size_t *n, char *errbuf, size_t errlen);
+
+/**
+ * joiner.task_actions as action types (monolith.v1.ActionType: 1 click, 2 conversion), in
+ * task order: comma-separated names, case-insensitive, 1 to MT_CONFIG_MAX_TASK_ACTIONS of
+ * them, each once.
+ * @param[out] types  [MT_CONFIG_MAX_TASK_ACTIONS]
+ * @param[out] n      how many
+ * @returns MT_OK or MT_CONFIG (an unknown name, a repeat, an empty entry, too many: message
+ *          in @p errbuf, naming the key).
+ */
+mt_err_t mt_config_joiner_task_actions(const mt_config_t *c, uint32_t *types, size_t *n,
+                                       char *errbuf, size_t errlen);
 
 /**
  * Fills @p out with c->table and slots/nslots pointing into @p c (borrowed: valid until @p c

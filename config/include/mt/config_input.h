@@ -41,10 +41,12 @@ typedef struct mt_config_csv {
     mt_csv_config_t csv;        /* for mt_reader_csv_open(); points into this struct */
     mt_csv_column_t request_id; /* input.request_id; index -1 and no name: none */
     mt_csv_column_t item_id;    /* input.item_id; index -1 and no name: none */
+    mt_csv_column_t task_labels[MT_BATCH_MAX_TASKS - 1]; /* input.task_labels */
     /* private: the storage csv points to */
     mt_csv_slot_t *slots_;
     char *columns_; /* a copy of input.columns cut into names */
-    char *strings_; /* copies of label, timestamp, request_id, item_id, positive_labels */
+    char *strings_; /* copies of label, timestamp, request_id, item_id, positive_labels,
+                       task_labels */
     const char **positive_;
 } mt_config_csv_t;
 

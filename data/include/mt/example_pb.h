@@ -5,8 +5,8 @@
  * Decoding appends one example to a batch whose slots are fixed (the trainer's): the
  * Example's SlotFids of a slot the batch has are copied, slots the batch does not have are
  * ignored (counted in *ignored_slots), slots the Example lacks are empty. A message is
- * refused whole (nothing appended) when it is not a valid Example, has no label, a label
- * outside [0, 1], a sample rate outside (0, 1] (0 reads as 1: proto3's unset), a fid whose
+ * refused whole (nothing appended) when it is not a valid Example, has no label, fewer labels
+ * than the batch's tasks (labels past them are ignored), one of them outside [0, 1], a sample rate outside (0, 1] (0 reads as 1: proto3's unset), a fid whose
  * top 16 bits are not its SlotFids' slot, or the same slot twice.
  *
  * Thread safety: pure functions over their arguments.

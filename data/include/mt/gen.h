@@ -17,6 +17,16 @@
  *         + interaction_scale * (<u, R(t) i> + <segment, category> + <u, sum of tags>) / sqrt(dim)
  *   p     = sigmoid(logit),   label ~ Bernoulli(p)
  *
+ * With cfg.tasks = 2 each example has a second label, a conversion, whose ground truth differs
+ * from the click's: a clicked example converts with probability
+ *
+ *   q     = sigmoid(logit(conversion_rate) + bias_scale * (c_u + c_i)
+ *                   + interaction_scale * <v_u, v_i> / sqrt(dim))
+ *
+ * where (c, v) are a second bias and latent vector per user and item, drawn like the first
+ * from another key; unclicked examples never convert. The clicks are the same stream as with
+ * one task (the conversion's draw comes after the click's).
+ *
  * R(t) rotates each coordinate pair of the item vectors by 2 pi t / drift_period_s (drift: what
  * a user likes moves slowly). b0 is calibrated at creation (Monte Carlo,
  * then bisection) so that the mean of p is cfg.target_ctr over the first simulated hour
@@ -115,6 +125,11 @@ typedef struct mt_gen_config {
     double daily_amplitude;   /* >= 0: logit swing over the day; default 0.3 */
     double drift_period_s;    /* >= 0: one full turn of the item vectors (0: none); default
                                  604,800 (a week) */
+
+    /* Labels per example: 1 (the click) or 2 (the click, then a conversion: see above). */
+    uint32_t tasks;         /* 1 or 2; default 1 */
+    double conversion_rate; /* (0, 1): a click's conversion probability when the second
+                               model's terms are 0; default 0.1 */
 
     /* The clock. */
     double events_per_s;   /* > 0; default 1000 */

@@ -199,6 +199,12 @@ typedef struct mt_csv_config {
                             is bad; when false, only missing referenced columns are bad */
     mt_csv_label_kind_t label_kind;
     mt_csv_column_t label;
+    /* A multi-task model's further labels (task 1, 2, ...): ntask_labels columns read like
+     * label (same kind, threshold and positive strings); the batches then carry
+     * 1 + ntask_labels labels per example (mt_reader_batch_init()). At most
+     * MT_BATCH_MAX_TASKS - 1; needs a label_kind other than NONE. */
+    const mt_csv_column_t *task_labels;
+    size_t ntask_labels;
     double label_threshold;             /* MT_CSV_LABEL_THRESHOLD */
     const char *const *positive_labels; /* MT_CSV_LABEL_STRINGS, npositive_labels of them */
     size_t npositive_labels;

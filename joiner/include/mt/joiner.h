@@ -24,6 +24,17 @@
  *   early     an Action without its Impression waits (in RocksDB only, at most
  *             max_early_actions) until its impression comes or the watermark passes the
  *             action's time + window_ms.
+ *   tasks     the example carries one label per task (Example.labels[t], in task order):
+ *             task t's label is 1 when an action of type task_actions[t] joined the
+ *             impression. With one task (the default: the click) an impression closes at its
+ *             first action, as above. With several it stays pending, accumulating its labels
+ *             (a bitmask in RocksDB, written with the action that set it), until every task's
+ *             action has come (closed early) or its window closes (the labels seen so far).
+ *             Negative sampling applies only to examples whose labels are all 0. An action
+ *             of a type in no task is ignored and counted; ACTION_UNSPECIFIED (0) counts as
+ *             the click. A state_dir keeps the task list it was written with: opening it
+ *             with another list fails (MT_MISMATCH), since its stored labels would change
+ *             meaning.
  *   replays   every applied message is written to RocksDB in one atomic batch together with
  *             its state changes, the examples it produced (the outbox) and the next offset
  *             of its partition; a message at an offset below that position is known and
@@ -53,6 +64,7 @@ extern "C" {
 #endif
 
 #define MT_JOINER_MAX_REQUEST_ID 255u /* longest request id (bytes); longer: a bad message */
+#define MT_JOINER_MAX_TASKS      4u   /* labels per example at most (joiner.task_actions) */
 
 typedef struct mt_joiner mt_joiner_t;
 
@@ -70,6 +82,10 @@ typedef struct mt_joiner_config {
     int sync;                    /* 1: mt_joiner_sync() fsyncs the WAL (default 1) */
     uint32_t write_buffer_mb;    /* RocksDB memtable size, MiB, >= 1 (default 64) */
     uint32_t block_cache_mb;     /* RocksDB block cache, MiB; 0 = none (default 8) */
+    /* task t's label: an action of type task_actions[t] (monolith.v1.ActionType: 1 click,
+     * 2 conversion; distinct) joined the impression. Default: one task, the click. */
+    uint32_t task_actions[MT_JOINER_MAX_TASKS];
+    uint32_t ntasks; /* 1..MT_JOINER_MAX_TASKS */
 } mt_joiner_config_t;
 
 /** The clock of the idle advance: milliseconds, monotonic (any origin). */
@@ -80,14 +96,18 @@ typedef enum mt_joiner_outcome {
     MT_JOINER_BAD = 0,         /* not a valid message: skipped (counted) */
     MT_JOINER_REPLAYED,        /* offset below the stored position: applied before */
     MT_JOINER_PENDING,         /* impression: waits for actions */
-    MT_JOINER_JOINED,          /* positive emitted (action, or impression with an early
-                                      action) */
+    MT_JOINER_JOINED,          /* positive emitted (action, or impression with early
+                                      actions): with several tasks, once every task's
+                                      action has come */
     MT_JOINER_LATE_IMPRESSION, /* impression whose window had closed: closed at once */
     MT_JOINER_EARLY,           /* action stored until its impression comes */
     MT_JOINER_LATE_ACTION,     /* action after its impression's window (or too old to
                                       wait): no label */
     MT_JOINER_DUPLICATE,       /* impression or action seen before */
     MT_JOINER_AMBIGUOUS,       /* item_id 0 action of a request with several impressions */
+    MT_JOINER_LABELLED,        /* several tasks: the action's label is recorded on its
+                                      pending impression, which waits for the other tasks */
+    MT_JOINER_IGNORED,         /* action of a type in no task: no label */
 } mt_joiner_outcome_t;
 
 /** Which stream a message comes from. */
@@ -99,7 +119,7 @@ typedef enum mt_joiner_stream {
 /** Counters since open (run), and gauges of the whole state (persisted). */
 typedef struct mt_joiner_stats {
     uint64_t impressions, actions; /* valid messages applied (not replayed) */
-    uint64_t positives, negatives; /* examples emitted */
+    uint64_t positives, negatives; /* examples emitted: some label 1 / every label 0 */
     uint64_t sampled_out;          /* negatives not emitted by sampling */
     uint64_t late_actions;         /* actions after their window / too old */
     uint64_t late_impressions;     /* impressions whose window had closed */
@@ -107,6 +127,10 @@ typedef struct mt_joiner_stats {
     uint64_t early_actions; /* actions stored before their impression */
     uint64_t early_joined, early_expired, early_dropped;
     uint64_t ambiguous_actions;
+    uint64_t task_positives[MT_JOINER_MAX_TASKS]; /* examples emitted with task t's label 1 */
+    uint64_t closed_early;    /* examples emitted before their window closed: every task's
+                                 action had come (one task: every positive) */
+    uint64_t no_task_actions; /* actions of a type in no task: ignored */
     uint64_t bad_messages;
     uint64_t replayed;                        /* skipped: offset below the stored position */
     uint64_t outbox_recovered;                /* examples found undelivered at open */
@@ -124,7 +148,8 @@ typedef struct mt_joiner_example {
     size_t request_id_len;
     const uint8_t *value; /* the monolith.v1.Example protobuf */
     size_t len;
-    int label; /* 1 positive, 0 negative */
+    int label;       /* 1 positive (some task's label is 1), 0 negative */
+    uint32_t labels; /* bit t: task t's label (one task: == label) */
 } mt_joiner_example_t;
 
 void mt_joiner_config_init(mt_joiner_config_t *cfg);
@@ -139,8 +164,9 @@ mt_err_t mt_joiner_config_validate(const mt_joiner_config_t *cfg, char *errbuf, 
  * again).
  * @param[in]  clock   NULL: CLOCK_MONOTONIC; @p opaque is passed to it
  * @param[out] out     close with mt_joiner_close()
- * @returns MT_OK, MT_INVALID, MT_CONFIG, MT_NOMEM, MT_VERSION (another layout), MT_CORRUPT,
- *          MT_IO (RocksDB: cannot open, locked by another process).
+ * @returns MT_OK, MT_INVALID, MT_CONFIG, MT_NOMEM, MT_VERSION (another layout), MT_MISMATCH
+ *          (the state was written with other task_actions), MT_CORRUPT, MT_IO (RocksDB:
+ *          cannot open, locked by another process).
  */
 mt_err_t mt_joiner_open(const char *state_dir, const mt_joiner_config_t *cfg,
                         mt_joiner_clock_fn clock, void *opaque, mt_joiner_t **out, char *errbuf,
@@ -210,6 +236,12 @@ void mt_joiner_stats(const mt_joiner_t *j, mt_joiner_stats_t *out);
 
 /** @returns a name for an outcome ("joined", "late_action", ...). */
 const char *mt_joiner_outcome_name(mt_joiner_outcome_t o);
+
+/**
+ * @returns the name of action type @p type as joiner.task_actions spells it ("click",
+ * "conversion"), or NULL for a type that cannot be a task (0, unknown). Static storage.
+ */
+const char *mt_joiner_action_name(uint32_t type);
 
 #ifdef __cplusplus
 }

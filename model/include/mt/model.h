@@ -203,6 +203,39 @@ typedef struct mt_model_config {
                                   needs every d_s = dim (its FM term sums slots k by k) */
 } mt_model_config_t;
 
+/** A family's own settings: the fields of mt_model_config_t that trainer and serving carry
+ *  as one value (their configurations hold one, mt_model_family_get/set copy it). */
+typedef struct mt_model_family {
+    mt_model_type_t type;
+    uint32_t ncross, cross_rank;
+    uint32_t ntasks, nexperts, expert_width;
+    float task_weight[MT_MODEL_MAX_TASKS];
+} mt_model_family_t;
+
+/** Copies @p c's family settings into @p f. */
+static inline void mt_model_family_get(const mt_model_config_t *c, mt_model_family_t *f) {
+    f->type = c->type;
+    f->ncross = c->ncross;
+    f->cross_rank = c->cross_rank;
+    f->ntasks = c->ntasks;
+    f->nexperts = c->nexperts;
+    f->expert_width = c->expert_width;
+    for (int t = 0; t < MT_MODEL_MAX_TASKS; t++)
+        f->task_weight[t] = c->task_weight[t];
+}
+
+/** Copies @p f into @p c's family settings. */
+static inline void mt_model_family_set(mt_model_config_t *c, const mt_model_family_t *f) {
+    c->type = f->type;
+    c->ncross = f->ncross;
+    c->cross_rank = f->cross_rank;
+    c->ntasks = f->ntasks;
+    c->nexperts = f->nexperts;
+    c->expert_width = f->expert_width;
+    for (int t = 0; t < MT_MODEL_MAX_TASKS; t++)
+        c->task_weight[t] = f->task_weight[t];
+}
+
 /** Slot @p s's embedding dim: slot_dims[s], or dim. */
 static inline uint32_t mt_model_slot_dim(const mt_model_config_t *c, uint32_t s) {
     return c->slot_dims ? c->slot_dims[s] : c->dim;

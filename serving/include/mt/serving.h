@@ -22,8 +22,11 @@
  *    a Predict never waits for a pull;
  *  - Predict: user-side fids pooled once per slot, each candidate's item fids added, one
  *    mt_model_forward_serving() per request with the log-odds correction for negative_rate;
- *    sampled requests' impressions go to Kafka (one Impression per candidate, key = request
- *    id) without ever blocking: a full producer queue drops and counts.
+ *    the reply's scores are one per candidate (a multi-task model's task 0, the click), and
+ *    a multi-task model (mmoe, T > 1 tasks) adds every task's in task_scores ([n x T],
+ *    candidate-major) and T in tasks; sampled requests' impressions go to Kafka (one
+ *    Impression per candidate with its task-0 score, key = request id) without ever
+ *    blocking: a full producer queue drops and counts.
  *
  * Readiness: until the first dense pull succeeded and every shard completed one sync,
  * Health answers NOT_SERVING and Predict / Lookup answer UNAVAILABLE.
@@ -34,8 +37,8 @@
  *    whose slot the replica does not have: INVALID_ARGUMENT;
  *  - more than max_candidates candidates, more than max_request_fids fids in all, a reply
  *    that could be larger than max_message_bytes (Lookup: 4 bytes per value and 1 per fid;
- *    Predict: 4 bytes per candidate; plus a few bytes of framing): RESOURCE_EXHAUSTED,
- *    before any work;
+ *    Predict: 4 bytes per candidate, 4 x (T + 1) with T > 1 tasks; plus a few bytes of
+ *    framing): RESOURCE_EXHAUSTED, before any work;
  *  - every refusal is counted by status (mt_serving_counters_t.errors);
  *  - SlotFids of slots the model does not have: ignored and counted (a client may send
  *    features the model does not use yet);
@@ -75,9 +78,8 @@ typedef struct mt_serving_config {
     uint32_t dim;
     uint32_t nhidden;
     uint32_t hidden[MT_SERVING_MAX_HIDDEN];
-    mt_model_type_t model_type;  /* the model family (default deepfm) */
-    uint32_t ncross, cross_rank; /* dcnv2's cross layers (default 3, 0) */
-    uint64_t hash_buckets;       /* as trainer.hash_buckets: ids reduced modulo this; 0 = none */
+    mt_model_family_t family; /* the model family and its settings (default deepfm) */
+    uint64_t hash_buckets;    /* as trainer.hash_buckets: ids reduced modulo this; 0 = none */
     uint64_t slot_hash_buckets[MT_SERVING_MAX_SLOTS]; /* parallel to slot_ids, as the
                                                          trainer's: 0 = hash_buckets */
     uint8_t slot_mean[MT_SERVING_MAX_SLOTS];          /* parallel to slot_ids: 1 = mean pooling */

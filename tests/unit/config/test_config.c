@@ -144,10 +144,15 @@ static const char *const all_keys[] = {
     "[model] type",
     "[model] cross_layers",
     "[model] cross_rank",
+    "[model] tasks",
+    "[model] experts",
+    "[model] expert_width",
+    "[model] task_weights",
     "[input] format",
     "[input] header",
     "[input] columns",
     "[input] label",
+    "[input] task_labels",
     "[input] label_threshold",
     "[input] positive_labels",
     "[input] timestamp",
@@ -181,6 +186,7 @@ static const char *const all_keys[] = {
     "[joiner] metrics_listen",
     "[joiner] rocksdb_write_buffer_mb",
     "[joiner] rocksdb_block_cache_mb",
+    "[joiner] task_actions",
     "[serving] listen",
     "[serving] threads",
     "[serving] sync_interval_ms",
@@ -291,14 +297,16 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         strcmp(t->metrics_listen, u->metrics_listen))
         return false;
     if (a->model.type != b->model.type || a->model.cross_layers != b->model.cross_layers ||
-        a->model.cross_rank != b->model.cross_rank)
+        a->model.cross_rank != b->model.cross_rank || a->model.tasks != b->model.tasks ||
+        a->model.experts != b->model.experts || a->model.expert_width != b->model.expert_width ||
+        strcmp(a->model.task_weights, b->model.task_weights))
         return false;
     const mt_config_input_t *i1 = &a->input, *i2 = &b->input;
     if (i1->format != i2->format || i1->header != i2->header || strcmp(i1->columns, i2->columns) ||
-        strcmp(i1->label, i2->label) || i1->label_threshold != i2->label_threshold ||
-        strcmp(i1->timestamp, i2->timestamp) || i1->time_unit != i2->time_unit ||
-        i1->multi_sep != i2->multi_sep || strcmp(i1->users_file, i2->users_file) ||
-        strcmp(i1->items_file, i2->items_file) ||
+        strcmp(i1->label, i2->label) || strcmp(i1->task_labels, i2->task_labels) ||
+        i1->label_threshold != i2->label_threshold || strcmp(i1->timestamp, i2->timestamp) ||
+        i1->time_unit != i2->time_unit || i1->multi_sep != i2->multi_sep ||
+        strcmp(i1->users_file, i2->users_file) || strcmp(i1->items_file, i2->items_file) ||
         strcmp(i1->positive_labels, i2->positive_labels) ||
         strcmp(i1->request_id, i2->request_id) || strcmp(i1->item_id, i2->item_id))
         return false;
@@ -315,7 +323,8 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
         j1->idle_advance_ms != j2->idle_advance_ms || j1->negative_rate != j2->negative_rate ||
         j1->seed != j2->seed || j1->max_pending_memory != j2->max_pending_memory ||
         j1->max_early_actions != j2->max_early_actions || strcmp(j1->state_dir, j2->state_dir) ||
-        strcmp(j1->group, j2->group) || j1->commit_interval_ms != j2->commit_interval_ms ||
+        strcmp(j1->task_actions, j2->task_actions) || strcmp(j1->group, j2->group) ||
+        j1->commit_interval_ms != j2->commit_interval_ms ||
         j1->progress_interval_ms != j2->progress_interval_ms || j1->sync != j2->sync ||
         strcmp(j1->metrics_listen, j2->metrics_listen) ||
         j1->rocksdb_write_buffer_mb != j2->rocksdb_write_buffer_mb ||
@@ -1762,16 +1771,36 @@ Test(config, model_section_makes_the_model) {
     cr_expect(strstr(err, "trainer.hidden") != NULL, "%s", err);
     /* every name the key takes is the model's name of the same family */
     cr_expect_eq(mt_config_set(&c, "model.type", "dcn", err, sizeof(err)), MT_CONFIG);
-    const mt_model_type_t offered[] = {MT_MODEL_DEEPFM, MT_MODEL_DCNV2};
+    const mt_model_type_t offered[] = {MT_MODEL_DEEPFM, MT_MODEL_DCNV2, MT_MODEL_MMOE};
     for (size_t k = 0; k < sizeof(offered) / sizeof(offered[0]); k++) {
         cr_assert_eq(
             mt_config_set(&c, "model.type", mt_model_type_name(offered[k]), err, sizeof(err)),
             MT_OK, "%s", err);
         cr_expect_eq(c.model.type, offered[k]);
     }
-    /* mmoe is the model library's only: trainer and serving do not carry multi-task labels
-     * and scores yet (docs/models.md) */
-    cr_expect_eq(mt_config_set(&c, "model.type", "mmoe", err, sizeof(err)), MT_CONFIG);
+    /* mmoe: its tasks, experts and loss weights reach the model */
+    cr_assert_eq(mt_config_set(&c, "trainer.hidden", "16", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "trainer.dim", "8", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.type", "mmoe", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.tasks", "3", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.experts", "2", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.expert_width", "12", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.task_weights", "1, 0.5 ,2", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_expect(mc.type == MT_MODEL_MMOE && mc.ntasks == 3 && mc.nexperts == 2 &&
+              mc.expert_width == 12);
+    cr_expect(mc.task_weight[0] == 1.0f && mc.task_weight[1] == 0.5f && mc.task_weight[2] == 2.0f);
+    const char *bad_weights[] = {"1, 2", "1, x, 2", "1 2 3", "1, -1, 2", "1,,2"};
+    for (size_t k = 0; k < sizeof(bad_weights) / sizeof(bad_weights[0]); k++) {
+        cr_assert_eq(mt_config_set(&c, "model.task_weights", bad_weights[k], err, sizeof(err)),
+                     MT_OK);
+        cr_expect_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_CONFIG, "%s",
+                     bad_weights[k]);
+        cr_expect(strstr(err, "model.task_weights") != NULL, "%s", err);
+    }
+    cr_expect_eq(mt_config_set(&c, "model.tasks", "1", err, sizeof(err)), MT_CONFIG);
+    cr_expect_eq(mt_config_set(&c, "model.tasks", "5", err, sizeof(err)), MT_CONFIG);
+    cr_expect_eq(mt_config_set(&c, "model.experts", "9", err, sizeof(err)), MT_CONFIG);
     cr_expect_eq(mt_config_set(&c, "model.cross_layers", "0", err, sizeof(err)), MT_CONFIG);
     cr_expect_eq(mt_config_set(&c, "model.cross_layers", "9", err, sizeof(err)), MT_CONFIG);
     mt_config_free(&c);

@@ -103,3 +103,40 @@ Test(batch, gather_copies_chosen_examples_in_order) {
     mt_batch_free(&b);
     mt_batch_free(&all);
 }
+
+/* A multi-task batch: ntasks labels per example in task order, copied by gather; the
+ * one-label add refused on it, the tasks fixed once examples exist. */
+Test(batch, tasks_carry_a_label_each) {
+    const uint16_t slots[1] = {1};
+    mt_batch_t b, g;
+    cr_assert_eq(mt_batch_init(&b, slots, 1), MT_OK);
+    cr_assert_eq(b.ntasks, 1);
+    cr_assert_eq(mt_batch_set_tasks(&b, 0), MT_INVALID);
+    cr_assert_eq(mt_batch_set_tasks(&b, MT_BATCH_MAX_TASKS + 1), MT_INVALID);
+    cr_assert_eq(mt_batch_set_tasks(&b, 3), MT_OK);
+    uint64_t f = mt_fid_of_int(1, 5);
+    const uint64_t *fp[1] = {&f};
+    const uint32_t c[1] = {1};
+    cr_assert_eq(mt_batch_add(&b, 1.0f, 0, 1, fp, c), MT_INVALID);
+    for (int i = 0; i < 100; i++) { /* past the first capacity: the labels grow with it */
+        const float l[3] = {(float)(i & 1), (float)(i % 3 == 0), 1.0f};
+        cr_assert_eq(mt_batch_add_labels(&b, l, i, 1, fp, c), MT_OK);
+    }
+    cr_assert_eq(mt_batch_set_tasks(&b, 2), MT_INVALID); /* examples present */
+    for (int i = 0; i < 100; i++) {
+        cr_assert_eq(b.labels[i * 3], (float)(i & 1));
+        cr_assert_eq(b.labels[i * 3 + 1], (float)(i % 3 == 0));
+        cr_assert_eq(b.labels[i * 3 + 2], 1.0f);
+    }
+    cr_assert_eq(mt_batch_init(&g, slots, 1), MT_OK);
+    const size_t idx[2] = {7, 3};
+    cr_assert_eq(mt_batch_gather(&b, idx, 2, &g), MT_INVALID); /* one task: not b's three */
+    cr_assert_eq(mt_batch_set_tasks(&g, 3), MT_OK);
+    cr_assert_eq(mt_batch_gather(&b, idx, 2, &g), MT_OK);
+    const float want[6] = {1, 0, 1, 1, 1, 1}; /* examples 7 and 3 */
+    cr_assert_eq(memcmp(g.labels, want, sizeof(want)), 0);
+    mt_batch_clear(&b);
+    cr_assert_eq(b.ntasks, 3);
+    mt_batch_free(&b);
+    mt_batch_free(&g);
+}

@@ -111,3 +111,48 @@ Test(example_pb, bad_messages_are_refused_whole) {
     cr_assert_eq(b.sample_rates[0], 1.0f);
     mt_batch_free(&b);
 }
+
+/* A multi-task batch: every task's label goes out and comes back in order; an Example with
+ * fewer labels than the batch's tasks, or one of them outside [0, 1], is refused (the batch
+ * unchanged); a one-task batch takes the first of several. */
+Test(example_pb, task_labels) {
+    mt_batch_t a = {0}, b = {0}, one_task = {0};
+    cr_assert_eq(mt_batch_init(&a, slots, 3), MT_OK);
+    cr_assert_eq(mt_batch_set_tasks(&a, 2), MT_OK);
+    cr_assert_eq(mt_batch_init(&b, slots, 3), MT_OK);
+    cr_assert_eq(mt_batch_set_tasks(&b, 2), MT_OK);
+    cr_assert_eq(mt_batch_init(&one_task, slots, 3), MT_OK);
+    uint64_t f1 = mt_fid_of_int(1, 1);
+    const uint64_t *fids[3] = {&f1, NULL, NULL};
+    uint32_t counts[3] = {1, 0, 0};
+    const float l[2] = {1.0f, 0.0f}, l2[2] = {0.0f, 1.0f};
+    cr_assert_eq(mt_batch_add_labels(&a, l, 5, 1, fids, counts), MT_OK);
+    cr_assert_eq(mt_batch_add_labels(&a, l2, 6, 1, fids, counts), MT_OK);
+    for (size_t i = 0; i < a.n; i++) {
+        uint8_t *buf;
+        size_t len;
+        cr_assert_eq(mt_example_encode(&a, i, "r", &buf, &len), MT_OK);
+        cr_assert_eq(mt_example_decode(buf, len, &b, NULL, NULL, 0), MT_OK);
+        cr_assert_eq(mt_example_decode(buf, len, &one_task, NULL, NULL, 0), MT_OK);
+        free(buf);
+    }
+    cr_assert_eq(memcmp(b.labels, a.labels, 4 * sizeof(float)), 0);
+    cr_assert(one_task.labels[0] == 1.0f && one_task.labels[1] == 0.0f);
+    /* one label for two tasks, then a second label out of range */
+    uint8_t *buf;
+    size_t len;
+    char why[128];
+    cr_assert_eq(mt_example_encode(&one_task, 0, "r", &buf, &len), MT_OK);
+    cr_assert_eq(mt_example_decode(buf, len, &b, NULL, why, sizeof(why)), MT_CORRUPT);
+    cr_expect_str_eq(why, "1 label, the model has 2 tasks");
+    free(buf);
+    a.labels[1] = 2.0f;
+    cr_assert_eq(mt_example_encode(&a, 0, "r", &buf, &len), MT_OK);
+    cr_assert_eq(mt_example_decode(buf, len, &b, NULL, why, sizeof(why)), MT_CORRUPT);
+    cr_expect_str_eq(why, "label 1: 2 outside [0, 1]");
+    free(buf);
+    cr_assert_eq(b.n, 2);
+    mt_batch_free(&a);
+    mt_batch_free(&b);
+    mt_batch_free(&one_task);
+}

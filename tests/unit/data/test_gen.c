@@ -567,3 +567,57 @@ Test(gen, item_vectors_drift) {
     mt_gen_destroy(g);
     mt_gen_destroy(g0);
 }
+
+/* tasks = 2: the clicks are the one-task stream's, a conversion only follows a click, the
+ * conversion rate of clicks is near conversion_rate's ballpark, and the conversions follow a
+ * ground truth of their own: ranking the clicks by the click's true probability separates
+ * converting clicks worse than chance allows for a signal of theirs (the two truths differ). */
+Test(gen, conversions_follow_clicks) {
+    mt_gen_config_t cfg;
+    mt_gen_config_init(&cfg);
+    cfg.seed = 5;
+    mt_gen_t *one, *two;
+    cr_assert_eq(mt_gen_create(&cfg, &one), MT_OK);
+    cfg.tasks = 3;
+    char err[128];
+    cr_assert_eq(mt_gen_config_validate(&cfg, err, sizeof(err)), MT_CONFIG);
+    cfg.tasks = 2;
+    cfg.conversion_rate = 1.0;
+    cr_assert_eq(mt_gen_config_validate(&cfg, err, sizeof(err)), MT_CONFIG);
+    cfg.conversion_rate = 0.2;
+    cr_assert_eq(mt_gen_create(&cfg, &two), MT_OK);
+    mt_batch_t a = {0}, b = {0};
+    const size_t n = 100000;
+    float *p = malloc(n * sizeof(float));
+    cr_assert_eq(mt_gen_next(one, &a, n, NULL), MT_OK);
+    cr_assert_eq(mt_gen_next(two, &b, n, p), MT_OK);
+    cr_assert_eq(b.ntasks, 2);
+    cr_assert_eq(mt_gen_next(two, &a, 1, NULL), MT_MISMATCH); /* a one-task batch */
+    size_t clicks = 0, conv = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(b.labels[2 * i], a.labels[i], "example %zu: not the same click", i);
+        cr_assert(b.labels[2 * i + 1] <= b.labels[2 * i], "a conversion without a click");
+        clicks += b.labels[2 * i] > 0;
+        conv += b.labels[2 * i + 1] > 0;
+    }
+    cr_assert_eq(memcmp(a.fids, b.fids, a.nfids * sizeof(uint64_t)), 0);
+    double rate = (double)conv / (double)clicks;
+    cr_expect(rate > 0.1 && rate < 0.45, "conversion rate of clicks %g", rate);
+    /* among clicks: the click's own truth barely ranks conversions */
+    float *sc = malloc(clicks * sizeof(float)), *y = malloc(clicks * sizeof(float));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (b.labels[2 * i] > 0) {
+            sc[k] = p[i];
+            y[k++] = b.labels[2 * i + 1];
+        }
+    double auc = exact_auc(sc, y, k);
+    cr_expect(auc > 0.4 && auc < 0.6, "click truth ranks conversions with AUC %g", auc);
+    free(sc);
+    free(y);
+    free(p);
+    mt_batch_free(&a);
+    mt_batch_free(&b);
+    mt_gen_destroy(one);
+    mt_gen_destroy(two);
+}

@@ -776,3 +776,53 @@ Test(csv, overlong_line_is_bad_not_fatal) {
     fclose(f);
     free(text);
 }
+
+/* task_labels: a multi-task model's further labels, read like the label (by name or index),
+ * into batches of 1 + ntask_labels labels; a one-task batch is refused by the reader; a
+ * missing label column makes the line bad; config errors name the key. */
+Test(csv, task_labels_per_example) {
+    static const char text[] = "click,buy,like,id\n"
+                               "1,0,1,5\n"
+                               "0,1,0,6\n"
+                               "1,1\n";
+    static const mt_csv_slot_t slots[] = {{{-1, "id"}, 1, MT_CSV_INT, false}};
+    const mt_csv_column_t tl[2] = {{-1, "buy"}, {2, NULL}};
+    mt_csv_config_t cfg;
+    mt_csv_config_init(&cfg);
+    cfg.strict_columns = false;
+    cfg.label_kind = MT_CSV_LABEL_THRESHOLD;
+    cfg.label = (mt_csv_column_t){-1, "click"};
+    cfg.label_threshold = 0.5;
+    cfg.task_labels = tl;
+    cfg.ntask_labels = 2;
+    cfg.slots = slots;
+    cfg.nslots_cfg = 1;
+    FILE *f = mem(text);
+    mt_reader_t *r;
+    cr_assert_eq(mt_reader_csv_open(&cfg, NULL, f, &r, NULL, 0), MT_OK);
+    mt_batch_t b, one;
+    cr_assert_eq(mt_reader_batch_init(r, &b), MT_OK);
+    cr_assert_eq(b.ntasks, 3);
+    const uint16_t s1[1] = {1};
+    cr_assert_eq(mt_batch_init(&one, s1, 1), MT_OK);
+    cr_assert_eq(mt_reader_next(r, &one, 100), MT_MISMATCH);
+    cr_assert_eq(mt_reader_next(r, &b, 100), MT_OK);
+    cr_assert_eq(b.n, 2);
+    const float want[6] = {1, 0, 1, 0, 1, 0};
+    cr_assert_eq(memcmp(b.labels, want, sizeof(want)), 0);
+    const mt_reader_stats_t *st = mt_reader_stats(r);
+    cr_assert_eq(st->bad_lines, 1);
+    cr_assert_str_eq(st->bad[0].reason, "no label column 3");
+    mt_batch_free(&b);
+    mt_batch_free(&one);
+    mt_reader_destroy(r);
+    fclose(f);
+    char err[128];
+    cfg.ntask_labels = MT_BATCH_MAX_TASKS;
+    cr_assert_eq(mt_csv_config_validate(&cfg, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "task_labels") != NULL, "%s", err);
+    cfg.ntask_labels = 1;
+    cfg.label_kind = MT_CSV_LABEL_NONE;
+    cr_assert_eq(mt_csv_config_validate(&cfg, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "task_labels need a label") != NULL, "%s", err);
+}

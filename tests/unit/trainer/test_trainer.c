@@ -366,8 +366,8 @@ Test(trainer, per_slot_dims_pool_and_learn_by_their_own_width) {
     tc.slot_dim[1] = 2; /* slot 2: dim 2 */
     mt_trainer_t *tr = NULL;
     cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG); /* deepfm */
-    tc.model_type = MT_MODEL_DCNV2;
-    tc.ncross = 2;
+    tc.family.type = MT_MODEL_DCNV2;
+    tc.family.ncross = 2;
     tc.slot_dim[2] = 3; /* beyond nslots: refused */
     cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
     tc.slot_dim[2] = 0;
@@ -430,5 +430,76 @@ Test(trainer, per_slot_dims_pool_and_learn_by_their_own_width) {
         cr_expect_float_eq(r1[13 + j], i8[j] - 0.5f * g8, 1e-6, "item 8, float %d", j);
     }
     mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+}
+
+/* AUC of scores s[i * stride] against labels y[i * stride] (ties count half). */
+static double task_auc(const float *s, const float *y, size_t n, size_t stride) {
+    double pairs = 0, won = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            if (y[i * stride] > 0.5f && y[j * stride] < 0.5f) {
+                pairs++;
+                float a = s[i * stride], b = s[j * stride];
+                won += a > b ? 1.0 : a == b ? 0.5 : 0.0;
+            }
+    return pairs ? won / pairs : NAN;
+}
+
+/* mmoe: each task learns its own label from the batches' [n x 2] labels (task 0 follows
+ * slot 1's value, task 1 slot 2's, independently), so each task's scores rank its own label
+ * and not the other's; a one-task batch is refused (MT_MISMATCH). Fails with the labels or
+ * the scores read in another layout. */
+Test(trainer, mmoe_learns_each_task_from_its_label) {
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = 2;
+    tc.slot_ids[0] = 1;
+    tc.slot_ids[1] = 2;
+    tc.dim = 4;
+    tc.nhidden = 1;
+    tc.hidden[0] = 8;
+    tc.family.type = MT_MODEL_MMOE;
+    tc.family.ntasks = 2;
+    tc.family.nexperts = 2;
+    tc.family.expert_width = 8;
+    tc.dense_lr = 0.01f;
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    cr_assert_eq(mt_trainer_ntasks(tr), 2);
+    const uint16_t ids[2] = {1, 2};
+    mt_batch_t b, one;
+    cr_assert_eq(mt_batch_init(&one, ids, 2), MT_OK);
+    cr_assert_eq(mt_batch_init(&b, ids, 2), MT_OK);
+    cr_assert_eq(mt_batch_set_tasks(&b, 2), MT_OK);
+    uint64_t rng = 7;
+    float probs[2 * 256];
+    for (int step = 0; step < 400; step++) {
+        mt_batch_clear(&b);
+        mt_batch_clear(&one);
+        for (int i = 0; i < 256; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t v1 = (rng >> 33) % 10, v2 = (rng >> 45) % 10;
+            uint64_t f1 = mt_fid_of_int(1, v1), f2 = mt_fid_of_int(2, v2);
+            const uint64_t *f[2] = {&f1, &f2};
+            const uint32_t c[2] = {1, 1};
+            const float l[2] = {v1 < 5 ? 1.0f : 0.0f, v2 < 3 ? 1.0f : 0.0f};
+            cr_assert_eq(mt_batch_add_labels(&b, l, 0, 1, f, c), MT_OK);
+            cr_assert_eq(mt_batch_add(&one, l[0], 0, 1, f, c), MT_OK);
+        }
+        cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK);
+    }
+    cr_assert_eq(mt_trainer_train(tr, &one, 1, NULL, NULL), MT_MISMATCH);
+    cr_assert_eq(mt_trainer_predict(tr, &one, probs), MT_MISMATCH);
+    cr_assert_eq(mt_trainer_predict(tr, &b, probs), MT_OK);
+    double own0 = task_auc(probs, b.labels, b.n, 2),
+           own1 = task_auc(probs + 1, b.labels + 1, b.n, 2);
+    double cross0 = task_auc(probs, b.labels + 1, b.n, 2);
+    double cross1 = task_auc(probs + 1, b.labels, b.n, 2);
+    cr_expect(own0 > 0.95 && own1 > 0.95, "own labels: task 0 AUC %g, task 1 AUC %g", own0, own1);
+    /* not the other task's (the first order, shared by the tasks, carries some of it) */
+    cr_expect(cross0 < 0.8 && cross1 < 0.8, "the other task's labels: %g, %g", cross0, cross1);
+    mt_batch_free(&b);
+    mt_batch_free(&one);
     mt_trainer_destroy(tr);
 }

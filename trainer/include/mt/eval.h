@@ -33,6 +33,10 @@ void mt_eval_destroy(mt_eval_t *e);
 /** Adds n (score, label) pairs; scores are clamped into [1e-7, 1 - 1e-7] for the log loss;
  *  a label > 0.5 is a positive. */
 void mt_eval_add(mt_eval_t *e, const float *probs, const float *labels, size_t n);
+/** mt_eval_add() of task @p t of multi-task scores and labels ([n x ntasks] each, example
+ *  i's task t at i * ntasks + t). */
+void mt_eval_add_task(mt_eval_t *e, const float *probs, const float *labels, size_t n,
+                      uint32_t ntasks, uint32_t t);
 /** @returns MT_OK or MT_NOMEM (the window's scratch). */
 mt_err_t mt_eval_result(mt_eval_t *e, mt_eval_result_t *r);
 /** Forgets every example (overall and window). */

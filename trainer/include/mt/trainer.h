@@ -78,8 +78,8 @@ typedef struct mt_trainer_config {
     uint32_t dim;                    /* embedding dim of every slot (default 8) */
     uint32_t nhidden;                /* MLP hidden layers (default 2) */
     uint32_t hidden[8];              /* widths (default 256, 128) */
-    mt_model_type_t model_type;      /* the model family (default deepfm) */
-    uint32_t ncross, cross_rank;     /* dcnv2's cross layers (mt_model_config_t; default 3, 0) */
+    mt_model_family_t family;        /* the model family and its settings (mt_model_config_t's
+                                        defaults: deepfm) */
     uint64_t seed;                   /* model and embedding initialization (default 1) */
     mt_table_opt_t sparse_opt;       /* optimizer of embeddings and first-order weights (FTRL) */
     float sparse_lr;                 /* default 0.05 (FTRL: alpha) */
@@ -123,16 +123,20 @@ void mt_trainer_config_init(mt_trainer_config_t *cfg);
 mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out);
 void mt_trainer_destroy(mt_trainer_t *tr);
 
+/** @returns the model's tasks T: labels each batch carries (mt_batch_t.ntasks) and scores
+ *  per example (1 but for mmoe); 0 for NULL. */
+uint32_t mt_trainer_ntasks(const mt_trainer_t *tr);
+
 /**
  * Scores a batch with the current parameters (no update, no filter counting).
- * @param[out] probs  [batch->n]
- * @returns MT_OK, MT_MISMATCH (the batch's slots are not the trainer's), MT_NOMEM.
+ * @param[out] probs  [batch->n * T]: example i's task t at i * T + t (T = mt_trainer_ntasks())
+ * @returns MT_OK, MT_MISMATCH (the batch's slots or tasks are not the trainer's), MT_NOMEM.
  */
 mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *batch, float *probs);
 
 /**
  * One training step on @p batch at time @p now_s (touch time of the rows).
- * @param[out] probs  optional [batch->n]: the scores before the update (progressive
+ * @param[out] probs  optional [batch->n * T]: the scores before the update (progressive
  *                    validation: predict each example before training on it)
  * @param[out] st     optional
  * @returns MT_OK, MT_MISMATCH, MT_INVALID (a label outside [0, 1]), MT_NOMEM.
