@@ -1777,6 +1777,17 @@ mt_err_t mt_config_mean_slots(const mt_config_t *c, const uint16_t *slots, size_
     return MT_OK;
 }
 
+/* After a list's entry at *p: skips blanks and one comma. @returns 1 (past a comma), 0 (the
+ * end of the list) or -1 (anything else: not a comma-separated list). */
+static int list_sep(const char **p) {
+    while (**p == ' ' || **p == '\t')
+        (*p)++;
+    if (!**p) return 0;
+    if (**p != ',') return -1;
+    (*p)++;
+    return 1;
+}
+
 /*
  * A "slot:value, ..." list of key @p key (its text @p s) over the model's @p slots: out[i] =
  * slots[i]'s value, 0 where the list has none. Values in lo..hi (lo >= 1); @p what names one
@@ -1826,11 +1837,7 @@ static mt_err_t slot_values(const char *key, const char *s, const uint16_t *slot
         }
         out[i] = v;
         p = end;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == ',')
-            p++;
-        else if (*p) {
+        if (list_sep(&p) < 0) {
             mt_msgf(errbuf, errlen, "%s: '%s': expected \"slot:%s\" pairs separated by commas", key,
                     s, what);
             return MT_CONFIG;
@@ -1877,11 +1884,7 @@ static mt_err_t task_weights(const mt_config_t *c, float *w, char *errbuf, size_
         if (n < MT_MODEL_MAX_TASKS) w[n] = (float)v;
         n++;
         p = end;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == ',')
-            p++;
-        else if (*p) {
+        if (list_sep(&p) < 0) {
             mt_msgf(errbuf, errlen, "model.task_weights: '%s': comma-separated numbers",
                     c->model.task_weights);
             return MT_CONFIG;
