@@ -1984,7 +1984,7 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
         mt_msgf(errbuf, errlen, "trainer.slots: more than %zu slots", *nslots_out);
         return MT_CONFIG;
     }
-    uint16_t ids[256];
+    uint16_t ids[256] = {0}; /* zeroed: GCC -O3 cannot see that only ids[0, n) are read */
     uint32_t dims[256];
     for (size_t i = 0; i < n; i++)
         ids[i] = (uint16_t)v[i];
