@@ -798,10 +798,11 @@ mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out) {
         m->cfg.ncross = 0;
         m->cfg.cross_rank = 0;
     }
-    m->T = 1;
+    mt_model_family_t fam;
+    mt_model_family_get(cfg, &fam);
+    m->T = mt_model_family_ntasks(&fam);
     if (is_mmoe(m)) {
-        const uint32_t D = m->in_width, T = cfg->ntasks, K = cfg->nexperts, h = cfg->expert_width;
-        m->T = T;
+        const uint32_t D = m->in_width, T = m->T, K = cfg->nexperts, h = cfg->expert_width;
         m->tensors[0].shape[0] = T; /* b0: one per task */
         m->tensors[0].size = T;
         m->nvalues = T;

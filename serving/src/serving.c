@@ -364,7 +364,7 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
         sv->mixed |= d != cfg->dim;
     }
     /* mt_model_ntasks() of the model the config builds (asserted against it per Predict) */
-    sv->ntasks = cfg->family.type == MT_MODEL_MMOE ? cfg->family.ntasks : 1;
+    sv->ntasks = mt_model_family_ntasks(&cfg->family);
     for (uint32_t i = 0; i < cfg->num_shards; i++) {
         sv->shards[i].sv = sv;
         sv->shards[i].idx = i;

@@ -236,6 +236,12 @@ static inline void mt_model_family_set(mt_model_config_t *c, const mt_model_fami
         c->task_weight[t] = f->task_weight[t];
 }
 
+/** The tasks T of a model of family @p f: its scores and labels per example (ntasks for
+ *  mmoe, 1 for the others); mt_model_ntasks() of the model it builds. */
+static inline uint32_t mt_model_family_ntasks(const mt_model_family_t *f) {
+    return f->type == MT_MODEL_MMOE ? f->ntasks : 1;
+}
+
 /** Slot @p s's embedding dim: slot_dims[s], or dim. */
 static inline uint32_t mt_model_slot_dim(const mt_model_config_t *c, uint32_t s) {
     return c->slot_dims ? c->slot_dims[s] : c->dim;
