@@ -90,8 +90,7 @@ struct mt_reader {
     bool strict;
     size_t expect_cols; /* 0 = not known yet */
     mt_csv_label_kind_t label_kind;
-    size_t label_col;
-    size_t label_cols[MT_BATCH_MAX_TASKS]; /* each task's column ([0] = label_col) */
+    size_t label_cols[MT_BATCH_MAX_TASKS]; /* each task's label column ([0]: cfg->label) */
     uint32_t ntasks;                       /* labels per example (1 but for task_labels) */
     double label_threshold;
     char **pos_labels;
@@ -764,9 +763,8 @@ mt_err_t mt_reader_csv_open(const mt_csv_config_t *cfg, const char *path, FILE *
     }
     if (cfg->header && (err = csv_read_header(r, errbuf, errlen))) goto out;
     if (cfg->label_kind != MT_CSV_LABEL_NONE &&
-        (err = resolve(r, cfg->label, "label", &r->label_col, errbuf, errlen)))
+        (err = resolve(r, cfg->label, "label", &r->label_cols[0], errbuf, errlen)))
         goto out;
-    r->label_cols[0] = r->label_col;
     r->ntasks = 1 + (uint32_t)cfg->ntask_labels;
     for (size_t t = 0; t < cfg->ntask_labels; t++)
         if ((err = resolve(r, cfg->task_labels[t], "task label", &r->label_cols[t + 1], errbuf,

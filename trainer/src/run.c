@@ -524,22 +524,26 @@ out:
     return rc;
 }
 
-static void json_num(FILE *f, const char *key, double v, int last) {
+/* A JSON number, or null for NaN and infinities. */
+static void json_value(FILE *f, double v) {
     if (isfinite(v))
-        fprintf(f, "\"%s\": %.6g%s", key, v, last ? "" : ", ");
+        fprintf(f, "%.6g", v);
     else
-        fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
+        fputs("null", f);
+}
+
+static void json_num(FILE *f, const char *key, double v, int last) {
+    fprintf(f, "\"%s\": ", key);
+    json_value(f, v);
+    fputs(last ? "" : ", ", f);
 }
 
 /* "key": [the tasks' AUCs], */
 static void json_tasks(FILE *f, const char *key, const mt__trainer_pass_t *p, uint32_t ntasks) {
     fprintf(f, "\"%s\": [", key);
     for (uint32_t k = 0; k < ntasks; k++) {
-        double v = p->task_ev[k].auc;
-        if (isfinite(v))
-            fprintf(f, "%s%.6g", k ? ", " : "", v);
-        else
-            fprintf(f, "%snull", k ? ", " : "");
+        fputs(k ? ", " : "", f);
+        json_value(f, p->task_ev[k].auc);
     }
     fprintf(f, "], ");
 }
