@@ -34,6 +34,15 @@ static char *trim(char *s) {
     return s;
 }
 
+/* Cuts the next entry of a comma-separated list at *p (in place) and moves *p past it.
+ * @returns the entry trimmed (empty for an empty entry). Call while **p. */
+static char *cut_entry(char **p) {
+    char *s = *p, *end = strchr(s, ',');
+    if (end) *end = '\0';
+    *p = end ? end + 1 : s + strlen(s);
+    return trim(s);
+}
+
 static bool all_digits(const char *s) {
     if (!*s) return false;
     for (; *s; s++)
@@ -80,10 +89,7 @@ static mt_err_t parse_columns(char *spec, bool header, mt_csv_slot_t *out, size_
     *n = 0;
     char *p = spec;
     while (*p) {
-        char *end = strchr(p, ',');
-        if (end) *end = '\0';
-        char *item = trim(p);
-        p = end ? end + 1 : p + strlen(p);
+        char *item = cut_entry(&p);
         if (!*item) continue;
         char shown[80]; /* the entry as written, for messages */
         snprintf(shown, sizeof(shown), "%s", item);
@@ -246,20 +252,17 @@ mt_err_t mt_config_input_csv(const mt_config_t *c, mt_config_csv_t *out, char *e
     bool has_label = cc->label.index >= 0 || cc->label.name;
     size_t nt = 0; /* input.task_labels: cut in place */
     for (char *p = part[5]; *p;) {
-        char *end = strchr(p, ',');
-        if (end) *end = '\0';
-        if (*trim(p)) {
-            if (nt == MT_BATCH_MAX_TASKS - 1) {
-                mt_msgf(errbuf, errlen, "input.task_labels: more than %d columns",
-                        MT_BATCH_MAX_TASKS - 1);
-                return MT_CONFIG;
-            }
-            if ((err = column_ref("input.task_labels", p, header, &out->task_labels[nt], errbuf,
-                                  errlen)))
-                return err;
-            nt++;
+        char *v = cut_entry(&p);
+        if (!*v) continue;
+        if (nt == MT_BATCH_MAX_TASKS - 1) {
+            mt_msgf(errbuf, errlen, "input.task_labels: more than %d columns",
+                    MT_BATCH_MAX_TASKS - 1);
+            return MT_CONFIG;
         }
-        p = end ? end + 1 : p + strlen(p);
+        if ((err =
+                 column_ref("input.task_labels", v, header, &out->task_labels[nt], errbuf, errlen)))
+            return err;
+        nt++;
     }
     if (nt && !has_label) {
         mt_msgf(errbuf, errlen, "input.task_labels: needs a label column (input.label)");
@@ -274,11 +277,8 @@ mt_err_t mt_config_input_csv(const mt_config_t *c, mt_config_csv_t *out, char *e
         if (!out->positive_) return MT_NOMEM;
         size_t np = 0;
         for (char *p = part[4]; *p;) {
-            char *end = strchr(p, ',');
-            if (end) *end = '\0';
-            char *v = trim(p);
+            char *v = cut_entry(&p);
             if (*v) out->positive_[np++] = v;
-            p = end ? end + 1 : p + strlen(p);
         }
         if (np == 0) {
             mt_msgf(errbuf, errlen, "input.positive_labels: '%s': no value", in->positive_labels);
