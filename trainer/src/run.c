@@ -232,7 +232,6 @@ void mt__trainer_eval_results(const mt_trainer_run_t *d, mt_eval_t *const *ev,
                               mt__trainer_pass_t *res) {
     for (uint32_t k = 0; k < d->ntasks; k++)
         mt_eval_result(ev[k], &res->task_ev[k]);
-    res->ev = res->task_ev[0];
 }
 
 mt_err_t mt__trainer_batch_init(const mt_trainer_run_t *d, mt_batch_t *b) {
@@ -512,7 +511,7 @@ static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t e
     }
     res->seconds = mt_mono_s() - t0;
     mt__trainer_eval_results(d, ev, res);
-    if (!train) res->loss_sum = res->ev.logloss * (double)res->ev.n;
+    if (!train) res->loss_sum = res->task_ev[0].logloss * (double)res->task_ev[0].n;
 done:
     free(probs);
     mt_batch_free(&b);
@@ -557,13 +556,13 @@ int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__tr
     else
         printf("examples trained   %" PRIu64 "\n", tr->examples);
     printf("examples/s         %.0f\n", tr->seconds > 0 ? tr->examples / tr->seconds : 0.0);
-    printf("progressive AUC    %.4f   (%s; last %zu examples: %.4f)\n", tr->ev.auc,
-           strcmp(mode, "batch") ? "all examples" : "last epoch", tr->ev.window_n,
-           tr->ev.window_auc);
-    printf("progressive logloss %.4f\n", tr->ev.logloss);
+    printf("progressive AUC    %.4f   (%s; last %zu examples: %.4f)\n", tr->task_ev[0].auc,
+           strcmp(mode, "batch") ? "all examples" : "last epoch", tr->task_ev[0].window_n,
+           tr->task_ev[0].window_auc);
+    printf("progressive logloss %.4f\n", tr->task_ev[0].logloss);
     if (have_eval)
-        printf("eval AUC           %.4f   logloss %.4f   (%" PRIu64 " examples)\n", ev->ev.auc,
-               ev->ev.logloss, ev->examples);
+        printf("eval AUC           %.4f   logloss %.4f   (%" PRIu64 " examples)\n",
+               ev->task_ev[0].auc, ev->task_ev[0].logloss, ev->examples);
     for (uint32_t k = 1; k < d->ntasks; k++) { /* a multi-task model's other tasks */
         printf("task %u progressive AUC %.4f   logloss %.4f", k, tr->task_ev[k].auc,
                tr->task_ev[k].logloss);
@@ -585,12 +584,12 @@ int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__tr
     fprintf(f, "{\"mode\": \"%s\", \"examples\": %" PRIu64 ", \"epochs\": %u, ", mode, tr->examples,
             epochs);
     json_num(f, "examples_per_s", tr->seconds > 0 ? tr->examples / tr->seconds : 0, 0);
-    json_num(f, "progressive_auc", tr->ev.auc, 0);
-    json_num(f, "progressive_logloss", tr->ev.logloss, 0);
-    json_num(f, "window_auc", tr->ev.window_auc, 0);
+    json_num(f, "progressive_auc", tr->task_ev[0].auc, 0);
+    json_num(f, "progressive_logloss", tr->task_ev[0].logloss, 0);
+    json_num(f, "window_auc", tr->task_ev[0].window_auc, 0);
     if (have_eval) {
-        json_num(f, "eval_auc", ev->ev.auc, 0);
-        json_num(f, "eval_logloss", ev->ev.logloss, 0);
+        json_num(f, "eval_auc", ev->task_ev[0].auc, 0);
+        json_num(f, "eval_logloss", ev->task_ev[0].logloss, 0);
         fprintf(f, "\"eval_examples\": %" PRIu64 ", ", ev->examples);
     }
     fprintf(f, "\"tasks\": %u, ", d->ntasks);
@@ -621,12 +620,12 @@ int mt_trainer_run_batch(mt_trainer_run_t *d, const char *train, const char *eva
         if ((rc = run_pass(d, train, 1, ep, epochs, &tr))) break;
         mt_log(MT_LOG_INFO, WHO,
                "epoch %u: %" PRIu64 " examples, %.0f ex/s, progressive auc %.4f logloss %.4f", ep,
-               tr.examples, tr.seconds > 0 ? tr.examples / tr.seconds : 0.0, tr.ev.auc,
-               tr.ev.logloss);
+               tr.examples, tr.seconds > 0 ? tr.examples / tr.seconds : 0.0, tr.task_ev[0].auc,
+               tr.task_ev[0].logloss);
         if (eval) {
             if ((rc = run_pass(d, eval, 0, ep, epochs, &ev))) break;
             mt_log(MT_LOG_INFO, WHO, "epoch %u: eval auc %.4f logloss %.4f (%" PRIu64 " examples)",
-                   ep, ev.ev.auc, ev.ev.logloss, ev.examples);
+                   ep, ev.task_ev[0].auc, ev.task_ev[0].logloss, ev.examples);
         }
     }
     if (!rc && d->dense) {

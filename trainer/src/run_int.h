@@ -100,8 +100,7 @@ void mt__trainer_progress(mt_trainer_run_t *d, mt_kafka_consumer_t *kc, uint64_t
 typedef struct mt__trainer_pass {
     uint64_t examples;
     double seconds, loss_sum;
-    mt_eval_result_t ev;                          /* task 0's (the click's) */
-    mt_eval_result_t task_ev[MT_BATCH_MAX_TASKS]; /* each task's: [0] = ev */
+    mt_eval_result_t task_ev[MT_BATCH_MAX_TASKS]; /* each task's: [0] the click's */
 } mt__trainer_pass_t;
 
 /* A multi-task model's window AUCs (task 0's is @p auc0) to /metrics, and the others', " / "
