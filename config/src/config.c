@@ -116,8 +116,11 @@ static const prop_enum_t peer_failure_enum[] = {{"fail", 0}, {"zeros", 1}, {NULL
 static const prop_enum_t sync_source_enum[] = {{"direct", 0}, {"kafka", 1}, {NULL, 0}};
 static const prop_enum_t time_unit_enum[] = {{"s", 1}, {"ms", 2}, {NULL, 0}};
 /* the names of mt_model_type_name() (test_config checks that they agree) */
-static const prop_enum_t model_type_enum[] = {
-    {"deepfm", MT_MODEL_DEEPFM}, {"dcnv2", MT_MODEL_DCNV2}, {"mmoe", MT_MODEL_MMOE}, {NULL, 0}};
+static const prop_enum_t model_type_enum[] = {{"deepfm", MT_MODEL_DEEPFM},
+                                              {"dcnv2", MT_MODEL_DCNV2},
+                                              {"mmoe", MT_MODEL_MMOE},
+                                              {"din", MT_MODEL_DIN},
+                                              {NULL, 0}};
 static const prop_enum_t precision_enum[] = {
     {"fp32", MT_PREC_FP32}, {"fp16", MT_PREC_FP16}, {NULL, 0}};
 /* joiner.task_actions: monolith.v1.ActionType's values under mt_joiner_action_name()'s names
@@ -244,7 +247,8 @@ static const prop_t props[] = {
     {KEY("model", "type"), CFG(model.type), ENUM(model_type_enum), .def = "deepfm",
      .doc = "the model family: deepfm (first order + FM + MLP), dcnv2 (first order + cross "
             "layers stacked with the MLP), mmoe (multi-task: shared experts, a gate and a tower "
-            "per task); docs/trainer.md describes each"},
+            "per task), din (target attention of the candidate item over the user's behaviour "
+            "sequence); docs/trainer.md describes each"},
     {KEY("model", "cross_layers"), CFG(model.cross_layers), UINT(1, MT_MODEL_MAX_CROSS), .def = "3",
      .doc = "dcnv2: cross layers x_(c+1) = x_0 * (x_c W_c + b_c) + x_c"},
     {KEY("model", "cross_rank"), CFG(model.cross_rank), UINT(0, MT_MODEL_MAX_INPUT), .def = "0",
@@ -260,6 +264,20 @@ static const prop_t props[] = {
     {KEY("model", "task_weights"), CFG(model.task_weights), STR(0, 256), .def = "",
      .doc = "mmoe: each task's loss weight (>= 0), comma-separated in task order; empty: 1 "
             "each"},
+    {KEY("model", "sequence_slot"), CFG(model.sequence_slot), UINT(0, MT_MODEL_SLOT_LIMIT - 1),
+     .def = "0",
+     .doc = "din: the feature slot holding the user's behaviour sequence (recent item ids, "
+            "most recent first; `monolith gen --sequence` writes one), one of the model's "
+            "slots; its ids are looked up in `sequence_query`'s rows (behaviour and candidate "
+            "share each item's embedding) and it is not pooled"},
+    {KEY("model", "sequence_query"), CFG(model.sequence_query), UINT(0, MT_MODEL_SLOT_LIMIT - 1),
+     .def = "0",
+     .doc = "din: the candidate item's slot, whose embedding attends every behaviour; another "
+            "of the model's slots, of the sequence slot's dim"},
+    {KEY("model", "sequence_length"), CFG(model.sequence_length), UINT(1, MT_MODEL_MAX_SEQ),
+     .def = "20", .doc = "din: behaviours read per example (the first ones; more are ignored)"},
+    {KEY("model", "attention_width"), CFG(model.attention_width), UINT(1, MT_MODEL_MAX_WIDTH),
+     .def = "32", .doc = "din: the attention unit's hidden width (sigmoid)"},
     {KEY("trainer", "batch_size"), CFG(trainer.batch_size), UINT(1, 1u << 20), .def = "256",
      .doc = "examples per training step"},
     {KEY("trainer", "sparse_optimizer"), CFG(trainer.sparse_opt), ENUM(slot_opt_enum),
@@ -1924,6 +1942,36 @@ mt_err_t mt_config_model(const mt_config_t *c, const uint16_t *slots, size_t nsl
     out->nexperts = c->model.experts;
     out->expert_width = c->model.expert_width;
     if ((err = task_weights(c, out->task_weight, errbuf, errlen))) return err;
+    out->seq_len = c->model.sequence_length;
+    out->attention_width = c->model.attention_width;
+    if (out->type == MT_MODEL_DIN) { /* the slots' ids to their indexes */
+        const uint32_t want[2] = {c->model.sequence_slot, c->model.sequence_query};
+        uint32_t at[2] = {(uint32_t)nslots, (uint32_t)nslots};
+        for (int k = 0; k < 2; k++) {
+            for (size_t i = 0; i < nslots && at[k] == nslots; i++)
+                if (slots[i] == want[k]) at[k] = (uint32_t)i;
+            if (at[k] == nslots) {
+                mt_msgf(errbuf, errlen, "model.%s = %u: din needs one of the model's slots",
+                        k ? "sequence_query" : "sequence_slot", want[k]);
+                return MT_CONFIG;
+            }
+        }
+        if (at[0] == at[1]) {
+            mt_msgf(errbuf, errlen,
+                    "model.sequence_slot = model.sequence_query = %u: din needs two slots",
+                    want[0]);
+            return MT_CONFIG;
+        }
+        if (dims[at[0]] != dims[at[1]]) {
+            mt_msgf(errbuf, errlen,
+                    "trainer.slot_dims: the sequence slot %u has dim %u, its query slot %u %u: "
+                    "the sequence holds the query slot's rows and needs its dim",
+                    want[0], dims[at[0]], want[1], dims[at[1]]);
+            return MT_CONFIG;
+        }
+        out->seq_slot = at[0];
+        out->seq_query = at[1];
+    }
     for (size_t i = 0; i < nslots; i++)
         if (dims[i] != out->dim) out->slot_dims = dims;
     if (mt_model_config_validate(out, msg, sizeof(msg)) != MT_OK) {

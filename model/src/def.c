@@ -9,8 +9,10 @@
 
 #include "mt/model.h"
 
-static const char *const type_names[] = {
-    [MT_MODEL_DEEPFM] = "deepfm", [MT_MODEL_DCNV2] = "dcnv2", [MT_MODEL_MMOE] = "mmoe"};
+static const char *const type_names[] = {[MT_MODEL_DEEPFM] = "deepfm",
+                                         [MT_MODEL_DCNV2] = "dcnv2",
+                                         [MT_MODEL_MMOE] = "mmoe",
+                                         [MT_MODEL_DIN] = "din"};
 #define NTYPES (sizeof(type_names) / sizeof(type_names[0]))
 
 const char *mt_model_type_name(mt_model_type_t type) {
@@ -40,6 +42,8 @@ void mt_model_config_init(mt_model_config_t *cfg) {
     cfg->expert_width = 64;
     for (int t = 0; t < MT_MODEL_MAX_TASKS; t++)
         cfg->task_weight[t] = 1.0f;
+    cfg->seq_len = 20;
+    cfg->attention_width = 32;
 }
 
 mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, size_t errlen) {
@@ -62,7 +66,39 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
                  (unsigned)MT_MODEL_MAX_DIM);
         return MT_CONFIG;
     }
-    uint64_t width = 0; /* D: the sum of the slots' dims */
+    if (!mt_model_type_name(cfg->type)) {
+        snprintf(errbuf, errlen, "model.type = %d: not a model family", (int)cfg->type);
+        return MT_CONFIG;
+    }
+    if (cfg->type == MT_MODEL_DIN) {
+        if (cfg->seq_slot >= cfg->nslots || cfg->seq_query >= cfg->nslots ||
+            cfg->seq_slot == cfg->seq_query) {
+            snprintf(errbuf, errlen,
+                     "model.seq_slot = %u, model.seq_query = %u: din needs two different slots "
+                     "of the %u (a sequence and the candidate item it is attended by)",
+                     cfg->seq_slot, cfg->seq_query, cfg->nslots);
+            return MT_CONFIG;
+        }
+        if (cfg->seq_len < 1 || cfg->seq_len > MT_MODEL_MAX_SEQ) {
+            snprintf(errbuf, errlen, "model.seq_len = %u: must be in 1..%u", cfg->seq_len,
+                     (unsigned)MT_MODEL_MAX_SEQ);
+            return MT_CONFIG;
+        }
+        if (cfg->attention_width < 1 || cfg->attention_width > MT_MODEL_MAX_WIDTH) {
+            snprintf(errbuf, errlen, "model.attention_width = %u: must be in 1..%u",
+                     cfg->attention_width, (unsigned)MT_MODEL_MAX_WIDTH);
+            return MT_CONFIG;
+        }
+        if (mt_model_slot_dim(cfg, cfg->seq_slot) != mt_model_slot_dim(cfg, cfg->seq_query)) {
+            snprintf(errbuf, errlen,
+                     "model.slot_dims[%u] = %u: din's sequence slot holds the query slot's rows "
+                     "and needs its dim (%u)",
+                     cfg->seq_slot, mt_model_slot_dim(cfg, cfg->seq_slot),
+                     mt_model_slot_dim(cfg, cfg->seq_query));
+            return MT_CONFIG;
+        }
+    }
+    uint64_t width = 0; /* D: the sum of the slots' cells' widths */
     for (uint32_t s = 0; s < cfg->nslots; s++) {
         uint32_t d = mt_model_slot_dim(cfg, s);
         if (d < 1 || d > MT_MODEL_MAX_DIM) {
@@ -77,7 +113,7 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
                      s, d, cfg->dim);
             return MT_CONFIG;
         }
-        width += d;
+        width += mt_model_slot_width(cfg, s);
     }
     if (width > MT_MODEL_MAX_INPUT) {
         snprintf(errbuf, errlen,
@@ -96,10 +132,6 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
                      (unsigned)MT_MODEL_MAX_WIDTH);
             return MT_CONFIG;
         }
-    }
-    if (!mt_model_type_name(cfg->type)) {
-        snprintf(errbuf, errlen, "model.type = %d: not a model family", (int)cfg->type);
-        return MT_CONFIG;
     }
     if (cfg->type == MT_MODEL_MMOE) {
         if (cfg->ntasks < 2 || cfg->ntasks > MT_MODEL_MAX_TASKS) {

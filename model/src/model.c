@@ -22,6 +22,12 @@
  *   ts      C * n * r        training: T_c = X_c V_c (low rank); scoring: n * r
  *   gx, dz  n * D each       training: dL/dX_c, dL/dZ_c
  *   dt      n * r            training: dL/dT_c
+ *   din (L positions, d the query's dim, H the attention width, Dx the MLP's input):
+ *   az      n * L * 4d       the attention units' inputs [q, k, q - k, q * k], row (i, j)
+ *   au      n * L * H        their sigmoid activations
+ *   aw      n * L            the weights a_ij
+ *   ax      n * Dx           the MLP's input (E with the sequence's cell replaced by v)
+ *   training: adx n * Dx (dL/dx'), adu n * L * H, adz n * L * 4d, ada n * L
  *
  * A ReLU output is > 0 exactly where its input was, so the backward pass reads the mask from
  * the stored activations and no pre-activations are kept.
@@ -61,7 +67,11 @@ struct mt_model_ws {
 
 struct mt_model {
     mt_model_config_t cfg;
-    uint32_t in_width;  /* D: the slots' dims summed */
+    uint32_t in_width;  /* D: the slots' cells' widths summed (E's row) */
+    uint32_t x_width;   /* the MLP's input: D (din: D - (L - 1) d) */
+    uint32_t seq_off;   /* din: the sequence's cell's offset in a row of E (and of x') */
+    uint32_t q_off;     /* din: the query slot's */
+    uint32_t seq_d;     /* din: d, the query's (and each key's) dim */
     uint32_t *dims;     /* [S] with slot_dims (cfg.slot_dims points here), else NULL */
     uint32_t max_width; /* widest hidden layer (0 without hidden layers) */
     size_t sum_width;   /* sum of hidden widths */
@@ -84,6 +94,7 @@ typedef struct mt__model_scratch {
     float *zc; /* [max_width]: the first layer's part shared by every row (serving) */
     float *xs, *zs, *ts, *gx, *dz, *dt;          /* dcnv2 (see the top of this file) */
     float *ea, *gate, *mix, *dmix, *dea, *dgate; /* mmoe (see the top of this file) */
+    float *az, *au, *aw, *ax, *adx, *adu, *adz, *ada; /* din */
 } mt__model_scratch_t;
 
 /* ============================== private helpers ============================== */
@@ -107,6 +118,18 @@ static int is_dcn(const mt_model_t *m) {
 
 static int is_mmoe(const mt_model_t *m) {
     return m->cfg.type == MT_MODEL_MMOE;
+}
+
+static int is_din(const mt_model_t *m) {
+    return m->cfg.type == MT_MODEL_DIN;
+}
+
+/* din's arrays for a batch of @p n (0 for the others; see the top of this file). */
+static size_t ws_din(const mt_model_t *m, size_t n, int train) {
+    if (!is_din(m)) return 0;
+    const size_t nl = n * m->cfg.seq_len, d4 = 4 * (size_t)m->seq_d, H = m->cfg.attention_width;
+    size_t fwd = nl * d4 + nl * H + nl + n * m->x_width;
+    return fwd + (train ? n * m->x_width + nl * H + nl * d4 + nl : 0);
 }
 
 /* mmoe's arrays for a batch of @p n (0 for the others): experts' activations, gates,
@@ -133,7 +156,8 @@ static size_t ws_cross(const mt_model_t *m, size_t n, int train, size_t *xs, siz
 static size_t ws_need(const mt_model_t *m, size_t n, int train) {
     size_t xs, zs, ts;
     return n * (m->sum_width * m->T + 2 * (size_t)m->max_width + 2 * m->T + m->cfg.dim) +
-           m->cfg.dim + m->max_width + ws_cross(m, n, train, &xs, &zs, &ts) + ws_mmoe(m, n, train);
+           m->cfg.dim + m->max_width + ws_cross(m, n, train, &xs, &zs, &ts) + ws_mmoe(m, n, train) +
+           ws_din(m, n, train);
 }
 
 static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n, int train,
@@ -185,6 +209,18 @@ static mt_err_t ws_reserve(mt_model_ws_t *ws, const mt_model_t *m, size_t n, int
         sc->dmix = p;
         sc->dea = p + (train ? n * h : 0);
         sc->dgate = p + (train ? n * h + n * K * h : 0);
+    }
+    if (is_din(m)) { /* (mmoe's arrays are not carved: a model is one or the other) */
+        const size_t nl = n * m->cfg.seq_len, d4 = 4 * (size_t)m->seq_d;
+        const size_t H = m->cfg.attention_width;
+        sc->az = p;
+        sc->au = sc->az + nl * d4;
+        sc->aw = sc->au + nl * H;
+        sc->ax = sc->aw + nl;
+        sc->adx = sc->ax + n * m->x_width; /* the rest only when training */
+        sc->adu = sc->adx + n * m->x_width;
+        sc->adz = sc->adu + nl * H;
+        sc->ada = sc->adz + nl * d4;
     }
     return MT_OK;
 }
@@ -570,6 +606,134 @@ static void cross_backward(mt_model_t *m, const mt__model_scratch_t *sc, const f
             dE[j] += gx[j];
 }
 
+/* din's tensors: b0 0, att.w 1, att.b 2, att.out.w 3, att.out.b 4, the MLP from mlp0. */
+#define DIN_AW  1
+#define DIN_AB  2
+#define DIN_AOW 3
+#define DIN_AOB 4
+
+/*
+ * din's attention over E [n x D]: the units' inputs (sc->az), activations (sc->au) and
+ * weights (sc->aw) of every (example, position), and the MLP's input x' (sc->ax: E's row with
+ * the sequence's L cells replaced by v = sum_j a_j k_j). @returns x'.
+ */
+static const float *din_forward(const mt_model_t *m, const mt__model_scratch_t *sc,
+                                const float *E, size_t n) {
+    const uint32_t D = m->in_width, L = m->cfg.seq_len, H = m->cfg.attention_width;
+    const uint32_t d = m->seq_d, d4 = 4 * d, Dx = m->x_width, so = m->seq_off;
+    const size_t nl = n * L;
+    for (size_t i = 0; i < n; i++) {
+        const float *restrict q = E + i * D + m->q_off;
+        for (uint32_t j = 0; j < L; j++) {
+            const float *restrict k = E + i * D + so + (size_t)j * d;
+            float *restrict z = sc->az + (i * L + j) * d4;
+            for (uint32_t c = 0; c < d; c++) {
+                z[c] = q[c];
+                z[d + c] = k[c];
+                z[2 * d + c] = q[c] - k[c];
+                z[3 * d + c] = q[c] * k[c];
+            }
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nl, (int)H, (int)d4, 1.0f, sc->az,
+                (int)d4, tensor_values(m, DIN_AW), (int)H, 0.0f, sc->au, (int)H);
+    const float *restrict ab = tensor_values(m, DIN_AB);
+    for (size_t r = 0; r < nl; r++) {
+        float *u = sc->au + r * H;
+        for (uint32_t h = 0; h < H; h++)
+            u[h] = sigmoidf_stable(u[h] + ab[h]);
+    }
+    const float bo = tensor_values(m, DIN_AOB)[0];
+    for (size_t r = 0; r < nl; r++)
+        sc->aw[r] = bo;
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)nl, (int)H, 1.0f, sc->au, (int)H,
+                tensor_values(m, DIN_AOW), 1, 1.0f, sc->aw, 1);
+    const size_t tail = D - so - (size_t)L * d; /* the cells after the sequence's */
+    for (size_t i = 0; i < n; i++) {
+        const float *e = E + i * D;
+        float *x = sc->ax + i * Dx;
+        memcpy(x, e, so * sizeof(float));
+        float *restrict v = x + so;
+        for (uint32_t c = 0; c < d; c++)
+            v[c] = 0.0f;
+        for (uint32_t j = 0; j < L; j++) {
+            const float a = sc->aw[i * L + j], *restrict k = e + so + (size_t)j * d;
+            for (uint32_t c = 0; c < d; c++)
+                v[c] += a * k[c];
+        }
+        memcpy(x + so + d, e + so + (size_t)L * d, tail * sizeof(float));
+    }
+    return sc->ax;
+}
+
+/*
+ * din's backward pass: sc->adx holds dL/dx' on entry. Writes the attention tensors'
+ * gradients and, when @p dE is not NULL, dE: x''s gradient for the cells it copied, plus the
+ * attention's part for the query's cell and the sequence's keys.
+ */
+static void din_backward(mt_model_t *m, const mt__model_scratch_t *sc, const float *E, size_t n,
+                         float *dE) {
+    const uint32_t D = m->in_width, L = m->cfg.seq_len, H = m->cfg.attention_width;
+    const uint32_t d = m->seq_d, d4 = 4 * d, Dx = m->x_width, so = m->seq_off;
+    const size_t nl = n * L;
+    /* a_ij's gradient: <dv_i, k_ij> */
+    for (size_t i = 0; i < n; i++) {
+        const float *restrict dv = sc->adx + i * Dx + so;
+        for (uint32_t j = 0; j < L; j++) {
+            const float *restrict k = E + i * D + so + (size_t)j * d;
+            double s = 0;
+            for (uint32_t c = 0; c < d; c++)
+                s += (double)dv[c] * k[c];
+            sc->ada[i * L + j] = (float)s;
+        }
+    }
+    /* a = u wa + bo: d bo = sum da, d wa = U^T da; dU = da wa^T * u (1 - u), d ba its sums */
+    double sb = 0;
+    for (size_t r = 0; r < nl; r++)
+        sb += sc->ada[r];
+    m->grads[m->tensors[DIN_AOB].off] = (float)sb;
+    cblas_sgemv(CblasRowMajor, CblasTrans, (int)nl, (int)H, 1.0f, sc->au, (int)H, sc->ada, 1, 0.0f,
+                m->grads + m->tensors[DIN_AOW].off, 1);
+    const float *restrict wa = tensor_values(m, DIN_AOW);
+    float *restrict db = m->grads + m->tensors[DIN_AB].off;
+    memset(db, 0, H * sizeof(float));
+    for (size_t r = 0; r < nl; r++) {
+        const float *restrict u = sc->au + r * H;
+        float *restrict du = sc->adu + r * H;
+        const float g = sc->ada[r];
+        for (uint32_t h = 0; h < H; h++) {
+            du[h] = g * wa[h] * u[h] * (1.0f - u[h]);
+            db[h] += du[h];
+        }
+    }
+    /* d Wa = Z^T dU */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)d4, (int)H, (int)nl, 1.0f, sc->az,
+                (int)d4, sc->adu, (int)H, 0.0f, m->grads + m->tensors[DIN_AW].off, (int)H);
+    if (!dE) return;
+    /* dZ = dU Wa^T; z = [q, k, q - k, q * k] */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nl, (int)d4, (int)H, 1.0f, sc->adu,
+                (int)H, tensor_values(m, DIN_AW), (int)H, 0.0f, sc->adz, (int)d4);
+    const size_t tail = D - so - (size_t)L * d;
+    for (size_t i = 0; i < n; i++) {
+        const float *e = E + i * D, *dx = sc->adx + i * Dx;
+        float *de = dE + i * D;
+        memcpy(de, dx, so * sizeof(float));
+        memcpy(de + so + (size_t)L * d, dx + so + d, tail * sizeof(float));
+        const float *restrict q = e + m->q_off, *restrict dv = dx + so;
+        float *restrict dq = de + m->q_off;
+        for (uint32_t j = 0; j < L; j++) {
+            const float *restrict k = e + so + (size_t)j * d;
+            const float *restrict dz = sc->adz + (i * L + j) * d4;
+            const float a = sc->aw[i * L + j];
+            float *restrict dk = de + so + (size_t)j * d;
+            for (uint32_t c = 0; c < d; c++) {
+                dq[c] += dz[c] + dz[2 * d + c] + dz[3 * d + c] * k[c];
+                dk[c] = a * dv[c] + dz[d + c] - dz[2 * d + c] + dz[3 * d + c] * q[c];
+            }
+        }
+    }
+}
+
 /*
  * logits[i] = b0 + sum_s W1 + FM (deepfm) + MLP(x_i), x_i = E[i] (deepfm) or the cross
  * layers' output (dcnv2, kept for the backward pass when @p train); leaves the hidden
@@ -594,6 +758,18 @@ static const float *forward_logits(const mt_model_t *m, const mt__model_scratch_
         }
         mmoe_forward(m, sc, E, n);
         return E;
+    }
+    if (is_din(m)) { /* b0 + the first order but the sequence's + MLP(x') */
+        const uint32_t sq = m->cfg.seq_slot;
+        for (size_t i = 0; i < n; i++) {
+            double lin = b0;
+            for (uint32_t s = 0; s < S; s++)
+                lin += s == sq ? 0.0 : W1[i * S + s];
+            sc->logits[i] = (float)lin;
+        }
+        const float *x = din_forward(m, sc, E, n);
+        mlp_forward(m, m->mlp0, x, m->x_width, n, 0, sc->acts, sc->logits);
+        return x;
     }
 
     /* First order, FM second order (deepfm). */
@@ -727,7 +903,7 @@ static mt_err_t forward_impl(const mt_model_t *m, mt_model_ws_t *ws, const float
                              float *probs) {
     mt_err_t err = check_forward_args(m, E, W1, n, probs);
     if (err != MT_OK || n == 0) return err;
-    if (is_dcn(m) || is_mmoe(m)) varies = NULL; /* read per row anyway */
+    if (is_dcn(m) || is_mmoe(m) || is_din(m)) varies = NULL; /* read per row anyway */
     mt_model_ws_t tmp = {0};
     mt_model_ws_t *use = ws ? ws : &tmp;
     mt__model_scratch_t sc;
@@ -773,8 +949,18 @@ mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out) {
         memcpy(m->dims, cfg->slot_dims, cfg->nslots * sizeof(uint32_t));
         m->cfg.slot_dims = m->dims;
     }
-    for (uint32_t s = 0; s < cfg->nslots; s++)
-        m->in_width += mt_model_slot_dim(&m->cfg, s);
+    for (uint32_t s = 0; s < cfg->nslots; s++) {
+        if (is_din(m) && s == cfg->seq_slot) m->seq_off = m->in_width;
+        if (is_din(m) && s == cfg->seq_query) m->q_off = m->in_width;
+        m->in_width += mt_model_slot_width(&m->cfg, s);
+    }
+    m->x_width = m->in_width;
+    if (is_din(m)) {
+        m->seq_d = mt_model_slot_dim(&m->cfg, cfg->seq_query);
+        m->x_width = m->in_width - (cfg->seq_len - 1) * m->seq_d;
+    } else {
+        m->cfg.seq_slot = m->cfg.seq_query = 0;
+    }
 
     set_tensor(m, "b0", 1, 1, 0);
     if (is_dcn(m)) {
@@ -813,9 +999,16 @@ mt_err_t mt_model_create(const mt_model_config_t *cfg, mt_model_t **out) {
     } else {
         m->cfg.ntasks = 1;
     }
+    if (is_din(m)) {
+        const uint32_t d = m->seq_d, H = cfg->attention_width;
+        set_tensor(m, "att.w", 2, 4 * d, H);
+        set_tensor(m, "att.b", 1, H, 0);
+        set_tensor(m, "att.out.w", 2, H, 1);
+        set_tensor(m, "att.out.b", 1, 1, 0);
+    }
     m->mlp0 = m->ntensors;
     for (uint32_t t = 0; t < m->T; t++) {
-        uint32_t w_prev = is_mmoe(m) ? cfg->expert_width : m->in_width;
+        uint32_t w_prev = is_mmoe(m) ? cfg->expert_width : m->x_width;
         for (uint32_t l = 0; l < cfg->nhidden; l++) {
             char name[MT_MODEL_NAME_MAX];
             uint32_t h = cfg->hidden[l];
@@ -983,9 +1176,15 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
                 g += sc.g[(size_t)t * n + i];
             for (uint32_t s = 0; s < S; s++)
                 dW1[i * S + s] = g;
+            if (is_din(m)) dW1[i * S + m->cfg.seq_slot] = 0.0f; /* not read */
         }
     if (is_mmoe(m)) {
         mmoe_backward(m, &sc, E, n, dE);
+        return MT_OK;
+    }
+    if (is_din(m)) { /* the MLP's dL/dx' always: the attention's gradients need dv */
+        mlp_backward(m, m->mlp0, x, m->x_width, n, sc.acts, sc.g, sc.ga, sc.gb, sc.adx, 0.0f);
+        din_backward(m, &sc, E, n, dE);
         return MT_OK;
     }
 

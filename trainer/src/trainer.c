@@ -108,6 +108,10 @@ struct mt_trainer {
     uint32_t dims[256], maxd;
     size_t D;
     int mixed;
+    /* din: the sequence slot (its index, its length L, its query slot's id), whose ids are
+     * looked up in the query slot's rows, the first L of a cell kept in order */
+    int seq;
+    uint32_t seq_slot, seq_len, seq_query_id;
     pipe_t pipe;
 };
 
@@ -226,7 +230,6 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     for (uint32_t s = 0; s < cfg->nslots; s++) {
         uint32_t d = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
         tr->dims[s] = d;
-        tr->D += d;
         if (d > tr->maxd) tr->maxd = d;
         tr->mixed |= d != cfg->dim;
     }
@@ -264,6 +267,17 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     mc.slot_dims = tr->mixed ? tr->dims : NULL;
     err = mt_model_create(&mc, &tr->model);
     if (err) goto fail;
+    const mt_model_config_t *m = mt_model_config(tr->model);
+    for (uint32_t s = 0; s < cfg->nslots; s++) /* E's row: din's sequence holds L rows */
+        tr->D += mt_model_slot_width(m, s);
+    if (m->type == MT_MODEL_DIN) {
+        err = MT_CONFIG;
+        if (cfg->slot_mean[m->seq_slot]) goto fail; /* a sequence is not pooled */
+        tr->seq = 1;
+        tr->seq_slot = m->seq_slot;
+        tr->seq_len = m->seq_len;
+        tr->seq_query_id = cfg->slot_ids[m->seq_query];
+    }
     tr->ntasks = mt_model_ntasks(tr->model);
     err = mt_model_ws_create(&tr->ws);
     if (err) goto fail;
@@ -379,15 +393,25 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
     uint64_t hb = tr->cfg.hash_buckets;
     size_t cell = 0;
     uint32_t slot = 0;
-    const int track = per_slot || tr->mixed;
+    const int track = per_slot || tr->mixed || tr->seq;
     for (size_t k = 0; k < b->nfids; k++) {
         uint64_t f = b->fids[k];
+        uint32_t hs = slot; /* the slot whose buckets reduce it */
         if (track) {
             while (k >= b->offsets[cell + 1]) {
                 cell++;
                 slot = slot + 1 == b->nslots ? 0 : slot + 1;
             }
-            if (per_slot) hb = shb[slot] ? shb[slot] : tr->cfg.hash_buckets;
+            hs = slot;
+            if (tr->seq && slot == tr->seq_slot) { /* din: a behaviour is a query slot's id */
+                if (k - b->offsets[cell] >= tr->seq_len) {
+                    ids->uidx[k] = UINT32_MAX; /* past the L read: not looked up */
+                    continue;
+                }
+                f = mt_model_seq_fid(f, tr->seq_query_id);
+                hs = tr->cfg.family.seq_query;
+            }
+            if (per_slot) hb = shb[hs] ? shb[hs] : tr->cfg.hash_buckets;
         }
         f = mt_model_reduce_fid(f, hb);
         size_t h = (size_t)((f * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
@@ -463,6 +487,15 @@ static void pool(mt_trainer_t *tr, const mt_batch_t *b, const idset_t *ids) {
         const uint32_t d = tr->dims[s];
         float *w1 = tr->W1 + cell;
         size_t k = b->offsets[cell], end = b->offsets[cell + 1];
+        if (tr->seq && s == tr->seq_slot) { /* din: the first L ids in order, then zeros */
+            const uint32_t L = tr->seq_len;
+            uint32_t j = 0;
+            for (; j < L && k + j < end; j++)
+                mt_model_seq_put(e, j, uemb + row_at(tr, ids, uidx[k + j]), d);
+            mt_model_seq_end(e, w1, j, L, d);
+            e += (size_t)L * d;
+            continue;
+        }
         if (k == end) {
             memset(e, 0, d * sizeof(float));
             *w1 = 0;
@@ -828,6 +861,13 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
         for (size_t cell = 0; cell < b->n * S; cell++, s = s + 1 == S ? 0 : s + 1) {
             const size_t d = tr->dims[s];
             size_t k = b->offsets[cell], end = b->offsets[cell + 1];
+            if (tr->seq && s == tr->seq_slot) { /* din: position j's gradient to its id */
+                const uint32_t L = tr->seq_len;
+                for (uint32_t j = 0; j < L && k + j < end; j++)
+                    add_scaled(ug + row_at(tr, ids, uidx[k + j]), de + (size_t)j * d, scale, d);
+                de += (size_t)L * d;
+                continue;
+            }
             /* a mean-pooled cell passes each of its ids the gradient times 1 / count */
             float sc = mean[s] ? scale * mt_model_mean_scale((uint32_t)(end - k)) : scale;
             const float gw = sc * tr->dW1[cell];
@@ -845,7 +885,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
             uint32_t *cnt = tr->ucnt;
             memset(cnt, 0, nu * sizeof(uint32_t));
             for (size_t k = 0; k < b->nfids; k++)
-                cnt[uidx[k]]++;
+                if (uidx[k] != UINT32_MAX) cnt[uidx[k]]++; /* (din: past L, none) */
             for (size_t u = 0; u < nu; u++) {
                 size_t at = row_at(tr, ids, u);
                 uint32_t du = tr->mixed ? tr->dims[ids->uslot[u]] : tr->cfg.dim;

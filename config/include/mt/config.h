@@ -222,13 +222,17 @@ typedef struct mt_config_tls {
 /** [model]: the model family (mt/model.h, docs/trainer.md); its slots, dim and MLP widths
  *  are [trainer]'s. */
 typedef struct mt_config_model {
-    mt_model_type_t type;  /* deepfm | dcnv2 | mmoe */
-    uint32_t cross_layers; /* dcnv2: cross layers */
-    uint32_t cross_rank;   /* dcnv2: 0 = full rank, else the rank of each layer's U V */
-    uint32_t tasks;        /* mmoe: tasks (labels per example) */
-    uint32_t experts;      /* mmoe: shared experts */
-    uint32_t expert_width; /* mmoe: each expert's width */
-    char *task_weights;    /* mmoe: each task's loss weight, "1, 0.5"; "" = 1 each */
+    mt_model_type_t type;     /* deepfm | dcnv2 | mmoe | din */
+    uint32_t cross_layers;    /* dcnv2: cross layers */
+    uint32_t cross_rank;      /* dcnv2: 0 = full rank, else the rank of each layer's U V */
+    uint32_t tasks;           /* mmoe: tasks (labels per example) */
+    uint32_t experts;         /* mmoe: shared experts */
+    uint32_t expert_width;    /* mmoe: each expert's width */
+    char *task_weights;       /* mmoe: each task's loss weight, "1, 0.5"; "" = 1 each */
+    uint32_t sequence_slot;   /* din: the slot of the user's behaviour sequence */
+    uint32_t sequence_query;  /* din: the candidate item's slot, attending it */
+    uint32_t sequence_length; /* din: behaviours kept (the first, most recent) */
+    uint32_t attention_width; /* din: the attention unit's hidden width */
 } mt_config_model_t;
 
 typedef struct mt_config {

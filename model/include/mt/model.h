@@ -27,7 +27,22 @@
  *
  * Model families (mt_model_config_t.type; mt_model_type_name() gives the config's names):
  *
-  *   deepfm  the logit above: first order + FM + MLP(x)
+ *   din     target attention over a behaviour sequence (Zhou et al., "Deep Interest Network
+ *           for Click-Through Rate Prediction", KDD 2018): one slot (seq_slot) holds, instead
+ *           of a pooled cell, the user's recent item ids in order, L = seq_len cells of the
+ *           query slot's dim d (E's cell of that slot is L * d floats: position j at
+ *           off + j*d, zeros past the sequence's end); the candidate's item embedding q (slot
+ *           seq_query) attends each key k_j:
+ *             u_j   = sigmoid([q, k_j, q - k_j, q * k_j] Wa + ba)     (width H = attention_width)
+ *             a_j   = u_j wa + ba_out                                  (not normalized: DIN's
+ *                                                                     weights keep intensity)
+ *             v     = sum_j a_j k_j                                    (a zero key adds 0:
+ *                                                                     padding needs no mask)
+ *             logit = b0 + sum_(s != seq_slot) W1[s] + MLP(x'), x' = E with the sequence's
+ *                     cell replaced by v (d floats), so MLP's input is D - (L - 1) d wide.
+ *           The sequence's ids are looked up in the query slot's rows (mt_model_seq_fid():
+ *           a behaviour's item shares its embedding with the candidate item); its W1 cell
+ *           is not read (dW1 0) and has no first-order weight of its own.
  *   mmoe    T tasks (Ma et al., "Modeling Task Relationships in Multi-task Learning with
  *           Multi-gate Mixture-of-Experts", KDD 2018): K shared experts, one softmax gate
  *           and one tower per task, the first order shared:
@@ -53,6 +68,8 @@
  *   "mlp.<l>.w"   [in_l, h_l]  hidden layer l weights, in_0 = D, in_l = h_(l-1)
  *   "mlp.<l>.b"   [h_l]        hidden layer l bias
   *   "mlp.out.w"   [in_out, 1]  output weights, in_out = h_last (D without hidden layers)
+ *   din after "b0": "att.w" [4d, H], "att.b" [H], "att.out.w" [H, 1], "att.out.b" [1], then
+ *   the MLP over D - (L - 1) d.
  *   mmoe instead of "b0" and the MLP: "b0" [T], "experts.w" [D, K*h_e] (expert k's columns
  *   k*h_e ..), "experts.b" [K*h_e], "gates.w" [D, T*K] (task t's columns t*K ..), "gates.b"
  *   [T*K], then per task t its tower "tower.<t>.<l>.w" / ".b" and "tower.<t>.out.w", shaped
@@ -164,15 +181,17 @@ static inline void mt_model_pool_add(float *restrict e, float *restrict w1,
 #define MT_MODEL_MAX_TASKS      4    /* mmoe: tasks at most */
 #define MT_MODEL_MAX_EXPERTS    8    /* mmoe: experts at most */
 #define MT_MODEL_MAX_FULL_CROSS 4096 /* dcnv2: D at most for full-rank cross layers */
+#define MT_MODEL_MAX_SEQ        256  /* din: sequence length at most */
 
 /** The model family (see the top of this file). */
 typedef enum mt_model_type {
     MT_MODEL_DEEPFM = 0,
     MT_MODEL_DCNV2 = 1,
     MT_MODEL_MMOE = 2,
+    MT_MODEL_DIN = 3,
 } mt_model_type_t;
 
-/** @returns the family's name in the configuration ("deepfm", "dcnv2", "mmoe"), NULL if
+/** @returns the family's name in the configuration ("deepfm", "dcnv2", "mmoe", "din"), NULL if
  *  unknown. */
 const char *mt_model_type_name(mt_model_type_t type);
 
@@ -197,6 +216,11 @@ typedef struct mt_model_config {
     uint32_t nexperts;     /* mmoe: experts K, 1..MT_MODEL_MAX_EXPERTS (default 4) */
     uint32_t expert_width; /* mmoe: each expert's width h_e, 1..MT_MODEL_MAX_WIDTH (64) */
     float task_weight[MT_MODEL_MAX_TASKS]; /* mmoe: each task's loss weight, >= 0 (1) */
+    uint32_t seq_slot;                     /* din: index (0..S-1) of the sequence slot */
+    uint32_t seq_query;        /* din: index of the candidate item's slot (another), whose
+                                 dim the sequence slot shares */
+    uint32_t seq_len;          /* din: L, 1..MT_MODEL_MAX_SEQ (default 20) */
+    uint32_t attention_width;  /* din: H, 1..MT_MODEL_MAX_WIDTH (default 32) */
     const uint32_t *slot_dims; /* [nslots]: each slot's embedding dim d_s, or NULL: dim for
                                   every slot (default). Borrowed by validate and create (the
                                   model keeps a copy: mt_model_config() points to it); deepfm
@@ -210,6 +234,7 @@ typedef struct mt_model_family {
     uint32_t ncross, cross_rank;
     uint32_t ntasks, nexperts, expert_width;
     float task_weight[MT_MODEL_MAX_TASKS];
+    uint32_t seq_slot, seq_query, seq_len, attention_width;
 } mt_model_family_t;
 
 /** Copies @p c's family settings into @p f. */
@@ -222,6 +247,10 @@ static inline void mt_model_family_get(const mt_model_config_t *c, mt_model_fami
     f->expert_width = c->expert_width;
     for (int t = 0; t < MT_MODEL_MAX_TASKS; t++)
         f->task_weight[t] = c->task_weight[t];
+    f->seq_slot = c->seq_slot;
+    f->seq_query = c->seq_query;
+    f->seq_len = c->seq_len;
+    f->attention_width = c->attention_width;
 }
 
 /** Copies @p f into @p c's family settings. */
@@ -234,6 +263,10 @@ static inline void mt_model_family_set(mt_model_config_t *c, const mt_model_fami
     c->expert_width = f->expert_width;
     for (int t = 0; t < MT_MODEL_MAX_TASKS; t++)
         c->task_weight[t] = f->task_weight[t];
+    c->seq_slot = f->seq_slot;
+    c->seq_query = f->seq_query;
+    c->seq_len = f->seq_len;
+    c->attention_width = f->attention_width;
 }
 
 /** The tasks T of a model of family @p f: its scores and labels per example (ntasks for
@@ -242,9 +275,44 @@ static inline uint32_t mt_model_family_ntasks(const mt_model_family_t *f) {
     return f->type == MT_MODEL_MMOE ? f->ntasks : 1;
 }
 
-/** Slot @p s's embedding dim: slot_dims[s], or dim. */
+/** Slot @p s's embedding dim: slot_dims[s], or dim (din's sequence slot: its rows', the
+ *  query slot's dim). */
 static inline uint32_t mt_model_slot_dim(const mt_model_config_t *c, uint32_t s) {
     return c->slot_dims ? c->slot_dims[s] : c->dim;
+}
+
+/** 1 if slot @p s is din's sequence slot (its cell holds seq_len rows in order, not pooled). */
+static inline int mt_model_is_seq(const mt_model_config_t *c, uint32_t s) {
+    return c->type == MT_MODEL_DIN && s == c->seq_slot;
+}
+
+/** The floats of slot @p s's cell in a row of E: its dim, seq_len times that for din's
+ *  sequence slot. */
+static inline uint32_t mt_model_slot_width(const mt_model_config_t *c, uint32_t s) {
+    uint32_t d = mt_model_slot_dim(c, s);
+    return mt_model_is_seq(c, s) ? c->seq_len * d : d;
+}
+
+/** The id a din sequence's fid is looked up as: its value in the query slot @p query_slot_id
+ *  (the candidate item's slot id: behaviours and candidates share their items' rows). */
+static inline uint64_t mt_model_seq_fid(uint64_t fid, uint32_t query_slot_id) {
+    return ((uint64_t)query_slot_id << 48) | (fid & 0xFFFFFFFFFFFFull);
+}
+
+/** Puts a sequence's ids' rows into its cell (din): position j < count of @p count ids gets
+ *  row(j)'s embedding (d floats); positions up to seq_len are zeros. @p w1 (the slot's W1 cell)
+ *  is 0. Use: for each j < min(count, L) mt_model_seq_put(e, j, row, d); then
+ *  mt_model_seq_end(e, w1, min(count, L), L, d). */
+static inline void mt_model_seq_put(float *restrict e, uint32_t j, const float *restrict row,
+                                    uint32_t d) {
+    for (uint32_t k = 0; k < d; k++)
+        e[(size_t)j * d + k] = row[k];
+}
+
+static inline void mt_model_seq_end(float *e, float *w1, uint32_t used, uint32_t L, uint32_t d) {
+    for (size_t k = (size_t)used * d; k < (size_t)L * d; k++)
+        e[k] = 0.0f;
+    *w1 = 0.0f;
 }
 
 /** One dense parameter tensor (see the table at the top of this file). */
@@ -283,7 +351,7 @@ void mt_model_destroy(mt_model_t *m);
 /** @returns the model's configuration (valid until mt_model_destroy()), NULL for NULL. */
 const mt_model_config_t *mt_model_config(const mt_model_t *m);
 
-/** @returns the number of dense parameter tensors (2 * nhidden + 2, and dcnv2's cross
+/** @returns the number of dense parameter tensors (2 * nhidden + 2; din 4 more; dcnv2's cross
  *  layers: 2 or 3 each; mmoe: 5 + T * (2 * nhidden + 1)). */
 size_t mt_model_nparams(const mt_model_t *m);
 

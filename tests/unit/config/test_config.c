@@ -148,6 +148,10 @@ static const char *const all_keys[] = {
     "[model] experts",
     "[model] expert_width",
     "[model] task_weights",
+    "[model] sequence_slot",
+    "[model] sequence_query",
+    "[model] sequence_length",
+    "[model] attention_width",
     "[input] format",
     "[input] header",
     "[input] columns",
@@ -299,7 +303,11 @@ static bool config_eq(const mt_config_t *a, const mt_config_t *b) {
     if (a->model.type != b->model.type || a->model.cross_layers != b->model.cross_layers ||
         a->model.cross_rank != b->model.cross_rank || a->model.tasks != b->model.tasks ||
         a->model.experts != b->model.experts || a->model.expert_width != b->model.expert_width ||
-        strcmp(a->model.task_weights, b->model.task_weights))
+        strcmp(a->model.task_weights, b->model.task_weights) ||
+        a->model.sequence_slot != b->model.sequence_slot ||
+        a->model.sequence_query != b->model.sequence_query ||
+        a->model.sequence_length != b->model.sequence_length ||
+        a->model.attention_width != b->model.attention_width)
         return false;
     const mt_config_input_t *i1 = &a->input, *i2 = &b->input;
     if (i1->format != i2->format || i1->header != i2->header || strcmp(i1->columns, i2->columns) ||
@@ -1771,7 +1779,8 @@ Test(config, model_section_makes_the_model) {
     cr_expect(strstr(err, "trainer.hidden") != NULL, "%s", err);
     /* every name the key takes is the model's name of the same family */
     cr_expect_eq(mt_config_set(&c, "model.type", "dcn", err, sizeof(err)), MT_CONFIG);
-    const mt_model_type_t offered[] = {MT_MODEL_DEEPFM, MT_MODEL_DCNV2, MT_MODEL_MMOE};
+    const mt_model_type_t offered[] = {MT_MODEL_DEEPFM, MT_MODEL_DCNV2, MT_MODEL_MMOE,
+                                       MT_MODEL_DIN};
     for (size_t k = 0; k < sizeof(offered) / sizeof(offered[0]); k++) {
         cr_assert_eq(
             mt_config_set(&c, "model.type", mt_model_type_name(offered[k]), err, sizeof(err)),
@@ -1803,6 +1812,29 @@ Test(config, model_section_makes_the_model) {
     cr_expect_eq(mt_config_set(&c, "model.experts", "9", err, sizeof(err)), MT_CONFIG);
     cr_expect_eq(mt_config_set(&c, "model.cross_layers", "0", err, sizeof(err)), MT_CONFIG);
     cr_expect_eq(mt_config_set(&c, "model.cross_layers", "9", err, sizeof(err)), MT_CONFIG);
+    /* din: the sequence and query slots' ids become their indexes; missing, equal or of
+     * other dims they are refused by name */
+    cr_assert_eq(mt_config_set(&c, "model.type", "din", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.task_weights", "", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 26, dims, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "model.sequence_slot = 0") != NULL, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "model.sequence_slot", "27", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.sequence_query", "27", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 27, dims, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "needs two slots") != NULL, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "model.sequence_query", "14", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.sequence_length", "7", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_set(&c, "model.attention_width", "9", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 27, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_expect(mc.type == MT_MODEL_DIN && mc.seq_slot == 26 && mc.seq_query == 13 &&
+              mc.seq_len == 7 && mc.attention_width == 9);
+    cr_assert_eq(mt_config_set(&c, "trainer.slot_dims", "27:4", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 27, dims, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "the sequence slot 27 has dim 4") != NULL, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "trainer.slot_dims", "27:4, 14:4", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 27, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
+    cr_expect_eq(mt_config_set(&c, "model.sequence_length", "257", err, sizeof(err)), MT_CONFIG);
+    cr_expect_eq(mt_config_set(&c, "model.attention_width", "0", err, sizeof(err)), MT_CONFIG);
     mt_config_free(&c);
 }
 

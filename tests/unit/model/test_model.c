@@ -35,11 +35,12 @@ static float rng_uniform(uint64_t *s, float lo, float hi) {
 typedef struct family {
     mt_model_type_t type;
     uint32_t ncross, rank;
-    const uint32_t *dims;                    /* per-slot dims, or NULL */
-    uint32_t ntasks, nexperts, expert_width; /* mmoe */
+    const uint32_t *dims;                             /* per-slot dims, or NULL */
+    uint32_t ntasks, nexperts, expert_width;          /* mmoe */
+    uint32_t seq_slot, seq_query, seq_len, att_width; /* din */
 } family_t;
 
-static const family_t DEEPFM = {MT_MODEL_DEEPFM, 0, 0, NULL, 0, 0, 0};
+static const family_t DEEPFM = {MT_MODEL_DEEPFM};
 
 static mt_model_t *mk_model_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
                                const uint32_t *hidden, uint64_t seed) {
@@ -63,6 +64,12 @@ static mt_model_t *mk_model_of(family_t f, uint32_t S, uint32_t d, uint32_t nhid
     if (f.type == MT_MODEL_DCNV2) {
         c.ncross = f.ncross;
         c.cross_rank = f.rank;
+    }
+    if (f.type == MT_MODEL_DIN) {
+        c.seq_slot = f.seq_slot;
+        c.seq_query = f.seq_query;
+        c.seq_len = f.seq_len;
+        c.attention_width = f.att_width;
     }
     mt_model_t *m = NULL;
     cr_assert_eq(mt_model_create(&c, &m), MT_OK);
@@ -118,7 +125,7 @@ static void grad_check_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
     uint64_t rs = seed * 7919 + 1;
     size_t D = 0;
     for (uint32_t s = 0; s < S; s++)
-        D += f.dims ? f.dims[s] : d;
+        D += mt_model_slot_width(mt_model_config(m), s);
     size_t ne = n * D, nw = n * S, T = mt_model_ntasks(m);
     float *E = malloc(ne * sizeof *E), *W1 = malloc(nw * sizeof *W1);
     float *y = malloc(n * T * sizeof *y), *w = malloc(n * sizeof *w);
@@ -131,6 +138,16 @@ static void grad_check_of(family_t f, uint32_t S, uint32_t d, uint32_t nhidden,
         for (size_t t = 0; t < T; t++) /* tasks labelled differently */
             y[i * T + t] = (float)((i + t * (i / 2)) % 2);
         w[i] = rng_uniform(&rs, 0.5f, 2.0f);
+    }
+    if (f.type == MT_MODEL_DIN) { /* example i's sequence holds i % (L + 1) ids: zeros after */
+        const mt_model_config_t *c = mt_model_config(m);
+        size_t off = 0;
+        for (uint32_t s = 0; s < f.seq_slot; s++)
+            off += mt_model_slot_width(c, s);
+        const uint32_t dq = mt_model_slot_dim(c, f.seq_query);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = i % (f.seq_len + 1); j < f.seq_len; j++)
+                memset(E + i * D + off + j * dq, 0, dq * sizeof(float));
     }
     const float *wp = use_weights ? w : NULL;
     /* Non-zero biases so that their gradient paths are exercised at a generic point. */
@@ -226,53 +243,82 @@ Test(model_grad, dense_grads_overwritten_not_accumulated) {
  * straight into the output layer, one layer or several. */
 Test(model_grad, dcnv2_full_rank_two_cross_layers_two_hidden) {
     const uint32_t h[] = {7, 5};
-    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0, NULL, 0, 0, 0}, 3, 2, 2, h, 5, 1, 21);
+    grad_check_of((family_t){MT_MODEL_DCNV2, .ncross = 2}, 3, 2, 2, h, 5, 1, 21);
 }
 
 Test(model_grad, dcnv2_low_rank_three_cross_layers_one_hidden) {
     const uint32_t h[] = {6};
-    grad_check_of((family_t){MT_MODEL_DCNV2, 3, 2, NULL, 0, 0, 0}, 2, 3, 1, h, 4, 0, 22);
+    grad_check_of((family_t){MT_MODEL_DCNV2, .ncross = 3, .rank = 2}, 2, 3, 1, h, 4, 0, 22);
 }
 
 Test(model_grad, dcnv2_one_cross_layer_no_hidden) {
-    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL, 0, 0, 0}, 3, 2, 0, NULL, 4, 1, 23);
+    grad_check_of((family_t){MT_MODEL_DCNV2, .ncross = 1}, 3, 2, 0, NULL, 4, 1, 23);
 }
 
 /* per-slot dims (dcnv2 takes any): slots of dims 3, 1 and 5 */
 Test(model_grad, dcnv2_per_slot_dims) {
     static const uint32_t dims[3] = {3, 1, 5};
     const uint32_t h[] = {6};
-    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 0, dims, 0, 0, 0}, 3, 3, 1, h, 4, 1, 25);
-    grad_check_of((family_t){MT_MODEL_DCNV2, 1, 2, dims, 0, 0, 0}, 3, 3, 0, NULL, 3, 0, 26);
+    grad_check_of((family_t){MT_MODEL_DCNV2, .ncross = 2, .dims = dims}, 3, 3, 1, h, 4, 1, 25);
+    grad_check_of((family_t){MT_MODEL_DCNV2, .ncross = 1, .rank = 2, .dims = dims}, 3, 3, 0, NULL,
+                  3, 0, 26);
+}
+
+/* din: the attention's tensors, the MLP over x', dE of the query, the keys (padding too) and
+ * the other slots, dW1 (the sequence's: 0); the sequence before, after and between slots,
+ * per-slot dims, no hidden layer. */
+Test(model_grad, din_sequence_between_slots) {
+    const uint32_t h[] = {5, 3};
+    grad_check_of(
+        (family_t){MT_MODEL_DIN, .seq_slot = 1, .seq_query = 2, .seq_len = 3, .att_width = 4}, 4, 2,
+        2, h, 5, 1, 50);
+}
+
+Test(model_grad, din_sequence_first_per_slot_dims_no_hidden) {
+    static const uint32_t dims[3] = {3, 2, 3};
+    grad_check_of((family_t){MT_MODEL_DIN, .dims = dims, .seq_slot = 0, .seq_query = 2,
+                             .seq_len = 2, .att_width = 3},
+                  3, 2, 0, NULL, 4, 0, 51);
+}
+
+Test(model_grad, din_sequence_last_one_position) {
+    const uint32_t h[] = {4};
+    grad_check_of(
+        (family_t){MT_MODEL_DIN, .seq_slot = 2, .seq_query = 0, .seq_len = 1, .att_width = 2}, 3, 3,
+        1, h, 3, 1, 52);
 }
 
 /* mmoe: every expert, gate and tower tensor, b0 per task, dE and dW1; with and without
  * tower hidden layers, 2 and 3 tasks, one expert (the gate's softmax is then constant). */
 Test(model_grad, mmoe_two_tasks_towers_of_two_layers) {
     const uint32_t h[] = {5, 3};
-    grad_check_of((family_t){MT_MODEL_MMOE, 0, 0, NULL, 2, 3, 4}, 3, 2, 2, h, 5, 1, 40);
+    grad_check_of((family_t){MT_MODEL_MMOE, .ntasks = 2, .nexperts = 3, .expert_width = 4}, 3, 2, 2,
+                  h, 5, 1, 40);
 }
 
 Test(model_grad, mmoe_three_tasks_no_tower_hidden_layer) {
-    grad_check_of((family_t){MT_MODEL_MMOE, 0, 0, NULL, 3, 2, 3}, 2, 3, 0, NULL, 4, 0, 32);
+    grad_check_of((family_t){MT_MODEL_MMOE, .ntasks = 3, .nexperts = 2, .expert_width = 3}, 2, 3, 0,
+                  NULL, 4, 0, 32);
 }
 
 Test(model_grad, mmoe_one_expert_per_slot_dims) {
     static const uint32_t dims[3] = {2, 1, 3};
     const uint32_t h[] = {4};
-    grad_check_of((family_t){MT_MODEL_MMOE, 0, 0, dims, 2, 1, 3}, 3, 2, 1, h, 3, 1, 33);
+    grad_check_of(
+        (family_t){MT_MODEL_MMOE, .dims = dims, .ntasks = 2, .nexperts = 1, .expert_width = 3}, 3,
+        2, 1, h, 3, 1, 33);
 }
 
 Test(model_grad, dcnv2_low_rank_no_hidden_single_slot) {
-    grad_check_of((family_t){MT_MODEL_DCNV2, 2, 1, NULL, 0, 0, 0}, 1, 4, 0, NULL, 3, 1, 24);
+    grad_check_of((family_t){MT_MODEL_DCNV2, .ncross = 2, .rank = 1}, 1, 4, 0, NULL, 3, 1, 24);
 }
 
 /* The dense gradients do not depend on whether dE is asked for (without it the cross
  * layers' backward pass stops early). */
 Test(model_grad, dcnv2_dense_grads_same_without_dE) {
     const uint32_t h[] = {4};
-    const family_t fams[] = {{MT_MODEL_DCNV2, 2, 0, NULL, 0, 0, 0},
-                             {MT_MODEL_DCNV2, 2, 3, NULL, 0, 0, 0}};
+    const family_t fams[] = {{MT_MODEL_DCNV2, .ncross = 2},
+                             {MT_MODEL_DCNV2, .ncross = 2, .rank = 3}};
     for (size_t q = 0; q < 2; q++) {
         mt_model_t *m = mk_model_of(fams[q], 2, 3, 1, h, 5);
         uint64_t rs = 3;
@@ -314,7 +360,7 @@ Test(model_grad, dcnv2_dense_grads_same_without_dE) {
  *   logit = 0.53 (no FM term, which would add 0.5 * (3^2 - 5) = 2)
  */
 Test(model_forward, dcnv2_hand_worked_example) {
-    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL, 0, 0, 0}, 2, 1, 0, NULL, 1);
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, .ncross = 1}, 2, 1, 0, NULL, 1);
     cr_assert_eq(mt_model_nparams(m), 4);
     mt_model_param_t b0, w, b, wout;
     cr_assert_eq(mt_model_param_find(m, "b0", &b0), MT_OK);
@@ -346,8 +392,8 @@ Test(model_forward, dcnv2_hand_worked_example) {
  * serving forward's shared slots (which dcnv2 reads per row). */
 Test(model_forward, dcnv2_same_scores_every_way) {
     const uint32_t h[] = {8};
-    const family_t fams[] = {{MT_MODEL_DCNV2, 3, 0, NULL, 0, 0, 0},
-                             {MT_MODEL_DCNV2, 2, 4, NULL, 0, 0, 0}};
+    const family_t fams[] = {{MT_MODEL_DCNV2, .ncross = 3},
+                             {MT_MODEL_DCNV2, .ncross = 2, .rank = 4}};
     for (size_t q = 0; q < 2; q++) {
         mt_model_t *m = mk_model_of(fams[q], 4, 3, 1, h, 8);
         enum { N = 9, S = 4, D = 12 };
@@ -419,6 +465,47 @@ Test(model_forward, hand_worked_example) {
     for (int j = 0; j < 4; j++)
         cr_expect_float_eq(wout.grads[j], g * E[j], 1e-6f);
     mt_model_destroy(m);
+}
+
+/* din: a sequence shorter than seq_len is padded with zeros, which are no behaviours at all:
+ * a model of L = 2 and one of L = 5 from the same seed (their tensors are the same shapes)
+ * score a sequence of 2 alike; its W1 cell is not read; a third behaviour changes the score. */
+Test(model_forward, din_padding_is_no_behaviour) {
+    const uint32_t h[] = {6};
+    family_t f2 = {MT_MODEL_DIN, .seq_slot = 1, .seq_query = 0, .seq_len = 2, .att_width = 4};
+    family_t f5 = f2;
+    f5.seq_len = 5;
+    mt_model_t *m2 = mk_model_of(f2, 3, 4, 1, h, 9), *m5 = mk_model_of(f5, 3, 4, 1, h, 9);
+    cr_assert_eq(mt_model_nparams(m2), mt_model_nparams(m5));
+    enum { N = 3, D2 = 4 + 8 + 4, D5 = 4 + 20 + 4 };
+    float E2[N * D2], E5[N * D5] = {0}, W1[N * 3], p2[N], p5[N], p5b[N];
+    uint64_t rs = 17;
+    for (size_t j = 0; j < N * D2; j++)
+        E2[j] = rng_uniform(&rs, -0.5f, 0.5f);
+    for (size_t j = 0; j < N * 3; j++)
+        W1[j] = rng_uniform(&rs, -0.3f, 0.3f);
+    for (size_t i = 0; i < N; i++) { /* query, the 2 behaviours, then the third slot */
+        memcpy(E5 + i * D5, E2 + i * D2, 12 * sizeof(float));
+        memcpy(E5 + i * D5 + 24, E2 + i * D2 + 12, 4 * sizeof(float));
+    }
+    cr_assert_eq(mt_model_forward(m2, NULL, E2, W1, N, p2), MT_OK);
+    cr_assert_eq(mt_model_forward(m5, NULL, E5, W1, N, p5), MT_OK);
+    for (size_t i = 0; i < N; i++)
+        cr_expect_float_eq(p2[i], p5[i], 1e-6f, "example %zu: %g vs %g", i, p2[i], p5[i]);
+    float W1b[N * 3];
+    memcpy(W1b, W1, sizeof W1);
+    for (size_t i = 0; i < N; i++)
+        W1b[i * 3 + 1] += 5.0f; /* the sequence's first-order cell */
+    cr_assert_eq(mt_model_forward(m5, NULL, E5, W1b, N, p5b), MT_OK);
+    for (size_t i = 0; i < N; i++)
+        cr_expect_eq(p5b[i], p5[i]);
+    for (size_t i = 0; i < N; i++) /* a third behaviour: the query itself */
+        memcpy(E5 + i * D5 + 4 + 8, E5 + i * D5, 4 * sizeof(float));
+    cr_assert_eq(mt_model_forward(m5, NULL, E5, W1, N, p5b), MT_OK);
+    for (size_t i = 0; i < N; i++)
+        cr_expect(fabsf(p5b[i] - p5[i]) > 1e-6f, "example %zu: a behaviour more, same score", i);
+    mt_model_destroy(m2);
+    mt_model_destroy(m5);
 }
 
 Test(model_forward, same_scores_with_and_without_workspace_and_from_training) {
@@ -805,7 +892,8 @@ Test(model_config, families_and_cross_layers) {
  * scores [n x T]; the same every way (workspace, none, training); bad settings refused. */
 Test(model_params, mmoe_names_shapes_and_scores) {
     const uint32_t h[] = {6};
-    mt_model_t *m = mk_model_of((family_t){MT_MODEL_MMOE, 0, 0, NULL, 3, 2, 5}, 4, 2, 1, h, 9);
+    mt_model_t *m = mk_model_of(
+        (family_t){MT_MODEL_MMOE, .ntasks = 3, .nexperts = 2, .expert_width = 5}, 4, 2, 1, h, 9);
     cr_assert_eq(mt_model_ntasks(m), 3);
     const char *names[] = {"b0",          "experts.w",    "experts.b",     "gates.w",
                            "gates.b",     "tower.0.0.w",  "tower.0.0.b",   "tower.0.out.w",
@@ -870,7 +958,7 @@ Test(model_params, mmoe_names_shapes_and_scores) {
 
 Test(model_params, dcnv2_names_and_shapes) {
     const uint32_t h[] = {32};
-    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, 2, 8, NULL, 0, 0, 0}, 5, 4, 1, h, 3);
+    mt_model_t *m = mk_model_of((family_t){MT_MODEL_DCNV2, .ncross = 2, .rank = 8}, 5, 4, 1, h, 3);
     const char *names[] = {"b0",        "cross.0.v", "cross.0.u", "cross.0.b", "cross.1.v",
                            "cross.1.u", "cross.1.b", "mlp.0.w",   "mlp.0.b",   "mlp.out.w"};
     const uint32_t sh[][2] = {{1, 0},  {20, 8}, {8, 20},  {20, 0}, {20, 8},
@@ -890,7 +978,7 @@ Test(model_params, dcnv2_names_and_shapes) {
     mt_model_destroy(m);
     /* per-slot dims: the width is their sum; the model keeps its own copy of them */
     uint32_t dims[3] = {2, 7, 3};
-    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, dims, 0, 0, 0}, 3, 4, 1, h, 3);
+    m = mk_model_of((family_t){MT_MODEL_DCNV2, .ncross = 1, .dims = dims}, 3, 4, 1, h, 3);
     dims[1] = 99;
     mt_model_param_t q;
     cr_assert_eq(mt_model_param_find(m, "cross.0.w", &q), MT_OK);
@@ -899,7 +987,7 @@ Test(model_params, dcnv2_names_and_shapes) {
     cr_expect(q.shape[0] == 12 && q.shape[1] == 32);
     cr_expect_eq(mt_model_config(m)->slot_dims[1], 7);
     mt_model_destroy(m);
-    m = mk_model_of((family_t){MT_MODEL_DCNV2, 1, 0, NULL, 0, 0, 0}, 5, 4, 0, NULL, 3);
+    m = mk_model_of((family_t){MT_MODEL_DCNV2, .ncross = 1}, 5, 4, 0, NULL, 3);
     mt_model_param_t p;
     cr_assert_eq(mt_model_nparams(m), 4);
     cr_assert_eq(mt_model_param(m, 1, &p), MT_OK);

@@ -503,3 +503,129 @@ Test(trainer, mmoe_learns_each_task_from_its_label) {
     mt_batch_free(&one);
     mt_trainer_destroy(tr);
 }
+
+/* din's trainer config: slot 1 the candidate item (the query), slot 2 the sequence of
+ * @p L behaviours, slot 3 another feature. */
+static void din_config(mt_trainer_config_t *tc, uint32_t L) {
+    sgd_config(tc);
+    tc->nslots = 3;
+    tc->slot_ids[2] = 3;
+    tc->family.type = MT_MODEL_DIN;
+    tc->family.seq_slot = 1;
+    tc->family.seq_query = 0;
+    tc->family.seq_len = L;
+    tc->family.attention_width = 6;
+}
+
+/* din: the sequence's ids are looked up in the query slot's rows, in order, the first L
+ * only (the third is not even looked up), zeros after; a step scores as the model on those
+ * rows and moves each behaviour's row by its position's gradient (the candidate's row by
+ * its own and, being also a behaviour, the key's), the first-order weight only by the
+ * query's. A mean-pooled sequence is refused. SGD: a row's change is its gradient. */
+Test(trainer, din_reads_the_sequence_in_the_query_slots_rows) {
+    mt_trainer_config_t tc;
+    din_config(&tc, 3);
+    tc.slot_mean[1] = 1;
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_CONFIG);
+    tc.slot_mean[1] = 0;
+    tc.family.seq_len = 2;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    uint16_t ids[3] = {1, 2, 3};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, ids, 3), MT_OK);
+    /* the candidate item 5; behaviours 5, 7, 9 (most recent first); feature 3 */
+    uint64_t fq = mt_fid_of_int(1, 5), fo = mt_fid_of_int(3, 1);
+    uint64_t fs[3] = {mt_fid_of_int(2, 5), mt_fid_of_int(2, 7), mt_fid_of_int(2, 9)};
+    const uint64_t *f[3] = {&fq, fs, &fo};
+    uint32_t c[3] = {1, 3, 1};
+    cr_assert_eq(mt_batch_add(&b, 1.0f, 0, 1, f, c), MT_OK);
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK); /* creates the rows */
+    uint64_t all[6] = {fq, mt_fid_of_int(1, 7), fo, mt_fid_of_int(1, 9), fs[0], fs[1]};
+    float r0[6 * 5], r1[6 * 5];
+    uint8_t found[6];
+    mt_table_t *t = mt_trainer_table(tr);
+    cr_assert_eq(mt_table_lookup(t, all, 6, r0, 30, found, 0, 1, NULL), MT_OK);
+    cr_assert(found[0] && found[1] && found[2], "the item, the behaviour 7 and feature 3");
+    cr_assert(!found[3], "the third behaviour is past L = 2: not looked up");
+    cr_assert(!found[4] && !found[5], "no row in the sequence's own slot");
+    /* E: the query (4), 2 keys (8), feature 3 (4); W1 of the sequence 0 */
+    float E[16], W1[3], want, loss, dE[16], dW1[3], y = 1.0f;
+    mt_model_pool_first(E, &W1[0], r0, 4);
+    mt_model_seq_put(E + 4, 0, r0, 4);
+    mt_model_seq_put(E + 4, 1, r0 + 5, 4);
+    mt_model_seq_end(E + 4, &W1[1], 2, 2, 4);
+    mt_model_pool_first(E + 12, &W1[2], r0 + 10, 4);
+    cr_assert_eq(
+        mt_model_forward_backward(mt_trainer_model(tr), E, W1, &y, NULL, 1, &want, &loss, dE, dW1),
+        MT_OK);
+    float got;
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, &got, NULL), MT_OK);
+    cr_assert_float_eq(got, want, 1e-6, "scored %.9g, the model on its rows %.9g", got, want);
+    cr_assert_eq(mt_table_lookup(t, all, 3, r1, 15, found, 0, 1, NULL), MT_OK);
+    for (int j = 0; j < 4; j++) {
+        cr_expect_float_eq(r1[j], r0[j] - 0.5f * (dE[j] + dE[4 + j]), 1e-6, "item 5, %d", j);
+        cr_expect_float_eq(r1[5 + j], r0[5 + j] - 0.5f * dE[8 + j], 1e-6, "item 7, %d", j);
+        cr_expect_float_eq(r1[10 + j], r0[10 + j] - 0.5f * dE[12 + j], 1e-6, "feature, %d", j);
+    }
+    cr_expect_float_eq(r1[4], r0[4] - 0.5f * dW1[0], 1e-6, "item 5's first order");
+    cr_expect_float_eq(r1[9], r0[9], 1e-9, "item 7's first order: a behaviour has none");
+    mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+}
+
+/* din learns an interest: an example is positive when its candidate item is among the
+ * user's 4 behaviours (of 40 items; the feature slot is noise). It ranks the held-out
+ * examples by that, and the same examples with their sequences emptied rank at chance. */
+Test(trainer, din_learns_interest_from_the_sequence, .timeout = 300) {
+    mt_trainer_config_t tc;
+    din_config(&tc, 4);
+    tc.dim = 8;
+    tc.hidden[0] = 16;
+    tc.hidden[1] = 8;
+    tc.sparse_opt = MT_OPT_ADAGRAD;
+    tc.sparse_lr = 0.05f;
+    tc.init_scale = 0.1f;
+    tc.dense_lr = 0.01f;
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    const uint16_t ids[3] = {1, 2, 3};
+    mt_batch_t b, empty;
+    cr_assert_eq(mt_batch_init(&b, ids, 3), MT_OK);
+    cr_assert_eq(mt_batch_init(&empty, ids, 3), MT_OK);
+    uint64_t rng = 11;
+    float probs[256];
+    for (int step = 0; step <= 600; step++) {
+        mt_batch_clear(&b);
+        mt_batch_clear(&empty);
+        for (int i = 0; i < 256; i++) {
+            uint64_t seq[4], cand, noise;
+            for (int j = 0; j < 4; j++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                seq[j] = mt_fid_of_int(2, (rng >> 33) % 40);
+            }
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int pos = (rng >> 33) % 2;
+            cand = pos ? seq[(rng >> 40) % 4] & 0xFFFFFFFFFFFFull : (rng >> 45) % 40;
+            noise = mt_fid_of_int(3, (rng >> 52) % 10);
+            float y = 0;
+            for (int j = 0; j < 4; j++)
+                y = (seq[j] & 0xFFFFFFFFFFFFull) == cand ? 1.0f : y;
+            uint64_t fc = mt_fid_of_int(1, cand);
+            const uint64_t *f[3] = {&fc, seq, &noise};
+            const uint32_t c[3] = {1, 4, 1}, c0[3] = {1, 0, 1};
+            cr_assert_eq(mt_batch_add(&b, y, 0, 1, f, c), MT_OK);
+            cr_assert_eq(mt_batch_add(&empty, y, 0, 1, f, c0), MT_OK);
+        }
+        if (step < 600) cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK);
+    }
+    cr_assert_eq(mt_trainer_predict(tr, &b, probs), MT_OK);
+    double auc = task_auc(probs, b.labels, b.n, 1);
+    cr_assert_eq(mt_trainer_predict(tr, &empty, probs), MT_OK);
+    double auc0 = task_auc(probs, b.labels, b.n, 1);
+    cr_expect(auc > 0.9, "held-out AUC %g", auc);
+    cr_expect(auc0 < 0.65, "without the sequences: AUC %g", auc0);
+    mt_batch_free(&b);
+    mt_batch_free(&empty);
+    mt_trainer_destroy(tr);
+}
