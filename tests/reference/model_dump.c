@@ -2,15 +2,23 @@
  * model_dump.c - one model computation written out as JSON for an independent check
  * (tests/reference/torch_reference.py rebuilds the model in PyTorch from it).
  *
- * Usage: model_dump [-t deepfm|dcnv2] [-c CROSS_LAYERS] [-r CROSS_RANK] [-D D0,D1,...]
- *                   SLOTS DIM N SEED [HIDDEN...]
- * (-D: per-slot dims, SLOTS of them; E is then [N x the dims' sum])
+ * Usage: model_dump [-t deepfm|dcnv2|mmoe|din] [-c CROSS_LAYERS] [-r CROSS_RANK]
+ *                   [-T TASKS] [-K EXPERTS] [-H EXPERT_WIDTH]
+ *                   [-q SEQ_SLOT] [-Q QUERY_SLOT] [-L SEQ_LEN] [-A ATT_WIDTH]
+ *                   [-D D0,D1,...] SLOTS DIM N SEED [HIDDEN...]
+ * (-c, -r: dcnv2; -T, -K, -H: mmoe; -q, -Q, -L, -A: din's sequence slot, the candidate item's
+ * slot that attends it, the sequence's length and the attention width; -D: per-slot dims,
+ * SLOTS of them; E is then [N x the cells' widths summed], din's sequence cell SEQ_LEN times
+ * the query slot's dim: mt_model_slot_width())
  *
-  * Creates the model (mt_model_create), overwrites every dense parameter with new draws (a
+ * Creates the model (mt_model_create), overwrites every dense parameter with new draws (a
  * weight matrix U(-a, a) in its Xavier range, a bias or b0 U(-0.1, 0.1): so that they are
  * not the zeros of initialization), draws the inputs
  * (E, W1 in U(-0.5, 0.5), labels in {0, 1} with every fourth one fractional, weights in
- * [0, 2)), and writes:
+ * [0, 2); din: example i's sequence holds i % (SEQ_LEN + 1) ids, its positions from there on
+ * are zeros as the trainer's padding, so that the check covers sequences empty, short and
+ * full; the sequence slot's W1 cell, which din does not read, keeps its draw), and writes:
+ *   - the configuration ("model", "slots", "dim", "dims", ...; din: "seq");
  *   - "params": name, shape, values and the gradients of mt_model_forward_backward();
  *   - "E", "W1", "labels", "weights" and its "probs", "loss", "dE", "dW1";
  *   - "forward": mt_model_forward()'s probabilities of the same inputs;
@@ -53,7 +61,7 @@ int main(int argc, char **argv) {
     int opt;
     uint32_t dims[64];
     size_t ndims = 0;
-    while ((opt = getopt(argc, argv, "t:c:r:D:T:K:H:")) != -1) {
+    while ((opt = getopt(argc, argv, "t:c:r:D:T:K:H:q:Q:L:A:")) != -1) {
         if (opt == 't' && mt_model_type_parse(optarg, &c.type) == MT_OK) continue;
         if (opt == 'c')
             c.ncross = (uint32_t)strtoul(optarg, NULL, 10);
@@ -65,6 +73,14 @@ int main(int argc, char **argv) {
             c.nexperts = (uint32_t)strtoul(optarg, NULL, 10);
         else if (opt == 'H')
             c.expert_width = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'q')
+            c.seq_slot = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'Q')
+            c.seq_query = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'L')
+            c.seq_len = (uint32_t)strtoul(optarg, NULL, 10);
+        else if (opt == 'A')
+            c.attention_width = (uint32_t)strtoul(optarg, NULL, 10);
         else if (opt == 'D')
             for (char *p = optarg; *p && ndims < 64; p += *p == ',')
                 dims[ndims++] = (uint32_t)strtoul(p, &p, 10);
@@ -72,7 +88,9 @@ int main(int argc, char **argv) {
             optind = argc + 1; /* a bad option or family: usage */
     }
     if (argc - optind < 4) {
-        fprintf(stderr, "usage: model_dump [-t deepfm|dcnv2] [-c CROSS_LAYERS] [-r CROSS_RANK] "
+        fprintf(stderr, "usage: model_dump [-t deepfm|dcnv2|mmoe|din] [-c CROSS_LAYERS] "
+                        "[-r CROSS_RANK] [-T TASKS] [-K EXPERTS] [-H EXPERT_WIDTH] "
+                        "[-q SEQ_SLOT] [-Q QUERY_SLOT] [-L SEQ_LEN] [-A ATT_WIDTH] "
                         "[-D D0,D1,...] SLOTS DIM N SEED [HIDDEN...]\n");
         return 2;
     }
@@ -117,12 +135,14 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < p.size; j++)
             p.values[j] = uniform(&rs, -a, a);
     }
-    size_t S = c.nslots, D = 0, off[65], T = mt_model_ntasks(m);
-    for (size_t s = 0; s < S && s < 64; s++) {
+    const mt_model_config_t *mc = mt_model_config(m);
+    size_t S = c.nslots, D = 0, T = mt_model_ntasks(m);
+    size_t *off = malloc(S * sizeof(size_t)); /* slot s's cell at E[i*D + off[s]] */
+    if (!off) return 1;
+    for (size_t s = 0; s < S; s++) {
         off[s] = D;
-        D += mt_model_slot_dim(&c, (uint32_t)s);
+        D += mt_model_slot_width(mc, (uint32_t)s);
     }
-    if (S > 64) D = S * c.dim; /* one dim: off[] is not needed */
     float *E = malloc(n * D * sizeof(float)), *W1 = malloc(n * S * sizeof(float)),
           *y = malloc(n * T * sizeof(float)), *w = malloc(n * sizeof(float)),
           *probs = malloc(n * T * sizeof(float)), *fwd = malloc(n * T * sizeof(float)),
@@ -136,6 +156,12 @@ int main(int argc, char **argv) {
         E[j] = uniform(&rs, -0.5f, 0.5f);
     for (size_t j = 0; j < n * S; j++)
         W1[j] = uniform(&rs, -0.5f, 0.5f);
+    if (mc->type == MT_MODEL_DIN) { /* example i's sequence: i % (L + 1) ids, then zeros */
+        const size_t L = mc->seq_len, dq = mt_model_slot_dim(mc, mc->seq_query);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = i % (L + 1); j < L; j++)
+                memset(E + i * D + off[mc->seq_slot] + j * dq, 0, dq * sizeof(float));
+    }
     for (size_t i = 0; i < n; i++) {
         for (size_t t = 0; t < T; t++)
             y[i * T + t] = i % 4 == 3 ? uniform(&rs, 0, 1) : (float)(rng_next(&rs) & 1);
@@ -150,7 +176,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++)
         for (size_t s = 0; s < S; s++) {
             size_t src = varies[s] ? i : 0;
-            size_t o = S > 64 ? s * c.dim : off[s], ds = mt_model_slot_dim(&c, (uint32_t)s);
+            size_t o = off[s], ds = mt_model_slot_width(mc, (uint32_t)s);
             memcpy(Es + i * D + o, E + src * D + o, ds * sizeof(float));
             W1s[i * S + s] = W1[src * S + s];
         }
@@ -171,7 +197,11 @@ int main(int argc, char **argv) {
     printf("],\"dims\":[");
     for (size_t s = 0; s < ndims; s++)
         printf("%s%u", s ? "," : "", dims[s]);
-    printf("],\n\"params\":[\n");
+    printf("]");
+    if (mc->type == MT_MODEL_DIN)
+        printf(",\"seq\":{\"slot\":%u,\"query\":%u,\"len\":%u,\"width\":%u}", mc->seq_slot,
+               mc->seq_query, mc->seq_len, mc->attention_width);
+    printf(",\n\"params\":[\n");
     for (size_t i = 0; i < np; i++) {
         mt_model_param_t p;
         mt_model_param(m, i, &p);
@@ -201,7 +231,7 @@ int main(int argc, char **argv) {
     floats("probs", ps, n * T, 0);
     printf("}}\n");
     free(E), free(W1), free(y), free(w), free(probs), free(fwd), free(dE), free(dW1);
-    free(Es), free(W1s), free(ps), free(varies);
+    free(Es), free(W1s), free(ps), free(varies), free(off);
     mt_model_destroy(m);
     return 0;
 }
