@@ -1969,6 +1969,14 @@ mt_err_t mt_config_model(const mt_config_t *c, const uint16_t *slots, size_t nsl
                     want[0], dims[at[0]], want[1], dims[at[1]]);
             return MT_CONFIG;
         }
+        uint8_t mean[256];
+        if (nslots > 256) return MT_CONFIG;
+        if ((err = mt_config_mean_slots(c, slots, nslots, mean, errbuf, errlen))) return err;
+        if (mean[at[0]]) {
+            mt_msgf(errbuf, errlen,
+                    "trainer.mean_slots: %u is din's sequence slot, which is not pooled", want[0]);
+            return MT_CONFIG;
+        }
         out->seq_slot = at[0];
         out->seq_query = at[1];
     }

@@ -89,6 +89,8 @@ typedef struct worker {
     uint8_t *varies;   /* [S] slots the candidates' fids fill (the others: the user's) */
     uint8_t *user_has; /* [S] slots the user's fids fill (varies + S, one allocation) */
     uint32_t *count;   /* [2 * S] mean-pooled slots' ids: the user's, the candidate's */
+    uint32_t seq_n;    /* din: the user's behaviours collected (at most seq_len) */
+    size_t seq_cands;  /* din: fids of the sequence slot in candidates (ignored) */
     uint8_t *pack;     /* impression encoding, and the packed reply */
     size_t cap_pack;
     size_t *ends;         /* [n] end of each candidate's fids */
@@ -124,6 +126,10 @@ struct mt_serving {
     uint32_t dims[MT_SERVING_MAX_SLOTS], eoff[MT_SERVING_MAX_SLOTS], maxd;
     size_t D;
     int mixed;
+    /* din: the sequence slot (its index, length, its query slot's index and id): the user's
+     * behaviours, looked up in the query slot's rows, the first seq_len in order */
+    int seq;
+    uint32_t seq_idx, seq_len, seq_q, seq_query_id;
     uint32_t n_mean;
     uint32_t ntasks; /* T: scores per candidate (the model's tasks: 1 but for mmoe) */
     mt_table_t *table;
@@ -362,6 +368,17 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
         sv->D += d;
         if (d > sv->maxd) sv->maxd = d;
         sv->mixed |= d != cfg->dim;
+    }
+    if (cfg->family.type == MT_MODEL_DIN) { /* its cell holds seq_len rows (model.h) */
+        const mt_model_family_t *f = &cfg->family;
+        sv->seq = 1;
+        sv->seq_idx = f->seq_slot;
+        sv->seq_len = f->seq_len;
+        sv->seq_q = f->seq_query;
+        sv->seq_query_id = cfg->slot_ids[f->seq_query];
+        sv->D += (size_t)(f->seq_len - 1) * sv->dims[f->seq_slot];
+        for (uint32_t s = f->seq_slot + 1; s < cfg->nslots; s++)
+            sv->eoff[s] += (f->seq_len - 1) * sv->dims[f->seq_slot];
     }
     /* mt_model_ntasks() of the model the config builds (asserted against it per Predict) */
     sv->ntasks = mt_model_family_ntasks(&cfg->family);
@@ -1328,6 +1345,17 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
         while (sv_fids_next(&it, &raw)) {
             /* a fid holds its slot: only a slot the user fills can repeat a user fid */
             if (dedup && w->user_has[s] && set_has(w, raw)) continue;
+            if (sv->seq && s == sv->seq_idx) { /* din: the user's behaviours, the first L */
+                if (dedup)
+                    w->seq_cands++;
+                else if (w->seq_n < sv->seq_len) {
+                    w->seq_n++;
+                    w->fids[k] = mt_model_reduce_fid(mt_model_seq_fid(raw, sv->seq_query_id),
+                                                     sv->buckets[sv->seq_q]);
+                    w->cell[k++] = s;
+                }
+                continue;
+            }
             if (!dedup) {
                 set_add(w, raw);
                 w->user_has[s] = 1;
@@ -1359,13 +1387,20 @@ static void pool_mean(const mt_serving_t *sv, worker_t *w, size_t from, size_t t
     }
 }
 
-/* Adds the rows of fids [from, to) to their cells of E and W1 (model.h's pooling). */
+/* Adds the rows of fids [from, to) to their cells of E and W1 (model.h's pooling; din: the
+ * user's behaviours in order into the sequence's cell, which starts as zeros). */
 static void pool(const mt_serving_t *sv, const worker_t *w, size_t from, size_t to, float *E,
                  float *W1) {
-    if (sv->mixed) { /* rows packed by their slots' dims */
+    if (sv->mixed || sv->seq) { /* rows packed by their slots' dims; cells at eoff[] */
+        const size_t rw = mt_model_row_floats(sv->cfg.dim);
+        uint32_t j = 0; /* din: the next behaviour's position */
         for (size_t k = from; k < to; k++) {
             uint16_t s = w->cell[k];
-            mt_model_pool_add(E + sv->eoff[s], W1 + s, w->emb + w->roff[k], sv->dims[s]);
+            const float *row = w->emb + (sv->mixed ? w->roff[k] : k * rw);
+            if (sv->seq && s == sv->seq_idx)
+                mt_model_seq_put(E + sv->eoff[s], j++, row, sv->dims[s]);
+            else
+                mt_model_pool_add(E + sv->eoff[s], W1 + s, row, sv->dims[s]);
         }
         return;
     }
@@ -1481,6 +1516,8 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         goto out;
     }
     /* fids: the user's [0, ku), then candidate i's [ends[i-1], ends[i]) */
+    w->seq_n = 0;
+    w->seq_cands = 0;
     size_t ku = collect(sv, w, 0, r->user, r->n_user, 0);
     size_t *ends = w->ends;
     size_t k = ku;
@@ -1488,6 +1525,7 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         k = collect(sv, w, k, r->items + r->cands[i].from, r->cands[i].to - r->cands[i].from, 1);
         ends[i] = k;
     }
+    if (w->seq_cands) atomic_fetch_add(&sv->ignored_fids, w->seq_cands);
     size_t S = sv->cfg.nslots, D = sv->D;
     if (sv->mixed) { /* each fid's row in emb: packed by the slots' dims */
         size_t off = 0;

@@ -132,6 +132,7 @@ typedef struct family {
     uint32_t ncross, rank;
     const uint32_t *dims; /* [NSLOTS] per-slot dims (0: DIM), or NULL */
     uint32_t ntasks;      /* mmoe: its tasks T (0: the model's default) */
+    uint32_t seq_len;     /* din: slot 1 (the user's) is the sequence, slot 2 its query */
 } family_t;
 
 /* Shards (rows idle longer than ttl_s expire, 0: never) and a trainer; with_dense: the
@@ -151,6 +152,11 @@ static void cluster_start_model(cluster_t *c, uint32_t ttl_s, int with_dense, co
         c->tc.family.ncross = fam->ncross;
         c->tc.family.cross_rank = fam->rank;
         if (fam->ntasks) c->tc.family.ntasks = fam->ntasks;
+        if (fam->type == MT_MODEL_DIN) {
+            c->tc.family.seq_slot = 0;
+            c->tc.family.seq_query = 1;
+            c->tc.family.seq_len = fam->seq_len;
+        }
         if (fam->dims) memcpy(c->tc.slot_dim, fam->dims, NSLOTS * sizeof(uint32_t));
     }
     c->tc.nslots = NSLOTS;
@@ -986,8 +992,11 @@ static void served_as_trained(cluster_t *c, const char *what) {
     wait_ready(&s);
     uint64_t fids[512];
     size_t nf = all_fids(fids, 512, 7000, 30, items, 6);
-    for (size_t k = 0; k < nf; k++) /* the ids as the trainer keeps them */
+    for (size_t k = 0; k < nf; k++) { /* the ids as the trainer keeps them */
         fids[k] = mt_model_reduce_fid(fids[k], c->tc.slot_hash_buckets[(fids[k] >> 48) - 1]);
+        if (c->tc.family.type == MT_MODEL_DIN && fids[k] >> 48 == 1) /* a behaviour: an item */
+            fids[k] = mt_model_seq_fid(fids[k], 2);
+    }
     cr_assert(converged(&s, c, fids, nf, 30));
     request_t q;
     request_init(&q, "req-model", 7005, items, 6);
@@ -1045,7 +1054,8 @@ static void served_as_trained(cluster_t *c, const char *what) {
 /* dcnv2 end to end: the trainer trains it through the PS, serving follows and scores it as
  * the trainer does. Full-rank and low-rank cross layers. */
 Test(serving, dcnv2_serves_the_trainers_scores, .timeout = 180) {
-    const family_t fams[2] = {{MT_MODEL_DCNV2, 2, 0, NULL, 0}, {MT_MODEL_DCNV2, 3, 4, NULL, 0}};
+    const family_t fams[2] = {{MT_MODEL_DCNV2, .ncross = 2},
+                              {MT_MODEL_DCNV2, .ncross = 3, .rank = 4}};
     for (int k = 0; k < 2; k++) {
         cluster_t c;
         cluster_start_model(&c, 0, 1, NULL, NULL, &fams[k], NULL);
@@ -1056,11 +1066,89 @@ Test(serving, dcnv2_serves_the_trainers_scores, .timeout = 180) {
     }
 }
 
+/* The trainer's scores of the six candidates (items 70..75) for a user whose slot 1 holds
+ * @p nseq behaviours @p seq (din's sequence). */
+static void trainer_scores(cluster_t *c, const uint64_t *seq, uint32_t nseq, float *want) {
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, slot_ids, NSLOTS), MT_OK);
+    for (int i = 0; i < 6; i++) {
+        uint64_t f[2] = {fid(2, 70 + (uint64_t)i), fid(3, (70 + (uint64_t)i) % 7)};
+        const uint64_t *per[NSLOTS] = {seq, &f[0], &f[1]};
+        uint32_t counts[NSLOTS] = {nseq, 1, 1};
+        cr_assert_eq(mt_batch_add(&b, 0.0f, 0, 1.0f, per, counts), MT_OK);
+    }
+    cr_assert_eq(mt_trainer_predict(c->tr, &b, want), MT_OK);
+    mt_batch_free(&b);
+}
+
+/* din end to end: slot 1 is the user's behaviour sequence (ids of items, looked up in the item
+ * slot's rows), the candidate's item attends it. Serving scores as the trainer: a sequence of
+ * one (the user id, as trained), of five behaviours of which seq_len = 3 are read (the same
+ * scores as the first three alone), and of two (other scores); a candidate's fids in the
+ * sequence slot are ignored and counted. */
+Test(serving, din_serves_the_trainers_scores, .timeout = 180) {
+    const family_t fam = {MT_MODEL_DIN, .seq_len = 3};
+    cluster_t c;
+    cluster_start_model(&c, 0, 1, NULL, NULL, &fam, NULL);
+    mt_model_param_t p;
+    cr_assert_eq(mt_model_param_find(mt_trainer_model(c.tr), "att.w", &p), MT_OK);
+    cr_assert_eq(p.shape[0], 4 * DIM);
+    served_as_trained(&c, "din");
+    server_t s;
+    server_start(&s, &c, 8, NULL);
+    wait_ready(&s);
+    const uint64_t cand[6] = {70, 71, 72, 73, 74, 75};
+    uint64_t seq[5];
+    for (int j = 0; j < 5; j++) /* behaviours: items 74, 72, 70, 71, 73 */
+        seq[j] = fid(1, (uint64_t[]){74, 72, 70, 71, 73}[j]);
+    float got[6], want[6], first3[6], two[6];
+    request_t q;
+    request_init(&q, "req-din", 7005, cand, 6);
+    q.user.fids = seq;
+    q.user.n_fids = 5;
+    cr_assert_eq(predict(&s, &q, got, NULL), MT_RPC_OK);
+    trainer_scores(&c, seq, 5, want);
+    for (int i = 0; i < 6; i++)
+        cr_expect(fabsf(got[i] - mt_model_correct_prob(want[i], RATE)) <= 1e-6f,
+                  "candidate %d: served %.9g, trainer %.9g", i, got[i],
+                  mt_model_correct_prob(want[i], RATE));
+    q.user.n_fids = 3;
+    cr_assert_eq(predict(&s, &q, first3, NULL), MT_RPC_OK);
+    q.user.n_fids = 2;
+    cr_assert_eq(predict(&s, &q, two, NULL), MT_RPC_OK);
+    float most = 0;
+    for (int i = 0; i < 6; i++) {
+        cr_expect_eq(first3[i], got[i], "candidate %d: the behaviours past 3 were read", i);
+        most = fmaxf(most, fabsf(two[i] - got[i]));
+    }
+    cr_expect(most > 1e-6f, "a behaviour less, the same scores");
+    /* a candidate's fid in the sequence slot: ignored (counted), the scores unchanged */
+    mt_serving_counters_t k0, k1;
+    mt_serving_counters(s.sv, &k0);
+    uint64_t extra = fid(1, 75);
+    Monolith__V1__SlotFids xs;
+    monolith__v1__slot_fids__init(&xs);
+    xs.slot = 1;
+    xs.n_fids = 1;
+    xs.fids = &extra;
+    Monolith__V1__SlotFids *withx[3] = {q.itemp[0][0], q.itemp[0][1], &xs};
+    q.cand[0].item = withx;
+    q.cand[0].n_item = 3;
+    q.user.n_fids = 5;
+    float again[6];
+    cr_assert_eq(predict(&s, &q, again, NULL), MT_RPC_OK);
+    mt_serving_counters(s.sv, &k1);
+    cr_expect_eq(again[0], got[0]);
+    cr_expect_eq(k1.ignored_fids, k0.ignored_fids + 1);
+    server_stop(&s);
+    cluster_stop(&c);
+}
+
 /* Per-slot dims (dcnv2): the user slot of dim 8, items 3, categories 5; serving pools rows
  * of each slot's width as the trainer does. */
 Test(serving, per_slot_dims_serve_as_the_trainer_pools, .timeout = 180, MT_NOT_UNDER_TSAN) {
     static const uint32_t dims[NSLOTS] = {0, 3, 5};
-    const family_t fam = {MT_MODEL_DCNV2, 2, 0, dims, 0};
+    const family_t fam = {MT_MODEL_DCNV2, .ncross = 2, .dims = dims};
     cluster_t c;
     cluster_start_model(&c, 0, 1, NULL, NULL, &fam, NULL);
     mt_model_param_t p;
@@ -1240,7 +1328,7 @@ Test(serving, impressions_are_logged_to_kafka, .timeout = 120, MT_NOT_UNDER_TSAN
 
 /* mmoe: each impression carries its candidate's task-0 score, as the reply's scores. */
 Test(serving, mmoe_impressions_log_task_0, .timeout = 120, MT_NOT_UNDER_TSAN) {
-    const family_t fam = {MT_MODEL_MMOE, 0, 0, NULL, 2};
+    const family_t fam = {MT_MODEL_MMOE, .ntasks = 2};
     impressions_logged(&fam);
 }
 
@@ -1365,7 +1453,7 @@ Test(serving, replies_over_the_message_limit_are_refused_first, .timeout = 120, 
  * dense tensors than serving's pull once had room for.) */
 Test(serving, mmoe_serves_every_tasks_scores, .timeout = 240) {
     for (uint32_t T = 2; T <= 3; T++) {
-        const family_t fam = {MT_MODEL_MMOE, 0, 0, NULL, T};
+        const family_t fam = {MT_MODEL_MMOE, .ntasks = T};
         cluster_t c;
         cluster_start_model(&c, 0, 1, NULL, NULL, &fam, NULL);
         cr_assert_eq(mt_trainer_ntasks(c.tr), T);
@@ -1389,7 +1477,7 @@ Test(serving, mmoe_replies_over_the_message_limit_are_refused_first, .timeout = 
      MT_NOT_UNDER_TSAN) {
     enum { LIMIT = 65536 };
     for (uint32_t T = 2; T <= 3; T++) {
-        const family_t fam = {MT_MODEL_MMOE, 0, 0, NULL, T};
+        const family_t fam = {MT_MODEL_MMOE, .ntasks = T};
         cluster_t c;
         cluster_start_model(&c, 0, 1, NULL, NULL, &fam, NULL);
         train(&c, 7000, 40, 1.0f, 10, (uint32_t)time(NULL));
