@@ -10,6 +10,7 @@
  *   (health, stats, lookup, snapshot: [--tls-ca FILE [--tls-cert FILE --tls-key FILE]
  *    [--tls-server-name NAME]] to talk to daemons with [tls] enabled; docs/security.md)
  *   monolith gen      [--examples N] [--seed S] [--users U] [--items I] [--ctr P] [--tasks 2]
+ *                     [--sequence L]
  *                     [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]
  *   monolith offsets  --kafka BOOTSTRAP --group G [--topic examples]
  *   monolith replay   --dataset trivago|movielens-100k|movielens-latest|gen|csv [--path P]
@@ -114,6 +115,7 @@ static int usage(void) {
             "        [--tls-server-name NAME]]: TLS, as the daemons' [tls] section)\n"
             "       monolith gen      [--examples N] [--seed S] [--users U] [--items I]"
             " [--ctr P] [--tasks 2]\n"
+            "                         [--sequence L]  (the user's L recent clicks, a column)\n"
             "                         [--kafka BOOTSTRAP [--topic examples] [--rate EX_PER_S]]\n"
             "       monolith offsets  --kafka BOOTSTRAP --group G [--topic examples]\n"
             "       monolith replay   --dataset D [--path P] [--kafka BOOTSTRAP] ..."
@@ -543,8 +545,8 @@ static int cmd_gen(uint64_t examples, const mt_gen_config_t *gc, const char *kaf
     if (mt_gen_create(gc, &g) != MT_OK) return 1;
     mt_batch_t b = {0};
     int rc = 0;
-    printf("label%s\ttimestamp_ms\tuser\titem\tsegment\tcategory\thour\ttags\n",
-           gc->tasks == 2 ? "\tconversion" : "");
+    printf("label%s\ttimestamp_ms\tuser\titem\tsegment\tcategory\thour\ttags%s\n",
+           gc->tasks == 2 ? "\tconversion" : "", gc->sequence_length ? "\tsequence" : "");
     for (uint64_t done = 0; done < examples && !rc;) {
         size_t n = examples - done < 4096 ? (size_t)(examples - done) : 4096;
         if (mt_gen_next(g, &b, n, NULL) != MT_OK) {
@@ -1010,9 +1012,9 @@ int main(int argc, char **argv) {
                 free(cands);
                 return usage();
             }
-        } else if (has &&
-                   (!strcmp(a, "--examples") || !strcmp(a, "--seed") || !strcmp(a, "--users") ||
-                    !strcmp(a, "--items") || !strcmp(a, "--ctr") || !strcmp(a, "--tasks"))) {
+        } else if (has && (!strcmp(a, "--examples") || !strcmp(a, "--seed") ||
+                           !strcmp(a, "--users") || !strcmp(a, "--items") || !strcmp(a, "--ctr") ||
+                           !strcmp(a, "--tasks") || !strcmp(a, "--sequence"))) {
             char *end;
             const char *v = argv[++i];
             if (!strcmp(a, "--ctr")) {
@@ -1027,6 +1029,8 @@ int main(int argc, char **argv) {
                     gc.num_users = x;
                 else if (!strcmp(a, "--tasks")) /* 2: a conversion label after the click */
                     gc.tasks = x <= 2 ? (uint32_t)x : 0;
+                else if (!strcmp(a, "--sequence")) /* L: the recent clicks, slot 7 */
+                    gc.sequence_length = x <= UINT32_MAX ? (uint32_t)x : UINT32_MAX;
                 else
                     gc.num_items = x;
             }

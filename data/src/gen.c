@@ -47,6 +47,7 @@ typedef struct example {
     uint64_t user, item, segment, category, hour;
     uint64_t tags[64];
     uint32_t ntags;
+    uint64_t seq[MT_GEN_MAX_SEQUENCE]; /* the user's recent clicks (sequence_length) */
     int64_t ts_ms;
     double z; /* logit minus b0 */
 } example_t;
@@ -58,6 +59,7 @@ struct mt_gen {
     uint64_t conv_key[MT_GEN_NSLOTS + 1]; /* the conversion model's entities, by slot id */
     uint64_t stream_key, calib_key;
     uint64_t request_key; /* seeds mt_gen_draw_request()'s draws */
+    uint64_t seq_key;     /* seeds the users' recent clicks */
     double b0;
     double inv_sqrt_dim;
     double drift_rad_per_s;
@@ -85,6 +87,12 @@ static double sigmoid(double x);
 static double conversion_p(const mt_gen_t *g, const example_t *ex);
 static double daily_term(const mt_gen_t *g, int64_t ts_ms);
 static mt_err_t calibrate(mt_gen_t *g);
+static void behaviours(const mt_gen_t *g, uint64_t user, const double *u, double elapsed_s,
+                       uint64_t *seq, double *vecs);
+
+/* The window of a user's recent clicks (mt/gen.h). */
+#define SEQ_WINDOW_S 600.0
+#define SEQ_TRIES    16
 
 /* ---------------- API ---------------- */
 
@@ -111,6 +119,7 @@ void mt_gen_config_init(mt_gen_config_t *cfg) {
     cfg->drift_period_s = 604800.0;
     cfg->tasks = 1;
     cfg->conversion_rate = 0.1;
+    cfg->sequence_scale = 1.0;
     cfg->events_per_s = 1000.0;
     cfg->start_time_ms = 1700000000000ll;
 }
@@ -167,6 +176,10 @@ mt_err_t mt_gen_config_validate(const mt_gen_config_t *cfg, char *errbuf, size_t
     if (cfg->tasks < 1 || cfg->tasks > 2) BAD("tasks must be 1 or 2, got %u", cfg->tasks);
     if (!(cfg->conversion_rate > 0 && cfg->conversion_rate < 1))
         BAD("conversion_rate must be in (0, 1), got %g", cfg->conversion_rate);
+    if (cfg->sequence_length > MT_GEN_MAX_SEQUENCE)
+        BAD("sequence_length must be <= %u, got %u", MT_GEN_MAX_SEQUENCE, cfg->sequence_length);
+    if (!nonneg(cfg->sequence_scale) || cfg->sequence_scale > 10)
+        BAD("sequence_scale must be in [0, 10], got %g", cfg->sequence_scale);
     if (!(isfinite(cfg->events_per_s) && cfg->events_per_s > 0 && cfg->events_per_s <= 1e12))
         BAD("events_per_s must be in (0, 1e12], got %g", cfg->events_per_s);
     if (cfg->start_time_ms < 0 || cfg->start_time_ms > (1ll << 52))
@@ -189,6 +202,7 @@ mt_err_t mt_gen_create(const mt_gen_config_t *cfg, mt_gen_t **out) {
     g->stream_key = mix64(seed_key ^ 0x73747265616D0000ull);
     g->calib_key = mix64(seed_key ^ 0x63616C6962000000ull);
     g->request_key = mix64(seed_key ^ 0x7265717565737400ull); /* "request" */
+    g->seq_key = mix64(seed_key ^ 0x73657175656E6365ull);     /* "sequence" */
     pop_init(&g->users, MT_GEN_SLOT_USER, cfg->num_users, cfg->user_zipf_exponent,
              cfg->users_born_per_s, cfg->user_half_life_s, mix64(seed_key ^ 0x7573ull));
     pop_init(&g->items, MT_GEN_SLOT_ITEM, cfg->num_items, cfg->item_zipf_exponent,
@@ -208,17 +222,22 @@ void mt_gen_destroy(mt_gen_t *g) {
     free(g);
 }
 
+uint32_t mt_gen_nslots(const mt_gen_t *g) {
+    return g && g->cfg.sequence_length ? MT_GEN_NSLOTS + 1 : MT_GEN_NSLOTS;
+}
+
 mt_err_t mt_gen_next(mt_gen_t *g, mt_batch_t *batch, size_t n, float *true_p_out) {
-    static const uint16_t slots[MT_GEN_NSLOTS] = {
+    static const uint16_t slots[MT_GEN_NSLOTS + 1] = {
         MT_GEN_SLOT_USER,          MT_GEN_SLOT_ITEM, MT_GEN_SLOT_USER_SEGMENT,
-        MT_GEN_SLOT_ITEM_CATEGORY, MT_GEN_SLOT_HOUR, MT_GEN_SLOT_ITEM_TAGS};
+        MT_GEN_SLOT_ITEM_CATEGORY, MT_GEN_SLOT_HOUR, MT_GEN_SLOT_ITEM_TAGS,
+        MT_GEN_SLOT_SEQUENCE};
     if (!g || !batch) return MT_INVALID;
+    const uint32_t ns = mt_gen_nslots(g);
     if (batch->nslots == 0) {
-        mt_err_t err = mt_batch_init(batch, slots, MT_GEN_NSLOTS);
+        mt_err_t err = mt_batch_init(batch, slots, ns);
         if (!err) err = mt_batch_set_tasks(batch, g->cfg.tasks);
         if (err != MT_OK) return err;
-    } else if (batch->nslots != MT_GEN_NSLOTS ||
-               memcmp(batch->slot_ids, slots, sizeof(slots)) != 0 ||
+    } else if (batch->nslots != ns || memcmp(batch->slot_ids, slots, ns * sizeof(slots[0])) != 0 ||
                batch->ntasks != g->cfg.tasks) {
         return MT_MISMATCH;
     }
@@ -246,8 +265,12 @@ mt_err_t mt_gen_next(mt_gen_t *g, mt_batch_t *batch, size_t n, float *true_p_out
         uint64_t tags[64];
         for (uint32_t t = 0; t < ex.ntags; t++)
             tags[t] = mt_fid_of_int(MT_GEN_SLOT_ITEM_TAGS, ex.tags[t]);
-        const uint64_t *per_slot[MT_GEN_NSLOTS] = {one, one + 1, one + 2, one + 3, one + 4, tags};
-        const uint32_t counts[MT_GEN_NSLOTS] = {1, 1, 1, 1, 1, ex.ntags};
+        uint64_t seq[MT_GEN_MAX_SEQUENCE];
+        for (uint32_t j = 0; j < c->sequence_length; j++)
+            seq[j] = mt_fid_of_int(MT_GEN_SLOT_SEQUENCE, ex.seq[j]);
+        const uint64_t *per_slot[MT_GEN_NSLOTS + 1] = {one,     one + 1, one + 2, one + 3,
+                                                       one + 4, tags,    seq};
+        const uint32_t counts[MT_GEN_NSLOTS + 1] = {1, 1, 1, 1, 1, ex.ntags, c->sequence_length};
         err = mt_batch_add_labels(batch, label, ex.ts_ms, 1.0f, per_slot, counts);
         if (err != MT_OK) return err;
         if (true_p_out) true_p_out[i] = (float)p;
@@ -331,6 +354,19 @@ void mt_gen_user_fids(const mt_gen_t *g, uint64_t user, int64_t ts_ms,
     out[0] = mt_fid_of_int(MT_GEN_SLOT_USER, user);
     out[1] = mt_fid_of_int(MT_GEN_SLOT_USER_SEGMENT, segment);
     out[2] = mt_fid_of_int(MT_GEN_SLOT_HOUR, hour);
+}
+
+size_t mt_gen_user_sequence(const mt_gen_t *g, uint64_t user, int64_t ts_ms,
+                            uint64_t out[MT_GEN_MAX_SEQUENCE]) {
+    const uint32_t L = g->cfg.sequence_length;
+    double elapsed_s, u[MT_GEN_MAX_DIM];
+    if (!L || user >= FID_VALUE_LIMIT || elapsed_of(g, ts_ms, &elapsed_s) != MT_OK) return 0;
+    entity(g, MT_GEN_SLOT_USER, user, u);
+    uint64_t seq[MT_GEN_MAX_SEQUENCE];
+    behaviours(g, user, u, elapsed_s, seq, NULL);
+    for (uint32_t j = 0; j < L; j++)
+        out[j] = mt_fid_of_int(MT_GEN_SLOT_SEQUENCE, seq[j]);
+    return L;
 }
 
 size_t mt_gen_item_fids(const mt_gen_t *g, uint64_t item, uint64_t out[MT_GEN_MAX_ITEM_FIDS]) {
@@ -535,6 +571,14 @@ static void features(const mt_gen_t *g, uint64_t user, uint64_t item, int64_t ts
         for (uint32_t j = 0; j < d; j++)
             tagsum[j] += tag[j];
     }
+    double near = 0; /* the nearest recent click's term (before drift) */
+    if (c->sequence_length) {
+        double vecs[MT_GEN_MAX_SEQUENCE * MT_GEN_MAX_DIM], best = -INFINITY;
+        behaviours(g, ex->user, u, elapsed_s, ex->seq, vecs);
+        for (uint32_t j = 0; j < c->sequence_length; j++)
+            best = fmax(best, dot(v, vecs + (size_t)j * d, d));
+        near = c->sequence_scale * best * g->inv_sqrt_dim;
+    }
     if (g->drift_rad_per_s != 0) {
         double a = g->drift_rad_per_s * elapsed_s, ca = cos(a), sa = sin(a);
         for (uint32_t j = 0; j + 1 < d; j += 2) {
@@ -545,7 +589,30 @@ static void features(const mt_gen_t *g, uint64_t user, uint64_t item, int64_t ts
     }
     double inter = dot(u, v, d) + dot(s, cat, d) + dot(u, tagsum, d);
     ex->z = daily_term(g, clock_ms) + c->bias_scale * bias +
-            c->interaction_scale * inter * g->inv_sqrt_dim;
+            c->interaction_scale * inter * g->inv_sqrt_dim + near;
+}
+
+/* The recent clicks of @p user (vector @p u) at elapsed_s into seq[0, sequence_length), and
+ * their item vectors into vecs (sequence_length x dim) when not NULL (mt/gen.h). A pure
+ * function of (user, the window of elapsed_s); items alive at the window's start. */
+static void behaviours(const mt_gen_t *g, uint64_t user, const double *u, double elapsed_s,
+                       uint64_t *seq, double *vecs) {
+    const mt_gen_config_t *c = &g->cfg;
+    const double w = floor(elapsed_s / SEQ_WINDOW_S);
+    const double at_s = w * SEQ_WINDOW_S;
+    double v[MT_GEN_MAX_DIM];
+    for (uint32_t j = 0; j < c->sequence_length; j++) {
+        uint64_t rng = mix64(g->seq_key ^ mix64(user * GOLDEN + (uint64_t)w) ^ (j * GOLDEN));
+        uint64_t it = 0;
+        for (int t = 0; t < SEQ_TRIES; t++) {
+            it = pop_sample(&g->items, at_s, &rng);
+            if (it >= FID_VALUE_LIMIT) it = 0;
+            entity(g, MT_GEN_SLOT_ITEM, it, v);
+            if (rand01(&rng) < sigmoid(2 * dot(u, v, c->latent_dim) * g->inv_sqrt_dim)) break;
+        }
+        seq[j] = it;
+        if (vecs) memcpy(vecs + (size_t)j * c->latent_dim, v, c->latent_dim * sizeof(double));
+    }
 }
 
 /* b0 such that the mean of sigmoid(b0 + z) over CALIB_SAMPLES examples is target_ctr

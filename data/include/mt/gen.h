@@ -27,6 +27,15 @@
  * from another key; unclicked examples never convert. The clicks are the same stream as with
  * one task (the conversion's draw comes after the click's).
  *
+ * With cfg.sequence_length = L > 0 each example also carries the user's recent clicks (slot 7,
+ * most recent first): L items drawn by popularity among those alive at the start of the
+ * user's current 10-minute window, each kept with probability sigmoid(2 <u, v_s> / sqrt(dim))
+ * (the items the user is drawn to; after 16 draws the last is kept). The behaviours are a pure
+ * function of (user, window) and the click's logit gains the candidate's closeness to the
+ * nearest of them (what target attention finds and a sum over the sequence blurs):
+ *
+ *   + sequence_scale * max_j <v_i, v_(s_j)> / sqrt(dim)       (item vectors before drift)
+ *
  * R(t) rotates each coordinate pair of the item vectors by 2 pi t / drift_period_s (drift: what
  * a user likes moves slowly). b0 is calibrated at creation (Monte Carlo,
  * then bisection) so that the mean of p is cfg.target_ctr over the first simulated hour
@@ -56,6 +65,7 @@
  *    4   | item category | 1                | 0 .. num_item_categories - 1 (fixed per item)
  *    5   | hour of day   | 1                | 0 .. 23 (UTC, from the timestamp)
  *    6   | item tags     | 0 .. max_tags    | 0 .. num_tags - 1 (fixed per item; multi-hot)
+ *    7   | recent clicks | sequence_length  | item ids (only with sequence_length > 0)
  *
  * Timestamps: example k is at start_time_ms + floor(k * 1000 / events_per_s). Sample rate 1.
  *
@@ -83,8 +93,12 @@ enum {
     MT_GEN_SLOT_ITEM_CATEGORY = 4,
     MT_GEN_SLOT_HOUR = 5,
     MT_GEN_SLOT_ITEM_TAGS = 6,
-    MT_GEN_NSLOTS = 6 /* slots per example, in this order */
+    MT_GEN_NSLOTS = 6, /* slots per example, in this order (7 with sequences) */
+    MT_GEN_SLOT_SEQUENCE = 7
 };
+
+/** Behaviours per example at most (cfg.sequence_length). */
+#define MT_GEN_MAX_SEQUENCE 64
 
 /** Largest number of live ids per population (user or item) and of latent dimensions. */
 #define MT_GEN_MAX_IDS (1ull << 40)
@@ -131,6 +145,10 @@ typedef struct mt_gen_config {
     double conversion_rate; /* (0, 1): a click's conversion probability when the second
                                model's terms are 0; default 0.1 */
 
+    /* The user's recent clicks (slot 7; see above): 0 = none (6 slots). */
+    uint32_t sequence_length; /* 0..MT_GEN_MAX_SEQUENCE; default 0 */
+    double sequence_scale;    /* [0, 10]: weight of the nearest behaviour's term; default 1 */
+
     /* The clock. */
     double events_per_s;   /* > 0; default 1000 */
     int64_t start_time_ms; /* >= 0: the first example's timestamp; default 1,700,000,000,000 */
@@ -162,7 +180,7 @@ void mt_gen_destroy(mt_gen_t *g);
 
 /**
  * Replaces the contents of @p batch with the next @p n examples of the stream and advances.
- * @param[in,out] batch      a zeroed batch (it is initialized with the MT_GEN_NSLOTS slots in
+ * @param[in,out] batch      a zeroed batch (it is initialized with the mt_gen_nslots() slots in
  *                           order) or one already holding exactly those slots (its memory is
  *                           reused). Owned by the caller: mt_batch_free() it.
  * @param[in]     n          examples to generate (0 leaves an empty batch).
@@ -174,6 +192,14 @@ void mt_gen_destroy(mt_gen_t *g);
  *          batch holds a prefix of the examples and the position does not move.
  */
 mt_err_t mt_gen_next(mt_gen_t *g, mt_batch_t *batch, size_t n, float *true_p_out);
+
+/** @returns the slots of @p g's examples: MT_GEN_NSLOTS, one more with sequences. */
+uint32_t mt_gen_nslots(const mt_gen_t *g);
+
+/** The recent clicks of @p user at @p ts_ms (slot 7's fids, most recent first), as the stream
+ *  has them. @returns how many were written: cfg.sequence_length. */
+size_t mt_gen_user_sequence(const mt_gen_t *g, uint64_t user, int64_t ts_ms,
+                            uint64_t out[MT_GEN_MAX_SEQUENCE]);
 
 /** Moves @p g to example @p index of its stream (the next mt_gen_next() starts there). */
 void mt_gen_seek(mt_gen_t *g, uint64_t index);

@@ -76,6 +76,61 @@ Test(gen_request, agrees_with_the_stream) {
     mt_gen_destroy(g);
 }
 
+/* With sequences (slot 7): the batch's recent clicks are mt_gen_user_sequence()'s, the true
+ * probability of a pair counts them as the stream does, a user's clicks are the same within
+ * a window and move across windows; and they carry signal: an item among the user's recent
+ * clicks is clicked far more often than one that is not (the nearest behaviour's term). */
+Test(gen_request, sequences_agree_with_the_stream_and_carry_the_interest) {
+    mt_gen_config_t cfg;
+    small_config(&cfg);
+    cfg.sequence_length = 5;
+    cfg.num_items = 60;
+    cfg.items_born_per_s = 0;
+    cfg.item_half_life_s = 0;
+    cfg.events_per_s = 10; /* N examples span windows */
+    mt_gen_t *g = make(&cfg);
+    cr_assert_eq(mt_gen_nslots(g), 7);
+    mt_batch_t b;
+    memset(&b, 0, sizeof(b));
+    enum { N = 20000 };
+    static float p[N];
+    cr_assert_eq(mt_gen_next(g, &b, N, p), MT_OK);
+    cr_assert_eq(b.nslots, 7);
+    cr_assert_eq(b.slot_ids[6], MT_GEN_SLOT_SEQUENCE);
+    double clicks[2] = {0}, shown[2] = {0};
+    for (size_t i = 0; i < N; i++) {
+        size_t cnt;
+        uint64_t user = FID_VALUE(mt_batch_fids(&b, i, 0, &cnt)[0]);
+        uint64_t item = FID_VALUE(mt_batch_fids(&b, i, 1, &cnt)[0]);
+        const uint64_t *seq = mt_batch_fids(&b, i, 6, &cnt);
+        cr_assert_eq(cnt, 5);
+        uint64_t want[MT_GEN_MAX_SEQUENCE];
+        cr_assert_eq(mt_gen_user_sequence(g, user, b.timestamps_ms[i], want), 5);
+        cr_assert_eq(memcmp(seq, want, 5 * sizeof(uint64_t)), 0, "example %zu", i);
+        double q;
+        cr_assert_eq(mt_gen_true_p(g, user, item, b.timestamps_ms[i], &q), MT_OK);
+        cr_assert(fabs(q - p[i]) < 1e-6, "example %zu: %g vs %g", i, q, (double)p[i]);
+        int in = 0;
+        for (size_t j = 0; j < cnt; j++)
+            in |= FID_VALUE(seq[j]) == item && seq[j] >> 48 == MT_GEN_SLOT_SEQUENCE;
+        clicks[in] += b.labels[i];
+        shown[in]++;
+    }
+    int64_t t0 = cfg.start_time_ms;
+    uint64_t a[MT_GEN_MAX_SEQUENCE], c[MT_GEN_MAX_SEQUENCE], d[MT_GEN_MAX_SEQUENCE];
+    mt_gen_user_sequence(g, 3, t0 + 1000, a);
+    mt_gen_user_sequence(g, 3, t0 + 599000, c);  /* the same 10-minute window */
+    mt_gen_user_sequence(g, 3, t0 + 1201000, d); /* another */
+    cr_expect_eq(memcmp(a, c, sizeof(uint64_t) * 5), 0);
+    cr_expect_neq(memcmp(a, d, sizeof(uint64_t) * 5), 0);
+    cr_assert(shown[1] > 100, "%g examples of an item among the recent clicks", shown[1]);
+    double in_ctr = clicks[1] / shown[1], out_ctr = clicks[0] / shown[0];
+    cr_expect(in_ctr > 2 * out_ctr, "CTR %g among the recent clicks, %g otherwise", in_ctr,
+              out_ctr);
+    mt_batch_free(&b);
+    mt_gen_destroy(g);
+}
+
 Test(gen_request, requests) {
     mt_gen_config_t cfg;
     small_config(&cfg);
