@@ -106,11 +106,11 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
                      (unsigned)MT_MODEL_MAX_DIM);
             return MT_CONFIG;
         }
-        if (cfg->type == MT_MODEL_DEEPFM && d != cfg->dim) {
+        if ((cfg->type == MT_MODEL_DEEPFM || cfg->type == MT_MODEL_DIN) && d != cfg->dim) {
             snprintf(errbuf, errlen,
-                     "model.slot_dims[%u] = %u: deepfm's FM term needs one dim for every slot "
+                     "model.slot_dims[%u] = %u: %s's FM term needs one dim for every slot "
                      "(%u); per-slot dims need another family (dcnv2)",
-                     s, d, cfg->dim);
+                     s, d, mt_model_type_name(cfg->type), cfg->dim);
             return MT_CONFIG;
         }
         width += mt_model_slot_width(cfg, s);

@@ -92,8 +92,8 @@ struct mt_model {
 typedef struct mt__model_scratch {
     float *acts, *logits, *ga, *gb, *g, *fm, *sq;
     float *zc; /* [max_width]: the first layer's part shared by every row (serving) */
-    float *xs, *zs, *ts, *gx, *dz, *dt;          /* dcnv2 (see the top of this file) */
-    float *ea, *gate, *mix, *dmix, *dea, *dgate; /* mmoe (see the top of this file) */
+    float *xs, *zs, *ts, *gx, *dz, *dt;               /* dcnv2 (see the top of this file) */
+    float *ea, *gate, *mix, *dmix, *dea, *dgate;      /* mmoe (see the top of this file) */
     float *az, *au, *aw, *ax, *adx, *adu, *adz, *ada; /* din */
 } mt__model_scratch_t;
 
@@ -617,8 +617,8 @@ static void cross_backward(mt_model_t *m, const mt__model_scratch_t *sc, const f
  * weights (sc->aw) of every (example, position), and the MLP's input x' (sc->ax: E's row with
  * the sequence's L cells replaced by v = sum_j a_j k_j). @returns x'.
  */
-static const float *din_forward(const mt_model_t *m, const mt__model_scratch_t *sc,
-                                const float *E, size_t n) {
+static const float *din_forward(const mt_model_t *m, const mt__model_scratch_t *sc, const float *E,
+                                size_t n) {
     const uint32_t D = m->in_width, L = m->cfg.seq_len, H = m->cfg.attention_width;
     const uint32_t d = m->seq_d, d4 = 4 * d, Dx = m->x_width, so = m->seq_off;
     const size_t nl = n * L;
@@ -759,15 +759,17 @@ static const float *forward_logits(const mt_model_t *m, const mt__model_scratch_
         mmoe_forward(m, sc, E, n);
         return E;
     }
-    if (is_din(m)) { /* b0 + the first order but the sequence's + MLP(x') */
+    if (is_din(m)) { /* b0 + the first order but the sequence's + FM(x') + MLP(x') */
         const uint32_t sq = m->cfg.seq_slot;
+        const float *x = din_forward(m, sc, E, n);
         for (size_t i = 0; i < n; i++) {
             double lin = b0;
             for (uint32_t s = 0; s < S; s++)
                 lin += s == sq ? 0.0 : W1[i * S + s];
-            sc->logits[i] = (float)lin;
+            double fm2 = d == 16 ? fm_example(x + i * m->x_width, S, 16, sc->fm + i * 16, sc->sq)
+                                 : fm_example(x + i * m->x_width, S, d, sc->fm + i * d, sc->sq);
+            sc->logits[i] = (float)(lin + fm2);
         }
-        const float *x = din_forward(m, sc, E, n);
         mlp_forward(m, m->mlp0, x, m->x_width, n, 0, sc->acts, sc->logits);
         return x;
     }
@@ -1182,8 +1184,10 @@ mt_err_t mt_model_forward_backward(mt_model_t *m, const float *E, const float *W
         mmoe_backward(m, &sc, E, n, dE);
         return MT_OK;
     }
-    if (is_din(m)) { /* the MLP's dL/dx' always: the attention's gradients need dv */
-        mlp_backward(m, m->mlp0, x, m->x_width, n, sc.acts, sc.g, sc.ga, sc.gb, sc.adx, 0.0f);
+    if (is_din(m)) { /* dL/dx' (FM, then the MLP's) always: the attention's gradients need dv */
+        for (size_t i = 0; i < n; i++)
+            fm_backward(x + i * m->x_width, sc.fm + i * d, sc.g[i], S, d, sc.adx + i * m->x_width);
+        mlp_backward(m, m->mlp0, x, m->x_width, n, sc.acts, sc.g, sc.ga, sc.gb, sc.adx, 1.0f);
         din_backward(m, &sc, E, n, dE);
         return MT_OK;
     }

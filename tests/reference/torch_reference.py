@@ -10,7 +10,7 @@ model/include/mt/model.h, and compares. The families:
     full or low rank;
   - mmoe: per task b0[t] + first order + tower_t(sum_k g_t[k] a_k), K relu experts a_k and a
     softmax gate g_t per task; the loss is the task-weighted sum of the tasks' losses;
-  - din: b0 + first order but the sequence slot's + MLP(x'), x' the slots' cells with the
+  - din: b0 + first order but the sequence slot's + FM(x') + MLP(x'), x' the slots' cells with the
     sequence's L keys k_j replaced by v = sum_j a_j k_j, a_j = sigmoid([q, k_j, q - k_j,
     q * k_j] Wa + ba) wa + ba_out (q the query slot's cell; the weights not normalized).
     model_dump pads example i's sequence after i % (L + 1) ids with zeros: beside the
@@ -58,11 +58,11 @@ CASES = [  # model_dump's options (family and its settings), slots, dim, batch, 
     # varies the even slots and copies row 0's odd ones: a sequence in an odd slot is then
     # row 0's, empty, in every row (a user's sequence shared by the request's candidates).
     (["-t", "din", "-q", "2", "-Q", "0", "-L", "4", "-A", "5"], 4, 3, 12, 16, [8, 4]),  # middle
-    (["-t", "din", "-q", "0", "-Q", "2", "-L", "3", "-A", "6", "-D", "4,2,4,5"], 4, 4, 8, 17,
-     []),  # first, per-slot dims, no hidden layer
+    (["-t", "din", "-q", "0", "-Q", "2", "-L", "3", "-A", "6"], 4, 4, 8, 17,
+     []),  # first, no hidden layer (din takes one dim: its FM term)
     (["-t", "din", "-q", "2", "-Q", "1", "-L", "1", "-A", "1"], 3, 2, 4, 18,
      [3]),  # last, L = H = 1
-    (["-t", "din", "-q", "1", "-Q", "0", "-L", "6", "-A", "4", "-D", "5,5"], 2, 5, 14, 19,
+    (["-t", "din", "-q", "1", "-Q", "0", "-L", "6", "-A", "4"], 2, 5, 14, 19,
      [4]),  # last, odd: serving's rows share row 0's (empty) sequence
     (["-t", "din", "-q", "6", "-Q", "3", "-L", "20", "-A", "32"], 26, 16, 64, 20,
      [256, 128]),  # trainer_bench's shape with a sequence of 20
@@ -122,7 +122,7 @@ def din_input(torch, d, params, E, counts=None):
 def logits(torch, d, params, E, W1, counts=None):
     """deepfm: logit_i = b0 + sum_s W1[i,s] + FM(E_i) + MLP(E_i); dcnv2: b0 + sum_s W1[i,s]
     + MLP(x_C), x_C the cross layers' output over x_0 = E_i; din: b0 + sum_(s != seq) W1[i,s]
-    + MLP(x'_i) (din_input(); counts: its padding mask); mmoe: [n x T] (model.h)."""
+    + FM(x'_i) + MLP(x'_i) (din_input(); counts: its padding mask); mmoe: [n x T] (model.h)."""
     n, slots, dim = d["n"], d["slots"], d["dim"]
     x0 = E.reshape(n, -1)  # the slots' dims summed (dcnv2 takes per-slot dims)
     h, fm = x0, 0.0
@@ -141,6 +141,9 @@ def logits(torch, d, params, E, W1, counts=None):
     elif d["model"] == "din":  # its sequence slot has no first-order weight
         h = din_input(torch, d, params, E, counts)
         first = first[:, [s for s in range(slots) if s != d["seq"]["slot"]]]
+        e = h.reshape(n, slots, dim)  # x': S cells of the one dim
+        s = e.sum(1)
+        fm = 0.5 * (s * s - (e * e).sum(1)).sum(1)
     elif d["model"] == "mmoe":
         # K experts relu(x We + be), T softmax gates, f_t = sum_k g_t[k] a_k, a tower per task
         T, K = d["tasks"], params["gates.b"].shape[0] // d["tasks"]

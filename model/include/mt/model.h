@@ -38,8 +38,11 @@
  *                                                                     weights keep intensity)
  *             v     = sum_j a_j k_j                                    (a zero key adds 0:
  *                                                                     padding needs no mask)
- *             logit = b0 + sum_(s != seq_slot) W1[s] + MLP(x'), x' = E with the sequence's
- *                     cell replaced by v (d floats), so MLP's input is D - (L - 1) d wide.
+ *             logit = b0 + sum_(s != seq_slot) W1[s] + FM(x') + MLP(x'), x' = E with the
+ *                     sequence's cell replaced by v (d floats): S cells of d, the MLP's input
+ *                     D - (L - 1) d wide; FM(x') deepfm's second order over those S cells
+ *                     (so <q, v> = sum_j a_j <q, k_j> is one of its terms). One dim for every
+ *                     slot, as deepfm.
  *           The sequence's ids are looked up in the query slot's rows (mt_model_seq_fid():
  *           a behaviour's item shares its embedding with the candidate item); its W1 cell
  *           is not read (dW1 0) and has no first-order weight of its own.

@@ -1832,6 +1832,9 @@ Test(config, model_section_makes_the_model) {
     cr_assert_eq(mt_config_model(&c, slots, 27, dims, &mc, err, sizeof(err)), MT_CONFIG);
     cr_expect(strstr(err, "the sequence slot 27 has dim 4") != NULL, "%s", err);
     cr_assert_eq(mt_config_set(&c, "trainer.slot_dims", "27:4, 14:4", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_model(&c, slots, 27, dims, &mc, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "din's FM term") != NULL, "%s", err);
+    cr_assert_eq(mt_config_set(&c, "trainer.slot_dims", "", err, sizeof(err)), MT_OK);
     cr_assert_eq(mt_config_model(&c, slots, 27, dims, &mc, err, sizeof(err)), MT_OK, "%s", err);
     cr_assert_eq(mt_config_set(&c, "trainer.mean_slots", "27", err, sizeof(err)), MT_OK);
     cr_assert_eq(mt_config_model(&c, slots, 27, dims, &mc, err, sizeof(err)), MT_CONFIG);

@@ -264,9 +264,9 @@ Test(model_grad, dcnv2_per_slot_dims) {
                   3, 0, 26);
 }
 
-/* din: the attention's tensors, the MLP over x', dE of the query, the keys (padding too) and
- * the other slots, dW1 (the sequence's: 0); the sequence before, after and between slots,
- * per-slot dims, no hidden layer. */
+/* din: the attention's tensors, FM and the MLP over x', dE of the query, the keys (padding
+ * too) and the other slots, dW1 (the sequence's: 0); the sequence before, after and between
+ * slots, no hidden layer. Unequal dims are refused (its FM term, as deepfm's). */
 Test(model_grad, din_sequence_between_slots) {
     const uint32_t h[] = {5, 3};
     grad_check_of(
@@ -274,11 +274,22 @@ Test(model_grad, din_sequence_between_slots) {
         2, h, 5, 1, 50);
 }
 
-Test(model_grad, din_sequence_first_per_slot_dims_no_hidden) {
+Test(model_grad, din_sequence_first_no_hidden) {
+    grad_check_of(
+        (family_t){MT_MODEL_DIN, .seq_slot = 0, .seq_query = 2, .seq_len = 2, .att_width = 3}, 3, 3,
+        0, NULL, 4, 0, 51);
     static const uint32_t dims[3] = {3, 2, 3};
-    grad_check_of((family_t){MT_MODEL_DIN, .dims = dims, .seq_slot = 0, .seq_query = 2,
-                             .seq_len = 2, .att_width = 3},
-                  3, 2, 0, NULL, 4, 0, 51);
+    mt_model_config_t c;
+    mt_model_config_init(&c);
+    c.nslots = 3;
+    c.dim = 3;
+    c.slot_dims = dims;
+    c.type = MT_MODEL_DIN;
+    c.seq_query = 2;
+    c.seq_slot = 0;
+    char err[256];
+    cr_assert_eq(mt_model_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "din's FM term") != NULL, "%s", err);
 }
 
 Test(model_grad, din_sequence_last_one_position) {
