@@ -6,7 +6,9 @@
 #     rows and dense parameters on the PS) reports exactly the same figures; so does the
 #     dcnv2 model (model.type) with per-slot dims (trainer.slot_dims), which learns as
 #     deepfm does; so does the multi-task mmoe on the stream with conversions (`monolith gen
-#     --tasks 2`, input.task_labels), which reports an eval AUC per task;
+#     --tasks 2`, input.task_labels), which reports an eval AUC per task; so does din on the
+#     stream with the users' recent clicks (`monolith gen --sequence 10`, a multi-valued
+#     column read as a sequence, looked up in the item slot's rows on the PS too);
 #  3. real data from ../shared/data: MovieLens 100k with its side files (progressive AUC
 #     above 0.75 over two epochs) and the Criteo sample (above 0.6 in one pass);
 #  4. bad command lines and configurations exit 2 with a message naming the culprit, an
@@ -116,6 +118,32 @@ for k in ("examples", "progressive_auc", "eval_auc", "eval_logloss", "task_eval_
     assert a[k] == b[k], (k, a[k], b[k])
 PY
 kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
+echo "== 2d. din (model.type): target attention over the users' recent clicks, and the same figures against a PS shard"
+"$MT_CLI_BIN" gen --examples 40000 --sequence 10 --seed 11 --users 3000 --items 1000 > "$tmp/all3.tsv"
+head -n 30001 "$tmp/all3.tsv" > "$tmp/train3.tsv"
+{ head -n 1 "$tmp/all3.tsv"; tail -n 10000 "$tmp/all3.tsv"; } > "$tmp/eval3.tsv"
+din=(--set model.type=din --set trainer.slots=1,2,3,4,5,6,7 --set model.sequence_slot=7
+     --set model.sequence_query=2 --set model.sequence_length=10
+     --set "input.columns=user:1, item:2, segment:3, category:4, hour:5, tags:6:int:multi, sequence:7:int:multi")
+"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${din[@]}" --train "$tmp/train3.tsv" \
+  --eval "$tmp/eval3.tsv" --epochs 2 --report "$tmp/din.json" > /dev/null 2> "$tmp/din.err" \
+  || { cat "$tmp/din.err" >&2; fail "din local run"; }
+grep -q "model din" "$tmp/din.err" || fail "din: not the model trained: $(head -5 "$tmp/din.err")"
+auc=$(json "$tmp/din.json" eval_auc)
+awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "din eval AUC $auc is not above 0.6"
+"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps4.port" "${small[@]}" "${din[@]}" \
+  2> "$tmp/ps4.err" &
+pids+=($!)
+wait_until "$E2E_GUARD_S" test -s "$tmp/ps4.port" ||
+  { cat "$tmp/ps4.err" >&2; fail "monolith-ps did not start"; }
+"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${din[@]}" --set "cluster.ps=127.0.0.1:$(cat "$tmp/ps4.port")" \
+  --train "$tmp/train3.tsv" --eval "$tmp/eval3.tsv" --epochs 2 --report "$tmp/din-ps.json" \
+  > /dev/null 2> "$tmp/din-ps.err" || { cat "$tmp/din-ps.err" >&2; fail "din PS run"; }
+for k in examples progressive_auc eval_auc eval_logloss; do
+  [ "$(json "$tmp/din.json" $k)" = "$(json "$tmp/din-ps.json" $k)" ] \
+    || fail "din $k differs: local $(cat "$tmp/din.json") PS $(cat "$tmp/din-ps.json")"
+done
+kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
 # one label per task: a one-label input for the two-task model, and the reverse
 expect_rc() { # expect_rc STATUS PATTERN ARGS...
   local want=$1 pat=$2; shift 2
@@ -126,6 +154,9 @@ expect_rc() { # expect_rc STATUS PATTERN ARGS...
 expect_rc 2 "gives 1 label per example" --config "$conf" --set model.type=mmoe --train "$tmp/train.tsv"
 expect_rc 2 "gives 2 labels per example" --config "$conf" --set input.task_labels=conversion --train "$tmp/train2.tsv"
 expect_rc 2 "model.task_weights" --config "$conf" --set model.type=mmoe --set model.task_weights=1 --check
+# din: a sequence slot that is not the model's, or mean-pooled
+expect_rc 2 "model.sequence_slot = 9" --config "$conf" "${din[@]}" --set model.sequence_slot=9 --check
+expect_rc 2 "din's sequence slot" --config "$conf" "${din[@]}" --set trainer.mean_slots=7 --check
 
 echo "== 3. real data (../shared/data): MovieLens 100k with side features, Criteo sample"
 data=$(shared_data)
