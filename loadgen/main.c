@@ -28,6 +28,8 @@
  *     hidden model (the generator's form under another seed, calibrated to a mean of R):
  *     an Action of type CONVERSION, --conversion-delay-ms after the click (for a joiner
  *     with joiner.task_actions = click, conversion);
+ *     with --sequence L the user also sends its L recent clicks (slot 7, the generator's
+ *     mt_gen_user_sequence()), and the truth counts them (for a din model);
  *  5. the same request goes, in parallel, to the other targets (shadow replicas of other
  *     sync intervals, started with logging off): they score the same pages against the same
  *     clicks, so their AUCs are paired (the noise of the traffic cancels in differences).
@@ -441,16 +443,26 @@ typedef struct worker {
 
 /* Encodes request i into w->buf. Returns its length, 0 on failure. */
 static size_t encode(worker_t *w, const char *rid, int64_t ts_ms, uint64_t user, int64_t gen_ts) {
-    uint64_t ufids[MT_GEN_USER_FIDS];
+    uint64_t ufids[MT_GEN_USER_FIDS], seq[MT_GEN_MAX_SEQUENCE];
     mt_gen_user_fids(gen, user, gen_ts, ufids);
-    Monolith__V1__SlotFids us[MT_GEN_USER_FIDS];
-    Monolith__V1__SlotFids *up[MT_GEN_USER_FIDS];
-    for (int s = 0; s < MT_GEN_USER_FIDS; s++) {
+    Monolith__V1__SlotFids us[MT_GEN_USER_FIDS + 1];
+    Monolith__V1__SlotFids *up[MT_GEN_USER_FIDS + 1];
+    size_t nu = 0;
+    for (int s = 0; s < MT_GEN_USER_FIDS; s++, nu++) {
         monolith__v1__slot_fids__init(&us[s]);
         us[s].slot = (uint32_t)(ufids[s] >> 48);
         us[s].n_fids = 1;
         us[s].fids = &ufids[s];
         up[s] = &us[s];
+    }
+    size_t nseq = mt_gen_user_sequence(gen, user, gen_ts, seq); /* --sequence: recent clicks */
+    if (nseq) {
+        monolith__v1__slot_fids__init(&us[nu]);
+        us[nu].slot = MT_GEN_SLOT_SEQUENCE;
+        us[nu].n_fids = nseq;
+        us[nu].fids = seq;
+        up[nu] = &us[nu];
+        nu++;
     }
     size_t k = o.k;
     Monolith__V1__Candidate *cands = calloc(k, sizeof(*cands));
@@ -486,7 +498,7 @@ static size_t encode(worker_t *w, const char *rid, int64_t ts_ms, uint64_t user,
     Monolith__V1__PredictRequest r = MONOLITH__V1__PREDICT_REQUEST__INIT;
     r.request_id = (char *)rid;
     r.timestamp_ms = ts_ms;
-    r.n_user = MT_GEN_USER_FIDS;
+    r.n_user = nu;
     r.user = up;
     r.n_candidates = k;
     r.candidates = cp;
@@ -687,6 +699,7 @@ static int usage(void) {
             "  [--drift-period-s P (3600)] [--ctr P (0.05)]\n"
             "  [--user-zipf E (0.95)] [--item-zipf E (1.05)]: popularity exponents\n"
             "  [--tags N (1000)]: the tag vocabulary (each item has 1-3 tags)\n"
+            "  [--sequence L (0)]: each request's user sends its L recent clicks (slot 7)\n"
             "  [--series FILE.tsv] [--report FILE.json] [--progress-s S (5; 0: none)]\n"
             "  [--tls-ca FILE [--tls-cert FILE --tls-key FILE] [--tls-server-name NAME]]:\n"
             "   TLS to the serving targets, as their [tls] section (docs/security.md)\n"
@@ -806,6 +819,7 @@ static int parse_args(int argc, char **argv) {
         NUM("--user-zipf", 1e-6, 10, o.gen.user_zipf_exponent = d)
         NUM("--item-zipf", 1e-6, 10, o.gen.item_zipf_exponent = d)
         NUM("--tags", 1, 4294967295.0, o.gen.num_tags = (uint32_t)d)
+        NUM("--sequence", 0, MT_GEN_MAX_SEQUENCE, o.gen.sequence_length = (uint32_t)d)
         else {
             fprintf(stderr, "monolith-loadgen: unknown flag %s\n", a);
             return usage(), -1;

@@ -13,7 +13,9 @@
 #  5. the multi-task mmoe from Examples of two labels (`monolith gen --tasks 2`: click,
 #     conversion): the clicks' window AUC above 0.55 after 40,000 (deepfm: 0.60 here, mmoe
 #     learns slower in one pass), a progressive AUC for each task; Examples of one label, in
-#     the first topic, are counted as bad messages by it (one label per task), none trained.
+#     the first topic, are counted as bad messages by it (one label per task), none trained;
+#  6. din from Examples with the users' recent clicks (`monolith gen --sequence 10`, slot 7):
+#     it learns online (window AUC above 0.6 after 20,000).
 # Every run ends on a condition, never on a clock: --max-examples, or --until-caught-up (every
 # partition consumed up to its high watermark), so a loaded machine only makes it slower.
 # Needs MT_TRAINER_BIN, MT_PS_BIN, MT_CLI_BIN, MT_KAFKA_BIN, MT_SOURCE_DIR; kcat.
@@ -23,7 +25,7 @@ set -euo pipefail
 need_kcat
 E2E_KILL=TERM # the daemons stop cleanly at the end
 e2e_init trainer-online
-start_kafka examples:4,examples2:2
+start_kafka examples:4,examples2:2,examples3:2
 conf="$MT_SOURCE_DIR/deploy/trainer.example.conf"
 common=(--config "$conf" --set "kafka.bootstrap=$bs" --set kafka.session_timeout_ms=6000
         --set trainer.hidden=32,16 --set trainer.batch_size=500 --set trainer.auc_window=2000
@@ -136,4 +138,18 @@ PY
 [ "$(json "$tmp/r7.json" examples)" = 0 ] || fail "run 7 trained one-label examples: $(cat "$tmp/r7.json")"
 [ "$(json "$tmp/r7.json" bad_messages)" = 40003 ] || fail "run 7: $(cat "$tmp/r7.json")"
 grep -q "1 label, the model has 2 tasks" "$tmp/r7.err" || fail "run 7: $(head -5 "$tmp/r7.err")"
+
+echo "== 6. din (model.type) from Examples with the users' recent clicks"
+"$MT_CLI_BIN" gen --examples 20000 --sequence 10 --seed 5 --users 1000 --items 300 --kafka "$bs" \
+  --topic examples3
+"$MT_TRAINER_BIN" "${common[@]}" --set kafka.group=g7 --set kafka.examples_topic=examples3 \
+  --set trainer.slots=1,2,3,4,5,6,7 --set model.type=din --set model.sequence_slot=7 \
+  --set model.sequence_query=2 --set model.sequence_length=10 --online --until-caught-up \
+  --report "$tmp/r8.json" > /dev/null 2> "$tmp/r8.err" || { cat "$tmp/r8.err" >&2; fail "run 8"; }
+grep -q "model din" "$tmp/r8.err" || fail "run 8: not din: $(head -5 "$tmp/r8.err")"
+[ "$(json "$tmp/r8.json" examples)" = 20000 ] || fail "run 8: $(cat "$tmp/r8.json")"
+[ "$(json "$tmp/r8.json" bad_messages)" = 0 ] || fail "run 8: $(cat "$tmp/r8.json")"
+auc=$(json "$tmp/r8.json" window_auc)
+awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "run 8: din window AUC $auc is not above 0.6"
+echo "din online: window AUC $auc"
 echo "trainer online: all good"
