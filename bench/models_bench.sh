@@ -15,7 +15,8 @@
 # A real dataset missing (a clone without ../shared) is named on a line of its own and left
 # out. The model is deploy/trainer.example.conf's (dim 8) with MLP 64-32; dcnv2 has 3 cross
 # layers, full rank and rank 16; mmoe (on the stream with conversions, below) 4 experts of
-# width 64 and towers 64-32.
+# width 64 and towers 64-32; din (on the stream with the users' recent clicks, below)
+# attention width 32 over 10 behaviours.
 #
 #   bash bench/models_bench.sh [--quick] [--seeds N (3)] [--build DIR]
 # --quick: one seed, the synthetic data only.
@@ -150,6 +151,35 @@ for seed in $(seq 1 "$seeds"); do
   mt_run "$seed" deepfm click
   mt_run "$seed" deepfm conversion --set input.label=conversion
   mt_run "$seed" mmoe all --set model.type=mmoe --set input.task_labels=conversion
+done
+
+# Sequences: the stream with the users' recent clicks (`monolith gen --sequence 10`, slot 7:
+# the click truth gains the candidate's closeness to the nearest of them), din (target
+# attention of the candidate item over them, in the item slot's rows) against deepfm with
+# them as one more sum-pooled slot of its own rows; dataset synthetic-sequence.
+"$cli" gen --examples 40000 --sequence 10 --seed 11 --users 3000 --items 1000 > "$tmp/all3.tsv"
+head -n 30001 "$tmp/all3.tsv" > "$tmp/sq-train.tsv"
+{ head -n 1 "$tmp/all3.tsv"; tail -n 10000 "$tmp/all3.tsv"; } > "$tmp/sq-eval.tsv"
+seq_cols="user:1, item:2, segment:3, category:4, hour:5, tags:6:int:multi, sequence:7:int:multi"
+for seed in $(seq 1 "$seeds"); do
+  for fam in deepfm din; do
+    extra=(--set model.type=deepfm)
+    [ "$fam" = din ] && extra=(--set model.type=din --set model.sequence_slot=7
+      --set model.sequence_query=2 --set model.sequence_length=10)
+    "$trainer" --config "$conf" --set trainer.hidden=64,32 --set trainer.batch_size=256 \
+      --set trainer.seed="$seed" --set trainer.progress_interval_ms=0 \
+      --set trainer.slots=1,2,3,4,5,6,7 --set "input.columns=$seq_cols" "${extra[@]}" \
+      --train "$tmp/sq-train.tsv" --eval "$tmp/sq-eval.tsv" --epochs 2 --report "$tmp/r.json" \
+      > /dev/null 2> "$tmp/r.err" || { cat "$tmp/r.err" >&2; echo "models_bench: sequence $fam seed $seed failed" >&2; exit 1; }
+    python3 - "$tmp/r.json" "$fam" "$seed" <<'PY' | tee -a "$runs"
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(json.dumps({"bench": "models", "dataset": "synthetic-sequence", "model": sys.argv[2],
+                  "seed": int(sys.argv[3]), "examples": r["examples"], "eval_auc": r["eval_auc"],
+                  "eval_logloss": r["eval_logloss"], "examples_per_s": r["examples_per_s"]},
+                 separators=(",", ":")))
+PY
+  done
 done
 
 # summaries: per dataset and family, the AUC's mean and std, and its difference to deepfm's

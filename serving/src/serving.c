@@ -90,7 +90,7 @@ typedef struct worker {
     uint8_t *user_has; /* [S] slots the user's fids fill (varies + S, one allocation) */
     uint32_t *count;   /* [2 * S] mean-pooled slots' ids: the user's, the candidate's */
     uint32_t seq_n;    /* din: the user's behaviours collected (at most seq_len) */
-    size_t seq_cands;  /* din: fids of the sequence slot in candidates (ignored) */
+    size_t seq_cands;  /* din: fids of the sequence slot in candidates (refused) */
     uint8_t *pack;     /* impression encoding, and the packed reply */
     size_t cap_pack;
     size_t *ends;         /* [n] end of each candidate's fids */
@@ -1525,7 +1525,13 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         k = collect(sv, w, k, r->items + r->cands[i].from, r->cands[i].to - r->cands[i].from, 1);
         ends[i] = k;
     }
-    if (w->seq_cands) atomic_fetch_add(&sv->ignored_fids, w->seq_cands);
+    if (w->seq_cands) { /* the joiner would hand them to the trainer as behaviours */
+        FAIL(sv, c, MT_RPC_INVALID_ARGUMENT,
+             "%zu fid(s) of slot %u in candidates: slot %u is the model's behaviour sequence, "
+             "one of the user's slots",
+             w->seq_cands, sv->cfg.slot_ids[sv->seq_idx], sv->cfg.slot_ids[sv->seq_idx]);
+        goto out;
+    }
     size_t S = sv->cfg.nslots, D = sv->D;
     if (sv->mixed) { /* each fid's row in emb: packed by the slots' dims */
         size_t off = 0;

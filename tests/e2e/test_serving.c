@@ -1084,8 +1084,9 @@ static void trainer_scores(cluster_t *c, const uint64_t *seq, uint32_t nseq, flo
 /* din end to end: slot 1 is the user's behaviour sequence (ids of items, looked up in the item
  * slot's rows), the candidate's item attends it. Serving scores as the trainer: a sequence of
  * one (the user id, as trained), of five behaviours of which seq_len = 3 are read (the same
- * scores as the first three alone), and of two (other scores); a candidate's fids in the
- * sequence slot are ignored and counted. */
+ * scores as the first three alone), and of two (other scores). A candidate with fids in the
+ * sequence slot is refused (INVALID_ARGUMENT, counted): serving would not read them, and the
+ * joiner would give them to the trainer as behaviours. */
 Test(serving, din_serves_the_trainers_scores, .timeout = 180) {
     const family_t fam = {MT_MODEL_DIN, .seq_len = 3};
     cluster_t c;
@@ -1122,7 +1123,7 @@ Test(serving, din_serves_the_trainers_scores, .timeout = 180) {
         most = fmaxf(most, fabsf(two[i] - got[i]));
     }
     cr_expect(most > 1e-6f, "a behaviour less, the same scores");
-    /* a candidate's fid in the sequence slot: ignored (counted), the scores unchanged */
+    /* a candidate's fid in the sequence slot: refused, naming the slot */
     mt_serving_counters_t k0, k1;
     mt_serving_counters(s.sv, &k0);
     uint64_t extra = fid(1, 75);
@@ -1135,11 +1136,15 @@ Test(serving, din_serves_the_trainers_scores, .timeout = 180) {
     q.cand[0].item = withx;
     q.cand[0].n_item = 3;
     q.user.n_fids = 5;
-    float again[6];
-    cr_assert_eq(predict(&s, &q, again, NULL), MT_RPC_OK);
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    char msg[256] = "";
+    cr_assert_eq(call(&s, "Predict", &q.r.base, &resp, &rlen, msg, sizeof(msg)),
+                 MT_RPC_INVALID_ARGUMENT);
+    free(resp);
+    cr_expect(strstr(msg, "slot 1 is the model's behaviour sequence") != NULL, "%s", msg);
     mt_serving_counters(s.sv, &k1);
-    cr_expect_eq(again[0], got[0]);
-    cr_expect_eq(k1.ignored_fids, k0.ignored_fids + 1);
+    cr_expect_eq(k1.errors[MT_RPC_INVALID_ARGUMENT], k0.errors[MT_RPC_INVALID_ARGUMENT] + 1);
     server_stop(&s);
     cluster_stop(&c);
 }

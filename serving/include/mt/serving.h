@@ -145,8 +145,7 @@ typedef struct mt_serving_shard_status {
 typedef struct mt_serving_counters {
     uint64_t predicts, candidates, lookups;
     uint64_t errors[17];   /* per gRPC status code of a failed Predict or Lookup */
-    uint64_t ignored_fids; /* fids of slots the model does not have (and din: a candidate's in
-                              the sequence slot, which is the user's) */
+    uint64_t ignored_fids; /* fids of slots the model does not have */
     uint64_t logged, log_dropped, log_errors;
     uint64_t dense_pulls, dense_failures, dense_version;
     uint64_t rows;
