@@ -29,6 +29,30 @@ head -n 30001 "$tmp/all.tsv" > "$tmp/train.tsv"
 # two bad lines: line 5 (a missing column) and line 9 (a label that is no number)
 sed -i '5s/^.*$/1\t1700000000004\t17/; 9s/^[01]/x/' "$tmp/train.tsv"
 
+# on_ps NAME TRAIN EVAL ARGS...: a monolith-ps shard started with ARGS (and small's), the
+# same two-epoch batch run against it (report $tmp/NAME-ps.json, log $tmp/NAME-ps.err), the
+# shard stopped after; same_on_ps NAME KEYS...: those figures of the local run's report
+# ($tmp/NAME.json) are the PS run's
+on_ps() {
+  local name=$1 train=$2 eval=$3; shift 3
+  "$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/$name.port" "${small[@]}" "$@" \
+    2> "$tmp/$name-shard.err" &
+  pids+=($!)
+  wait_until "$E2E_GUARD_S" test -s "$tmp/$name.port" ||
+    { cat "$tmp/$name-shard.err" >&2; fail "$name: monolith-ps did not start"; }
+  "$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "$@" --set "cluster.ps=127.0.0.1:$(cat "$tmp/$name.port")" \
+    --train "$train" --eval "$eval" --epochs 2 --report "$tmp/$name-ps.json" \
+    > /dev/null 2> "$tmp/$name-ps.err" || { cat "$tmp/$name-ps.err" >&2; fail "$name: PS run"; }
+  kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "$name: monolith-ps exit status"; pids=()
+}
+same_on_ps() {
+  local name=$1 k; shift
+  for k in "$@"; do
+    [ "$(json "$tmp/$name.json" "$k")" = "$(json "$tmp/$name-ps.json" "$k")" ] \
+      || fail "$name: $k differs: local $(cat "$tmp/$name.json") PS $(cat "$tmp/$name-ps.json")"
+  done
+}
+
 echo "== 1. local batch run"
 "$MT_TRAINER_BIN" --config "$conf" "${small[@]}" --train "$tmp/train.tsv" --eval "$tmp/eval.tsv" \
   --epochs 2 --report "$tmp/local.json" > "$tmp/local.out" 2> "$tmp/local.err" \
@@ -43,22 +67,10 @@ auc=$(json "$tmp/local.json" eval_auc)
 awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "eval AUC $auc is not above 0.6"
 
 echo "== 2. the same run against a PS shard"
-"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps.port" "${small[@]}" \
-  2> "$tmp/ps.err" &
-pids+=($!)
-wait_until "$E2E_GUARD_S" test -s "$tmp/ps.port" ||
-  { cat "$tmp/ps.err" >&2; fail "monolith-ps did not start"; }
-port=$(cat "$tmp/ps.port")
-"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" --set "cluster.ps=127.0.0.1:$port" \
-  --train "$tmp/train.tsv" --eval "$tmp/eval.tsv" --epochs 2 --report "$tmp/ps.json" \
-  > "$tmp/ps.out" 2> "$tmp/ps-trainer.err" || { cat "$tmp/ps-trainer.err" >&2; fail "PS run"; }
-grep -q "parameters on the PS" "$tmp/ps-trainer.err" || fail "did not use the PS"
-for k in examples progressive_auc progressive_logloss eval_auc eval_logloss; do
-  [ "$(json "$tmp/local.json" $k)" = "$(json "$tmp/ps.json" $k)" ] \
-    || fail "$k differs: local $(cat "$tmp/local.json") PS $(cat "$tmp/ps.json")"
-done
-[ "$(json "$tmp/ps.json" dense_syncs)" -gt 100 ] || fail "dense syncs: $(cat "$tmp/ps.json")"
-kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
+on_ps local "$tmp/train.tsv" "$tmp/eval.tsv"
+grep -q "parameters on the PS" "$tmp/local-ps.err" || fail "did not use the PS"
+same_on_ps local examples progressive_auc progressive_logloss eval_auc eval_logloss
+[ "$(json "$tmp/local-ps.json" dense_syncs)" -gt 100 ] || fail "dense syncs: $(cat "$tmp/local-ps.json")"
 
 echo "== 2b. dcnv2 (model.type): learns as deepfm does (eval AUC 0.6035 against 0.6031 here), and the same figures against a PS shard"
 # with per-slot dims (trainer.slot_dims: slot 1 of dim 16, slot 3 of dim 4; the PS derives its
@@ -70,19 +82,8 @@ dcn=(--set model.type=dcnv2 --set model.cross_layers=2 --set "trainer.slot_dims=
 grep -q "model dcnv2" "$tmp/dcn.err" || fail "dcnv2: not the model trained: $(head -5 "$tmp/dcn.err")"
 auc=$(json "$tmp/dcn.json" eval_auc)
 awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "dcnv2 eval AUC $auc is not above 0.6"
-"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps2.port" "${small[@]}" "${dcn[@]}" \
-  2> "$tmp/ps2.err" &
-pids+=($!)
-wait_until "$E2E_GUARD_S" test -s "$tmp/ps2.port" ||
-  { cat "$tmp/ps2.err" >&2; fail "monolith-ps did not start"; }
-"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${dcn[@]}" --set "cluster.ps=127.0.0.1:$(cat "$tmp/ps2.port")" \
-  --train "$tmp/train.tsv" --eval "$tmp/eval.tsv" --epochs 2 --report "$tmp/dcn-ps.json" \
-  > /dev/null 2> "$tmp/dcn-ps.err" || { cat "$tmp/dcn-ps.err" >&2; fail "dcnv2 PS run"; }
-for k in examples progressive_auc eval_auc eval_logloss; do
-  [ "$(json "$tmp/dcn.json" $k)" = "$(json "$tmp/dcn-ps.json" $k)" ] \
-    || fail "dcnv2 $k differs: local $(cat "$tmp/dcn.json") PS $(cat "$tmp/dcn-ps.json")"
-done
-kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
+on_ps dcn "$tmp/train.tsv" "$tmp/eval.tsv" "${dcn[@]}"
+same_on_ps dcn examples progressive_auc eval_auc eval_logloss
 
 echo "== 2c. mmoe (model.type): two tasks (click, conversion) from two label columns, an eval AUC each, and the same figures against a PS shard"
 "$MT_CLI_BIN" gen --examples 40000 --tasks 2 --seed 11 --users 3000 --items 1000 > "$tmp/all2.tsv"
@@ -103,21 +104,13 @@ aucs = r["task_eval_auc"]
 print("mmoe eval AUC per task:", aucs)
 assert len(aucs) == 2 and aucs[0] == r["eval_auc"] and all(a > 0.55 for a in aucs)
 PY
-"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps3.port" "${small[@]}" "${mmoe[@]}" \
-  2> "$tmp/ps3.err" &
-pids+=($!)
-wait_until "$E2E_GUARD_S" test -s "$tmp/ps3.port" ||
-  { cat "$tmp/ps3.err" >&2; fail "monolith-ps did not start"; }
-"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${mmoe[@]}" --set "cluster.ps=127.0.0.1:$(cat "$tmp/ps3.port")" \
-  --train "$tmp/train2.tsv" --eval "$tmp/eval2.tsv" --epochs 2 --report "$tmp/mmoe-ps.json" \
-  > /dev/null 2> "$tmp/mmoe-ps.err" || { cat "$tmp/mmoe-ps.err" >&2; fail "mmoe PS run"; }
+on_ps mmoe "$tmp/train2.tsv" "$tmp/eval2.tsv" "${mmoe[@]}"
 python3 - "$tmp/mmoe.json" "$tmp/mmoe-ps.json" <<'PY' || fail "mmoe: local and PS differ"
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
 for k in ("examples", "progressive_auc", "eval_auc", "eval_logloss", "task_eval_auc", "task_progressive_auc"):
     assert a[k] == b[k], (k, a[k], b[k])
 PY
-kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
 echo "== 2d. din (model.type): target attention over the users' recent clicks, and the same figures against a PS shard"
 "$MT_CLI_BIN" gen --examples 40000 --sequence 10 --seed 11 --users 3000 --items 1000 > "$tmp/all3.tsv"
 head -n 30001 "$tmp/all3.tsv" > "$tmp/train3.tsv"
@@ -131,19 +124,8 @@ din=(--set model.type=din --set trainer.slots=1,2,3,4,5,6,7 --set model.sequence
 grep -q "model din" "$tmp/din.err" || fail "din: not the model trained: $(head -5 "$tmp/din.err")"
 auc=$(json "$tmp/din.json" eval_auc)
 awk -v a="$auc" 'BEGIN { exit !(a > 0.6) }' || fail "din eval AUC $auc is not above 0.6"
-"$MT_PS_BIN" --config "$conf" --listen 127.0.0.1:0 --port-file "$tmp/ps4.port" "${small[@]}" "${din[@]}" \
-  2> "$tmp/ps4.err" &
-pids+=($!)
-wait_until "$E2E_GUARD_S" test -s "$tmp/ps4.port" ||
-  { cat "$tmp/ps4.err" >&2; fail "monolith-ps did not start"; }
-"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${din[@]}" --set "cluster.ps=127.0.0.1:$(cat "$tmp/ps4.port")" \
-  --train "$tmp/train3.tsv" --eval "$tmp/eval3.tsv" --epochs 2 --report "$tmp/din-ps.json" \
-  > /dev/null 2> "$tmp/din-ps.err" || { cat "$tmp/din-ps.err" >&2; fail "din PS run"; }
-for k in examples progressive_auc eval_auc eval_logloss; do
-  [ "$(json "$tmp/din.json" $k)" = "$(json "$tmp/din-ps.json" $k)" ] \
-    || fail "din $k differs: local $(cat "$tmp/din.json") PS $(cat "$tmp/din-ps.json")"
-done
-kill -TERM "${pids[0]}"; wait "${pids[0]}" || fail "monolith-ps exit status"; pids=()
+on_ps din "$tmp/train3.tsv" "$tmp/eval3.tsv" "${din[@]}"
+same_on_ps din examples progressive_auc eval_auc eval_logloss
 # one label per task: a one-label input for the two-task model, and the reverse
 expect_rc() { # expect_rc STATUS PATTERN ARGS...
   local want=$1 pat=$2; shift 2
