@@ -14,9 +14,12 @@
  *     untimed warm-up pass of as many examples: most ids have a row, as in a steady stream;
  *   - each with 1 thread (a trainer and its own table) and 2 threads (two trainers, each
  *     its dense model, on one shared table: hogwild on the sparse part);
- *   - model "dcnv2" (3 cross layers, full rank and rank 64; --quick: rank 64 only), warm, 1
- *     thread, each with its own compute floor (the MLP's FLOPs plus the cross layers') and
- *     vs_deepfm;
+ *   - model "dcnv2" (3 cross layers, full rank and rank 64; --quick: rank 64 only), "mmoe" (2
+ *     tasks, 4 experts of 64, towers 256-128; labels of two tasks) and "din" (a 27th slot of
+ *     20 behaviours, Zipf ids of the item slot 2, attended by slot 2 with width 32), warm,
+ *     1 thread, each with its own compute floor (its sgemm FLOPs: the MLP's plus the cross
+ *     layers', the experts', gates' and towers', or the attention layer's per behaviour)
+ *     and vs_deepfm;
   *   - pytorch_examples_per_s: a plain PyTorch DeepFM of the same shapes and optimizers on
  *     the warm stream (bench/pytorch_deepfm.py, one thread, run by /usr/bin/python3 when
  *     Debian's python3-torch is installed; otherwise a line saying why it is missing), and
@@ -92,34 +95,51 @@ static void emit(const char *metric, double v, const char *unit, const char *ext
 enum { PHASE_COLD, PHASE_WARM };
 static const char *phase_name[2] = {"cold", "warm"};
 
+#define SEQ_SLOT 27 /* din: the behaviours' slot (its ids are the item slot 2's) */
+#define SEQ_LEN  20
+
 typedef struct stream {
     int phase;
     uint64_t x; /* rng state */
     mt_zipf_t z;
+    uint32_t ntasks; /* labels per example (mmoe: 2) */
+    uint32_t seq;    /* din: behaviours per example in slot SEQ_SLOT, 0: none */
 } stream_t;
 
-static void stream_init(stream_t *s, int phase, uint64_t seed) {
+/* The stream of phase for a trainer of config @p tc (its tasks; din: its behaviours). */
+static void stream_init(stream_t *s, int phase, uint64_t seed, const mt_trainer_config_t *tc) {
     s->phase = phase;
     s->x = seed;
     mt_zipf_init(&s->z, 1000000, 1.05);
+    s->ntasks = tc->family.type == MT_MODEL_MMOE ? tc->family.ntasks : 1;
+    s->seq = tc->family.type == MT_MODEL_DIN ? tc->family.seq_len : 0;
+}
+
+static uint64_t draw(stream_t *sm) {
+    return sm->phase == PHASE_COLD ? skewed(&sm->x, 1000000)
+                                   : mt_zipf_next(&sm->z, mt_bench_rand01_cb, &sm->x);
 }
 
 static void fill(mt_batch_t *b, size_t n, stream_t *sm) {
     mt_batch_clear(b);
-    uint64_t fids[NSLOTS];
-    const uint64_t *fp[NSLOTS];
-    uint32_t counts[NSLOTS];
+    uint64_t fids[NSLOTS + 1], seq[MT_MODEL_MAX_SEQ];
+    const uint64_t *fp[NSLOTS + 1];
+    uint32_t counts[NSLOTS + 1];
     for (size_t i = 0; i < n; i++) {
         uint64_t h = 0;
         for (int s = 0; s < NSLOTS; s++) {
-            uint64_t v = sm->phase == PHASE_COLD ? skewed(&sm->x, 1000000)
-                                                 : mt_zipf_next(&sm->z, mt_bench_rand01_cb, &sm->x);
+            uint64_t v = draw(sm);
             fids[s] = mt_fid_of_int((uint16_t)(s + 1), v);
             fp[s] = &fids[s];
             counts[s] = 1;
             h ^= v * (uint64_t)(s + 1);
         }
-        mt_batch_add(b, (float)((h % 10) == 0), 0, 1.0f, fp, counts);
+        for (uint32_t j = 0; j < sm->seq; j++)
+            seq[j] = mt_fid_of_int(SEQ_SLOT, draw(sm));
+        fp[NSLOTS] = seq;
+        counts[NSLOTS] = sm->seq;
+        const float y[2] = {(float)((h % 10) == 0), (float)((h % 7) == 0)};
+        mt_batch_add_labels(b, y, 0, 1.0f, fp, counts);
     }
 }
 
@@ -130,14 +150,16 @@ typedef struct batches {
 } batches_t;
 
 static int batches_make(batches_t *bs, size_t count, size_t batch, stream_t *sm) {
-    uint16_t ids[NSLOTS];
-    for (int s = 0; s < NSLOTS; s++)
+    uint16_t ids[NSLOTS + 1];
+    for (int s = 0; s <= NSLOTS; s++)
         ids[s] = (uint16_t)(s + 1);
     bs->b = calloc(count, sizeof(mt_batch_t));
     if (!bs->b) return -1;
     bs->n = count;
     for (size_t i = 0; i < count; i++) {
-        if (mt_batch_init(&bs->b[i], ids, NSLOTS) != MT_OK) return -1;
+        if (mt_batch_init(&bs->b[i], ids, NSLOTS + (sm->seq > 0)) != MT_OK ||
+            mt_batch_set_tasks(&bs->b[i], sm->ntasks) != MT_OK)
+            return -1;
         fill(&bs->b[i], batch, sm);
     }
     return 0;
@@ -229,16 +251,17 @@ static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t n
     mt_table_t *t = shared ? shared : mt_trainer_table(tr[0]);
     /* Warm-up (untimed): the warm phase's long pass, or one batch (the first rows). */
     stream_t sm;
-    stream_init(&sm, phase, seed);
+    stream_init(&sm, phase, seed, &tc);
     if (batches_make(&wb, phase == PHASE_WARM ? warm_batches : 1, batch, &sm)) goto out;
-    w[0] = (worker_t){.tr = tr[0], .bs = &wb, .probs = malloc(batch * sizeof(float))};
-    w[1].probs = malloc(batch * sizeof(float));
+    /* probs: [batch x T] (mmoe: 2 tasks) */
+    w[0] = (worker_t){.tr = tr[0], .bs = &wb, .probs = malloc(2 * batch * sizeof(float))};
+    w[1].probs = malloc(2 * batch * sizeof(float));
     if (!w[0].probs || !w[1].probs) goto out;
     worker_run(&w[0]);
     if (w[0].err) goto out;
     for (int i = 0; i < nt; i++) {
         stream_t si;
-        stream_init(&si, phase, seed * 1000 + 7 + (uint64_t)i);
+        stream_init(&si, phase, seed * 1000 + 7 + (uint64_t)i, &tc);
         if (batches_make(&bs[i], nbatches, batch, &si)) goto out;
         w[i].tr = tr[i];
         w[i].bs = &bs[i];
@@ -573,6 +596,60 @@ int main(int argc, char **argv) {
             emit("train_examples_per_s", med, "examples/s", extra);
         }
     }
+    /* mmoe and din, warm, one thread, against their own floors: mmoe's experts D x K h_e,
+     * gates D x T K and T towers (h_e x 256, 256 x 128, 128); din's MLP as deepfm's (x' is
+     * 26 cells of 16) plus the attention layer (4d x H, H) for each of its 20 behaviours. */
+    if (phase_hi == PHASE_WARM) {
+        for (int f = 0; f < 2; f++) {
+            mt_trainer_config_t mc = tc;
+            double mfwd;
+            const char *name = f ? "din" : "mmoe";
+            if (f == 0) {
+                mc.family.type = MT_MODEL_MMOE;
+                mc.family.ntasks = 2;
+                mc.family.nexperts = 4;
+                mc.family.expert_width = 64;
+                double D = (double)in, K = 4, he = 64, T = 2;
+                mfwd = 2.0 * D * K * he + 2.0 * D * T * K +
+                       T * (2.0 * he * 256 + 2.0 * 256 * 128 + 2.0 * 128);
+            } else {
+                mc.family.type = MT_MODEL_DIN;
+                mc.nslots = NSLOTS + 1;
+                mc.slot_ids[NSLOTS] = SEQ_SLOT;
+                mc.family.seq_slot = NSLOTS;
+                mc.family.seq_query = 1; /* slot 2, "the item" */
+                mc.family.seq_len = SEQ_LEN;
+                mc.family.attention_width = 32;
+                mfwd = fwd + SEQ_LEN * (2.0 * 4 * DIM * 32 + 2.0 * 32);
+            }
+            double mfloor = gf * 1e9 / (3 * mfwd);
+            double r[15], rc[15];
+            for (int k = 0; k < reps; k++) {
+                run_result_t res = {0, 0, 0, 0};
+                if (run_local(&mc, PHASE_WARM, 1, nbatches, nbatches, batch, 1 + (uint64_t)k,
+                              &res)) {
+                    fprintf(stderr, "trainer_bench: %s run failed\n", name);
+                    return 1;
+                }
+                r[k] = res.rate;
+                rc[k] = res.cpu_rate;
+            }
+            double med = mt_bench_median(r, (size_t)reps),
+                   med_cpu = mt_bench_median(rc, (size_t)reps);
+            snprintf(extra, sizeof(extra),
+                     "\"phase\":\"warm\",\"threads\":1,\"model\":\"%s\",\"shape\":\"%s\","
+                     "\"compute_floor\":%.6g,\"flops_per_example\":%.0f,"
+                     "\"vs_compute_floor\":%.3f,\"vs_deepfm\":%.3f,\"min\":%.6g,\"max\":%.6g,"
+                     "\"per_thread_cpu\":%.6g,\"reps\":%d,\"slots\":%d,\"dim\":%d,"
+                     "\"mlp\":\"256-128\",\"batch\":%zu",
+                     name,
+                     f ? "20 behaviours of slot 2's ids, attention width 32"
+                       : "2 tasks, 4 experts of 64, towers 256-128",
+                     mfloor, 3 * mfwd, med / mfloor, local_warm > 0 ? med / local_warm : 0, r[0],
+                     r[reps - 1], med_cpu, reps, (int)mc.nslots, DIM, batch);
+            emit("train_examples_per_s", med, "examples/s", extra);
+        }
+    }
     /* The PyTorch baseline beside our warm one-thread figure. */
     if (with_torch && phase_hi == PHASE_WARM) {
         torch_result_t tres;
@@ -610,7 +687,7 @@ int main(int argc, char **argv) {
     size_t nslots = 0;
     mt_trainer_slot_configs(&tc, slots, NSLOTS, &nslots);
     stream_t sm;
-    stream_init(&sm, PHASE_COLD, 1);
+    stream_init(&sm, PHASE_COLD, 1, &tc);
     batches_t bs = {0};
     if (batches_make(&bs, nbatches + 1, batch, &sm)) return 1;
     float *probs = malloc(batch * sizeof(float));
