@@ -181,3 +181,52 @@ mt_err_t mt_model_config_validate(const mt_model_config_t *cfg, char *errbuf, si
     if (errlen) errbuf[0] = '\0';
     return MT_OK;
 }
+
+mt_err_t mt_model_layout_init(mt_model_layout_t *l, const mt_model_config_t *mc,
+                              const uint16_t *slot_ids, const uint8_t *mean,
+                              const uint64_t *buckets, uint64_t default_buckets, char *errbuf,
+                              size_t errlen) {
+    char dummy[1];
+    if (!errbuf) {
+        errbuf = dummy;
+        errlen = sizeof dummy;
+    }
+    if (!l || !slot_ids || mt_model_config_validate(mc, errbuf, errlen) != MT_OK) {
+        if (!l || !slot_ids) snprintf(errbuf, errlen, "layout: NULL argument");
+        return MT_CONFIG;
+    }
+    if (mc->nslots > MT_MODEL_LAYOUT_MAX_SLOTS) {
+        snprintf(errbuf, errlen, "%u model slots: at most %u", mc->nslots,
+                 (unsigned)MT_MODEL_LAYOUT_MAX_SLOTS);
+        return MT_CONFIG;
+    }
+    memset(l, 0, sizeof *l);
+    l->nslots = mc->nslots;
+    l->uniform = 1;
+    for (uint32_t s = 0; s < mc->nslots; s++) {
+        mt_model_slot_t *ls = &l->slot[s];
+        const int seq = mt_model_is_seq(mc, s);
+        const uint32_t src = seq ? mc->seq_query : s; /* the slot whose rows it reads */
+        ls->id = slot_ids[s];
+        ls->lookup_slot = slot_ids[src];
+        ls->kind = seq               ? MT_MODEL_SLOT_SEQ
+                   : mean && mean[s] ? MT_MODEL_SLOT_MEAN
+                                     : MT_MODEL_SLOT_SUM;
+        if (seq && mean && mean[s]) {
+            snprintf(errbuf, errlen, "slot %u is din's sequence slot, which is not pooled",
+                     (unsigned)slot_ids[s]);
+            return MT_CONFIG;
+        }
+        ls->dim = mt_model_slot_dim(mc, s);
+        ls->width = mt_model_slot_width(mc, s);
+        ls->off = l->width;
+        ls->len = seq ? mc->seq_len : UINT32_MAX;
+        ls->buckets = buckets && buckets[src] ? buckets[src] : default_buckets;
+        l->width += ls->width;
+        if (ls->dim > l->max_dim) l->max_dim = ls->dim;
+        l->uniform &=
+            ls->kind == MT_MODEL_SLOT_SUM && ls->dim == mc->dim && ls->buckets == default_buckets;
+    }
+    if (errlen) errbuf[0] = '\0';
+    return MT_OK;
+}

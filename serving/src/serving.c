@@ -89,7 +89,6 @@ typedef struct worker {
     uint8_t *varies;   /* [S] slots the candidates' fids fill (the others: the user's) */
     uint8_t *user_has; /* [S] slots the user's fids fill (varies + S, one allocation) */
     uint32_t *count;   /* [2 * S] mean-pooled slots' ids: the user's, the candidate's */
-    uint32_t seq_n;    /* din: the user's behaviours collected (at most seq_len) */
     size_t seq_cands;  /* din: fids of the sequence slot in candidates (refused) */
     uint8_t *pack;     /* impression encoding, and the packed reply */
     size_t cap_pack;
@@ -120,16 +119,10 @@ struct mt_serving {
     char *params_topic, *bootstrap, **kafka_conf; /* sync_kafka: owned copies */
     uint16_t *slot_index; /* [65536]: model slot index of a feature slot, or NO_SLOT */
     uint16_t mean_idx[MT_SERVING_MAX_SLOTS]; /* model slot indexes of mean-pooled slots */
-    uint64_t buckets[MT_SERVING_MAX_SLOTS];  /* per model slot: its hash-bucket modulus */
-    /* per model slot: its dim and its cell's offset in a row of E; D their sum, maxd the
-     * largest; mixed: they differ (rows packed at roff[]) */
-    uint32_t dims[MT_SERVING_MAX_SLOTS], eoff[MT_SERVING_MAX_SLOTS], maxd;
-    size_t D;
+    /* the model's feature layout (model.h): each slot's table ids, pooling, dim and cell;
+     * mixed: the slots' dims differ (rows packed at roff[]) */
+    mt_model_layout_t lay;
     int mixed;
-    /* din: the sequence slot (its index, length, its query slot's index and id): the user's
-     * behaviours, looked up in the query slot's rows, the first seq_len in order */
-    int seq;
-    uint32_t seq_idx, seq_len, seq_q, seq_query_id;
     uint32_t n_mean;
     uint32_t ntasks; /* T: scores per candidate (the model's tasks: 1 but for mmoe) */
     mt_table_t *table;
@@ -301,8 +294,12 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
     mt_model_config_t mc;
     uint32_t dims[MT_SERVING_MAX_SLOTS];
     model_config(c, dims, &mc);
-    if (mt_model_config_validate(&mc, errbuf, errlen) != MT_OK) return MT_CONFIG;
-    return MT_OK;
+    mt_model_layout_t *lay = malloc(sizeof *lay); /* (8 KiB: not on the stack) */
+    if (!lay) BAD("out of memory");
+    mt_err_t err = mt_model_layout_init(lay, &mc, c->slot_ids, c->slot_mean, c->slot_hash_buckets,
+                                        c->hash_buckets, errbuf, errlen);
+    free(lay);
+    return err;
 #undef BAD
 }
 
@@ -358,27 +355,22 @@ mt_err_t mt_serving_create(const mt_serving_config_t *cfg, mt_serving_t **out, c
     sv->nheld = cfg->nheld ? cfg->nheld : cfg->num_shards;
     for (uint32_t i = 0; i < 65536; i++)
         sv->slot_index[i] = NO_SLOT;
-    for (uint32_t s = 0; s < cfg->nslots; s++) {
-        sv->slot_index[cfg->slot_ids[s]] = (uint16_t)s;
-        if (cfg->slot_mean[s]) sv->mean_idx[sv->n_mean++] = (uint16_t)s;
-        sv->buckets[s] = cfg->slot_hash_buckets[s] ? cfg->slot_hash_buckets[s] : cfg->hash_buckets;
-        uint32_t d = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
-        sv->dims[s] = d;
-        sv->eoff[s] = (uint32_t)sv->D;
-        sv->D += d;
-        if (d > sv->maxd) sv->maxd = d;
-        sv->mixed |= d != cfg->dim;
+    {
+        mt_model_config_t mc;
+        uint32_t dims[MT_SERVING_MAX_SLOTS];
+        model_config(cfg, dims, &mc);
+        /* (check_config() built it once already) */
+        if (mt_model_layout_init(&sv->lay, &mc, cfg->slot_ids, cfg->slot_mean,
+                                 cfg->slot_hash_buckets, cfg->hash_buckets, errbuf, errlen)) {
+            err = MT_CONFIG;
+            goto fail;
+        }
     }
-    if (cfg->family.type == MT_MODEL_DIN) { /* its cell holds seq_len rows (model.h) */
-        const mt_model_family_t *f = &cfg->family;
-        sv->seq = 1;
-        sv->seq_idx = f->seq_slot;
-        sv->seq_len = f->seq_len;
-        sv->seq_q = f->seq_query;
-        sv->seq_query_id = cfg->slot_ids[f->seq_query];
-        sv->D += (size_t)(f->seq_len - 1) * sv->dims[f->seq_slot];
-        for (uint32_t s = f->seq_slot + 1; s < cfg->nslots; s++)
-            sv->eoff[s] += (f->seq_len - 1) * sv->dims[f->seq_slot];
+    for (uint32_t s = 0; s < cfg->nslots; s++) {
+        const mt_model_slot_t *ls = &sv->lay.slot[s];
+        sv->slot_index[cfg->slot_ids[s]] = (uint16_t)s;
+        if (ls->kind == MT_MODEL_SLOT_MEAN) sv->mean_idx[sv->n_mean++] = (uint16_t)s;
+        sv->mixed |= ls->dim != cfg->dim;
     }
     /* mt_model_ntasks() of the model the config builds (asserted against it per Predict) */
     sv->ntasks = mt_model_family_ntasks(&cfg->family);
@@ -1226,7 +1218,7 @@ static void worker_put(mt_serving_t *sv, worker_t *w, worker_t *tmp) {
 
 /* Sizes the scratch for @p nf fids and @p n candidates. @returns 0 or -1 (out of memory). */
 static int worker_reserve(mt_serving_t *sv, worker_t *w, size_t nf, size_t n, size_t nuser) {
-    size_t d = sv->maxd, S = sv->cfg.nslots, D = sv->D;
+    size_t d = sv->lay.max_dim, S = sv->cfg.nslots, D = sv->lay.width;
     if (!w->ws && mt_model_ws_create(&w->ws) != MT_OK) return -1;
     if (!w->varies) {
         if (!(w->varies = malloc(2 * S))) return -1;
@@ -1331,36 +1323,37 @@ static void count_fids(const mt_serving_t *sv, const sv_sf_t *sf, size_t n, size
     }
 }
 
-/* Appends the fids of model slots in sf to the worker's lists. With @p dedup (a
+/* Appends the fids of model slots in sf to the worker's lists, as the layout's table ids
+ * (those it does not read, past a sequence's length, left out). With @p dedup (a
  * candidate's), skips those in the user set and flags the slots filled in w->varies; without
- * (the user's), adds them to the set. @returns the new count. */
+ * (the user's), adds them to the set and counts them per slot in w->count. A candidate's
+ * fids of a sequence slot (din: the user's) are counted in w->seq_cands, not taken.
+ * @returns the new count. */
 static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf_t *sf, size_t n,
                       int dedup) {
     for (size_t i = 0; i < n; i++) {
         uint16_t s = sv->slot_index[sf[i].slot];
         if (s == NO_SLOT) continue;
+        const mt_model_slot_t *ls = &sv->lay.slot[s];
+        if (dedup && ls->kind == MT_MODEL_SLOT_SEQ) {
+            w->seq_cands += sf[i].nfids;
+            continue;
+        }
         sv_fids_t it;
         uint64_t raw;
         sv_fids_begin(&it, &w->req, &sf[i]);
         while (sv_fids_next(&it, &raw)) {
             /* a fid holds its slot: only a slot the user fills can repeat a user fid */
             if (dedup && w->user_has[s] && set_has(w, raw)) continue;
-            if (sv->seq && s == sv->seq_idx) { /* din: the user's behaviours, the first L */
-                if (dedup)
-                    w->seq_cands++;
-                else if (w->seq_n < sv->seq_len) {
-                    w->seq_n++;
-                    w->fids[k] = mt_model_reduce_fid(mt_model_seq_fid(raw, sv->seq_query_id),
-                                                     sv->buckets[sv->seq_q]);
-                    w->cell[k++] = s;
-                }
-                continue;
-            }
+            /* (a candidate's position only matters in a sequence, which is the user's) */
+            uint64_t id = mt_model_layout_id(ls, dedup ? 0 : w->count[s], raw);
+            if (id == MT_MODEL_NO_ID) continue;
             if (!dedup) {
                 set_add(w, raw);
                 w->user_has[s] = 1;
+                w->count[s]++;
             }
-            w->fids[k] = mt_model_reduce_fid(raw, sv->buckets[s]);
+            w->fids[k] = id;
             w->cell[k] = s;
             if (dedup) w->varies[s] = 1;
             k++;
@@ -1369,45 +1362,28 @@ static size_t collect(const mt_serving_t *sv, worker_t *w, size_t k, const sv_sf
     return k;
 }
 
-/* Mean pooling (model.h): scales the mean-pooled cells of a pooled row by their counts, the
- * user's (count[0, S)) plus those of fids [from, to) (a candidate's; none for the user's
- * own row). */
-static void pool_mean(const mt_serving_t *sv, worker_t *w, size_t from, size_t to, float *E,
-                      float *W1) {
-    size_t S = sv->cfg.nslots;
-    uint32_t *cc = w->count + S;
-    for (size_t k = from; k < to; k++)
-        cc[w->cell[k]]++;
-    for (uint32_t i = 0; i < sv->n_mean; i++) {
-        uint16_t s = sv->mean_idx[i];
-        uint32_t c = w->count[s] + cc[s];
-        if (c > 1)
-            mt_model_pool_scale(E + sv->eoff[s], W1 + s, mt_model_mean_scale(c), sv->dims[s]);
-        cc[s] = 0;
+/* Adds the rows of fids [from, to) to their cells of a row of E and W1 (the layout's
+ * pooling, model.h), the cells' positions going on from pos[] (the ids each already holds:
+ * a candidate's come after the user's). Cells start as zeros, so only a mean slot needs its
+ * end (mt_model_layout_end() after the last id: pool_end()). */
+static void pool(const mt_serving_t *sv, const worker_t *w, size_t from, size_t to, float *E,
+                 float *W1, uint32_t *pos) {
+    const size_t rw = mt_model_row_floats(sv->cfg.dim);
+    for (size_t k = from; k < to; k++) {
+        const uint16_t s = w->cell[k];
+        const mt_model_slot_t *ls = &sv->lay.slot[s];
+        const float *row = w->emb + (sv->mixed ? w->roff[k] : k * rw);
+        mt_model_layout_add(ls, pos[s]++, E + ls->off, W1 + s, row);
     }
 }
 
-/* Adds the rows of fids [from, to) to their cells of E and W1 (model.h's pooling; din: the
- * user's behaviours in order into the sequence's cell, which starts as zeros). */
-static void pool(const mt_serving_t *sv, const worker_t *w, size_t from, size_t to, float *E,
-                 float *W1) {
-    if (sv->mixed || sv->seq) { /* rows packed by their slots' dims; cells at eoff[] */
-        const size_t rw = mt_model_row_floats(sv->cfg.dim);
-        uint32_t j = 0; /* din: the next behaviour's position */
-        for (size_t k = from; k < to; k++) {
-            uint16_t s = w->cell[k];
-            const float *row = w->emb + (sv->mixed ? w->roff[k] : k * rw);
-            if (sv->seq && s == sv->seq_idx)
-                mt_model_seq_put(E + sv->eoff[s], j++, row, sv->dims[s]);
-            else
-                mt_model_pool_add(E + sv->eoff[s], W1 + s, row, sv->dims[s]);
-        }
-        return;
+/* Ends the mean-pooled cells of a pooled row of pos[s] ids each. */
+static void pool_end(const mt_serving_t *sv, const uint32_t *pos, float *E, float *W1) {
+    for (uint32_t i = 0; i < sv->n_mean; i++) {
+        const uint16_t s = sv->mean_idx[i];
+        const mt_model_slot_t *ls = &sv->lay.slot[s];
+        mt_model_layout_end(ls, pos[s], E + ls->off, W1 + s);
     }
-    uint32_t d = sv->cfg.dim;
-    size_t rw = mt_model_row_floats(d);
-    for (size_t k = from; k < to; k++)
-        mt_model_pool_add(E + (size_t)w->cell[k] * d, W1 + w->cell[k], w->emb + k * rw, d);
 }
 
 /* Deterministic sampling of a request: XXH3 of its id against the rate. */
@@ -1516,7 +1492,7 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         goto out;
     }
     /* fids: the user's [0, ku), then candidate i's [ends[i-1], ends[i]) */
-    w->seq_n = 0;
+    memset(w->count, 0, 2 * sv->cfg.nslots * sizeof(uint32_t));
     w->seq_cands = 0;
     size_t ku = collect(sv, w, 0, r->user, r->n_user, 0);
     size_t *ends = w->ends;
@@ -1529,15 +1505,16 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
         FAIL(sv, c, MT_RPC_INVALID_ARGUMENT,
              "%zu fid(s) of slot %u in candidates: slot %u is the model's behaviour sequence, "
              "one of the user's slots",
-             w->seq_cands, sv->cfg.slot_ids[sv->seq_idx], sv->cfg.slot_ids[sv->seq_idx]);
+             w->seq_cands, sv->cfg.slot_ids[sv->cfg.family.seq_slot],
+             sv->cfg.slot_ids[sv->cfg.family.seq_slot]);
         goto out;
     }
-    size_t S = sv->cfg.nslots, D = sv->D;
+    size_t S = sv->cfg.nslots, D = sv->lay.width;
     if (sv->mixed) { /* each fid's row in emb: packed by the slots' dims */
         size_t off = 0;
         for (size_t j = 0; j < k; j++) {
             w->roff[j] = off;
-            off += mt_model_row_floats(sv->dims[w->cell[j]]);
+            off += mt_model_row_floats(sv->lay.slot[w->cell[j]].dim);
         }
         w->roff[k] = off;
     }
@@ -1570,19 +1547,18 @@ static void predict(mt_serving_t *sv, mt_rpc_call_t *c, const uint8_t *req, size
     float *Eu = w->E + n * D, *W1u = w->W1 + n * S;
     memset(Eu, 0, D * sizeof(float));
     memset(W1u, 0, S * sizeof(float));
-    pool(sv, w, 0, ku, Eu, W1u);
-    if (sv->n_mean) { /* the user's ids per mean-pooled slot */
-        memset(w->count, 0, 2 * S * sizeof(uint32_t));
-        for (size_t j = 0; j < ku; j++)
-            w->count[w->cell[j]]++;
-    }
+    uint32_t *pos = w->count + S; /* the positions in the cells (collect() counted the
+                                     user's ids per slot in w->count) */
+    memset(pos, 0, S * sizeof(uint32_t));
+    pool(sv, w, 0, ku, Eu, W1u, pos);
     for (size_t i = 0; i < n; i++) {
         float *E = w->E + i * D, *W1 = w->W1 + i * S;
         size_t from = i ? ends[i - 1] : ku;
         memcpy(E, Eu, D * sizeof(float));
         memcpy(W1, W1u, S * sizeof(float));
-        pool(sv, w, from, ends[i], E, W1);
-        if (sv->n_mean) pool_mean(sv, w, from, ends[i], E, W1);
+        memcpy(pos, w->count, S * sizeof(uint32_t));
+        pool(sv, w, from, ends[i], E, W1, pos);
+        pool_end(sv, pos, E, W1);
     }
     err = mt_model_forward_serving(m->m, w->ws, w->E, w->W1, n, sv->cfg.negative_rate, w->varies,
                                    w->probs);

@@ -103,15 +103,11 @@ struct mt_trainer {
     float *E, *W1, *dE, *dW1, *probs; /* probs: [n x ntasks] */
     uint32_t ntasks;                  /* the model's tasks: labels and scores per example */
     uint32_t *map;                    /* unique index + 1 (the calling thread's only) */
-    /* the slots' dims: dims[s] (slot_dim, or dim), D their sum (E's row), maxd the largest;
-     * mixed: they differ, rows are packed at uoff[] (else id u's row is at u * (dim + 1)) */
-    uint32_t dims[256], maxd;
-    size_t D;
+    /* the model's feature layout (model.h): each slot's table ids, pooling, dims and cells;
+     * mixed: the slots' dims differ, rows are packed at uoff[] (else id u's row is at
+     * u * (dim + 1)) */
+    mt_model_layout_t lay;
     int mixed;
-    /* din: the sequence slot (its index, its length L, its query slot's id), whose ids are
-     * looked up in the query slot's rows, the first L of a cell kept in order */
-    int seq;
-    uint32_t seq_slot, seq_len, seq_query_id;
     pipe_t pipe;
 };
 
@@ -227,11 +223,10 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     mt_trainer_t *tr = calloc(1, sizeof(*tr));
     if (!tr) return MT_NOMEM;
     tr->cfg = *cfg;
+    uint32_t dims[256];
     for (uint32_t s = 0; s < cfg->nslots; s++) {
-        uint32_t d = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
-        tr->dims[s] = d;
-        if (d > tr->maxd) tr->maxd = d;
-        tr->mixed |= d != cfg->dim;
+        dims[s] = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
+        tr->mixed |= dims[s] != cfg->dim;
     }
     mt_err_t err = MT_NOMEM;
     if (cfg->backend) {
@@ -264,20 +259,13 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     memcpy(mc.hidden, cfg->hidden, sizeof(mc.hidden));
     mc.init_seed = cfg->seed;
     mt_model_family_set(&mc, &cfg->family);
-    mc.slot_dims = tr->mixed ? tr->dims : NULL;
+    mc.slot_dims = tr->mixed ? dims : NULL;
     err = mt_model_create(&mc, &tr->model);
     if (err) goto fail;
-    const mt_model_config_t *m = mt_model_config(tr->model);
-    for (uint32_t s = 0; s < cfg->nslots; s++) /* E's row: din's sequence holds L rows */
-        tr->D += mt_model_slot_width(m, s);
-    if (m->type == MT_MODEL_DIN) {
-        err = MT_CONFIG;
-        if (cfg->slot_mean[m->seq_slot]) goto fail; /* a sequence is not pooled */
-        tr->seq = 1;
-        tr->seq_slot = m->seq_slot;
-        tr->seq_len = m->seq_len;
-        tr->seq_query_id = cfg->slot_ids[m->seq_query];
-    }
+    /* (a mean-pooled din sequence: MT_CONFIG) */
+    err = mt_model_layout_init(&tr->lay, mt_model_config(tr->model), cfg->slot_ids, cfg->slot_mean,
+                               cfg->slot_hash_buckets, cfg->hash_buckets, NULL, 0);
+    if (err) goto fail;
     tr->ntasks = mt_model_ntasks(tr->model);
     err = mt_model_ws_create(&tr->ws);
     if (err) goto fail;
@@ -347,7 +335,7 @@ static mt_err_t reserve_ids(idset_t *s, size_t occ, size_t d, int mixed) {
 /* Grows the step's scratch for a batch of n examples, occ occurrences (the map too, which
  * every id set's mapping uses). */
 static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
-    size_t d = tr->maxd, S = tr->cfg.nslots, D = tr->D;
+    size_t d = tr->lay.max_dim, S = tr->cfg.nslots, D = tr->lay.width;
     if (occ > tr->cap_ug || !tr->ug) {
         size_t c = grown(tr->cap_ug, occ, 1024);
         if (resize((void **)&tr->ug, c * mt_model_row_floats((uint32_t)d) * sizeof(float)) ||
@@ -384,36 +372,29 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
     while (sz < 2 * b->nfids)
         sz *= 2;
     memset(tr->map, 0, sz * sizeof(uint32_t));
-    /* The reduction modulus: hash_buckets, or slot_hash_buckets of the occurrence's slot.
-     * Occurrences are in cell order (example i, slot s), so the slot follows the offsets. */
-    const uint64_t *shb = tr->cfg.slot_hash_buckets;
-    int per_slot = 0;
-    for (uint32_t s = 0; s < b->nslots; s++)
-        per_slot |= shb[s] != 0;
-    uint64_t hb = tr->cfg.hash_buckets;
+    /* An occurrence's table id is the layout's for its slot and position (the reduction by
+     * the slot's buckets; a din sequence's ids are the query slot's, past its length none:
+     * uidx UINT32_MAX, not looked up). Occurrences are in cell order (example i, slot s), so
+     * the slot follows the offsets; a uniform layout reduces every id alike. */
+    const uint64_t hb = tr->cfg.hash_buckets;
     size_t cell = 0;
     uint32_t slot = 0;
-    const int track = per_slot || tr->mixed || tr->seq;
+    const int track = !tr->lay.uniform;
     for (size_t k = 0; k < b->nfids; k++) {
         uint64_t f = b->fids[k];
-        uint32_t hs = slot; /* the slot whose buckets reduce it */
         if (track) {
             while (k >= b->offsets[cell + 1]) {
                 cell++;
                 slot = slot + 1 == b->nslots ? 0 : slot + 1;
             }
-            hs = slot;
-            if (tr->seq && slot == tr->seq_slot) { /* din: a behaviour is a query slot's id */
-                if (k - b->offsets[cell] >= tr->seq_len) {
-                    ids->uidx[k] = UINT32_MAX; /* past the L read: not looked up */
-                    continue;
-                }
-                f = mt_model_seq_fid(f, tr->seq_query_id);
-                hs = tr->cfg.family.seq_query;
+            f = mt_model_layout_id(&tr->lay.slot[slot], (uint32_t)(k - b->offsets[cell]), f);
+            if (f == MT_MODEL_NO_ID) {
+                ids->uidx[k] = UINT32_MAX;
+                continue;
             }
-            if (per_slot) hb = shb[hs] ? shb[hs] : tr->cfg.hash_buckets;
+        } else {
+            f = mt_model_reduce_fid(f, hb);
         }
-        f = mt_model_reduce_fid(f, hb);
         size_t h = (size_t)((f * 0x9E3779B97F4A7C15ull) >> 17) & (sz - 1);
         while (tr->map[h] && ids->ufid[tr->map[h] - 1] != f)
             h = (h + 1) & (sz - 1);
@@ -429,7 +410,7 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
         size_t off = 0;
         for (size_t u = 0; u < nu; u++) {
             ids->uoff[u] = off;
-            off += mt_model_row_floats(tr->dims[ids->uslot[u]]);
+            off += mt_model_row_floats(tr->lay.slot[ids->uslot[u]].dim);
         }
         ids->uoff[nu] = off;
     }
@@ -442,19 +423,6 @@ static mt_err_t check_slots(const mt_trainer_t *tr, const mt_batch_t *b) {
     for (uint32_t s = 0; s < b->nslots; s++)
         if (b->slot_ids[s] != tr->cfg.slot_ids[s]) return MT_MISMATCH;
     return MT_OK;
-}
-
-/* y[0..d) += a * x[0..d) (the gradient scatter). The dim-16 version has a loop of known
- * length that GCC vectorizes at -O2; per element both do the scalar operations, so results
- * are the same. Pool and scatter were 5% of a warm step scalar. */
-static inline void add_scaled(float *restrict y, const float *restrict x, float a, size_t d) {
-    for (size_t j = 0; j < d; j++)
-        y[j] += a * x[j];
-}
-
-static inline void add16(float *restrict y, const float *restrict x, float a) {
-    for (size_t j = 0; j < 16; j++)
-        y[j] += a * x[j];
 }
 
 /* Id u's row in an id set's uemb (and in ug): packed by the slots' dims. */
@@ -473,41 +441,30 @@ static mt_err_t look_up(const mt_trainer_t *tr, idset_t *ids, int train, uint32_
                               rows_len(tr, ids));
 }
 
-/* Pools the looked-up values of @p ids into E and W1 (model.h's pooling). */
+/* The ids of a cell the model reads: [k, end) of the batch, at most the slot's length. */
+static inline size_t cell_stop(const mt_model_slot_t *ls, size_t k, size_t end) {
+    return end - k > ls->len ? k + ls->len : end;
+}
+
+/* Pools the looked-up values of @p ids into E and W1: each cell by the layout (model.h),
+ * from its ids' rows in order. Cells are in E's order (example i, slot s): cell (i, s)
+ * starts where cell (i, s - 1) ends; a cell starts from its first id's row (no clearing pass
+ * over E). */
 static void pool(mt_trainer_t *tr, const mt_batch_t *b, const idset_t *ids) {
     size_t S = tr->cfg.nslots;
-    /* A cell starts from its first id's row (no clearing pass over E), or zeros. Cells are
-     * in E's order (example i, slot s): cell (i, s) starts where cell (i, s - 1) ends. */
     const uint32_t *uidx = ids->uidx;
     const float *uemb = ids->uemb;
-    const uint8_t *mean = tr->cfg.slot_mean;
     size_t s = 0;
     float *e = tr->E;
     for (size_t cell = 0; cell < b->n * S; cell++, s = s + 1 == S ? 0 : s + 1) {
-        const uint32_t d = tr->dims[s];
+        const mt_model_slot_t *ls = &tr->lay.slot[s];
         float *w1 = tr->W1 + cell;
-        size_t k = b->offsets[cell], end = b->offsets[cell + 1];
-        if (tr->seq && s == tr->seq_slot) { /* din: the first L ids in order, then zeros */
-            const uint32_t L = tr->seq_len;
-            uint32_t j = 0;
-            for (; j < L && k + j < end; j++)
-                mt_model_seq_put(e, j, uemb + row_at(tr, ids, uidx[k + j]), d);
-            mt_model_seq_end(e, w1, j, L, d);
-            e += (size_t)L * d;
-            continue;
-        }
-        if (k == end) {
-            memset(e, 0, d * sizeof(float));
-            *w1 = 0;
-            e += d;
-            continue;
-        }
-        mt_model_pool_first(e, w1, uemb + row_at(tr, ids, uidx[k++]), d);
-        for (; k < end; k++)
-            mt_model_pool_add(e, w1, uemb + row_at(tr, ids, uidx[k]), d);
-        if (mean[s] && end - b->offsets[cell] > 1)
-            mt_model_pool_scale(e, w1, mt_model_mean_scale((uint32_t)(end - b->offsets[cell])), d);
-        e += d;
+        const size_t k0 = b->offsets[cell], end = b->offsets[cell + 1];
+        const size_t stop = cell_stop(ls, k0, end);
+        for (size_t k = k0; k < stop; k++)
+            mt_model_layout_add(ls, (uint32_t)(k - k0), e, w1, uemb + row_at(tr, ids, uidx[k]));
+        mt_model_layout_end(ls, (uint32_t)(end - k0), e, w1);
+        e += ls->width;
     }
 }
 
@@ -552,7 +509,7 @@ mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *b, float *probs)
     if (b->n == 0) return MT_OK;
     if ((err = reserve(tr, b->n, b->nfids)) != MT_OK) return err;
     idset_t *ids = free_ids(tr); /* stays free: no prefetch is made while this runs */
-    if ((err = reserve_ids(ids, b->nfids, tr->maxd, tr->mixed)) != MT_OK) return err;
+    if ((err = reserve_ids(ids, b->nfids, tr->lay.max_dim, tr->mixed)) != MT_OK) return err;
     unique_ids(tr, ids, b);
     if ((err = look_up(tr, ids, 0, 0)) != MT_OK) return err;
     pool(tr, b, ids);
@@ -689,7 +646,7 @@ mt_err_t mt_trainer_prefetch(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now
     if (waiting >= NIDS - 1) return MT_LIMIT;
     idset_t *s = free_ids(tr);
     if ((err = reserve(tr, b->n, b->nfids)) != MT_OK ||
-        (err = reserve_ids(s, b->nfids, tr->maxd, tr->mixed)) != MT_OK)
+        (err = reserve_ids(s, b->nfids, tr->lay.max_dim, tr->mixed)) != MT_OK)
         return err;
     unique_ids(tr, s, b);
     s->batch = b;
@@ -812,7 +769,7 @@ static mt_err_t compute(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, f
     } else {
         idset_t *s = *ids = free_ids(tr);
         set_state(tr, s, IDS_STEP);
-        if ((err = reserve_ids(s, b->nfids, tr->maxd, tr->mixed)) != MT_OK) return err;
+        if ((err = reserve_ids(s, b->nfids, tr->lay.max_dim, tr->mixed)) != MT_OK) return err;
         unique_ids(tr, s, b);
         if ((err = look_up(tr, s, 1, now_s)) != MT_OK) return err;
     }
@@ -855,31 +812,19 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
         float *ug = tr->ug;
         memset(ug, 0, len * sizeof(float));
         const uint32_t *uidx = ids->uidx;
-        const uint8_t *mean = tr->cfg.slot_mean;
         size_t s = 0;
         const float *de = tr->dE; /* cell (i, s)'s part of dE: in cell order, as in pool() */
         for (size_t cell = 0; cell < b->n * S; cell++, s = s + 1 == S ? 0 : s + 1) {
-            const size_t d = tr->dims[s];
-            size_t k = b->offsets[cell], end = b->offsets[cell + 1];
-            if (tr->seq && s == tr->seq_slot) { /* din: position j's gradient to its id */
-                const uint32_t L = tr->seq_len;
-                for (uint32_t j = 0; j < L && k + j < end; j++)
-                    add_scaled(ug + row_at(tr, ids, uidx[k + j]), de + (size_t)j * d, scale, d);
-                de += (size_t)L * d;
-                continue;
-            }
-            /* a mean-pooled cell passes each of its ids the gradient times 1 / count */
-            float sc = mean[s] ? scale * mt_model_mean_scale((uint32_t)(end - k)) : scale;
-            const float gw = sc * tr->dW1[cell];
-            for (; k < end; k++) {
-                float *g = ug + row_at(tr, ids, uidx[k]); /* the row's gradient */
-                if (d == 16)
-                    add16(g, de, sc);
-                else
-                    add_scaled(g, de, sc, d);
-                g[d] += gw;
-            }
-            de += d;
+            /* each id's row gets its share of the cell's gradient (the layout's: all of it,
+             * 1 / count of a mean, its position's of a sequence) */
+            const mt_model_slot_t *ls = &tr->lay.slot[s];
+            const size_t k0 = b->offsets[cell], end = b->offsets[cell + 1];
+            const size_t stop = cell_stop(ls, k0, end);
+            const float dw1 = tr->dW1[cell];
+            for (size_t k = k0; k < stop; k++)
+                mt_model_layout_grad(ls, (uint32_t)(k - k0), (uint32_t)(end - k0), de, dw1, scale,
+                                     ug + row_at(tr, ids, uidx[k]));
+            de += ls->width;
         }
         if (tr->cfg.cowclip_ratio > 0) { /* each id's embedding gradient, against its row */
             uint32_t *cnt = tr->ucnt;
@@ -888,7 +833,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
                 if (uidx[k] != UINT32_MAX) cnt[uidx[k]]++; /* (din: past L, none) */
             for (size_t u = 0; u < nu; u++) {
                 size_t at = row_at(tr, ids, u);
-                uint32_t du = tr->mixed ? tr->dims[ids->uslot[u]] : tr->cfg.dim;
+                uint32_t du = tr->mixed ? tr->lay.slot[ids->uslot[u]].dim : tr->cfg.dim;
                 mt_model_cowclip(ug + at, ids->uemb + at, du, cnt[u], tr->cfg.cowclip_ratio,
                                  tr->cfg.cowclip_zeta);
             }

@@ -318,6 +318,127 @@ static inline void mt_model_seq_end(float *e, float *w1, uint32_t used, uint32_t
     *w1 = 0.0f;
 }
 
+/*
+ * The feature layout: what each model slot's ids become, built once from the model's
+ * configuration and the slots' settings (mt_model_layout_init()) and read by the trainer and
+ * serving alike, so that neither holds a rule of its own about slots. For model slot s
+ * (0..S-1, in the model's order) l->slot[s] says:
+ *   - the table id an id at position pos of its cell is looked up as, or none
+ *     (mt_model_layout_id(): the reduction by its hash buckets; din's sequence: the query
+ *     slot's id, and nothing past its length);
+ *   - how a cell of E and W1 is made from its ids' rows (mt_model_layout_add() per id in
+ *     order, then mt_model_layout_end() with the count: sum, mean, or the sequence's rows in
+ *     order with zeros after), and the gradient each id's row gets from the cell's
+ *     (mt_model_layout_grad());
+ *   - its rows' dim, its cell's width and offset in a row of E (E's row: l->width floats).
+ * The fields are read-only after init; the functions below are pure (any thread).
+ */
+#define MT_MODEL_LAYOUT_MAX_SLOTS 256 /* model slots at most (the trainer's and serving's) */
+#define MT_MODEL_NO_ID            UINT64_MAX
+
+/** How a model slot's ids make its cell. */
+typedef enum mt_model_slot_kind {
+    MT_MODEL_SLOT_SUM = 0,  /* the rows summed */
+    MT_MODEL_SLOT_MEAN = 1, /* their mean (the sum times 1 / count) */
+    MT_MODEL_SLOT_SEQ = 2,  /* din's sequence: the first len rows in order, zeros after */
+} mt_model_slot_kind_t;
+
+typedef struct mt_model_slot {
+    uint16_t id;          /* the feature slot id (Example / PredictRequest slot) */
+    uint16_t lookup_slot; /* the slot id its ids are looked up in: its own, or (a sequence)
+                             the query slot's */
+    uint8_t kind;         /* mt_model_slot_kind_t */
+    uint32_t dim;         /* its rows' embedding floats (a row: mt_model_row_floats(dim)) */
+    uint32_t width;       /* its cell's floats in a row of E: dim, len * dim for a sequence */
+    uint32_t off;         /* its cell's offset in a row of E */
+    uint32_t len;         /* ids read per cell: a sequence's length, else UINT32_MAX */
+    uint64_t buckets;     /* the lookup slot's hash buckets (0: collisionless) */
+} mt_model_slot_t;
+
+typedef struct mt_model_layout {
+    uint32_t nslots;  /* S */
+    uint32_t width;   /* D: a row of E (the cells' widths summed) */
+    uint32_t max_dim; /* the largest row dim */
+    int uniform;      /* every slot summed, of one dim, collisionless or of one bucket
+                          count: an id's table id and row size need no slot (fast paths) */
+    mt_model_slot_t slot[MT_MODEL_LAYOUT_MAX_SLOTS];
+} mt_model_layout_t;
+
+/**
+ * Builds the layout of a model of configuration @p mc (validated: its slots, dims, family)
+ * whose slot s is feature slot @p slot_ids[s], mean-pooled when @p mean[s] (NULL: none),
+ * reduced by @p buckets[s] hash buckets when not 0, else @p default_buckets (NULL: all
+ * default). A sequence slot (din) is looked up in its query slot's rows with the query's
+ * buckets.
+ * @returns MT_OK, or MT_CONFIG (more than MT_MODEL_LAYOUT_MAX_SLOTS slots, an invalid @p mc, a
+ *          mean-pooled sequence: message in @p errbuf). (In mt_model_core.)
+ */
+mt_err_t mt_model_layout_init(mt_model_layout_t *l, const mt_model_config_t *mc,
+                              const uint16_t *slot_ids, const uint8_t *mean,
+                              const uint64_t *buckets, uint64_t default_buckets, char *errbuf,
+                              size_t errlen);
+
+/** The table id of @p fid, the id at position @p pos of slot @p ls's cell, or MT_MODEL_NO_ID
+ *  when the model does not read it (past a sequence's length). */
+static inline uint64_t mt_model_layout_id(const mt_model_slot_t *ls, uint32_t pos, uint64_t fid) {
+    if (pos >= ls->len) return MT_MODEL_NO_ID;
+    if (ls->kind == MT_MODEL_SLOT_SEQ) fid = mt_model_seq_fid(fid, ls->lookup_slot);
+    return mt_model_reduce_fid(fid, ls->buckets);
+}
+
+/** Adds the row of the id at position @p pos of its cell (e: the cell in E, w1: in W1);
+ *  position 0 starts the cell (whatever it held). Positions past a sequence's are ignored. */
+static inline void mt_model_layout_add(const mt_model_slot_t *ls, uint32_t pos, float *restrict e,
+                                       float *restrict w1, const float *restrict row) {
+    if (ls->kind == MT_MODEL_SLOT_SEQ) {
+        if (pos < ls->len) mt_model_seq_put(e, pos, row, ls->dim);
+    } else if (pos == 0) {
+        mt_model_pool_first(e, w1, row, ls->dim);
+    } else {
+        mt_model_pool_add(e, w1, row, ls->dim);
+    }
+}
+
+/** Ends a cell of @p count ids: zeros for none (a sequence: after its ids, and W1 0); a
+ *  mean slot's sum scaled by 1 / count. */
+static inline void mt_model_layout_end(const mt_model_slot_t *ls, uint32_t count, float *e,
+                                       float *w1) {
+    if (ls->kind == MT_MODEL_SLOT_SEQ) {
+        mt_model_seq_end(e, w1, count < ls->len ? count : ls->len, ls->len, ls->dim);
+    } else if (count == 0) {
+        for (uint32_t j = 0; j < ls->dim; j++)
+            e[j] = 0.0f;
+        *w1 = 0.0f;
+    } else if (ls->kind == MT_MODEL_SLOT_MEAN && count > 1) {
+        mt_model_pool_scale(e, w1, mt_model_mean_scale(count), ls->dim);
+    }
+}
+
+/** The gradient of the row of the id at position @p pos of a cell of @p count ids: g (the
+ *  row's, dim + 1 floats) += scale * its share of the cell's gradient (de: the cell's in dE,
+ *  dw1 its W1's): all of it summed, 1 / count of it for a mean, the position's rows of a
+ *  sequence (no first-order part). */
+static inline void mt_model_layout_grad(const mt_model_slot_t *ls, uint32_t pos, uint32_t count,
+                                        const float *restrict de, float dw1, float scale,
+                                        float *restrict g) {
+    const uint32_t d = ls->dim;
+    if (ls->kind == MT_MODEL_SLOT_SEQ) {
+        if (pos >= ls->len) return;
+        de += (size_t)pos * d;
+        dw1 = 0.0f;
+    } else if (ls->kind == MT_MODEL_SLOT_MEAN) {
+        scale *= mt_model_mean_scale(count);
+    }
+    if (d == 16) { /* a loop of known length (vectorized at -O2); the same sums */
+        for (uint32_t j = 0; j < 16; j++)
+            g[j] += scale * de[j];
+    } else {
+        for (uint32_t j = 0; j < d; j++)
+            g[j] += scale * de[j];
+    }
+    g[d] += scale * dw1;
+}
+
 /** One dense parameter tensor (see the table at the top of this file). */
 typedef struct mt_model_param {
     const char *name; /* static for the model's life, e.g. "mlp.0.w" */

@@ -1100,3 +1100,79 @@ Test(adam, matches_the_formula) {
         cr_expect_float_eq(w[i], rw[i], 1e-5, "w[%d]: %g vs %g", i, (double)w[i], rw[i]);
     }
 }
+
+#define FID(slot, v) (((uint64_t)(slot) << 48) | (uint64_t)(v))
+
+/* The feature layout (model.h): each kind's table ids, cells and gradients, by hand. Slots:
+ * 10 summed (its own buckets 7), 11 mean, 12 din's sequence of 2 over slot 10's rows (with
+ * slot 10's buckets), 13 summed (the default buckets 5); dim 2. */
+Test(model_layout, ids_cells_and_gradients_per_kind) {
+    mt_model_config_t c;
+    mt_model_config_init(&c);
+    c.nslots = 4;
+    c.dim = 2;
+    c.type = MT_MODEL_DIN;
+    c.seq_slot = 2;
+    c.seq_query = 0;
+    c.seq_len = 2;
+    const uint16_t ids[4] = {10, 11, 12, 13};
+    const uint8_t mean[4] = {0, 1, 0, 0};
+    const uint64_t buckets[4] = {7, 0, 0, 0};
+    mt_model_layout_t l;
+    char err[256];
+    cr_assert_eq(mt_model_layout_init(&l, &c, ids, mean, buckets, 5, err, sizeof(err)), MT_OK, "%s",
+                 err);
+    cr_expect(l.nslots == 4 && l.width == 2 + 2 + 4 + 2 && !l.uniform && l.max_dim == 2);
+    cr_expect(l.slot[2].kind == MT_MODEL_SLOT_SEQ && l.slot[2].off == 4 && l.slot[2].width == 4);
+    cr_expect(l.slot[3].off == 8 && l.slot[1].kind == MT_MODEL_SLOT_MEAN);
+    /* ids: reduced by the slot's buckets; a behaviour as slot 10's id, the third not read */
+    const uint64_t v = 100;
+    cr_expect_eq(mt_model_layout_id(&l.slot[0], 0, FID(10, v)), FID(10, v % 7));
+    cr_expect_eq(mt_model_layout_id(&l.slot[1], 3, FID(11, v)), FID(11, v % 5));
+    cr_expect_eq(mt_model_layout_id(&l.slot[2], 1, FID(12, v)), FID(10, v % 7));
+    cr_expect_eq(mt_model_layout_id(&l.slot[2], 2, FID(12, v)), MT_MODEL_NO_ID);
+    cr_expect_eq(mt_model_layout_id(&l.slot[3], 0, FID(13, v)), FID(13, v % 5));
+    /* cells: rows (e0, e1, w) */
+    const float r1[3] = {1, 2, 0.5f}, r2[3] = {3, 4, 1.5f}, r3[3] = {5, 6, 9};
+    float E[10], W1[4];
+    memset(E, 0x7f, sizeof E); /* garbage: position 0 starts a cell */
+    memset(W1, 0x7f, sizeof W1);
+    mt_model_layout_add(&l.slot[0], 0, E, W1, r1);
+    mt_model_layout_add(&l.slot[0], 1, E, W1, r2);
+    mt_model_layout_end(&l.slot[0], 2, E, W1);
+    mt_model_layout_add(&l.slot[1], 0, E + 2, W1 + 1, r1);
+    mt_model_layout_add(&l.slot[1], 1, E + 2, W1 + 1, r2);
+    mt_model_layout_end(&l.slot[1], 2, E + 2, W1 + 1);
+    mt_model_layout_add(&l.slot[2], 0, E + 4, W1 + 2, r3);
+    mt_model_layout_add(&l.slot[2], 5, E + 4, W1 + 2, r1); /* past the length: ignored */
+    mt_model_layout_end(&l.slot[2], 1, E + 4, W1 + 2);
+    mt_model_layout_end(&l.slot[3], 0, E + 8, W1 + 3);
+    const float wantE[10] = {4, 6, 2, 3, 5, 6, 0, 0, 0, 0}, wantW[4] = {2, 1, 0, 0};
+    for (int j = 0; j < 10; j++)
+        cr_expect_float_eq(E[j], wantE[j], 1e-7, "E[%d] = %g", j, E[j]);
+    for (int j = 0; j < 4; j++)
+        cr_expect_float_eq(W1[j], wantW[j], 1e-7, "W1[%d] = %g", j, W1[j]);
+    /* gradients: the sum's all, the mean's 1 / count, the sequence's position (no W1) */
+    const float de[4] = {1, 2, 3, 4};
+    float g[3] = {0, 0, 0};
+    mt_model_layout_grad(&l.slot[0], 1, 2, de, 0.5f, 2.0f, g);
+    cr_expect(g[0] == 2 && g[1] == 4 && g[2] == 1);
+    memset(g, 0, sizeof g);
+    mt_model_layout_grad(&l.slot[1], 0, 4, de, 0.5f, 2.0f, g);
+    cr_expect(g[0] == 0.5f && g[1] == 1 && g[2] == 0.25f);
+    memset(g, 0, sizeof g);
+    mt_model_layout_grad(&l.slot[2], 1, 2, de, 0.5f, 2.0f, g);
+    cr_expect(g[0] == 6 && g[1] == 8 && g[2] == 0);
+    mt_model_layout_grad(&l.slot[2], 2, 3, de, 0.5f, 2.0f, g); /* past the length: none */
+    cr_expect(g[0] == 6 && g[1] == 8 && g[2] == 0);
+    /* a plain deepfm layout is uniform; a mean-pooled sequence is refused */
+    mt_model_config_t p;
+    mt_model_config_init(&p);
+    p.nslots = 4;
+    p.dim = 2;
+    cr_assert_eq(mt_model_layout_init(&l, &p, ids, NULL, NULL, 0, NULL, 0), MT_OK);
+    cr_expect(l.uniform && l.width == 8);
+    const uint8_t mean_seq[4] = {0, 0, 1, 0};
+    cr_assert_eq(mt_model_layout_init(&l, &c, ids, mean_seq, NULL, 0, err, sizeof(err)), MT_CONFIG);
+    cr_expect(strstr(err, "slot 12 is din's sequence slot") != NULL, "%s", err);
+}
