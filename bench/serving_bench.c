@@ -481,7 +481,7 @@ int main(int argc, char **argv) {
     }
     snprintf(extra, sizeof(extra),
              "\"predict_p50_ms\":%.4f,\"compute_floor_ms\":%.4f,\"empty_call_p50_ms\":%.4f,"
-             "\"target\":\"<= 2\"",
+             "\"target\":\"<= 1.5\"",
              p50_1, floor_ms, e50);
     emit("predict_vs_floor", p50_1 / (floor_ms + e50), "x", extra);
 
