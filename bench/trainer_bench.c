@@ -299,6 +299,26 @@ out:
 
 /* The MLP's first (largest) layer shape through sgemm: GFLOP/s, median of 3, by the wall
  * clock and (@p cpu) by the thread's CPU time. */
+/* @p reps warm one-thread runs of a trainer of @p tc (the other model families): their rates
+ * in r[] (r[0] and r[reps - 1] the extremes once the median is taken), the medians of the
+ * rates and of the CPU-time rates. @returns 0, or -1 (a run failed, said on stderr). */
+static int warm_reps(const mt_trainer_config_t *tc, const char *name, int reps, size_t nbatches,
+                     size_t batch, double *r, double *med, double *med_cpu) {
+    double rc[15];
+    for (int k = 0; k < reps; k++) {
+        run_result_t res = {0, 0, 0, 0};
+        if (run_local(tc, PHASE_WARM, 1, nbatches, nbatches, batch, 1 + (uint64_t)k, &res)) {
+            fprintf(stderr, "trainer_bench: %s run failed\n", name);
+            return -1;
+        }
+        r[k] = res.rate;
+        rc[k] = res.cpu_rate;
+    }
+    *med = mt_bench_median(r, (size_t)reps);
+    *med_cpu = mt_bench_median(rc, (size_t)reps);
+    return 0;
+}
+
 static double sgemm_gflops(size_t batch, double *cpu) {
     size_t in = NSLOTS * DIM;
     float *A = calloc(batch * in, sizeof(float)), *W = calloc(in * 256, sizeof(float)),
@@ -571,19 +591,8 @@ int main(int argc, char **argv) {
             double D = (double)in, per_layer = fam[f].rank ? 4.0 * D * fam[f].rank : 2.0 * D * D;
             double dfwd = fwd + fam[f].ncross * per_layer;
             double dfloor = gf * 1e9 / (3 * dfwd);
-            double r[15], rc[15];
-            for (int k = 0; k < reps; k++) {
-                run_result_t res = {0, 0, 0, 0};
-                if (run_local(&dc, PHASE_WARM, 1, nbatches, nbatches, batch, 1 + (uint64_t)k,
-                              &res)) {
-                    fprintf(stderr, "trainer_bench: dcnv2 run failed\n");
-                    return 1;
-                }
-                r[k] = res.rate;
-                rc[k] = res.cpu_rate;
-            }
-            double med = mt_bench_median(r, (size_t)reps),
-                   med_cpu = mt_bench_median(rc, (size_t)reps);
+            double r[15], med, med_cpu;
+            if (warm_reps(&dc, "dcnv2", reps, nbatches, batch, r, &med, &med_cpu)) return 1;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"model\":\"dcnv2\",\"cross_layers\":%u,"
                      "\"cross_rank\":%u,\"compute_floor\":%.6g,\"flops_per_example\":%.0f,"
@@ -623,19 +632,8 @@ int main(int argc, char **argv) {
                 mfwd = fwd + SEQ_LEN * (2.0 * 4 * DIM * 32 + 2.0 * 32);
             }
             double mfloor = gf * 1e9 / (3 * mfwd);
-            double r[15], rc[15];
-            for (int k = 0; k < reps; k++) {
-                run_result_t res = {0, 0, 0, 0};
-                if (run_local(&mc, PHASE_WARM, 1, nbatches, nbatches, batch, 1 + (uint64_t)k,
-                              &res)) {
-                    fprintf(stderr, "trainer_bench: %s run failed\n", name);
-                    return 1;
-                }
-                r[k] = res.rate;
-                rc[k] = res.cpu_rate;
-            }
-            double med = mt_bench_median(r, (size_t)reps),
-                   med_cpu = mt_bench_median(rc, (size_t)reps);
+            double r[15], med, med_cpu;
+            if (warm_reps(&mc, name, reps, nbatches, batch, r, &med, &med_cpu)) return 1;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"model\":\"%s\",\"shape\":\"%s\","
                      "\"compute_floor\":%.6g,\"flops_per_example\":%.0f,"
