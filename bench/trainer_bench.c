@@ -37,7 +37,8 @@
  *
  * Usage: trainer_bench [--examples N] [--batch B] [--reps R] [--threads 1|2]
   *                      [--phase cold|warm] [--initial-rows N] [--no-ps] [--no-pytorch]
- *                      [--quick]
+ *                      [--deepfm-only] [--quick]
+ * --deepfm-only leaves out the other model families (dcnv2, mmoe, din).
  * A figure is the median of R runs (default 1); examples are per thread.
  */
 #include <cblas.h>
@@ -198,6 +199,7 @@ static mt_table_t *shared_table(const mt_trainer_config_t *tc) {
     c.nslots = nslots;
     c.shards_log2 = tc->table_shards_log2;
     c.initial_rows = tc->table_initial_rows;
+    c.reserve_rows = 1;
     c.changelog_entries = 0;
     c.filter_bytes = 0;
     mt_table_t *t;
@@ -474,8 +476,8 @@ int main(int argc, char **argv) {
     mt_bench_run_conditions("trainer");
     size_t total = 300000, batch = 512;
     uint64_t initial_rows = 0;
-    int reps = 1, with_ps = 1, with_torch = 1, quick = 0, max_threads = 2, phase_lo = PHASE_COLD,
-        phase_hi = PHASE_WARM;
+    int reps = 1, with_ps = 1, with_torch = 1, with_families = 1, quick = 0, max_threads = 2,
+        phase_lo = PHASE_COLD, phase_hi = PHASE_WARM;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             total = 20000;
@@ -497,10 +499,12 @@ int main(int argc, char **argv) {
             with_ps = 0;
         else if (!strcmp(argv[i], "--no-pytorch"))
             with_torch = 0;
+        else if (!strcmp(argv[i], "--deepfm-only"))
+            with_families = 0;
         else {
             fprintf(stderr, "usage: trainer_bench [--examples N] [--batch B] [--reps R] "
                             "[--threads 1|2] [--phase cold|warm] [--initial-rows N] [--no-ps] "
-                            "[--no-pytorch] [--quick]\n");
+                            "[--no-pytorch] [--deepfm-only] [--quick]\n");
             return 2;
         }
     }
@@ -580,7 +584,7 @@ int main(int argc, char **argv) {
     /* The other model families (model.h), warm, one thread: each against its own floor (the
      * MLP's FLOPs and its cross layers': full rank 2 D^2 per layer and example forward, low
      * rank 4 D r; the element-wise parts not counted). */
-    if (phase_hi == PHASE_WARM) {
+    if (with_families && phase_hi == PHASE_WARM) {
         static const struct { uint32_t ncross, rank; } fam[] = {{3, 0}, {3, 64}};
         /* quick (a smoke run): the low-rank one only */
         for (size_t f = quick ? 1 : 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
@@ -608,7 +612,7 @@ int main(int argc, char **argv) {
     /* mmoe and din, warm, one thread, against their own floors: mmoe's experts D x K h_e,
      * gates D x T K and T towers (h_e x 256, 256 x 128, 128); din's MLP as deepfm's (x' is
      * 26 cells of 16) plus the attention layer (4d x H, H) for each of its 20 behaviours. */
-    if (phase_hi == PHASE_WARM) {
+    if (with_families && phase_hi == PHASE_WARM) {
         for (int f = 0; f < 2; f++) {
             mt_trainer_config_t mc = tc;
             double mfwd;

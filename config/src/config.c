@@ -318,7 +318,8 @@ static const prop_t props[] = {
     {KEY("trainer", "table_initial_rows"), CFG(trainer.table_initial_rows), UINT(0, 1ull << 40),
      .def = "0",
      .doc = "without PS shards: pre-size the trainer's own table for this many rows (one per "
-            "id: the embedding and the first-order weight); 0: grow from empty"},
+            "id: the embedding and the first-order weight), their memory taken and mapped at "
+            "start; 0: grow from empty"},
     {KEY("trainer", "seed"), CFG(trainer.seed), UINT(0, UINT64_MAX), .def = "1",
      .doc = "seed of the model and embedding initialization"},
     {KEY("trainer", "epochs"), CFG(trainer.epochs), UINT(1, 1000), .def = "1",
@@ -2044,10 +2045,24 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
     uint32_t dims[256];
     for (size_t i = 0; i < n; i++)
         ids[i] = (uint16_t)v[i];
-    if ((err = slot_dims(c, ids, n, dims, errbuf, errlen))) return err;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t id = (uint16_t)v[i];
-        const uint32_t row = mt_model_row_floats(dims[i]);
+    /* The table slots are the model's layout's (mt_model_layout_tables(): a din sequence is
+     * looked up in its query slot's rows, and has none of its own). */
+    uint16_t tids[256];
+    uint32_t floats[256];
+    size_t nt = 0;
+    if (n) {
+        mt_model_config_t mc;
+        if ((err = mt_config_model(c, ids, n, dims, &mc, errbuf, errlen))) return err;
+        mt_model_layout_t *l = malloc(sizeof(*l));
+        if (!l) return MT_NOMEM;
+        err = mt_model_layout_init(l, &mc, ids, NULL, NULL, 0, errbuf, errlen);
+        if (!err) nt = mt_model_layout_tables(l, tids, floats);
+        free(l);
+        if (err) return err;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        uint16_t id = tids[i];
+        const uint32_t row = floats[i], dim = row - MT_MODEL_ROW_TAIL;
         /* the old layout's first-order slot: its weight is in slot id's row now */
         if (slot_find(c, (uint16_t)(id | MT_MODEL_SLOT_LIMIT)) >= 0) {
             mt_msgf(errbuf, errlen,
@@ -2060,11 +2075,11 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
         if (at >= 0) {
             mt_table_slot_config_t *sc = &c->slots[at];
             if (sc->dim == row && sc->zero_tail == MT_MODEL_ROW_TAIL) continue; /* derived */
-            if (sc->dim != dims[i]) {
+            if (sc->dim != dim) {
                 mt_msgf(errbuf, errlen,
                         "slot.%u.dim: %u, but the trainer's model needs %u (trainer.dim, "
                         "trainer.slot_dims)",
-                        id, sc->dim, dims[i]);
+                        id, sc->dim, dim);
                 return MT_CONFIG;
             }
             sc->dim = row; /* the embedding, then the first-order weight */

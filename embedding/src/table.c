@@ -365,29 +365,67 @@ static void huge_hint(void *p, size_t bytes) {
 #endif
 }
 
+/* Appends block b of bs bytes to the table's blocks (arena_lock held, or at create). */
+static int arena_add(mt_table_t *t, char *b, size_t bs) {
+    if (t->arena_n == t->arena_cap) {
+        size_t cap = t->arena_cap ? 2 * t->arena_cap : 64;
+        void **nb = realloc(t->arena_blocks, cap * sizeof(void *));
+        if (!nb) return -1;
+        t->arena_blocks = nb;
+        t->arena_cap = cap;
+    }
+    t->arena_blocks[t->arena_n++] = b;
+    t->arena_bytes += bs;
+    return 0;
+}
+
+/* At create (cfg.reserve_rows): blocks enough for @p rows rows of the largest slot's size,
+ * plus a partly used chunk per part and slab class, each page written once so that the
+ * kernel maps (and clears) it now. arena_chunk() uses them first. */
+static mt_err_t arena_reserve(mt_table_t *t, uint64_t rows) {
+    double per_row = 0;
+    size_t max_chunk = 0;
+    for (uint32_t i = 0; i < t->nslots; i++) {
+        const mt__slot_t *s = &t->slots[i];
+        double b = (double)s->chunk_bytes / s->chunk_rows; /* with the chunk's overheads */
+        if (b > per_row) per_row = b;
+        if (s->chunk_bytes > max_chunk) max_chunk = s->chunk_bytes;
+    }
+    if (max_chunk > MT__ARENA_BLOCK) return MT_OK; /* chunks of their own: nothing to share */
+    double bytes = (double)rows * per_row + (double)t->nparts * t->nclasses * (double)max_chunk;
+    size_t nblocks = (size_t)(bytes / MT__ARENA_BLOCK) + 1;
+    for (size_t k = 0; k < nblocks; k++) {
+        char *b = aligned_alloc(MT__ARENA_BLOCK, MT__ARENA_BLOCK);
+        if (!b) return MT_NOMEM;
+        huge_hint(b, MT__ARENA_BLOCK);
+        for (size_t off = 0; off < MT__ARENA_BLOCK; off += 4096)
+            ((volatile char *)b)[off] = 0;
+        if (arena_add(t, b, MT__ARENA_BLOCK)) {
+            free(b);
+            return MT_NOMEM;
+        }
+    }
+    t->arena_reserved = t->arena_n;
+    return MT_OK;
+}
+
 static void *arena_chunk(mt_table_t *t, size_t size) {
     pthread_mutex_lock(&t->arena_lock);
     uintptr_t c = ((uintptr_t)t->arena_cur + size - 1) & ~(uintptr_t)(size - 1);
-    if (!t->arena_cur || c + size > (uintptr_t)t->arena_end) {
+    if (size <= MT__ARENA_BLOCK && (!t->arena_cur || c + size > (uintptr_t)t->arena_end) &&
+        t->arena_used < t->arena_reserved) { /* the next reserved block */
+        char *b = t->arena_blocks[t->arena_used++];
+        t->arena_end = b + MT__ARENA_BLOCK;
+        c = (uintptr_t)b;
+    } else if (!t->arena_cur || c + size > (uintptr_t)t->arena_end) {
         size_t bs = size > MT__ARENA_BLOCK ? size : MT__ARENA_BLOCK;
-        if (t->arena_n == t->arena_cap) {
-            size_t cap = t->arena_cap ? 2 * t->arena_cap : 64;
-            void **nb = realloc(t->arena_blocks, cap * sizeof(void *));
-            if (!nb) {
-                pthread_mutex_unlock(&t->arena_lock);
-                return NULL;
-            }
-            t->arena_blocks = nb;
-            t->arena_cap = cap;
-        }
         char *b = aligned_alloc(MT__ARENA_BLOCK, bs);
-        if (!b) {
+        if (!b || arena_add(t, b, bs)) {
+            free(b);
             pthread_mutex_unlock(&t->arena_lock);
             return NULL;
         }
         huge_hint(b, bs);
-        t->arena_blocks[t->arena_n++] = b;
-        t->arena_bytes += bs;
         t->arena_end = b + bs;
         c = (uintptr_t)b;
     }
@@ -413,8 +451,10 @@ static void *slab_alloc(mt_table_t *t, mt__slab_t *sl, const mt__slot_t *s) {
         sl->cur = chunk + MT__CHUNK_HDR;
         sl->left = s->chunk_rows;
     }
-    void *r = sl->cur;
-    sl->cur += s->emb_bytes;
+    /* the handle: the embedding's address (together: after the header; split: the next
+     * one of the chunk's embedding array) */
+    void *r = s->split ? sl->cur : sl->cur + sizeof(mt__row_t);
+    sl->cur += s->split ? s->emb_bytes : s->row_bytes;
     sl->left--;
     return r;
 }
@@ -907,17 +947,24 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
         s->emb_bytes =
             s->cfg.precision == MT_PREC_FP16 ? ((s->cfg.dim * 2 + 3) & ~3u) : s->cfg.dim * 4;
         if (s->emb_bytes < sizeof(void *)) s->emb_bytes = sizeof(void *); /* free-list link */
+        /* the layout (table_int.h): split when the embedding tiles cache lines */
+        s->split = s->emb_bytes % MT__CACHELINE == 0 || MT__CACHELINE % s->emb_bytes == 0;
         s->tail_bytes = (uint32_t)((sizeof(mt__row_t) + s->state_floats * 4 + 7) & ~7u);
-        s->row_bytes = s->emb_bytes + s->tail_bytes;
-        /* Chunks: at least 16 KiB and 4 rows, a power of two, aligned to their size. */
+        s->row_bytes =
+            s->split
+                ? s->emb_bytes + s->tail_bytes
+                : (uint32_t)((sizeof(mt__row_t) + s->emb_bytes + s->state_floats * 4 + 7) & ~7u);
+        /* Chunks: at least 16 KiB and 4 rows, a power of two, aligned to their size (split:
+         * 8 bytes to align the tail array). */
         s->chunk_bytes = MT__CHUNK_MIN;
         while (s->chunk_bytes < MT__CHUNK_HDR + 8 + 4 * s->row_bytes)
             s->chunk_bytes *= 2;
-        s->chunk_rows = (s->chunk_bytes - MT__CHUNK_HDR - 8) / s->row_bytes;
-        s->tail_off = (MT__CHUNK_HDR + s->chunk_rows * s->emb_bytes + 7) & ~7u;
+        s->chunk_rows = (s->chunk_bytes - MT__CHUNK_HDR - 8 * s->split) / s->row_bytes;
+        s->tail_off = s->split ? (MT__CHUNK_HDR + s->chunk_rows * s->emb_bytes + 7) & ~7u : 0;
         uint32_t k = 0;
         while (k < t->nclasses && (t->slots[t->class_slot[k]].emb_bytes != s->emb_bytes ||
-                                   t->slots[t->class_slot[k]].tail_bytes != s->tail_bytes))
+                                   t->slots[t->class_slot[k]].row_bytes != s->row_bytes ||
+                                   t->slots[t->class_slot[k]].split != s->split))
             k++;
         if (k == t->nclasses) t->class_slot[t->nclasses++] = i;
         s->klass = k;
@@ -960,6 +1007,8 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
             goto out;
         }
     }
+    if (cfg->reserve_rows && cfg->initial_rows && (err = arena_reserve(t, cfg->initial_rows)))
+        goto out;
     *out = t;
     return MT_OK;
 out:
@@ -1243,8 +1292,8 @@ static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float
 }
 
 /* Writers' pipeline, over groups of MT__WGROUP ids of a batch. While group g is handled id
- * by id under its parts' locks, the rows of group g+1 are prefetched (embedding, and the
- * tail: header, plus optimizer state for applies) and the buckets of group g+2. A row is
+ * by id under its parts' locks, the rows of group g+1 are prefetched (header and embedding,
+ * plus the optimizer state for applies) and the buckets of group g+2. A row is
  * found for its prefetch by an unlocked probe of its buckets, as readers do, inside one
  * grace-period section per group (the bucket array may be retired meanwhile); the probe's
  * answer is only a prefetch address, the locked path looks the id up again. The section
@@ -1295,13 +1344,19 @@ static inline void wpipe_rows(mt_table_t *t, wpipe_t *w, size_t g) {
         const mt__slot_t *s = mt__slot_of(t, fid);
         if (!r) continue;
         /* Address arithmetic only: the row may be freed meanwhile, a prefetch never faults. */
-        const char *tail = (const char *)mt__row_hdr(s, r);
-        const char *tail_end = tail + (w->state ? s->tail_bytes : sizeof(mt__row_t)) - 1;
-        __builtin_prefetch(r, 1);
-        __builtin_prefetch(r + s->emb_bytes - 1, 1);
-        for (const char *c = tail; c < tail_end && c < tail + 4 * MT__CACHELINE; c += MT__CACHELINE)
+        const char *head = (const char *)mt__row_hdr(s, r);
+        if (s->split) { /* the embedding, then the header (and the state) */
+            __builtin_prefetch(r, 1);
+            __builtin_prefetch(r + s->emb_bytes - 1, 1);
+        }
+        /* the header's run: split, it and the state; together, the row to the embedding's
+         * end (a lookup) or to the state's (an apply) */
+        const char *last = s->split   ? head + (w->state ? s->tail_bytes : sizeof(mt__row_t)) - 1
+                           : w->state ? head + s->row_bytes - 1
+                                      : r + s->emb_bytes - 1;
+        for (const char *c = head; c < last && c < head + 4 * MT__CACHELINE; c += MT__CACHELINE)
             __builtin_prefetch(c, 1);
-        __builtin_prefetch(tail_end, 1);
+        __builtin_prefetch(last, 1);
     }
     rcu_exit(t, lane, idx);
 }
@@ -1434,7 +1489,7 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
         void *row = arr_find(a, h, fid, &b, &slot);
         if (row) {
             mt__row_t *hdr = mt__row_hdr(s, row);
-            float *state = (float *)(void *)(hdr + 1);
+            float *state = mt__row_state(s, row);
             uint64_t v = mt__part_version(t, p);
             seq_write_begin(p);
             if (s->cfg.precision == MT_PREC_FP32) {

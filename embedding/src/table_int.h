@@ -20,21 +20,36 @@
  *
  *   bucket (64 bytes): key[4] (uint64 fids) | row[4] (pointers, NULL = empty slot)
  *
- *   rows live in slab chunks, split in two arrays so that a lookup reads only the
- *   embedding (one cache line for dim 16 fp32) and never the optimizer state:
+ *   rows live in slab chunks, in one of two layouts chosen per slot (mt__slot_t.split):
+ *
+ *   together (the default): each row's bytes in one run, in the order a training step
+ *   touches them (a training lookup: header and embedding; an apply: all of it):
  *
  *     chunk (chunk_bytes, a power of two, aligned to chunk_bytes)
  *     offset 0          chunk header (64 bytes: link to the next chunk)
- *     offset 64         emb[chunk_rows]   emb_bytes each: dim floats or dim halves (padded)
- *     offset tail_off   tail[chunk_rows]  tail_bytes each:
- *                         uint64 version   version of the last change (of the removal)
- *                         uint32 touch_s   last touch time
- *                         uint32 count     occurrences seen (saturating)
+ *     offset 64         row[chunk_rows]   row_bytes each (a multiple of 8):
+ *                         mt__row_t        header (16 bytes, below)
+ *                         emb              emb_bytes: dim floats or dim halves (padded to 4)
  *                         float  state[state_floats]  optimizer state
  *
+ *   split, when the embedding tiles cache lines exactly (emb_bytes a multiple or a divisor
+ *   of 64: dim 16 or 32 fp32, say): the embeddings in one array, so that a read-only lookup
+ *   reads exactly the embedding's lines, and the headers with the state in another:
+ *
+ *     offset 64         emb[chunk_rows]   emb_bytes each
+ *     offset tail_off   tail[chunk_rows]  tail_bytes each: mt__row_t, then the state
+ *
+ *   Other embeddings (the model's rows: dim + 1 floats) span a line boundary in either
+ *   layout, and split, a training step misses the cache on 4-5 lines a row where together
+ *   it misses on 2-3 (and finds the header by a division).
+ *
+ *   The header: uint64 version (of the last change, of the removal), uint32 touch_s (last
+ *   touch time), uint32 count (occurrences seen, saturating).
+ *
  *   A row handle (what buckets and the change log point to) is the address of its embedding;
- *   its tail is found from the chunk base (handle rounded down to chunk_bytes) and the
- *   index of the embedding in its array. Rows never move and slab memory is only returned
+ *   together, its header is the 16 bytes before it and its state right after the embedding;
+ *   split, its tail is found from the chunk base (handle rounded down to chunk_bytes) and
+ *   the index of the embedding in its array. Rows never move and slab memory is only returned
  *   at mt_table_destroy(), so a reader may always dereference a handle it read; the
  *   seqlock tells it whether what it read is valid. A free row keeps its version; the first
  *   8 bytes of its embedding hold the free-list link.
@@ -112,12 +127,13 @@ typedef struct mt__slot {
     mt_table_slot_config_t cfg;
     uint32_t state_floats; /* optimizer state per row */
     uint32_t emb_bytes;    /* embedding bytes (fp16 padded to 4), at least 8 */
-    uint32_t tail_bytes;   /* header + optimizer state, multiple of 8 */
-    uint32_t row_bytes;    /* emb_bytes + tail_bytes: what a row costs in a chunk */
+    uint32_t split;        /* layout (see the top): 1 split, 0 together */
+    uint32_t tail_bytes;   /* split: header + optimizer state, a multiple of 8 */
+    uint32_t row_bytes;    /* what a row costs in a chunk (together: a multiple of 8) */
     uint32_t klass;        /* slab class (index into part slabs): same geometry, same class */
     uint32_t chunk_bytes;  /* power of two; chunks are aligned to it */
     uint32_t chunk_rows;   /* rows per chunk */
-    uint32_t tail_off;     /* offset of the tail array in a chunk */
+    uint32_t tail_off;     /* split: offset of the tail array in a chunk */
 } mt__slot_t;
 
 typedef struct mt__slab {
@@ -195,6 +211,8 @@ struct mt_table {
     char *arena_cur, *arena_end; /* free space of the newest block */
     void **arena_blocks;         /* every block, freed by mt_table_destroy() */
     size_t arena_n, arena_cap;
+    size_t arena_reserved;       /* blocks [arena_used, arena_reserved) are reserved, unused */
+    size_t arena_used;
     uint64_t arena_bytes;
     mt__bpool_t bpool;                /* bucket storage of every part */
     pthread_mutex_t log_scratch_lock; /* guards log_scratch (taken under a part's lock) */
@@ -233,13 +251,17 @@ static inline const mt__slot_t *mt__slot_of(const mt_table_t *t, uint64_t fid) {
     uint32_t i = t->slot_index[MT_FID_SLOT(fid)];
     return i ? &t->slots[i - 1] : NULL;
 }
-/** The header of a row (in its chunk's tail array). */
+/** The header of a row (together: the bytes before its embedding; split: in its chunk's
+ *  tail array). */
 static inline mt__row_t *mt__row_hdr(const mt__slot_t *s, const void *row) {
+    if (!s->split) return (mt__row_t *)(void *)((char *)(uintptr_t)row - sizeof(mt__row_t));
     uintptr_t r = (uintptr_t)row, base = r & ~(uintptr_t)(s->chunk_bytes - 1);
     uintptr_t i = (r - base - MT__CHUNK_HDR) / s->emb_bytes;
     return (mt__row_t *)(base + s->tail_off + i * s->tail_bytes);
 }
+/** A row's optimizer state (together: after its embedding; split: after its header). */
 static inline float *mt__row_state(const mt__slot_t *s, void *row) {
+    if (!s->split) return (float *)(void *)((char *)row + s->emb_bytes);
     return (float *)(void *)(mt__row_hdr(s, row) + 1);
 }
 static inline void *mt__row_emb(void *row) {

@@ -230,3 +230,15 @@ mt_err_t mt_model_layout_init(mt_model_layout_t *l, const mt_model_config_t *mc,
     if (errlen) errbuf[0] = '\0';
     return MT_OK;
 }
+
+size_t mt_model_layout_tables(const mt_model_layout_t *l, uint16_t *ids, uint32_t *floats) {
+    size_t n = 0;
+    for (uint32_t s = 0; s < l->nslots; s++) {
+        const mt_model_slot_t *ls = &l->slot[s];
+        if (ls->lookup_slot != ls->id) continue; /* another slot's rows */
+        ids[n] = ls->id;
+        floats[n] = mt_model_row_floats(ls->dim);
+        n++;
+    }
+    return n;
+}

@@ -244,13 +244,8 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
         if (c->slot_hash_buckets[s] > (1ull << 48))
             BAD("slot_hash_buckets[%u]: %llu, at most 2^48", s,
                 (unsigned long long)c->slot_hash_buckets[s]);
-        const mt_table_slot_config_t *e = find_slot(&c->table, c->slot_ids[s]);
         uint32_t ds = c->slot_dim[s] ? c->slot_dim[s] : c->dim;
         if (ds >= MT_TABLE_MAX_DIM) BAD("slot_dim[%u]: %u, below %u", s, ds, MT_TABLE_MAX_DIM);
-        if (!e || e->dim != mt_model_row_floats(ds))
-            BAD("table slot %u: missing or not of the model's row (dim %u + its first-order "
-                "weight)",
-                c->slot_ids[s], ds);
     }
     /* per-slot settings are indexed like slot_ids: none past nslots */
     for (uint32_t s = c->nslots; s < MT_SERVING_MAX_SLOTS; s++)
@@ -298,8 +293,21 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
     if (!lay) BAD("out of memory");
     mt_err_t err = mt_model_layout_init(lay, &mc, c->slot_ids, c->slot_mean, c->slot_hash_buckets,
                                         c->hash_buckets, errbuf, errlen);
+    /* the table slots the layout reads (mt_model_layout_tables(): none for a din sequence),
+     * each of the model's row */
+    uint16_t tids[MT_SERVING_MAX_SLOTS];
+    uint32_t floats[MT_SERVING_MAX_SLOTS];
+    size_t nt = err ? 0 : mt_model_layout_tables(lay, tids, floats);
     free(lay);
-    return err;
+    if (err) return err;
+    for (size_t k = 0; k < nt; k++) {
+        const mt_table_slot_config_t *e = find_slot(&c->table, tids[k]);
+        if (!e || e->dim != floats[k])
+            BAD("table slot %u: missing or not of the model's row (dim %u + its first-order "
+                "weight)",
+                tids[k], floats[k] - MT_MODEL_ROW_TAIL);
+    }
+    return MT_OK;
 #undef BAD
 }
 

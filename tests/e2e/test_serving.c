@@ -55,6 +55,7 @@ static const uint16_t slot_ids[NSLOTS] = {1, 2, 3};
 
 typedef struct cluster {
     mt_table_slot_config_t slots[NSLOTS];
+    size_t ntables; /* the model's table slots (din: no sequence slot) */
     mt_ps_t *ps[NSHARDS];
     mt_ps_publisher_t *pub[NSHARDS]; /* kafka set: each shard publishes its changes */
     const char *kafka;               /* NULL, or the bootstrap of the parameters topic */
@@ -97,7 +98,7 @@ static void start_shard(cluster_t *c, uint32_t i, const char *listen) {
     pc.shard = i;
     pc.num_shards = NSHARDS;
     pc.table.slots = c->slots;
-    pc.table.nslots = NSLOTS;
+    pc.table.nslots = c->ntables;
     pc.table.shards_log2 = 3;
     pc.table.filter_bytes = 0;
     pc.sync_chunk_fids = 64;   /* several chunks per stream */
@@ -166,10 +167,10 @@ static void cluster_start_model(cluster_t *c, uint32_t ttl_s, int with_dense, co
     c->tc.hidden[1] = 8;
     c->tc.sparse_lr = 0.2f;
     c->tc.dense_lr = 0.01f;
-    size_t nslots = 0;
-    cr_assert_eq(mt_trainer_slot_configs(&c->tc, c->slots, NSLOTS, &nslots), MT_OK);
-    cr_assert_eq(nslots, NSLOTS);
-    for (int i = 0; i < NSLOTS; i++)
+    cr_assert_eq(mt_trainer_slot_configs(&c->tc, c->slots, NSLOTS, &c->ntables), MT_OK);
+    /* one table slot per model slot, but a din sequence's (it reads its query's rows) */
+    cr_assert_eq(c->ntables, NSLOTS - (fam && fam->type == MT_MODEL_DIN));
+    for (size_t i = 0; i < c->ntables; i++)
         c->slots[i].ttl_s = ttl_s;
     for (uint32_t i = 0; i < NSHARDS; i++)
         start_shard(c, i, "127.0.0.1:0");
@@ -256,7 +257,7 @@ static void server_start_cfg(server_t *s, cluster_t *c, uint32_t max_candidates,
     sc.hidden[0] = 16;
     sc.hidden[1] = 8;
     sc.table.slots = c->slots;
-    sc.table.nslots = NSLOTS;
+    sc.table.nslots = c->ntables;
     sc.table.shards_log2 = 2;
     sc.negative_rate = RATE;
     sc.sync_interval_ms = SYNC_MS;

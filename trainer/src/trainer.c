@@ -180,13 +180,43 @@ static mt_err_t local_apply(void *ud, const uint64_t *fids, size_t n, const floa
     return mt_table_apply(ud, fids, n, grads, len, now_s, NULL);
 }
 
+/* The model configuration of @p cfg; @p dims ([256]) holds the slots' dims when they differ
+ * (mc->slot_dims points to it), and @returns whether they do. */
+static int model_config_of(const mt_trainer_config_t *cfg, mt_model_config_t *mc, uint32_t *dims) {
+    int mixed = 0;
+    for (uint32_t s = 0; s < cfg->nslots && s < 256; s++) {
+        dims[s] = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
+        mixed |= dims[s] != cfg->dim;
+    }
+    mt_model_config_init(mc);
+    mc->nslots = cfg->nslots;
+    mc->dim = cfg->dim;
+    mc->nhidden = cfg->nhidden;
+    memcpy(mc->hidden, cfg->hidden, sizeof(mc->hidden));
+    mc->init_seed = cfg->seed;
+    mt_model_family_set(mc, &cfg->family);
+    mc->slot_dims = mixed ? dims : NULL;
+    return mixed;
+}
+
 mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *sc,
                                  size_t cap, size_t *n) {
-    if (cap < (size_t)cfg->nslots) return MT_TOO_SMALL;
-    for (uint32_t s = 0; s < cfg->nslots; s++) {
-        mt_table_slot_config_t *e = &sc[s];
-        uint32_t d = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
-        mt_table_slot_config_init(e, cfg->slot_ids[s], mt_model_row_floats(d));
+    if (!cfg || cfg->nslots < 1 || cfg->nslots > 256) return MT_CONFIG;
+    uint32_t dims[256], floats[256];
+    uint16_t ids[256];
+    mt_model_config_t mc;
+    model_config_of(cfg, &mc, dims);
+    mt_model_layout_t *l = malloc(sizeof(*l));
+    if (!l) return MT_NOMEM;
+    mt_err_t err = mt_model_layout_init(l, &mc, cfg->slot_ids, cfg->slot_mean,
+                                        cfg->slot_hash_buckets, cfg->hash_buckets, NULL, 0);
+    size_t nt = err ? 0 : mt_model_layout_tables(l, ids, floats);
+    free(l);
+    if (err) return err;
+    if (cap < nt) return MT_TOO_SMALL;
+    for (size_t k = 0; k < nt; k++) {
+        mt_table_slot_config_t *e = &sc[k];
+        mt_table_slot_config_init(e, ids[k], floats[k]);
         e->zero_tail = MT_MODEL_ROW_TAIL; /* the first-order weight starts at 0 */
         e->init = MT_INIT_UNIFORM;
         e->init_scale = cfg->init_scale;
@@ -195,7 +225,7 @@ mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_c
         e->lr = cfg->sparse_lr;
         e->min_count = cfg->min_count;
     }
-    *n = cfg->nslots;
+    *n = nt;
     return MT_OK;
 }
 
@@ -224,10 +254,8 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     if (!tr) return MT_NOMEM;
     tr->cfg = *cfg;
     uint32_t dims[256];
-    for (uint32_t s = 0; s < cfg->nslots; s++) {
-        dims[s] = cfg->slot_dim[s] ? cfg->slot_dim[s] : cfg->dim;
-        tr->mixed |= dims[s] != cfg->dim;
-    }
+    mt_model_config_t mc;
+    tr->mixed = model_config_of(cfg, &mc, dims);
     mt_err_t err = MT_NOMEM;
     if (cfg->backend) {
         tr->backend = *cfg->backend;
@@ -236,13 +264,17 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         mt_table_slot_config_t *sc = calloc(cfg->nslots, sizeof(*sc));
         size_t nsc = 0;
         if (!sc) goto fail;
-        mt_trainer_slot_configs(cfg, sc, cfg->nslots, &nsc);
+        if ((err = mt_trainer_slot_configs(cfg, sc, cfg->nslots, &nsc)) != MT_OK) {
+            free(sc);
+            goto fail;
+        }
         mt_table_config_t tc;
         mt_table_config_init(&tc);
         tc.slots = sc;
         tc.nslots = nsc;
         tc.shards_log2 = cfg->table_shards_log2;
         tc.initial_rows = cfg->table_initial_rows;
+        tc.reserve_rows = 1;      /* and their memory, faulted in now */
         tc.changelog_entries = 0; /* a local training table has no replicas to sync */
         if (cfg->min_count <= 1) tc.filter_bytes = 0;
         err = mt_table_create(&tc, &tr->table);
@@ -251,15 +283,6 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         tr->backend =
             (mt_trainer_backend_t){.ud = tr->table, .lookup = local_lookup, .apply = local_apply};
     }
-    mt_model_config_t mc;
-    mt_model_config_init(&mc);
-    mc.nslots = cfg->nslots;
-    mc.dim = cfg->dim;
-    mc.nhidden = cfg->nhidden;
-    memcpy(mc.hidden, cfg->hidden, sizeof(mc.hidden));
-    mc.init_seed = cfg->seed;
-    mt_model_family_set(&mc, &cfg->family);
-    mc.slot_dims = tr->mixed ? dims : NULL;
     err = mt_model_create(&mc, &tr->model);
     if (err) goto fail;
     /* (a mean-pooled din sequence: MT_CONFIG) */

@@ -321,8 +321,10 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen);
  * model's feature slots are [trainer] slots, or when it is empty the input format's: criteo
  * 1..39; movielens 1, 2 and the side-file slots; tsv / csv the slots input.columns maps
  * columns to, in the order of their first entry (the reader's order), unless a [slot.N]
-  * section configures a slot they do not name (a PS-only table: then none). For each feature
- * slot s, table slot s holds the model's row (mt_model_row_floats()): the embedding
+  * section configures a slot they do not name (a PS-only table: then none). The table slots
+ * are the model's layout's (mt_model_layout_tables()): for each feature slot s looked up in
+ * its own rows (all but a din sequence slot, which reads its query slot's rows), table slot
+ * s holds the model's row (mt_model_row_floats()): the embedding
  * (trainer.dim floats, uniform init of half-width init_scale seeded with trainer.seed) then
  * the first-order weight (starting at 0: zero_tail 1), with the sparse optimizer, lr,
  * min_count and ttl_s. These are the slots mt_trainer_slot_configs() makes, so PS shards and
@@ -332,7 +334,8 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen);
  * calling it twice changes nothing.
  * @param[out] slots_out  optional: the feature slots parsed from trainer.slots
  * @param[in,out] nslots_out  in: capacity of slots_out; out: their number
- * @returns MT_OK, MT_CONFIG (bad trainer.slots or input.columns, a dim mismatch; message in
+ * @returns MT_OK, MT_CONFIG (bad trainer.slots or input.columns, a dim mismatch, a [model]
+ *          the slots cannot make (mt_config_model()); message in
  *          @p errbuf) or MT_NOMEM.
  */
 mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, size_t *nslots_out,

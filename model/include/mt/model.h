@@ -378,6 +378,17 @@ mt_err_t mt_model_layout_init(mt_model_layout_t *l, const mt_model_config_t *mc,
                               const uint64_t *buckets, uint64_t default_buckets, char *errbuf,
                               size_t errlen);
 
+/**
+ * The table slots whose rows layout @p l reads, in model-slot order: for each model slot that
+ * is looked up in its own rows, its id (@p ids[k]) and its rows' floats (@p floats[k],
+ * mt_model_row_floats() of its dim: the embedding, then the first-order weight). A din
+ * sequence slot reads its query slot's rows: it has no table slot. What the trainer's own
+ * table, PS shards (the configuration's derived [slot.N] sections) and serving hold.
+ * @param ids, floats  [l->nslots] each
+ * @returns the number of table slots written. (In mt_model_core.)
+ */
+size_t mt_model_layout_tables(const mt_model_layout_t *l, uint16_t *ids, uint32_t *floats);
+
 /** The table id of @p fid, the id at position @p pos of slot @p ls's cell, or MT_MODEL_NO_ID
  *  when the model does not read it (past a sequence's length). */
 static inline uint64_t mt_model_layout_id(const mt_model_slot_t *ls, uint32_t pos, uint64_t fid) {

@@ -1095,3 +1095,80 @@ Test(config, wrong_length_does_nothing) {
     cr_assert_eq(a1.touch, 60);
     mt_table_destroy(t);
 }
+
+/* ============================== row layouts ============================== */
+
+/* Both row layouts (table_int.h): an embedding that tiles cache lines (dim 16 fp32, dim 2)
+ * is split from its header and state; others (dim 17 fp32, the model's rows; dim 5 fp16)
+ * keep a row's bytes together. Sizes worked out by hand, and 600 neighbouring rows of each
+ * written and stepped with values of their own: no row's embedding, state, touch time or
+ * count overlaps another's. */
+Test(layout, rows_of_both_layouts_keep_their_own_bytes) {
+    enum { N = 600 };
+    static const struct {
+        uint16_t slot;
+        uint32_t dim;
+        int fp16;
+        uint32_t bytes;
+    } L[4] = {
+        {1, 16, 0, 64 + 16 + 64}, /* split: 64 embedding, header, 16 accumulators */
+        {2, 17, 0, 16 + 68 + 68}, /* together: header, embedding, accumulators */
+        {3, 5, 1, 16 + 12 + 20},  /* together: 10 bytes of halves padded to 12 */
+        {4, 2, 0, 8 + 24},        /* split: 8 embedding, header + 2 accumulators */
+    };
+    mt_table_slot_config_t s[4];
+    for (int k = 0; k < 4; k++) {
+        mt_table_slot_config_init(&s[k], L[k].slot, L[k].dim);
+        s[k].precision = L[k].fp16 ? MT_PREC_FP16 : MT_PREC_FP32;
+        s[k].opt = MT_OPT_ADAGRAD;
+        s[k].lr = 0.5f;
+        s[k].eps = 0.0f;
+        s[k].init_accum = 0.25f;
+    }
+    mt_table_t *t = mk_table(s, 4, 1);
+    for (int k = 0; k < 4; k++) {
+        uint32_t rb = 0;
+        cr_assert_eq(mt_table_row_bytes(t, MT_FID_MAKE(L[k].slot, 0), &rb), MT_OK);
+        cr_assert_eq(rb, L[k].bytes, "slot %u: %u bytes a row, want %u", L[k].slot, rb, L[k].bytes);
+    }
+    /* Row i of slot k: embedding (k + 1) * 1000 + i + j / 8 (fp16: i % 64 + j / 8, exact in
+     * halves), then one apply of gradient g = 1 + (i % 7) / 4: the accumulator becomes
+     * 0.25 + g^2, the embedding w - 0.5 g / sqrt(a). */
+    float w[17], g[17], e[17], st[17];
+    for (int k = 0; k < 4; k++)
+        for (uint32_t i = 0; i < N; i++) {
+            uint64_t fid = MT_FID_MAKE(L[k].slot, i + 1);
+            for (uint32_t j = 0; j < L[k].dim; j++)
+                w[j] = L[k].fp16 ? (float)(i % 64) + (float)j / 8
+                                 : (float)((k + 1) * 1000 + i) + (float)j / 8;
+            assign1(t, fid, w, L[k].dim);
+        }
+    for (int k = 0; k < 4; k++)
+        for (uint32_t i = 0; i < N; i++) {
+            uint64_t fid = MT_FID_MAKE(L[k].slot, i + 1);
+            for (uint32_t j = 0; j < L[k].dim; j++)
+                g[j] = 1.0f + (float)(i % 7) / 4;
+            apply1(t, fid, g, L[k].dim, 100 + i);
+        }
+    for (int k = 0; k < 4; k++)
+        for (uint32_t i = 0; i < N; i++) {
+            uint64_t fid = MT_FID_MAKE(L[k].slot, i + 1);
+            uint32_t touch = 0, count = 0;
+            uint64_t version = 0;
+            cr_assert_eq(mt_table_get_row(t, fid, e, st, L[k].dim, &touch, &count, &version),
+                         MT_OK);
+            cr_assert_eq(touch, 100 + i, "slot %u row %u: touch %u", L[k].slot, i, touch);
+            float gi = 1.0f + (float)(i % 7) / 4, a = 0.25f + gi * gi;
+            for (uint32_t j = 0; j < L[k].dim; j++) {
+                float w0 = L[k].fp16 ? (float)(i % 64) + (float)j / 8
+                                     : (float)((k + 1) * 1000 + i) + (float)j / 8;
+                float want = w0 - 0.5f * gi / sqrtf(a);
+                float tol = L[k].fp16 ? 0.04f : 1e-3f;
+                cr_assert_float_eq(st[j], a, 1e-6f, "slot %u row %u: state[%u] %g, want %g",
+                                   L[k].slot, i, j, st[j], a);
+                cr_assert_float_eq(e[j], want, tol, "slot %u row %u: emb[%u] %g, want %g",
+                                   L[k].slot, i, j, e[j], want);
+            }
+        }
+    mt_table_destroy(t);
+}

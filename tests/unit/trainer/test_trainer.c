@@ -541,14 +541,22 @@ Test(trainer, din_reads_the_sequence_in_the_query_slots_rows) {
     uint32_t c[3] = {1, 3, 1};
     cr_assert_eq(mt_batch_add(&b, 1.0f, 0, 1, f, c), MT_OK);
     cr_assert_eq(mt_trainer_train(tr, &b, 1, NULL, NULL), MT_OK); /* creates the rows */
-    uint64_t all[6] = {fq, mt_fid_of_int(1, 7), fo, mt_fid_of_int(1, 9), fs[0], fs[1]};
-    float r0[6 * 5], r1[6 * 5];
-    uint8_t found[6];
+    uint64_t all[4] = {fq, mt_fid_of_int(1, 7), fo, mt_fid_of_int(1, 9)};
+    float r0[4 * 5], r1[4 * 5];
+    uint8_t found[4];
     mt_table_t *t = mt_trainer_table(tr);
-    cr_assert_eq(mt_table_lookup(t, all, 6, r0, 30, found, 0, 1, NULL), MT_OK);
+    cr_assert_eq(mt_table_lookup(t, all, 4, r0, 20, found, 0, 1, NULL), MT_OK);
     cr_assert(found[0] && found[1] && found[2], "the item, the behaviour 7 and feature 3");
     cr_assert(!found[3], "the third behaviour is past L = 2: not looked up");
-    cr_assert(!found[4] && !found[5], "no row in the sequence's own slot");
+    /* the sequence's slot has no table slot (the layout's tables: 1 and 3), here or on PS
+     * shards (mt_trainer_slot_configs) */
+    uint32_t d = 0;
+    cr_assert_eq(mt_table_dim(t, fs[0], &d), MT_UNKNOWN_SLOT);
+    mt_table_slot_config_t sc[3];
+    size_t nsc = 0;
+    cr_assert_eq(mt_trainer_slot_configs(&tc, sc, 3, &nsc), MT_OK);
+    cr_assert_eq(nsc, 2);
+    cr_assert(sc[0].slot == 1 && sc[1].slot == 3 && sc[0].dim == 5 && sc[1].dim == 5);
     /* E: the query (4), 2 keys (8), feature 3 (4); W1 of the sequence 0 */
     float E[16], W1[3], want, loss, dE[16], dW1[3], y = 1.0f;
     mt_model_pool_first(E, &W1[0], r0, 4);

@@ -101,8 +101,9 @@ typedef struct mt_trainer_config {
                                         hash_buckets applies (default all 0) */
     uint32_t table_shards_log2;      /* parts of the table (default 6) */
     uint64_t table_initial_rows;     /* local table: pre-size its bucket arrays for this many
-                                        rows (one per id); 0 grows from empty (default 0).
-                                        Ignored with a backend. */
+                                        rows (one per id) and take their memory at create
+                                        (mt_table_config_t reserve_rows); 0 grows from empty
+                                        (default 0). Ignored with a backend. */
     const mt_trainer_backend_t *backend; /* NULL: a local table; else copied at create */
 } mt_trainer_config_t;
 
@@ -200,11 +201,14 @@ typedef struct mt_psc mt_psc_t;
  *  outlive the trainer). Errors of the client come back as its mt_err_t. */
 void mt_trainer_backend_psc(mt_psc_t *c, mt_trainer_backend_t *out);
 
-/** The table slots a backend must serve for this configuration (one per feature slot, of
- *  the model's row: embedding then first-order weight), as a local trainer makes them, so
- *  that a remote run computes exactly what a local one does.
- *  @param[out] n  the number written (cfg->nslots)
- *  @returns MT_OK or MT_TOO_SMALL (@p cap below cfg->nslots). */
+/** The table slots a backend must serve for this configuration, as a local trainer makes
+ *  them, so that a remote run computes exactly what a local one does: the model's layout's
+ *  (mt_model_layout_tables(): one per feature slot looked up in its own rows, of the model's
+ *  row, embedding then first-order weight; none for a din sequence slot), with the
+ *  configuration's init, optimizer, rate and min_count.
+ *  @param[out] n  the number written (at most cfg->nslots)
+ *  @returns MT_OK, MT_CONFIG (a model the configuration cannot make) or MT_TOO_SMALL (@p cap
+ *           below their number). */
 mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *out,
                                  size_t cap, size_t *n);
 
