@@ -211,7 +211,7 @@ struct mt_table {
     char *arena_cur, *arena_end; /* free space of the newest block */
     void **arena_blocks;         /* every block, freed by mt_table_destroy() */
     size_t arena_n, arena_cap;
-    size_t arena_reserved;       /* blocks [arena_used, arena_reserved) are reserved, unused */
+    size_t arena_reserved; /* blocks [arena_used, arena_reserved) are reserved, unused */
     size_t arena_used;
     uint64_t arena_bytes;
     mt__bpool_t bpool;                /* bucket storage of every part */
