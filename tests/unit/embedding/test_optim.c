@@ -1172,3 +1172,54 @@ Test(layout, rows_of_both_layouts_keep_their_own_bytes) {
         }
     mt_table_destroy(t);
 }
+
+/* reserve_rows: with initial_rows the rows' memory is taken at create (every page touched);
+ * that many inserts take no more, and past it the table grows as usual. Without it nothing is
+ * taken before the first insert. */
+Test(layout, reserve_rows_takes_the_rows_memory_at_create) {
+    enum { N = 20000 };
+    mt_table_slot_config_t s;
+    mt_table_slot_config_init(&s, 1, 17);
+    s.opt = MT_OPT_ADAGRAD;
+    for (int reserve = 0; reserve <= 1; reserve++) {
+        mt_table_config_t c;
+        mt_table_config_init(&c);
+        c.slots = &s;
+        c.nslots = 1;
+        c.shards_log2 = 2;
+        c.filter_bytes = 0;
+        c.changelog_entries = 0;
+        c.initial_rows = N;
+        c.reserve_rows = reserve;
+        mt_table_t *t = NULL;
+        cr_assert_eq(mt_table_create(&c, &t), MT_OK);
+        uint32_t rb = 0;
+        cr_assert_eq(mt_table_row_bytes(t, MT_FID_MAKE(1, 0), &rb), MT_OK);
+        mt_table_stats_t st0, st1, st2;
+        mt_table_stats(t, &st0);
+        if (reserve)
+            cr_assert_geq(st0.bytes_rows, (uint64_t)N * rb, "%llu bytes reserved for %d rows",
+                          (unsigned long long)st0.bytes_rows, N);
+        else
+            cr_assert_eq(st0.bytes_rows, 0);
+        static float w[17];
+        for (uint64_t i = 0; i < N; i++)
+            assign1(t, MT_FID_MAKE(1, i), w, 17);
+        mt_table_stats(t, &st1);
+        cr_assert_eq(st1.rows, N);
+        if (reserve)
+            cr_assert_eq(st1.bytes_rows, st0.bytes_rows, "inserts within the reserve took more");
+        else
+            cr_assert_geq(st1.bytes_rows, (uint64_t)N * rb);
+        for (uint64_t i = N; i < 3 * N; i++) /* past the reserve: grows */
+            assign1(t, MT_FID_MAKE(1, i), w, 17);
+        mt_table_stats(t, &st2);
+        cr_assert_eq(st2.rows, 3 * N);
+        cr_assert_gt(st2.bytes_rows, st1.bytes_rows);
+        for (uint64_t i = 0; i < 3 * N; i += 997) { /* rows read back */
+            float e[17], a[17];
+            cr_assert_eq(mt_table_get_row(t, MT_FID_MAKE(1, i), e, a, 17, NULL, NULL, NULL), MT_OK);
+        }
+        mt_table_destroy(t);
+    }
+}
