@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -393,6 +394,9 @@ static mt_err_t arena_reserve(mt_table_t *t, uint64_t rows) {
     }
     if (max_chunk > MT__ARENA_BLOCK) return MT_OK; /* chunks of their own: nothing to share */
     double bytes = (double)rows * per_row + (double)t->nparts * t->nclasses * (double)max_chunk;
+    /* every page is touched: more than the machine's memory would end in the OOM killer */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && bytes > (double)pages * (double)page) return MT_NOMEM;
     size_t nblocks = (size_t)(bytes / MT__ARENA_BLOCK) + 1;
     for (size_t k = 0; k < nblocks; k++) {
         char *b = aligned_alloc(MT__ARENA_BLOCK, MT__ARENA_BLOCK);

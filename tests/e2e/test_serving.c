@@ -169,7 +169,7 @@ static void cluster_start_model(cluster_t *c, uint32_t ttl_s, int with_dense, co
     c->tc.dense_lr = 0.01f;
     cr_assert_eq(mt_trainer_slot_configs(&c->tc, c->slots, NSLOTS, &c->ntables), MT_OK);
     /* one table slot per model slot, but a din sequence's (it reads its query's rows) */
-    cr_assert_eq(c->ntables, NSLOTS - (fam && fam->type == MT_MODEL_DIN));
+    cr_assert_eq(c->ntables, (size_t)(NSLOTS - (fam && fam->type == MT_MODEL_DIN)));
     for (size_t i = 0; i < c->ntables; i++)
         c->slots[i].ttl_s = ttl_s;
     for (uint32_t i = 0; i < NSHARDS; i++)

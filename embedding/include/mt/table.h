@@ -104,7 +104,8 @@ typedef struct mt_table_config {
     int reserve_rows;           /* with initial_rows: also take the row memory of that many
                                    rows (of the largest slot's size) at create and fault its
                                    pages in, so that those inserts take no page faults; it
-                                   counts in bytes_rows from the start (default 0) */
+                                   counts in bytes_rows from the start; more than the
+                                   machine's memory: MT_NOMEM at create (default 0) */
     double max_load;            /* part grows above this load factor, 0.5..0.97 (default 0.9) */
     uint64_t filter_bytes;      /* count-min sketch memory, split over parts (default 8 MiB);
                                     0 only if every slot has min_count <= 1 */
