@@ -109,7 +109,7 @@ static uint64_t splitmix64(uint64_t *state) {
 static float sigmoidf_stable(float z) {
     /* e = exp(-|z|) <= 1, then 1 / (1 + e) for z >= 0, e / (1 + e) below: the values of a
      * branch on the sign (bit for bit), with a select for it (din calls this for each of its
-     * attention units, where such a branch is mispredicted half the time) */
+     * attention units, whose signs are mixed) */
     const float e = expf(-fabsf(z));
     return (z >= 0 ? 1.0f : e) / (1.0f + e);
 }
