@@ -30,10 +30,13 @@ done
 "$MT_TRAINER_BIN" --config "$conf" "${small[@]}" --set "cluster.ps=$ps" --train "$tmp/train.tsv" \
   > "$tmp/tr.out" 2> "$tmp/tr.err" || fail "the trainer exited $?"
 
+# A port no one listens on, below the kernel's ephemeral range (32768-60999 by default), where
+# every port-0 listener and outgoing connection of this machine takes its ports: one drawn
+# from inside it was once taken by another process between this check and the node's bind.
 free_port() {
   local p
   for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % 12000))
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
   done
   return 1
