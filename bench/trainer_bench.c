@@ -304,9 +304,8 @@ out:
     return rc;
 }
 
-/* The MLP's first (largest) layer shape through sgemm: GFLOP/s, median of 3, by the wall
- * clock and (@p cpu) by the thread's CPU time. */
-/* @p reps warm one-thread runs of a trainer of @p tc (the other model families): their rates
+/* @p reps warm one-thread runs of a trainer of @p tc (the pre-sized and the other model
+ * families' figures): their rates
  * in r[] (r[0] and r[reps - 1] the extremes once the median is taken), the medians of the
  * rates and of the CPU-time rates. @returns 0, or -1 (a run failed, said on stderr). */
 static int warm_reps(const mt_trainer_config_t *tc, const char *name, int reps, size_t nbatches,
@@ -326,6 +325,8 @@ static int warm_reps(const mt_trainer_config_t *tc, const char *name, int reps, 
     return 0;
 }
 
+/* The MLP's first (largest) layer shape through sgemm: GFLOP/s, median of 3, by the wall
+ * clock and (@p cpu) by the thread's CPU time. */
 static double sgemm_gflops(size_t batch, double *cpu) {
     size_t in = NSLOTS * DIM;
     float *A = calloc(batch * in, sizeof(float)), *W = calloc(in * 256, sizeof(float)),
