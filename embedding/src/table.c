@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -853,6 +854,7 @@ static void part_remove_at(mt_table_t *t, mt__part_t *p, mt__barray_t *a, uint64
     seq_write_end(p);
     mt__log_append(t, p, fid, v, NULL);
     p->rows--;
+    p->gen++; /* hints taken before no longer count */
 }
 
 mt_err_t mt__part_put_raw(mt_table_t *t, mt__part_t *p, uint64_t fid, const mt__slot_t *s,
@@ -1004,12 +1006,17 @@ mt_err_t mt_table_create(const mt_table_config_t *cfg, mt_table_t **out) {
     uint64_t nb = 2;
     while ((double)nb * MT__BUCKET_SLOTS * cfg->max_load < (double)per_part)
         nb *= 2;
+    /* hints' generations start apart per table and part (mt__part_t gen) */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t gen_seed = (uint64_t)(uintptr_t)t ^ ((uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec);
     for (uint32_t i = 0; i < t->nparts; i++) {
         err = part_init(t, &t->parts[i], nb);
         if (err) {
             /* parts after i are zeroed; part_free copes with a half-built part */
             goto out;
         }
+        t->parts[i].gen = XXH3_64bits_withSeed(&i, sizeof(i), gen_seed);
     }
     if (cfg->reserve_rows && cfg->initial_rows && (err = arena_reserve(t, cfg->initial_rows)))
         goto out;
@@ -1243,7 +1250,8 @@ static inline int read_one(const mt__slot_t *s, uint64_t fid, probe_t *q, float 
 }
 
 /* Prefetches bucket `which` (1 or 2) of an id for writers, like probe_start. */
-static inline void prefetch_bucket(const mt_table_t *t, hpair_t h, int which) {
+static inline __attribute__((always_inline)) void prefetch_bucket(const mt_table_t *t, hpair_t h,
+                                                                  int which) {
     const mt__part_t *p = &t->parts[part_index(t, h.h1)];
     const mt__bucket_t *b = atomic_load_explicit(&p->bk_hint, memory_order_relaxed);
     uint64_t mask = atomic_load_explicit(&p->mask_hint, memory_order_relaxed), b1, b2;
@@ -1326,6 +1334,29 @@ static inline void wpipe_hash(const mt_table_t *t, wpipe_t *w, size_t g) {
     }
 }
 
+/* Prefetches row @p r of slot @p s for writing: what a training lookup touches, or with
+ * @p state what an apply does. Address arithmetic only: the row may be freed meanwhile (it
+ * stays in the table's arena), and a prefetch never faults. Always inlined, as is
+ * prefetch_bucket: GCC 12 finds a function that only prefetches "pure" and, where it is not
+ * inlined early, deletes the calls (seen: a build of this function emitted no prefetch at
+ * all, and the applies that relied on it ran 1.5x slower). */
+static inline __attribute__((always_inline)) void prefetch_row(const mt__slot_t *s, const char *r,
+                                                               int state) {
+    const char *head = (const char *)mt__row_hdr(s, r);
+    if (s->split) { /* the embedding, then the header (and the state) */
+        __builtin_prefetch(r, 1);
+        __builtin_prefetch(r + s->emb_bytes - 1, 1);
+    }
+    /* the header's run: split, it and the state; together, the row to the embedding's end (a
+     * lookup) or to the state's (an apply) */
+    const char *last = s->split ? head + (state ? s->tail_bytes : sizeof(mt__row_t)) - 1
+                       : state  ? head + s->row_bytes - 1
+                                : r + s->emb_bytes - 1;
+    for (const char *c = head; c < last && c < head + 4 * MT__CACHELINE; c += MT__CACHELINE)
+        __builtin_prefetch(c, 1);
+    __builtin_prefetch(last, 1);
+}
+
 /* Stage 2 of group g: find each id's row without the lock and prefetch it for writing. */
 static inline void wpipe_rows(mt_table_t *t, wpipe_t *w, size_t g) {
     size_t end = (g + 1) * MT__WGROUP < w->n ? (g + 1) * MT__WGROUP : w->n;
@@ -1346,21 +1377,7 @@ static inline void wpipe_rows(mt_table_t *t, wpipe_t *w, size_t g) {
         if (k < 0) continue; /* no row (yet): nothing to prefetch */
         const char *r = __atomic_load_n(&a->b[b].row[k], __ATOMIC_RELAXED);
         const mt__slot_t *s = mt__slot_of(t, fid);
-        if (!r) continue;
-        /* Address arithmetic only: the row may be freed meanwhile, a prefetch never faults. */
-        const char *head = (const char *)mt__row_hdr(s, r);
-        if (s->split) { /* the embedding, then the header (and the state) */
-            __builtin_prefetch(r, 1);
-            __builtin_prefetch(r + s->emb_bytes - 1, 1);
-        }
-        /* the header's run: split, it and the state; together, the row to the embedding's
-         * end (a lookup) or to the state's (an apply) */
-        const char *last = s->split   ? head + (w->state ? s->tail_bytes : sizeof(mt__row_t)) - 1
-                           : w->state ? head + s->row_bytes - 1
-                                      : r + s->emb_bytes - 1;
-        for (const char *c = head; c < last && c < head + 4 * MT__CACHELINE; c += MT__CACHELINE)
-            __builtin_prefetch(c, 1);
-        __builtin_prefetch(last, 1);
+        if (r) prefetch_row(s, r, w->state);
     }
     rcu_exit(t, lane, idx);
 }
@@ -1386,9 +1403,26 @@ static inline hpair_t wpipe_next(mt_table_t *t, wpipe_t *w, size_t i) {
     return w->h[i % MT__WRING];
 }
 
-/* Training lookup of one id under its part's lock. */
+/* A hint's words (mt_table_hint_t): the row, the part's gen when it was taken, the id. */
+static inline void hint_set(mt_table_hint_t *hint, const mt__part_t *p, uint64_t fid,
+                            const void *row) {
+    assert(MT__PART_LOCKED(p));
+    hint->opaque[0] = (uint64_t)(uintptr_t)row;
+    hint->opaque[1] = p->gen;
+    hint->opaque[2] = fid;
+}
+
+/* The row @p hint gives fid in part p, or NULL if it does not count (p->lock held). */
+static inline void *hint_row(const mt_table_hint_t *hint, const mt__part_t *p, uint64_t fid) {
+    assert(MT__PART_LOCKED(p));
+    if (hint->opaque[2] != fid || hint->opaque[1] != p->gen) return NULL;
+    return (void *)(uintptr_t)hint->opaque[0];
+}
+
+/* Training lookup of one id under its part's lock; @p hint (optional) gets its row. */
 static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpair_t h,
-                                 float *out, uint32_t now_s, int *found, mt_table_op_stats_t *st) {
+                                 float *out, uint32_t now_s, int *found, mt_table_hint_t *hint,
+                                 mt_table_op_stats_t *st) {
     mt__part_t *p = &t->parts[part_index(t, h.h1)];
     mt__barray_t *retired = NULL;
     mt_err_t err = MT_OK;
@@ -1398,6 +1432,7 @@ static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fi
     mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
     void *row = arr_find(a, h, fid, &b, &slot);
     *found = 0;
+    if (hint) hint_set(hint, p, fid, row); /* (NULL: none, unless a row is made below) */
     if (row) {
         mt__row_t *hdr = mt__row_hdr(s, row);
         if (hdr->count < UINT32_MAX) hdr->count++;
@@ -1426,11 +1461,43 @@ static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fi
     mt__log_append(t, p, fid, v, nrow);
     mt__row_read_emb(s, nrow, out);
     *found = 1;
+    if (hint) hint_set(hint, p, fid, nrow);
     if (st) st->admitted++;
 out:
     mt__part_unlock(p);
     mt__retire(t, retired);
     return err;
+}
+
+/* The training lookups (mt_table_lookup with MT_TABLE_TRAIN, mt_table_lookup_rows): @p need
+ * is the batch's floats; @p found and @p hints are optional. */
+static mt_err_t lookup_train(mt_table_t *t, const uint64_t *fids, size_t n, float *out, size_t need,
+                             uint8_t *found, uint32_t now_s, mt_table_hint_t *hints,
+                             mt_table_op_stats_t *st) {
+    size_t off = 0;
+    wpipe_t wp;
+    wpipe_start(t, &wp, fids, n, 0);
+    for (size_t i = 0; i < n; i++) {
+        const mt__slot_t *s = mt__slot_of(t, fids[i]);
+        int ok = 0;
+        hpair_t h = wpipe_next(t, &wp, i);
+        mt_err_t err =
+            lookup_train_one(t, s, fids[i], h, out + off, now_s, &ok, hints ? &hints[i] : NULL, st);
+        if (found) found[i] = (uint8_t)ok;
+        if (st) {
+            st->found += ok;
+            st->missing += !ok;
+        }
+        if (err) {
+            /* Zero what is left so the caller never reads garbage; no hints past it. */
+            memset(out + off, 0, (need - off) * sizeof(float));
+            if (found) memset(found + i, 0, n - i);
+            if (hints) memset(hints + i, 0, (n - i) * sizeof(*hints));
+            return err;
+        }
+        off += s->cfg.dim;
+    }
+    return MT_OK;
 }
 
 mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *out, size_t out_len,
@@ -1443,31 +1510,43 @@ mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *o
         lookup_readonly(t, fids, n, out, found, st);
         return MT_OK;
     }
-    size_t off = 0;
-    wpipe_t wp;
-    wpipe_start(t, &wp, fids, n, 0);
-    for (size_t i = 0; i < n; i++) {
-        const mt__slot_t *s = mt__slot_of(t, fids[i]);
-        int ok = 0;
-        hpair_t h = wpipe_next(t, &wp, i);
-        err = lookup_train_one(t, s, fids[i], h, out + off, now_s, &ok, st);
-        if (found) found[i] = (uint8_t)ok;
-        if (st) {
-            st->found += ok;
-            st->missing += !ok;
-        }
-        if (err) {
-            /* Zero what is left so the caller never reads garbage. */
-            memset(out + off, 0, (need - off) * sizeof(float));
-            if (found) memset(found + i, 0, n - i);
-            return err;
-        }
-        off += s->cfg.dim;
-    }
-    return MT_OK;
+    return lookup_train(t, fids, n, out, need, found, now_s, NULL, st);
+}
+
+mt_err_t mt_table_lookup_rows(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
+                              size_t out_len, uint32_t now_s, mt_table_hint_t *hints,
+                              mt_table_op_stats_t *st) {
+    size_t need;
+    mt_err_t err = mt_table_batch_floats(t, fids, n, &need);
+    if (err) return err;
+    if (out_len < need) return MT_TOO_SMALL;
+    return lookup_train(t, fids, n, out, need, NULL, now_s, hints, st);
 }
 
 /* ============================== apply / assign / remove ============================== */
+
+/* Applies gradient @p g to fid's row (p->lock held): the optimizer under the seqlock, a
+ * new version, the touch, the change log. */
+static inline void apply_row(mt_table_t *t, mt__part_t *p, const mt__slot_t *s, uint64_t fid,
+                             void *row, const float *g, uint32_t now_s) {
+    mt__row_t *hdr = mt__row_hdr(s, row);
+    float *state = mt__row_state(s, row);
+    uint64_t v = mt__part_version(t, p);
+    seq_write_begin(p);
+    if (s->cfg.precision == MT_PREC_FP32) {
+        mt__opt_apply(&s->cfg, (float *)row, state, g);
+    } else {
+        float w[MT_TABLE_MAX_DIM];
+        mt__row_read_emb(s, row, w);
+        mt__opt_apply(&s->cfg, w, state, g);
+        mt__row_write_emb(s, row, w);
+    }
+    log_note_change(p, hdr->version);
+    hdr->version = v;
+    seq_write_end(p);
+    if (now_s > hdr->touch_s) hdr->touch_s = now_s;
+    mt__log_append(t, p, fid, v, row);
+}
 
 mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const float *grads,
                         size_t grads_len, uint32_t now_s, mt_table_op_stats_t *st) {
@@ -1492,23 +1571,52 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
         mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         void *row = arr_find(a, h, fid, &b, &slot);
         if (row) {
-            mt__row_t *hdr = mt__row_hdr(s, row);
-            float *state = mt__row_state(s, row);
-            uint64_t v = mt__part_version(t, p);
-            seq_write_begin(p);
-            if (s->cfg.precision == MT_PREC_FP32) {
-                mt__opt_apply(&s->cfg, (float *)row, state, g);
-            } else {
-                float w[MT_TABLE_MAX_DIM];
-                mt__row_read_emb(s, row, w);
-                mt__opt_apply(&s->cfg, w, state, g);
-                mt__row_write_emb(s, row, w);
-            }
-            log_note_change(p, hdr->version);
-            hdr->version = v;
-            seq_write_end(p);
-            if (now_s > hdr->touch_s) hdr->touch_s = now_s;
-            mt__log_append(t, p, fid, v, row);
+            apply_row(t, p, s, fid, row, g, now_s);
+            nfound++;
+        }
+        mt__part_unlock(p);
+    }
+    if (st) {
+        st->found += nfound;
+        st->missing += n - nfound;
+    }
+    return MT_OK;
+}
+
+/* How many ids ahead mt_table_apply_rows prefetches rows. */
+#define MT__HINT_AHEAD 8
+
+mt_err_t mt_table_apply_rows(mt_table_t *t, const uint64_t *fids, const mt_table_hint_t *hints,
+                             size_t n, const float *grads, size_t grads_len, uint32_t now_s,
+                             mt_table_op_stats_t *st) {
+    size_t need;
+    mt_err_t err = mt_table_batch_floats(t, fids, n, &need);
+    if (err) return err;
+    if (grads_len != need) return MT_TOO_SMALL;
+    size_t off = 0;
+    uint64_t nfound = 0;
+    /* The hinted rows ahead are prefetched straight away: no bucket is read for them. A
+     * stale hint only wastes its prefetch (the arena keeps freed rows' memory mapped). */
+    for (size_t i = 0; i < n && i < MT__HINT_AHEAD; i++)
+        if (hints[i].opaque[0])
+            prefetch_row(mt__slot_of(t, fids[i]), (const char *)(uintptr_t)hints[i].opaque[0], 1);
+    for (size_t i = 0; i < n; i++) {
+        size_t j = i + MT__HINT_AHEAD;
+        if (j < n && hints[j].opaque[0])
+            prefetch_row(mt__slot_of(t, fids[j]), (const char *)(uintptr_t)hints[j].opaque[0], 1);
+        uint64_t fid = fids[i];
+        const mt__slot_t *s = mt__slot_of(t, fid);
+        const float *g = grads + off;
+        off += s->cfg.dim;
+        mt__part_t *p = &t->parts[mt__part_of(t, fid)];
+        mt__part_lock(p);
+        void *row = hint_row(&hints[i], p, fid);
+        if (!row)
+            row = mt__part_find(t, p, fid);
+        else
+            assert(row == mt__part_find(t, p, fid)); /* a hint that counts is the truth */
+        if (row) {
+            apply_row(t, p, s, fid, row, g, now_s);
             nfound++;
         }
         mt__part_unlock(p);

@@ -167,6 +167,10 @@ typedef struct mt__part {
     uint64_t log_floor;          /* since < log_floor cannot be served incrementally */
     uint64_t log_maybe_dead;     /* changes since the last scan that may supersede an entry */
     int log_has_del;             /* the log may hold a deletion entry */
+    /* Moves on whenever a row of the part is freed (part_remove_at): a hint
+     * (mt_table_hint_t) taken at another value no longer counts. Starts at a value drawn per
+     * table and part, so that another table's hint does not count either. */
+    uint64_t gen;
     /* Counters (guarded by lock). */
     uint64_t n_inserts, n_removals, n_evictions, n_grows, n_filtered, n_log_drops;
 #ifndef NDEBUG

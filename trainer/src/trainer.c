@@ -47,6 +47,9 @@ typedef struct idset {
                     uoff[u] */
     uint16_t *uslot; /* per-slot dims: [U] each id's model slot index */
     size_t *uoff;    /* per-slot dims: [U + 1] each id's row offset in uemb (and ug) */
+    /* the trainer's own table: [U] where a training lookup left each id's row, for the
+     * step's apply (mt_table_hint_t) */
+    mt_table_hint_t *uhint;
     size_t nu;
     /* a prefetch's (state under pipe.lock) */
     int state;
@@ -72,6 +75,7 @@ typedef struct pipe {
     uint32_t skipped;
     /* the job (the apply thread's while busy) */
     uint64_t *fids;
+    mt_table_hint_t *hints; /* the trainer's own table: [n] the ids' rows */
     float *grads;
     size_t n, len, cap_fids, cap_grads;
     uint32_t now_s;
@@ -139,6 +143,7 @@ void mt_trainer_destroy(mt_trainer_t *tr) {
     if (!tr) return;
     mt_trainer_set_pipelined(tr, 0);
     free(tr->pipe.fids);
+    free(tr->pipe.hints);
     free(tr->pipe.grads);
     free(tr->pipe.cover);
     mt_table_destroy(tr->table);
@@ -156,6 +161,7 @@ void mt_trainer_destroy(mt_trainer_t *tr) {
         free(tr->ids[i].uemb);
         free(tr->ids[i].uslot);
         free(tr->ids[i].uoff);
+        free(tr->ids[i].uhint);
     }
     free(tr->ug);
     free(tr->ucnt);
@@ -340,15 +346,17 @@ static size_t grown(size_t cap, size_t need, size_t first) {
 
 /* Grows an id set for a batch of occ occurrences. A capacity is recorded only once all its
  * buffers have it. */
-static mt_err_t reserve_ids(idset_t *s, size_t occ, size_t d, int mixed) {
+static mt_err_t reserve_ids(const mt_trainer_t *tr, idset_t *s, size_t occ) {
     if (occ > s->cap_occ || !s->uidx) {
         size_t c = grown(s->cap_occ, occ, 1024);
+        size_t d = tr->lay.max_dim;
         /* unique ids never outnumber occurrences: their buffers share the capacity */
         if (resize((void **)&s->uidx, c * sizeof(uint32_t)) ||
             resize((void **)&s->ufid, c * sizeof(uint64_t)) ||
             resize((void **)&s->uemb, c * mt_model_row_floats((uint32_t)d) * sizeof(float)) ||
-            (mixed && (resize((void **)&s->uslot, c * sizeof(uint16_t)) ||
-                       resize((void **)&s->uoff, (c + 1) * sizeof(size_t)))))
+            (tr->mixed && (resize((void **)&s->uslot, c * sizeof(uint16_t)) ||
+                           resize((void **)&s->uoff, (c + 1) * sizeof(size_t)))) ||
+            (tr->table && resize((void **)&s->uhint, c * sizeof(mt_table_hint_t))))
             return MT_NOMEM;
         s->cap_occ = c;
     }
@@ -460,6 +468,9 @@ static inline size_t rows_len(const mt_trainer_t *tr, const idset_t *ids) {
 
 /* The one lookup of an id set's rows (embedding, then first-order weight). */
 static mt_err_t look_up(const mt_trainer_t *tr, idset_t *ids, int train, uint32_t now_s) {
+    if (train && tr->table) /* and where the rows are, for the apply */
+        return mt_table_lookup_rows(tr->table, ids->ufid, ids->nu, ids->uemb, rows_len(tr, ids),
+                                    now_s, ids->uhint, NULL);
     return tr->backend.lookup(tr->backend.ud, ids->ufid, ids->nu, train, now_s, ids->uemb,
                               rows_len(tr, ids));
 }
@@ -532,7 +543,7 @@ mt_err_t mt_trainer_predict(mt_trainer_t *tr, const mt_batch_t *b, float *probs)
     if (b->n == 0) return MT_OK;
     if ((err = reserve(tr, b->n, b->nfids)) != MT_OK) return err;
     idset_t *ids = free_ids(tr); /* stays free: no prefetch is made while this runs */
-    if ((err = reserve_ids(ids, b->nfids, tr->lay.max_dim, tr->mixed)) != MT_OK) return err;
+    if ((err = reserve_ids(tr, ids, b->nfids)) != MT_OK) return err;
     unique_ids(tr, ids, b);
     if ((err = look_up(tr, ids, 0, 0)) != MT_OK) return err;
     pool(tr, b, ids);
@@ -554,10 +565,13 @@ static void adam_step(mt_trainer_t *tr) {
 /* ---------------- pipelined steps ---------------- */
 
 /* One apply of fids/grads with the step's examples and cover (either mode). */
-static mt_err_t do_apply(mt_trainer_t *tr, const uint64_t *fids, size_t n, const float *grads,
-                         size_t len, uint32_t now_s, uint64_t examples, const mt_psc_range_t *cover,
-                         size_t ncover, uint32_t *skipped) {
+static mt_err_t do_apply(mt_trainer_t *tr, const uint64_t *fids, const mt_table_hint_t *hints,
+                         size_t n, const float *grads, size_t len, uint32_t now_s,
+                         uint64_t examples, const mt_psc_range_t *cover, size_t ncover,
+                         uint32_t *skipped) {
     *skipped = 0;
+    if (tr->table && !ncover) /* the rows the step's lookup found */
+        return mt_table_apply_rows(tr->table, fids, hints, n, grads, len, now_s, NULL);
     if (!ncover) return tr->backend.apply(tr->backend.ud, fids, n, grads, len, now_s, examples);
     if (!tr->backend.apply_cover) return MT_INVALID;
     return tr->backend.apply_cover(tr->backend.ud, fids, n, grads, len, now_s, examples, cover,
@@ -586,8 +600,8 @@ static void *pipe_main(void *arg) {
         pthread_mutex_unlock(&p->lock);
         if (job == JOB_APPLY) {
             uint32_t skipped = 0;
-            mt_err_t err = do_apply(tr, p->fids, p->n, p->grads, p->len, p->now_s, p->examples,
-                                    p->cover, p->ncover, &skipped);
+            mt_err_t err = do_apply(tr, p->fids, p->hints, p->n, p->grads, p->len, p->now_s,
+                                    p->examples, p->cover, p->ncover, &skipped);
             pthread_mutex_lock(&p->lock);
             p->err = err;
             p->skipped = skipped;
@@ -669,7 +683,7 @@ mt_err_t mt_trainer_prefetch(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now
     if (waiting >= NIDS - 1) return MT_LIMIT;
     idset_t *s = free_ids(tr);
     if ((err = reserve(tr, b->n, b->nfids)) != MT_OK ||
-        (err = reserve_ids(s, b->nfids, tr->lay.max_dim, tr->mixed)) != MT_OK)
+        (err = reserve_ids(tr, s, b->nfids)) != MT_OK)
         return err;
     unique_ids(tr, s, b);
     s->batch = b;
@@ -747,7 +761,9 @@ static mt_err_t pipe_send(mt_trainer_t *tr, const idset_t *ids, size_t len, uint
     size_t n = ids->nu;
     if (n > p->cap_fids) {
         size_t c = grown(p->cap_fids, n, 2048);
-        if (resize((void **)&p->fids, c * sizeof(uint64_t))) return MT_NOMEM;
+        if (resize((void **)&p->fids, c * sizeof(uint64_t)) ||
+            (tr->table && resize((void **)&p->hints, c * sizeof(mt_table_hint_t))))
+            return MT_NOMEM;
         p->cap_fids = c;
     }
     if (len > p->cap_grads) {
@@ -761,6 +777,7 @@ static mt_err_t pipe_send(mt_trainer_t *tr, const idset_t *ids, size_t len, uint
         p->cap_cover = c;
     }
     memcpy(p->fids, ids->ufid, n * sizeof(uint64_t));
+    if (tr->table) memcpy(p->hints, ids->uhint, n * sizeof(mt_table_hint_t));
     memcpy(p->grads, tr->ug, len * sizeof(float));
     if (ncover) memcpy(p->cover, cover, ncover * sizeof(mt_psc_range_t));
     p->n = n;
@@ -792,7 +809,7 @@ static mt_err_t compute(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, f
     } else {
         idset_t *s = *ids = free_ids(tr);
         set_state(tr, s, IDS_STEP);
-        if ((err = reserve_ids(s, b->nfids, tr->lay.max_dim, tr->mixed)) != MT_OK) return err;
+        if ((err = reserve_ids(tr, s, b->nfids)) != MT_OK) return err;
         unique_ids(tr, s, b);
         if ((err = look_up(tr, s, 1, now_s)) != MT_OK) return err;
     }
@@ -870,7 +887,8 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
                 err = pipe_send(tr, ids, len, now_s, b->n, cover, ncover);
             skipped = prev.skipped_shards;
         } else {
-            err = do_apply(tr, ids->ufid, nu, tr->ug, len, now_s, b->n, cover, ncover, &skipped);
+            err = do_apply(tr, ids->ufid, ids->uhint, nu, tr->ug, len, now_s, b->n, cover, ncover,
+                           &skipped);
         }
         if (!err && st) {
             st->loss = loss;

@@ -212,6 +212,35 @@ mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *o
 mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const float *grads,
                         size_t grads_len, uint32_t now_s, mt_table_op_stats_t *st);
 
+/** Where a training lookup left an id's row (mt_table_lookup_rows()), so that an apply of
+ *  the same id (mt_table_apply_rows()) goes to the row without finding it again in its
+ *  buckets. Opaque. A hint is checked, never trusted: it counts only for the id and the
+ *  table that made it, and only while the id's part has freed no row since (a removal or an
+ *  expiry in that part makes the apply find the id anew). */
+typedef struct mt_table_hint {
+    uint64_t opaque[3];
+} mt_table_hint_t;
+
+/**
+ * mt_table_lookup() with MT_TABLE_TRAIN that also fills @p hints[0..n): id i's row, or none
+ * (an id the filter kept out, or past an error). Same results and errors otherwise.
+ * Thread safety: as mt_table_lookup() with MT_TABLE_TRAIN.
+ */
+mt_err_t mt_table_lookup_rows(mt_table_t *t, const uint64_t *fids, size_t n, float *out,
+                              size_t out_len, uint32_t now_s, mt_table_hint_t *hints,
+                              mt_table_op_stats_t *st);
+
+/**
+ * mt_table_apply() for ids whose rows a training lookup of this table gave @p hints for
+ * (hints[i] for fids[i]; a repeated id may repeat its hint). Same results as
+ * mt_table_apply() whatever happened to the table in between: an id whose hint no longer
+ * counts (see mt_table_hint_t) is found anew, an id that lost its row drops its gradient.
+ * Thread safety: as mt_table_apply().
+ */
+mt_err_t mt_table_apply_rows(mt_table_t *t, const uint64_t *fids, const mt_table_hint_t *hints,
+                             size_t n, const float *grads, size_t grads_len, uint32_t now_s,
+                             mt_table_op_stats_t *st);
+
 /**
  * Sets embeddings (packed like lookup output), creating rows as needed without the filter;
  * a created row's optimizer state starts as for a new row. For replicas (serving sync).

@@ -68,6 +68,10 @@ static const slotdef_t SLOTS[NSLOTS] = {
 
 typedef struct rrow {
     uint8_t present, init_known;
+    /* the hint of its last mt_table_lookup_rows(), kept through removals, expiry and
+     * re-admission: applies with hints use it, however stale (has_hint: one was taken) */
+    uint8_t has_hint;
+    mt_table_hint_t hint;
     uint32_t touch_s, count;
     float emb[MAXDIM];
     float init[MAXDIM]; /* first admitted value (random-init slot only) */
@@ -330,8 +334,20 @@ static void op_train(run_t *r, size_t n, const int *sis, const uint32_t *ixs, ui
     size_t len = batch_fids(n, sis, ixs, fids);
     mt_table_op_stats_t st = {0};
     memset(found, 0xAA, sizeof(found));
-    CHECK(mt_table_lookup(r->t, fids, n, out, len, found, MT_TABLE_TRAIN, now_s, &st) == MT_OK,
-          "training lookup failed");
+    if (rnd(r, 2)) { /* with hints, each id's kept for later applies (found: every id) */
+        mt_table_hint_t hints[MAXBATCH];
+        CHECK(mt_table_lookup_rows(r->t, fids, n, out, len, now_s, hints, &st) == MT_OK,
+              "training lookup with hints failed");
+        for (size_t k = 0; k < n; k++) {
+            rrow_t *w = &r->m.rows[sis[k]][ixs[k]];
+            w->hint = hints[k];
+            w->has_hint = 1;
+            found[k] = 1;
+        }
+    } else {
+        CHECK(mt_table_lookup(r->t, fids, n, out, len, found, MT_TABLE_TRAIN, now_s, &st) == MT_OK,
+              "training lookup failed");
+    }
     uint64_t admitted = 0;
     size_t off = 0;
     for (size_t k = 0; k < n; k++) {
@@ -387,7 +403,26 @@ static void op_apply(run_t *r, size_t n, const int *sis, const uint32_t *ixs, ui
     for (size_t j = 0; j < len; j++)
         g[j] = rnd_q8(r);
     mt_table_op_stats_t st = {0};
-    CHECK(mt_table_apply(r->t, fids, n, g, len, now_s, &st) == MT_OK, "apply failed");
+    if (rnd(r, 2)) {
+        /* with each id's last hint, stale or not (its row may have gone, come back or been
+         * handed to another id since); an id never hinted gets another id's hint, or none:
+         * the results must be mt_table_apply()'s all the same */
+        mt_table_hint_t hints[MAXBATCH];
+        for (size_t k = 0; k < n; k++) {
+            const rrow_t *w = &r->m.rows[sis[k]][ixs[k]];
+            const rrow_t *o = &r->m.rows[sis[(k + 1) % n]][ixs[(k + 1) % n]];
+            if (w->has_hint)
+                hints[k] = w->hint;
+            else if (o->has_hint)
+                hints[k] = o->hint;
+            else
+                memset(&hints[k], 0, sizeof(hints[k]));
+        }
+        CHECK(mt_table_apply_rows(r->t, fids, hints, n, g, len, now_s, &st) == MT_OK,
+              "apply with hints failed");
+    } else {
+        CHECK(mt_table_apply(r->t, fids, n, g, len, now_s, &st) == MT_OK, "apply failed");
+    }
     uint64_t nf = 0;
     size_t off = 0;
     for (size_t k = 0; k < n; k++) {
@@ -843,4 +878,42 @@ Test(ops, expire_incremental_small_budgets) {
     expire_incremental(2, 3);
     expire_incremental(4, 7);
     expire_incremental(10, 64);
+}
+
+/* ============================== hints ============================== */
+
+/* Two tables of the same configuration and ids, no removals in either: the hints of one
+ * point at its rows, and they must not count in the other (an apply there updates its own
+ * rows, the first table's stay as they were). */
+Test(ops, hints_of_another_table_do_not_count) {
+    mt_table_t *t[2];
+    for (int k = 0; k < 2; k++)
+        t[k] = expiry_table(2, 0);
+    enum { N = 64 };
+    uint64_t fids[N];
+    float init0[4 * N], init1[4 * N], g[4 * N], a[4 * N], b[4 * N];
+    for (uint32_t i = 0; i < N; i++)
+        fids[i] = MT_FID_MAKE(1, i + 1);
+    for (size_t j = 0; j < 4 * N; j++)
+        g[j] = 0.5f;
+    mt_table_hint_t hints[N], other[N];
+    cr_assert_eq(mt_table_lookup_rows(t[0], fids, N, init0, 4 * N, 1, hints, NULL), MT_OK);
+    cr_assert_eq(mt_table_lookup_rows(t[1], fids, N, init1, 4 * N, 1, other, NULL), MT_OK);
+    mt_table_op_stats_t st = {0};
+    cr_assert_eq(mt_table_apply_rows(t[1], fids, hints, N, g, 4 * N, 2, &st), MT_OK);
+    cr_assert_eq(st.found, N);
+    cr_assert_eq(mt_table_lookup(t[0], fids, N, a, 4 * N, NULL, 0, 2, NULL), MT_OK);
+    cr_assert_eq(mt_table_lookup(t[1], fids, N, b, 4 * N, NULL, 0, 2, NULL), MT_OK);
+    for (size_t j = 0; j < 4 * N; j++) { /* (SGD: w - lr g, lr > 0) */
+        cr_assert_eq(a[j], init0[j], "the hints' table changed: float %zu %g, was %g", j, a[j],
+                     init0[j]);
+        cr_assert_lt(b[j], init1[j], "the applied table: float %zu %g, was %g", j, b[j], init1[j]);
+    }
+    /* its own hints go to its own rows */
+    cr_assert_eq(mt_table_apply_rows(t[0], fids, hints, N, g, 4 * N, 3, NULL), MT_OK);
+    cr_assert_eq(mt_table_lookup(t[0], fids, N, a, 4 * N, NULL, 0, 3, NULL), MT_OK);
+    for (size_t j = 0; j < 4 * N; j++)
+        cr_assert_eq(a[j], b[j], "float %zu: %g, the other table's %g", j, a[j], b[j]);
+    for (int k = 0; k < 2; k++)
+        mt_table_destroy(t[k]);
 }
