@@ -2053,11 +2053,7 @@ mt_err_t mt_config_derive_trainer_slots(mt_config_t *c, uint16_t *slots_out, siz
     if (n) {
         mt_model_config_t mc;
         if ((err = mt_config_model(c, ids, n, dims, &mc, errbuf, errlen))) return err;
-        mt_model_layout_t *l = malloc(sizeof(*l));
-        if (!l) return MT_NOMEM;
-        err = mt_model_layout_init(l, &mc, ids, NULL, NULL, 0, errbuf, errlen);
-        if (!err) nt = mt_model_layout_tables(l, tids, floats);
-        free(l);
+        err = mt_model_tables(&mc, ids, NULL, NULL, 0, tids, floats, &nt, errbuf, errlen);
         if (err) return err;
     }
     for (size_t i = 0; i < nt; i++) {

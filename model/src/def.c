@@ -5,6 +5,7 @@
  * link it: OpenBLAS starts its threads at load, before a daemon blocks its signals.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mt/model.h"
@@ -241,4 +242,17 @@ size_t mt_model_layout_tables(const mt_model_layout_t *l, uint16_t *ids, uint32_
         n++;
     }
     return n;
+}
+
+mt_err_t mt_model_tables(const mt_model_config_t *mc, const uint16_t *slot_ids, const uint8_t *mean,
+                         const uint64_t *buckets, uint64_t default_buckets, uint16_t *ids,
+                         uint32_t *floats, size_t *n, char *errbuf, size_t errlen) {
+    *n = 0;
+    mt_model_layout_t *l = malloc(sizeof(*l)); /* (8 KiB: not on the stack) */
+    if (!l) return MT_NOMEM;
+    mt_err_t err =
+        mt_model_layout_init(l, mc, slot_ids, mean, buckets, default_buckets, errbuf, errlen);
+    if (!err) *n = mt_model_layout_tables(l, ids, floats);
+    free(l);
+    return err;
 }

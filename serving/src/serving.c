@@ -289,16 +289,14 @@ static mt_err_t check_config(const mt_serving_config_t *c, char *errbuf, size_t 
     mt_model_config_t mc;
     uint32_t dims[MT_SERVING_MAX_SLOTS];
     model_config(c, dims, &mc);
-    mt_model_layout_t *lay = malloc(sizeof *lay); /* (8 KiB: not on the stack) */
-    if (!lay) BAD("out of memory");
-    mt_err_t err = mt_model_layout_init(lay, &mc, c->slot_ids, c->slot_mean, c->slot_hash_buckets,
-                                        c->hash_buckets, errbuf, errlen);
-    /* the table slots the layout reads (mt_model_layout_tables(): none for a din sequence),
-     * each of the model's row */
+    /* the table slots the layout reads (mt_model_tables(): none for a din sequence), each of
+     * the model's row */
     uint16_t tids[MT_SERVING_MAX_SLOTS];
     uint32_t floats[MT_SERVING_MAX_SLOTS];
-    size_t nt = err ? 0 : mt_model_layout_tables(lay, tids, floats);
-    free(lay);
+    size_t nt;
+    mt_err_t err = mt_model_tables(&mc, c->slot_ids, c->slot_mean, c->slot_hash_buckets,
+                                   c->hash_buckets, tids, floats, &nt, errbuf, errlen);
+    if (err == MT_NOMEM) BAD("out of memory");
     if (err) return err;
     for (size_t k = 0; k < nt; k++) {
         const mt_table_slot_config_t *e = find_slot(&c->table, tids[k]);

@@ -205,21 +205,10 @@ static int model_config_of(const mt_trainer_config_t *cfg, mt_model_config_t *mc
     return mixed;
 }
 
-mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *sc,
-                                 size_t cap, size_t *n) {
-    if (!cfg || cfg->nslots < 1 || cfg->nslots > 256) return MT_CONFIG;
-    uint32_t dims[256], floats[256];
-    uint16_t ids[256];
-    mt_model_config_t mc;
-    model_config_of(cfg, &mc, dims);
-    mt_model_layout_t *l = malloc(sizeof(*l));
-    if (!l) return MT_NOMEM;
-    mt_err_t err = mt_model_layout_init(l, &mc, cfg->slot_ids, cfg->slot_mean,
-                                        cfg->slot_hash_buckets, cfg->hash_buckets, NULL, 0);
-    size_t nt = err ? 0 : mt_model_layout_tables(l, ids, floats);
-    free(l);
-    if (err) return err;
-    if (cap < nt) return MT_TOO_SMALL;
+/* The table slots' configurations (@p sc[0, nt)) of the layout's table slots @p ids, @p floats
+ * (mt_model_layout_tables()) under @p cfg's settings. */
+static void slot_configs_of(const mt_trainer_config_t *cfg, const uint16_t *ids,
+                            const uint32_t *floats, size_t nt, mt_table_slot_config_t *sc) {
     for (size_t k = 0; k < nt; k++) {
         mt_table_slot_config_t *e = &sc[k];
         mt_table_slot_config_init(e, ids[k], floats[k]);
@@ -231,6 +220,21 @@ mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_c
         e->lr = cfg->sparse_lr;
         e->min_count = cfg->min_count;
     }
+}
+
+mt_err_t mt_trainer_slot_configs(const mt_trainer_config_t *cfg, mt_table_slot_config_t *sc,
+                                 size_t cap, size_t *n) {
+    if (!cfg || cfg->nslots < 1 || cfg->nslots > 256) return MT_CONFIG;
+    uint32_t dims[256], floats[256];
+    uint16_t ids[256];
+    mt_model_config_t mc;
+    model_config_of(cfg, &mc, dims);
+    size_t nt;
+    mt_err_t err = mt_model_tables(&mc, cfg->slot_ids, cfg->slot_mean, cfg->slot_hash_buckets,
+                                   cfg->hash_buckets, ids, floats, &nt, NULL, 0);
+    if (err) return err;
+    if (cap < nt) return MT_TOO_SMALL;
+    slot_configs_of(cfg, ids, floats, nt, sc);
     *n = nt;
     return MT_OK;
 }
@@ -262,18 +266,23 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
     uint32_t dims[256];
     mt_model_config_t mc;
     tr->mixed = model_config_of(cfg, &mc, dims);
-    mt_err_t err = MT_NOMEM;
+    mt_err_t err = mt_model_create(&mc, &tr->model);
+    if (err) goto fail;
+    /* (a mean-pooled din sequence: MT_CONFIG) */
+    err = mt_model_layout_init(&tr->lay, mt_model_config(tr->model), cfg->slot_ids, cfg->slot_mean,
+                               cfg->slot_hash_buckets, cfg->hash_buckets, NULL, 0);
+    if (err) goto fail;
     if (cfg->backend) {
         tr->backend = *cfg->backend;
         tr->cfg.backend = NULL;
-    } else {
+    } else { /* the table slots of the layout (mt_trainer_slot_configs()'s) */
         mt_table_slot_config_t *sc = calloc(cfg->nslots, sizeof(*sc));
-        size_t nsc = 0;
+        uint16_t ids[256];
+        uint32_t floats[256];
+        err = MT_NOMEM;
         if (!sc) goto fail;
-        if ((err = mt_trainer_slot_configs(cfg, sc, cfg->nslots, &nsc)) != MT_OK) {
-            free(sc);
-            goto fail;
-        }
+        size_t nsc = mt_model_layout_tables(&tr->lay, ids, floats);
+        slot_configs_of(cfg, ids, floats, nsc, sc);
         mt_table_config_t tc;
         mt_table_config_init(&tc);
         tc.slots = sc;
@@ -289,12 +298,6 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         tr->backend =
             (mt_trainer_backend_t){.ud = tr->table, .lookup = local_lookup, .apply = local_apply};
     }
-    err = mt_model_create(&mc, &tr->model);
-    if (err) goto fail;
-    /* (a mean-pooled din sequence: MT_CONFIG) */
-    err = mt_model_layout_init(&tr->lay, mt_model_config(tr->model), cfg->slot_ids, cfg->slot_mean,
-                               cfg->slot_hash_buckets, cfg->hash_buckets, NULL, 0);
-    if (err) goto fail;
     tr->ntasks = mt_model_ntasks(tr->model);
     err = mt_model_ws_create(&tr->ws);
     if (err) goto fail;

@@ -389,6 +389,19 @@ mt_err_t mt_model_layout_init(mt_model_layout_t *l, const mt_model_config_t *mc,
  */
 size_t mt_model_layout_tables(const mt_model_layout_t *l, uint16_t *ids, uint32_t *floats);
 
+/**
+ * mt_model_layout_tables() of the layout mt_model_layout_init() builds from the same
+ * arguments, for callers that need the table slots and not the layout (the trainer's slot
+ * configurations, the configuration's derived [slot.N] sections, serving's check).
+ * @param ids, floats  [mc->nslots] each
+ * @param[out] n       the number of table slots written
+ * @returns mt_model_layout_init()'s errors (@p errbuf says why), or MT_NOMEM.
+ * (In mt_model_core.)
+ */
+mt_err_t mt_model_tables(const mt_model_config_t *mc, const uint16_t *slot_ids, const uint8_t *mean,
+                         const uint64_t *buckets, uint64_t default_buckets, uint16_t *ids,
+                         uint32_t *floats, size_t *n, char *errbuf, size_t errlen);
+
 /** The table id of @p fid, the id at position @p pos of slot @p ls's cell, or MT_MODEL_NO_ID
  *  when the model does not read it (past a sequence's length). */
 static inline uint64_t mt_model_layout_id(const mt_model_slot_t *ls, uint32_t pos, uint64_t fid) {
