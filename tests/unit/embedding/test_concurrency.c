@@ -267,8 +267,9 @@ static void *worker_main(void *arg) {
     uint64_t *fids = malloc(bmax * sizeof(uint64_t));
     float *buf = malloc(bmax * MAXDIM * sizeof(float));
     uint8_t *found = malloc(bmax);
+    mt_table_hint_t *hints = malloc(bmax * sizeof(*hints));
     int is_reader = w->role == R_READ || w->role == R_FIXED;
-    if (!fids || !buf || !found) {
+    if (!fids || !buf || !found || !hints) {
         fail("worker: out of memory");
         goto out;
     }
@@ -342,6 +343,15 @@ static void *worker_main(void *arg) {
             err = mt_table_assign(t, fids, n, buf, nf, now, NULL);
             break;
         case R_APPLY:
+            if (it & 1) { /* a training step's pair: the apply goes to the rows the lookup
+                             found, while removals and expiry free rows under it */
+                err = mt_table_lookup_rows(t, fids, n, buf, nf, now, hints, NULL);
+                memset(found, 1, n); /* (min_count 0: a training lookup admits every id) */
+                if (!err) check_batch("train with hints", fids, n, buf, found);
+                fill_grads(&rs, fids, n, buf);
+                if (!err) err = mt_table_apply_rows(t, fids, hints, n, buf, nf, now, NULL);
+                break;
+            }
             fill_grads(&rs, fids, n, buf);
             err = mt_table_apply(t, fids, n, buf, nf, now, NULL);
             break;
@@ -384,6 +394,7 @@ out:
     free(fids);
     free(buf);
     free(found);
+    free(hints);
     return NULL;
 }
 
