@@ -1548,8 +1548,23 @@ static inline void apply_row(mt_table_t *t, mt__part_t *p, const mt__slot_t *s, 
     mt__log_append(t, p, fid, v, row);
 }
 
-mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const float *grads,
-                        size_t grads_len, uint32_t now_s, mt_table_op_stats_t *st) {
+/* How many ids ahead an apply with hints prefetches rows. */
+#define MT__HINT_AHEAD 8
+
+/* Prefetches id i's row by its hint, if it has one: no bucket is read. A stale hint only
+ * wastes its prefetch (the arena keeps freed rows' memory mapped). Always inlined, as
+ * prefetch_row is (see there). */
+static inline __attribute__((always_inline)) void
+prefetch_hinted(const mt_table_t *t, const uint64_t *fids, const mt_table_hint_t *hints, size_t i) {
+    if (hints[i].opaque[0])
+        prefetch_row(mt__slot_of(t, fids[i]), (const char *)(uintptr_t)hints[i].opaque[0], 1);
+}
+
+/* mt_table_apply(), or with @p hints mt_table_apply_rows(): each id's row is found through
+ * the writers' pipeline, or taken from its hint when the hint counts (found anew if not). */
+static mt_err_t apply_batch(mt_table_t *t, const uint64_t *fids, const mt_table_hint_t *hints,
+                            size_t n, const float *grads, size_t grads_len, uint32_t now_s,
+                            mt_table_op_stats_t *st) {
     size_t need;
     mt_err_t err = mt_table_batch_floats(t, fids, n, &need);
     if (err) return err;
@@ -1557,19 +1572,36 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
     size_t off = 0;
     uint64_t nfound = 0;
     wpipe_t wp;
-    wpipe_start(t, &wp, fids, n, 1);
+    if (hints) {
+        for (size_t i = 0; i < n && i < MT__HINT_AHEAD; i++)
+            prefetch_hinted(t, fids, hints, i);
+    } else {
+        wpipe_start(t, &wp, fids, n, 1);
+    }
     for (size_t i = 0; i < n; i++) {
         uint64_t fid = fids[i];
         const mt__slot_t *s = mt__slot_of(t, fid);
         const float *g = grads + off;
         off += s->cfg.dim;
-        hpair_t h = wpipe_next(t, &wp, i);
-        mt__part_t *p = &t->parts[part_index(t, h.h1)];
-        uint64_t b;
-        int slot;
+        hpair_t h = {0, 0};
+        mt__part_t *p;
+        if (hints) {
+            if (i + MT__HINT_AHEAD < n) prefetch_hinted(t, fids, hints, i + MT__HINT_AHEAD);
+            p = &t->parts[mt__part_of(t, fid)];
+        } else {
+            h = wpipe_next(t, &wp, i);
+            p = &t->parts[part_index(t, h.h1)];
+        }
         mt__part_lock(p);
-        mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
-        void *row = arr_find(a, h, fid, &b, &slot);
+        void *row = hints ? hint_row(&hints[i], p, fid) : NULL;
+        assert(!row || row == mt__part_find(t, p, fid)); /* a hint that counts is the truth */
+        if (!row && hints) {
+            row = mt__part_find(t, p, fid);
+        } else if (!row) {
+            uint64_t b;
+            int slot;
+            row = arr_find(atomic_load_explicit(&p->arr, memory_order_relaxed), h, fid, &b, &slot);
+        }
         if (row) {
             apply_row(t, p, s, fid, row, g, now_s);
             nfound++;
@@ -1583,49 +1615,15 @@ mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const flo
     return MT_OK;
 }
 
-/* How many ids ahead mt_table_apply_rows prefetches rows. */
-#define MT__HINT_AHEAD 8
+mt_err_t mt_table_apply(mt_table_t *t, const uint64_t *fids, size_t n, const float *grads,
+                        size_t grads_len, uint32_t now_s, mt_table_op_stats_t *st) {
+    return apply_batch(t, fids, NULL, n, grads, grads_len, now_s, st);
+}
 
 mt_err_t mt_table_apply_rows(mt_table_t *t, const uint64_t *fids, const mt_table_hint_t *hints,
                              size_t n, const float *grads, size_t grads_len, uint32_t now_s,
                              mt_table_op_stats_t *st) {
-    size_t need;
-    mt_err_t err = mt_table_batch_floats(t, fids, n, &need);
-    if (err) return err;
-    if (grads_len != need) return MT_TOO_SMALL;
-    size_t off = 0;
-    uint64_t nfound = 0;
-    /* The hinted rows ahead are prefetched straight away: no bucket is read for them. A
-     * stale hint only wastes its prefetch (the arena keeps freed rows' memory mapped). */
-    for (size_t i = 0; i < n && i < MT__HINT_AHEAD; i++)
-        if (hints[i].opaque[0])
-            prefetch_row(mt__slot_of(t, fids[i]), (const char *)(uintptr_t)hints[i].opaque[0], 1);
-    for (size_t i = 0; i < n; i++) {
-        size_t j = i + MT__HINT_AHEAD;
-        if (j < n && hints[j].opaque[0])
-            prefetch_row(mt__slot_of(t, fids[j]), (const char *)(uintptr_t)hints[j].opaque[0], 1);
-        uint64_t fid = fids[i];
-        const mt__slot_t *s = mt__slot_of(t, fid);
-        const float *g = grads + off;
-        off += s->cfg.dim;
-        mt__part_t *p = &t->parts[mt__part_of(t, fid)];
-        mt__part_lock(p);
-        void *row = hint_row(&hints[i], p, fid);
-        if (!row)
-            row = mt__part_find(t, p, fid);
-        else
-            assert(row == mt__part_find(t, p, fid)); /* a hint that counts is the truth */
-        if (row) {
-            apply_row(t, p, s, fid, row, g, now_s);
-            nfound++;
-        }
-        mt__part_unlock(p);
-    }
-    if (st) {
-        st->found += nfound;
-        st->missing += n - nfound;
-    }
-    return MT_OK;
+    return apply_batch(t, fids, hints, n, grads, grads_len, now_s, st);
 }
 
 mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const float *values,
