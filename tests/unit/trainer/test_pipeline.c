@@ -258,6 +258,37 @@ Test(pipeline, prefetched_lookups_are_one_step_stale_exactly) {
     destroy_pair(a, p, &ba, &bb);
 }
 
+/* The same loop over trainers' own tables (no backend): their steps hand the apply the rows
+ * the lookup found (row hints), the prefetched lookups' from the pipeline thread, the
+ * applies' copied for it; the parameters must again be the unpipelined ones. */
+Test(pipeline, own_tables_pipelined_give_the_unpipelined_parameters) {
+    mt_trainer_config_t tc;
+    config(&tc);
+    mt_trainer_t *a = NULL, *p = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &a), MT_OK);
+    cr_assert_eq(mt_trainer_create(&tc, &p), MT_OK);
+    cr_assert_eq(mt_trainer_set_pipelined(p, 1), MT_OK);
+    mt_batch_t bs[NB];
+    for (int i = 0; i < NB; i++)
+        batch_of(&bs[i], i);
+    float probs[BS];
+    for (int i = 0; i < NB; i++) {
+        mt_trainer_step_t sa, sp;
+        if (i + 1 < NB && i % 2) /* every other batch prefetched, the others looked up */
+            cr_assert_eq(mt_trainer_prefetch(p, &bs[i + 1], 100 + (uint32_t)i + 1), MT_OK);
+        cr_assert_eq(mt_trainer_train(a, &bs[i], 100 + (uint32_t)i, probs, &sa), MT_OK);
+        cr_assert_eq(mt_trainer_train(p, &bs[i], 100 + (uint32_t)i, probs, &sp), MT_OK);
+        cr_assert_eq(sa.loss, sp.loss, "step %d: the same loss", i);
+    }
+    cr_assert_eq(mt_trainer_wait(p, NULL), MT_OK);
+    backend_t ba = {.t = mt_trainer_table(a)}, bb = {.t = mt_trainer_table(p)};
+    same_parameters(&ba, &bb, a, p);
+    for (int i = 0; i < NB; i++)
+        mt_batch_free(&bs[i]);
+    mt_trainer_destroy(a);
+    mt_trainer_destroy(p);
+}
+
 Test(pipeline, prefetches_are_used_only_by_their_batch_one_step_later) {
     backend_t be = {0};
     mt_trainer_backend_t ifc;
