@@ -213,6 +213,12 @@ static const prop_t props[] = {
             "power of two); at least 64 per part"},
     {KEY("table", "initial_rows"), CFG(table.initial_rows), UINT(0, 1ull << 40), .def = "0",
      .doc = "pre-size for this many rows; 0: grow from empty"},
+    {KEY("table", "reserve_rows"), CFG(table.reserve_rows), ENUM(bool_enum), .def = "false",
+     .doc = "with `initial_rows`: also take the memory of that many rows at start and fault its "
+            "pages in, so that those inserts take no page faults (PS shards and serving "
+            "replicas hold it from their start; a snapshot loaded with more rows than "
+            "`initial_rows` is pre-sized for them and reserves nothing: its rows take more "
+            "memory than the reserve would)"},
     {KEY("table", "hash_seed"), CFG(table.hash_seed), UINT(0, UINT64_MAX),
      .def = "0x9ae16a3b2f90404f",
      .doc = "seed of the cuckoo and sketch hashes (replicas of a shard: the same)"},
@@ -1615,6 +1621,12 @@ mt_err_t mt_config_validate(const mt_config_t *c, char *errbuf, size_t errlen) {
         }
     } else if (c->tls.client_auth) {
         mt_msgf(errbuf, errlen, "tls.client_auth: true needs tls.enabled = true");
+        return MT_CONFIG;
+    }
+    if (c->table.reserve_rows && !c->table.initial_rows) {
+        mt_msgf(errbuf, errlen,
+                "table.reserve_rows: true needs table.initial_rows > 0 (the rows "
+                "to reserve)");
         return MT_CONFIG;
     }
     if (c->cluster.num_shards && c->cluster.nps && c->cluster.num_shards != c->cluster.nps) {

@@ -470,8 +470,12 @@ mt_err_t mt_table_load(const mt_table_config_t *cfg, mt_table_read_fn fn, void *
     mt_table_config_t c2 = *cfg;
     /* The row count only pre-sizes the table, and it is input: cap what it may allocate
      * before any row has been read (larger tables grow as they load). */
-    if (c2.initial_rows < h.rows)
+    if (c2.initial_rows < h.rows) {
         c2.initial_rows = h.rows < MT__PRESIZE_MAX ? h.rows : MT__PRESIZE_MAX;
+        /* the loaded rows take more memory than the reserve held (it would be filled first),
+         * and a reserve the size of the header's count would trust input with memory */
+        c2.reserve_rows = 0;
+    }
     err = mt_table_create(&c2, &t);
     if (err) goto out;
     int same_filter = t->cm_width && h.nparts == t->nparts && h.depth == t->cm_depth &&

@@ -66,7 +66,8 @@ static void write_conf(const char *path) {
     fclose(f);
 }
 
-static void start(shard_t *s, int i) {
+/* Starts shard i with up to two more --set settings (NULL: none). */
+static void start_with(shard_t *s, int i, const char *set1, const char *set2) {
     char conf[300], portf[300], logf[300], shard[16];
     snprintf(conf, sizeof(conf), "%s/ps.conf", root);
     snprintf(portf, sizeof(portf), "%s/port.%d", root, i);
@@ -74,11 +75,23 @@ static void start(shard_t *s, int i) {
     snprintf(shard, sizeof(shard), "%d", i);
     snprintf(s->dir, sizeof(s->dir), "ps.snapshot_dir=%s/snap.%d", root, i);
     unlink(portf);
-    char *const argv[] = {MT_PS_BIN, "--config", conf,          "--shard", shard,
-                          "--set",   s->dir,     "--port-file", portf,     NULL};
+    char *argv[14] = {MT_PS_BIN, "--config", conf,          "--shard", shard,
+                      "--set",   s->dir,     "--port-file", portf};
+    int n = 9;
+    const char *sets[2] = {set1, set2};
+    for (int k = 0; k < 2; k++) {
+        if (!sets[k]) continue;
+        argv[n++] = "--set";
+        argv[n++] = (char *)sets[k];
+    }
+    argv[n] = NULL;
     s->pid = tu_procs_spawn(&procs, argv, logf, "a"); /* a restart appends to the shard's log */
     s->port = tu_read_port_file(portf, 20);
     cr_assert_gt(s->port, 0, "shard %d did not start (see %s)", i, logf);
+}
+
+static void start(shard_t *s, int i) {
+    start_with(s, i, NULL, NULL);
 }
 
 /* @returns the shard's wait status. */
@@ -286,6 +299,49 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     cr_assert_not_null(fgets(line, sizeof(line), f));
     fclose(f);
     cr_assert(strstr(line, "ps.thread"), "%s", line);
+}
+
+/* The table's bytes on a shard's metrics page, or -1. */
+static double table_bytes(const char *logf) {
+    int mport = tu_metrics_port(logf);
+    cr_assert_gt(mport, 0);
+    char *body = tu_http_get(mport, "/metrics");
+    cr_assert_not_null(body);
+    const char *at = strstr(body, "monolith_ps_table_bytes{shard=\"0\"} ");
+    double v = at ? strtod(at + strlen("monolith_ps_table_bytes{shard=\"0\"} "), NULL) : -1;
+    free(body);
+    return v;
+}
+
+/* [table] reserve_rows: a shard takes its rows' memory at start, before any write; without
+ * initial_rows the setting is refused (exit 2, named). */
+Test(ps_daemon, reserve_rows_takes_the_rows_memory_at_start, .timeout = 60, .fini = cleanup_root) {
+    setup_root();
+    enum { ROWS = 200000 };
+    char logf[300], cmd[1000];
+    snprintf(logf, sizeof(logf), "%s/log.0", root);
+    shard_t s;
+    start_with(&s, 0, "table.initial_rows=200000", NULL);
+    double plain = table_bytes(logf);
+    stop(&s, SIGTERM);
+    unlink(logf);
+    start_with(&s, 0, "table.initial_rows=200000", "table.reserve_rows=true");
+    double reserved = table_bytes(logf);
+    stop(&s, SIGTERM);
+    /* slot 1's rows: a 16-byte header, 8 floats and 8 of Adagrad state */
+    cr_assert_geq(reserved - plain, (double)ROWS * (16 + 64), "%.0f bytes against %.0f", reserved,
+                  plain);
+    snprintf(cmd, sizeof(cmd), "%s --config %s/ps.conf --set table.reserve_rows=true 2>%s/err.txt",
+             MT_PS_BIN, root, root);
+    int ws = system(cmd);
+    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 2, "status %d", ws);
+    snprintf(cmd, sizeof(cmd), "%s/err.txt", root);
+    FILE *f = fopen(cmd, "r");
+    cr_assert_not_null(f);
+    char line[512];
+    cr_assert_not_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    cr_assert(strstr(line, "table.reserve_rows: true needs table.initial_rows > 0"), "%s", line);
 }
 
 /* ---------------- one shard on its own: coordination, damaged checkpoints ---------------- */

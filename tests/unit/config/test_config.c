@@ -106,6 +106,7 @@ static const char *const all_keys[] = {
     "[table] filter_depth",
     "[table] changelog_entries",
     "[table] initial_rows",
+    "[table] reserve_rows",
     "[table] hash_seed",
     "[dense] optimizer",
     "[dense] lr",
@@ -255,9 +256,9 @@ static bool slot_eq(const mt_table_slot_config_t *a, const mt_table_slot_config_
 
 static bool table_eq(const mt_table_config_t *a, const mt_table_config_t *b) {
     return a->shards_log2 == b->shards_log2 && a->initial_rows == b->initial_rows &&
-           a->max_load == b->max_load && a->filter_bytes == b->filter_bytes &&
-           a->filter_depth == b->filter_depth && a->changelog_entries == b->changelog_entries &&
-           a->hash_seed == b->hash_seed;
+           a->reserve_rows == b->reserve_rows && a->max_load == b->max_load &&
+           a->filter_bytes == b->filter_bytes && a->filter_depth == b->filter_depth &&
+           a->changelog_entries == b->changelog_entries && a->hash_seed == b->hash_seed;
 }
 
 /* Every value of two configs, field by field. */
@@ -585,6 +586,7 @@ Test(config, every_value_is_read_into_its_field) {
                        "filter_depth = 8\n"
                        "changelog_entries = 0x40\n"
                        "initial_rows = 1000\n"
+                       "reserve_rows = true\n"
                        "hash_seed = 0xFFFFFFFFFFFFFFFF\n"
                        "[dense]\n"
                        "optimizer = adagrad\n"
@@ -636,6 +638,7 @@ Test(config, every_value_is_read_into_its_field) {
     cr_assert_eq(c.table.filter_depth, 8);
     cr_assert_eq(c.table.changelog_entries, 64);
     cr_assert_eq(c.table.initial_rows, 1000);
+    cr_assert_eq(c.table.reserve_rows, 1);
     cr_assert_eq(c.table.hash_seed, UINT64_MAX);
     cr_assert_eq(c.dense.opt, MT_OPT_ADAGRAD);
     cr_assert_eq(c.dense.lr, 0.5f);
@@ -1146,6 +1149,13 @@ Test(config, tls_section_and_admission_rules) {
                  MT_CONFIG);
     cr_assert_eq(mt_config_set(&c, "serving.max_message_bytes", "1000", err, sizeof(err)),
                  MT_CONFIG);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
+    /* A reserve without a row count would silently reserve nothing: refused. */
+    cr_assert_eq(mt_config_set(&c, "table.reserve_rows", "true", err, sizeof(err)), MT_OK);
+    cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_CONFIG);
+    cr_assert_str_eq(err, "table.reserve_rows: true needs table.initial_rows > 0 (the rows to "
+                          "reserve)");
+    cr_assert_eq(mt_config_set(&c, "table.initial_rows", "1000", err, sizeof(err)), MT_OK);
     cr_assert_eq(mt_config_validate(&c, err, sizeof(err)), MT_OK, "%s", err);
     mt_config_free(&c);
 }

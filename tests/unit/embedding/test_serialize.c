@@ -1321,6 +1321,31 @@ Test(serialize, rows_hint_is_only_a_hint) {
         cr_expect_eq(assert_same_rows(t, t2, d.all, d.nall), table_rows(t));
         mt_table_destroy(t2);
     }
+    /* reserve_rows: the configured rows' memory is taken whatever the stream holds, never
+     * the header's count (2^39 rows would be refused as more than the machine's memory). */
+    uint32_t rb = 0;
+    for (size_t k = 0; k < 3; k++) {
+        uint32_t b1;
+        cr_assert_eq(mt_table_row_bytes(t, MT_FID_MAKE(small_spec[k].slot, 0), &b1), MT_OK);
+        if (b1 > rb) rb = b1;
+    }
+    mt_table_config_t rc = cfg;
+    rc.reserve_rows = 1;
+    rc.initial_rows = 5000; /* above the stream's rows */
+    cr_assert_lt(table_rows(t), rc.initial_rows);
+    for (int lying = 0; lying <= 1; lying++) {
+        e = lying ? load_bytes(&rc, g.p, g.len, &t2) : load_bytes(&rc, w.p, w.len, &t2);
+        cr_assert_eq(e, MT_OK, "reserve, lying hint %d: %s", lying, mt_err_name(e));
+        mt_table_stats_t st;
+        mt_table_stats(t2, &st);
+        if (!lying) /* the reserve, filled by the loaded rows first */
+            cr_expect_geq(st.bytes_rows, rc.initial_rows * rb, "%" PRIu64 " bytes of rows",
+                          st.bytes_rows);
+        cr_expect_lt(st.bytes_rows, 4 * rc.initial_rows * rb + (8u << 20),
+                     "%" PRIu64 " bytes of rows: reserved for the header's count", st.bytes_rows);
+        cr_expect_eq(assert_same_rows(t, t2, d.all, d.nall), table_rows(t));
+        mt_table_destroy(t2);
+    }
     mt_table_destroy(t);
     wbuf_free(&w);
     wbuf_free(&g);
