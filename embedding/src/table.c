@@ -441,27 +441,41 @@ static void *arena_chunk(mt_table_t *t, size_t size) {
 
 /* ============================== slabs ============================== */
 
+/* A slab's free and cur are written under the part's lock and also read without it, with
+ * relaxed atomics, by slab_next() (a prefetch address only); so every store is atomic. */
 static void *slab_alloc(mt_table_t *t, mt__slab_t *sl, const mt__slot_t *s) {
     if (sl->free) {
         void *r = sl->free;
         void *next;
         memcpy(&next, r, sizeof(next));
-        sl->free = next;
+        __atomic_store_n(&sl->free, next, __ATOMIC_RELAXED);
         return r;
     }
     if (sl->left == 0) {
         char *chunk = arena_chunk(t, s->chunk_bytes);
         if (!chunk) return NULL;
         sl->bytes += s->chunk_bytes;
-        sl->cur = chunk + MT__CHUNK_HDR;
+        __atomic_store_n(&sl->cur, chunk + MT__CHUNK_HDR, __ATOMIC_RELAXED);
         sl->left = s->chunk_rows;
     }
     /* the handle: the embedding's address (together: after the header; split: the next
      * one of the chunk's embedding array) */
     void *r = s->split ? sl->cur : sl->cur + sizeof(mt__row_t);
-    sl->cur += s->split ? s->emb_bytes : s->row_bytes;
+    __atomic_store_n(&sl->cur, sl->cur + (s->split ? s->emb_bytes : s->row_bytes),
+                     __ATOMIC_RELAXED);
     sl->left--;
     return r;
+}
+
+/* The row (handle) the next insert into slab @p sl of slot @p s will most likely take, read
+ * without the part's lock: only a prefetch address, possibly stale or past the newest
+ * chunk's end (still in the table's arena, or not a row at all: a prefetch never faults),
+ * NULL before the slab's first chunk. */
+static inline const char *slab_next(const mt__slab_t *sl, const mt__slot_t *s) {
+    const char *r = __atomic_load_n(&sl->free, __ATOMIC_RELAXED);
+    if (r) return r;
+    const char *c = __atomic_load_n(&sl->cur, __ATOMIC_RELAXED);
+    return c && !s->split ? c + sizeof(mt__row_t) : c;
 }
 
 /* The row keeps its version (the removal's), so stale log entries see it changed. */
@@ -476,7 +490,7 @@ static void slab_free(mt__slab_t *sl, void *row) {
     }
 #endif
     memcpy(row, &sl->free, sizeof(void *));
-    sl->free = row;
+    __atomic_store_n(&sl->free, row, __ATOMIC_RELAXED);
 }
 
 /* ============================== versions and the change log ============================== */
@@ -1305,10 +1319,14 @@ static void lookup_readonly(mt_table_t *t, const uint64_t *fids, size_t n, float
 
 /* Writers' pipeline, over groups of MT__WGROUP ids of a batch. While group g is handled id
  * by id under its parts' locks, the rows of group g+1 are prefetched (header and embedding,
- * plus the optimizer state for applies) and the buckets of group g+2. A row is
- * found for its prefetch by an unlocked probe of its buckets, as readers do, inside one
- * grace-period section per group (the bucket array may be retired meanwhile); the probe's
- * answer is only a prefetch address, the locked path looks the id up again. The section
+ * plus the optimizer state for applies) and the first buckets of group g+2. A row is
+ * found for its prefetch by an unlocked probe of its first bucket, as readers do, inside
+ * one grace-period section per group (the bucket array may be retired meanwhile); the
+ * probe's answer is only a prefetch address, the locked path looks the id up again. An id
+ * not in its first bucket gets its second bucket prefetched instead (inserts fill the first
+ * while it has room, so most ids are there: prefetching both for every id spent a quarter
+ * of the lines a lookup waits for), and in a training lookup also the row the id's part
+ * would give a new row (slab_next()): a new id's memory is written at once. The section
  * ends before the group is handled, so a writer never waits for a grace period (a grow's
  * mt__retire) while inside one. Without the row stage, applies on a table much larger
  * than the cache spent most of their time waiting for the optimizer state (measured:
@@ -1323,14 +1341,13 @@ typedef struct wpipe {
     hpair_t h[MT__WRING];
 } wpipe_t;
 
-/* Stage 1 of group g: hash its ids, prefetch both buckets of each. */
+/* Stage 1 of group g: hash its ids, prefetch the first bucket of each. */
 static inline void wpipe_hash(const mt_table_t *t, wpipe_t *w, size_t g) {
     size_t end = (g + 1) * MT__WGROUP < w->n ? (g + 1) * MT__WGROUP : w->n;
     for (size_t i = g * MT__WGROUP; i < end; i++) {
         hpair_t h = hash_fid(t, w->fids[i]);
         w->h[i % MT__WRING] = h;
         prefetch_bucket(t, h, 1);
-        prefetch_bucket(t, h, 2);
     }
 }
 
@@ -1368,15 +1385,18 @@ static inline void wpipe_rows(mt_table_t *t, wpipe_t *w, size_t g) {
         const mt__part_t *p = &t->parts[part_index(t, h.h1)];
         const mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_acquire);
         bucket_pair(a->mask, h, &b1, &b2);
-        uint64_t b = b1;
         int k = bucket_probe(a, b1, fid);
-        if (k < 0) {
-            b = b2;
-            k = bucket_probe(a, b2, fid);
-        }
-        if (k < 0) continue; /* no row (yet): nothing to prefetch */
-        const char *r = __atomic_load_n(&a->b[b].row[k], __ATOMIC_RELAXED);
         const mt__slot_t *s = mt__slot_of(t, fid);
+        if (k < 0) {
+            /* in the second bucket (rarely: an insert takes the first when it has room), or
+             * new: that bucket for the locked path, and for a training lookup what it will
+             * touch of the row an insert would take */
+            __builtin_prefetch(&a->b[b2]);
+            const char *nr = w->state ? NULL : slab_next(&p->slabs[s->klass], s);
+            if (nr) prefetch_row(s, nr, 0);
+            continue;
+        }
+        const char *r = __atomic_load_n(&a->b[b1].row[k], __ATOMIC_RELAXED);
         if (r) prefetch_row(s, r, w->state);
     }
     rcu_exit(t, lane, idx);
