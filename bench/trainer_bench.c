@@ -26,9 +26,12 @@
  *     and vs_deepfm;
   *   - pytorch_examples_per_s: a plain PyTorch DeepFM of the same shapes and optimizers on
  *     the warm stream (bench/pytorch_deepfm.py, one thread, run by /usr/bin/python3 when
- *     Debian's python3-torch is installed; otherwise a line saying why it is missing), and
- *     vs_pytorch: our warm one-thread pre-sized figure over it (both tables pre-sized), with
- *     grown_vs_pytorch beside it (ours grown from empty);
+ *     Debian's python3-torch is installed; otherwise a line saying why it is missing), one
+ *     run after each of our pre-sized runs (alternating, so that a drift of the machine's
+ *     speed moves both sides of a pair alike; after all of ours with --initial-rows), and
+ *     vs_pytorch: the median of the pairs' ratios, ours pre-sized over PyTorch (both tables
+ *     pre-sized; pair_min, pair_max and ratio_of_medians beside it), with grown_vs_pytorch
+ *     (ours grown from empty);
  *   - the cold stream with one PS shard over loopback (a monolith-ps process), one
  *     thread: steps one after another, then pipelined (mt_trainer_set_pipelined: the
  *     apply of a step in flight while the next one computes), then with prefetched
@@ -304,12 +307,18 @@ out:
     return rc;
 }
 
+/* Called after each run of warm_reps() with its rates (by the wall clock and CPU time);
+ * returns nonzero to be called no more. */
+typedef int (*between_fn)(void *ud, double rate, double cpu_rate);
+
 /* @p reps warm one-thread runs of a trainer of @p tc (the pre-sized and the other model
  * families' figures): their rates
  * in r[] (r[0] and r[reps - 1] the extremes once the median is taken), the medians of the
- * rates and of the CPU-time rates. @returns 0, or -1 (a run failed, said on stderr). */
+ * rates and of the CPU-time rates; @p between (optional) runs after each. @returns 0, or -1
+ * (a run failed, said on stderr). */
 static int warm_reps(const mt_trainer_config_t *tc, const char *name, int reps, size_t nbatches,
-                     size_t batch, double *r, double *med, double *med_cpu) {
+                     size_t batch, double *r, double *med, double *med_cpu, between_fn between,
+                     void *ud) {
     double rc[15];
     for (int k = 0; k < reps; k++) {
         run_result_t res = {0, 0, 0, 0};
@@ -319,6 +328,7 @@ static int warm_reps(const mt_trainer_config_t *tc, const char *name, int reps, 
         }
         r[k] = res.rate;
         rc[k] = res.cpu_rate;
+        if (between && between(ud, res.rate, res.cpu_rate)) between = NULL;
     }
     *med = mt_bench_median(r, (size_t)reps);
     *med_cpu = mt_bench_median(rc, (size_t)reps);
@@ -467,6 +477,33 @@ static int run_pytorch(size_t examples, size_t batch, int reps, torch_result_t *
     return 0;
 }
 
+/* PyTorch runs alternating with ours (warm_reps' between): one PyTorch run after each of
+ * ours, so that a machine whose speed drifts during the bench moves both sides of each pair
+ * alike; the pairs' ratios are what vs_pytorch reports. */
+typedef struct torch_pairs {
+    size_t examples, batch;
+    int n;                                                 /* pairs made */
+    double ours[15], ours_cpu[15], rate[15], cpu_rate[15]; /* per pair */
+    torch_result_t last;
+    int failed; /* a run failed: why says so */
+    char why[512];
+} torch_pairs_t;
+
+static int torch_pair(void *ud, double rate, double cpu_rate) {
+    torch_pairs_t *tp = ud;
+    if (tp->n >= 15) return 1;
+    if (run_pytorch(tp->examples, tp->batch, 1, &tp->last, tp->why, sizeof(tp->why))) {
+        tp->failed = 1;
+        return 1;
+    }
+    tp->ours[tp->n] = rate;
+    tp->ours_cpu[tp->n] = cpu_rate;
+    tp->rate[tp->n] = tp->last.rate;
+    tp->cpu_rate[tp->n] = tp->last.cpu_rate;
+    tp->n++;
+    return 0;
+}
+
 /* Stops the shard (SIGTERM). @returns 0, or -1 if it did not exit 0 (its log on stderr). */
 static int shard_stop(shard_proc_t *sp) {
     int ws = mt_bench_child_stop(sp->pid, SIGTERM);
@@ -551,6 +588,11 @@ int main(int argc, char **argv) {
     /* the warm one-thread figure with a pre-sized table (PyTorch's is), by the wall clock and
      * CPU time: the run above when --initial-rows was given, else one more below */
     double presized = 0, presized_cpu = 0;
+    /* PyTorch's runs, alternating with the pre-sized ones when those are made below */
+    torch_pairs_t tp;
+    memset(&tp, 0, sizeof(tp));
+    tp.examples = nbatches * batch;
+    tp.batch = batch;
     for (int phase = phase_lo; phase <= phase_hi; phase++) {
         for (int nt = 1; nt <= max_threads; nt++) {
             double r[15], rc[15], share = 0, rows = 0;
@@ -600,7 +642,9 @@ int main(int argc, char **argv) {
         mt_trainer_config_t pc = tc;
         pc.table_initial_rows = (uint64_t)(warm_rows * 1.25);
         double r[15], med, med_cpu;
-        if (warm_reps(&pc, "pre-sized", reps, nbatches, batch, r, &med, &med_cpu)) return 1;
+        if (warm_reps(&pc, "pre-sized", reps, nbatches, batch, r, &med, &med_cpu,
+                      with_torch ? torch_pair : NULL, &tp))
+            return 1;
         presized = med;
         presized_cpu = med_cpu;
         snprintf(extra, sizeof(extra),
@@ -628,7 +672,8 @@ int main(int argc, char **argv) {
             double dfwd = fwd + fam[f].ncross * per_layer;
             double dfloor = gf * 1e9 / (3 * dfwd);
             double r[15], med, med_cpu;
-            if (warm_reps(&dc, "dcnv2", reps, nbatches, batch, r, &med, &med_cpu)) return 1;
+            if (warm_reps(&dc, "dcnv2", reps, nbatches, batch, r, &med, &med_cpu, NULL, NULL))
+                return 1;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"model\":\"dcnv2\",\"cross_layers\":%u,"
                      "\"cross_rank\":%u,\"compute_floor\":%.6g,\"flops_per_example\":%.0f,"
@@ -669,7 +714,8 @@ int main(int argc, char **argv) {
             }
             double mfloor = gf * 1e9 / (3 * mfwd);
             double r[15], med, med_cpu;
-            if (warm_reps(&mc, name, reps, nbatches, batch, r, &med, &med_cpu)) return 1;
+            if (warm_reps(&mc, name, reps, nbatches, batch, r, &med, &med_cpu, NULL, NULL))
+                return 1;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"model\":\"%s\",\"shape\":\"%s\","
                      "\"compute_floor\":%.6g,\"flops_per_example\":%.0f,"
@@ -687,25 +733,52 @@ int main(int argc, char **argv) {
     /* The PyTorch baseline beside our warm one-thread figure. */
     if (with_torch && phase_hi == PHASE_WARM) {
         torch_result_t tres;
-        char why[512];
-        if (run_pytorch(nbatches * batch, batch, reps, &tres, why, sizeof(why)) == 0) {
+        double ratio = 0, ratio_cpu = 0, pair_min = 0, pair_max = 0;
+        int ok = 0, paired = tp.n == reps;
+        if (paired) { /* alternating with the pre-sized runs: the pairs' ratios */
+            double q[15], qc[15];
+            for (int k = 0; k < reps; k++) {
+                q[k] = tp.ours[k] / tp.rate[k];
+                qc[k] = tp.cpu_rate[k] > 0 ? tp.ours_cpu[k] / tp.cpu_rate[k] : 0;
+            }
+            ratio = mt_bench_median(q, (size_t)reps);
+            ratio_cpu = mt_bench_median(qc, (size_t)reps);
+            pair_min = q[0];
+            pair_max = q[reps - 1];
+            tres = tp.last;
+            tres.rate = mt_bench_median(tp.rate, (size_t)reps);
+            tres.cpu_rate = mt_bench_median(tp.cpu_rate, (size_t)reps);
+            tres.min = tp.rate[0];
+            tres.max = tp.rate[reps - 1];
+            ok = 1;
+        } else if (!tp.failed) { /* --initial-rows: its runs after ours */
+            ok = run_pytorch(nbatches * batch, batch, reps, &tres, tp.why, sizeof(tp.why)) == 0;
+            ratio = ok && tres.rate > 0 ? presized / tres.rate : 0;
+            ratio_cpu = ok && tres.cpu_rate > 0 ? presized_cpu / tres.cpu_rate : 0;
+            pair_min = pair_max = ratio;
+        }
+        if (ok) {
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"min\":%.6g,\"max\":%.6g,"
-                     "\"cpu\":%.6g,\"vs_compute_floor\":%.3f,\"reps\":%d,\"torch\":\"%s\","
-                     "\"model\":\"DeepFM, one pre-sized table of 26 x 1M rows of dim 17, "
-                     "sparse Adagrad + dense Adam\"",
-                     tres.min, tres.max, tres.cpu_rate, tres.rate / floor_rate, reps, tres.version);
+                     "\"cpu\":%.6g,\"vs_compute_floor\":%.3f,\"reps\":%d,\"alternating\":%s,"
+                     "\"torch\":\"%s\",\"model\":\"DeepFM, one pre-sized table of 26 x 1M rows "
+                     "of dim 17, sparse Adagrad + dense Adam\"",
+                     tres.min, tres.max, tres.cpu_rate, tres.rate / floor_rate, reps,
+                     paired ? "true" : "false", tres.version);
             emit("pytorch_examples_per_s", tres.rate, "examples/s", extra);
-            /* like for like: both tables pre-sized; grown: ours from empty */
+            /* like for like: both tables pre-sized; grown: ours from empty. Alternating: the
+             * median of the pairs' ratios (pair_min, pair_max), ratio_of_medians beside it. */
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"ours\":%.6g,\"pytorch\":%.6g,"
+                     "\"pair_min\":%.3f,\"pair_max\":%.3f,\"ratio_of_medians\":%.3f,"
                      "\"vs_pytorch_cpu\":%.3f,\"tables\":\"both pre-sized\",\"ours_grown\":%.6g,"
                      "\"grown_vs_pytorch\":%.3f,\"target\":1.8",
-                     presized, tres.rate, tres.cpu_rate > 0 ? presized_cpu / tres.cpu_rate : 0,
-                     local_warm, tres.rate > 0 ? local_warm / tres.rate : 0);
-            emit("vs_pytorch", tres.rate > 0 ? presized / tres.rate : 0, "x", extra);
+                     presized, tres.rate, pair_min, pair_max,
+                     tres.rate > 0 ? presized / tres.rate : 0, ratio_cpu, local_warm,
+                     tres.rate > 0 ? local_warm / tres.rate : 0);
+            emit("vs_pytorch", ratio, "x", extra);
         } else {
-            snprintf(extra, sizeof(extra), "\"skipped\":\"%s\"", why);
+            snprintf(extra, sizeof(extra), "\"skipped\":\"%s\"", tp.why);
             emit("pytorch_examples_per_s", 0, "examples/s", extra);
         }
     }
