@@ -64,7 +64,11 @@ start_trainer() { # start_trainer K: trainers 2 and 4 pipeline their covered ste
   pids+=($!)
 }
 
-many_produce
+# Two fifths first, the rest once shard 1 has snapshotted: however late the trainers start
+# (they may catch up on the whole first part at once), shard 1 goes on past its snapshot
+# before step 2 kills it, so that it comes back behind and is re-fed.
+N2=$((N * 3 / 5))
+many_produce $((N - N2))
 say "3 trainers start"
 for k in 1 2 3; do start_trainer "$k"; done
 
@@ -75,6 +79,8 @@ wait_applied $((N / 10))
   fail "monolith snapshot: $(cat "$tmp/snap.err")"
 snap=$(json "$tmp/snap.json" examples_applied)
 say "shard 1 snapshot at ${snap:-?} examples"
+[ -n "$snap" ] || fail "no examples_applied in the snapshot's answer: $(cat "$tmp/snap.json")"
+many_produce "$N2" 23
 
 wait_applied $((N / 5))
 say "== 1. kill -9 trainer 1 at $(applied 0) examples"
@@ -82,6 +88,9 @@ kill -9 "${tr_pids[1]}"
 wait "${tr_pids[1]}" 2> /dev/null || true
 
 wait_applied $((N * 2 / 5))
+shard1_past_snapshot() { local a; a=$(applied 1); [ -n "$a" ] && [ "$a" -ge $((snap + N / 10)) ]; }
+wait_until "$E2E_GUARD_S" shard1_past_snapshot ||
+  fail "shard 1 did not get $((N / 10)) examples past its snapshot ($snap; at $(applied 1))"
 say "== 2. kill -9 PS shard 1 at $(applied 1) examples (its snapshot: $snap); restart it"
 before=$(applied 1)
 kill -9 "${ps_pid[1]}"
