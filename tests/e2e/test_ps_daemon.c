@@ -243,7 +243,7 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     train(c, fids, 1, 4);
     mt_psc_destroy(c);
     /* The metrics port is in the log line "metrics on port N". */
-    char logf[300], line[512];
+    char logf[300];
     snprintf(logf, sizeof(logf), "%s/log.0", root);
     int mport = tu_metrics_port(logf);
     cr_assert_gt(mport, 0);
@@ -288,17 +288,9 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     for (int i = 0; i < N; i++)
         stop(&sh[i], SIGTERM);
     /* A wrong key: exit status 2 and the key named on stderr. */
-    snprintf(cmd, sizeof(cmd), "%s --config %s/ps.conf --set ps.thread=3 2>%s/err.txt", MT_PS_BIN,
-             root, root);
-    int ws = system(cmd);
-    cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 2, "status %d", ws);
-    char errf[300];
-    snprintf(errf, sizeof(errf), "%s/err.txt", root);
-    FILE *f = fopen(errf, "r");
-    cr_assert_not_null(f);
-    cr_assert_not_null(fgets(line, sizeof(line), f));
-    fclose(f);
-    cr_assert(strstr(line, "ps.thread"), "%s", line);
+    snprintf(cmd, sizeof(cmd), "%s --config %s/ps.conf --set ps.thread=3 2>&1", MT_PS_BIN, root);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 2, "%s", out);
+    cr_assert(strstr(out, "ps.thread"), "%s", out);
 }
 
 /* The table's bytes on a shard's metrics page, or -1. */
