@@ -35,6 +35,7 @@ static inline void mt_fuzz_table_config(mt_table_config_t *cfg, mt_table_slot_co
     cfg->nslots = 3;
     cfg->shards_log2 = 2;
     cfg->filter_bytes = 1u << 16;
+    cfg->changelog_entries = 1024;
 }
 
 /* The input as a table stream (mt_table_read_fn over a reader), and a writer that touches
