@@ -66,6 +66,15 @@ static void write_conf(const char *path) {
     fclose(f);
 }
 
+/* monolith-ps on root's ps.conf with --set @p setting exits 2 before serving, and its
+ * output says @p why. */
+static void refused(const char *setting, const char *why) {
+    char cmd[400], out[2048];
+    snprintf(cmd, sizeof(cmd), "%s --config %s/ps.conf --set %s 2>&1", MT_PS_BIN, root, setting);
+    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 2, "%s", out);
+    cr_assert(strstr(out, why), "%s", out);
+}
+
 /* Starts shard i with up to two more --set settings (NULL: none). */
 static void start_with(shard_t *s, int i, const char *set1, const char *set2) {
     char conf[300], portf[300], logf[300], shard[16];
@@ -288,9 +297,7 @@ Test(ps_daemon, metrics_and_bad_config, .timeout = 60, .fini = cleanup_root) {
     for (int i = 0; i < N; i++)
         stop(&sh[i], SIGTERM);
     /* A wrong key: exit status 2 and the key named on stderr. */
-    snprintf(cmd, sizeof(cmd), "%s --config %s/ps.conf --set ps.thread=3 2>&1", MT_PS_BIN, root);
-    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 2, "%s", out);
-    cr_assert(strstr(out, "ps.thread"), "%s", out);
+    refused("ps.thread=3", "ps.thread");
 }
 
 /* The table's bytes on a shard's metrics page, or -1. */
@@ -311,7 +318,7 @@ static double table_bytes(const char *logf) {
 Test(ps_daemon, reserve_rows_takes_the_rows_memory_at_start, .timeout = 60, .fini = cleanup_root) {
     setup_root();
     enum { ROWS = 200000 };
-    char logf[300], cmd[1000];
+    char logf[300];
     snprintf(logf, sizeof(logf), "%s/log.0", root);
     shard_t s;
     start_with(&s, 0, "table.initial_rows=200000", NULL);
@@ -324,11 +331,7 @@ Test(ps_daemon, reserve_rows_takes_the_rows_memory_at_start, .timeout = 60, .fin
     /* slot 1's rows: a 16-byte header, 8 floats and 8 of Adagrad state */
     cr_assert_geq(reserved - plain, (double)ROWS * (16 + 64), "%.0f bytes against %.0f", reserved,
                   plain);
-    snprintf(cmd, sizeof(cmd), "%s --config %s/ps.conf --set table.reserve_rows=true 2>&1",
-             MT_PS_BIN, root);
-    char out[2048];
-    cr_assert_eq(tu_run(cmd, out, sizeof(out)), 2, "%s", out);
-    cr_assert(strstr(out, "table.reserve_rows: true needs table.initial_rows > 0"), "%s", out);
+    refused("table.reserve_rows=true", "table.reserve_rows: true needs table.initial_rows > 0");
 }
 
 /* ---------------- one shard on its own: coordination, damaged checkpoints ---------------- */
