@@ -6,81 +6,27 @@
  *                   [--duration-s S] [--drain] [--report FILE]
  *   monolith-joiner --config FILE --check
  *
- * One consumer-group member (joiner.group) on both input topics; the join core (mt/joiner.h)
- * keeps its state in joiner.state_dir. The commit round, every joiner.commit_interval_ms
- * (and when the outbox grows large, and at exit):
- *   1. every polled message is already applied to the state, each in one atomic RocksDB
- *      write with the examples it produced (the outbox) and its partition's next offset;
- *   2. the state is synced (WAL fsync, joiner.sync);
- *   3. the outbox is produced to the examples topic and the producer flushed: delivered;
- *   4. the delivered examples are removed from the outbox (synced);
- *   5. the offsets of the messages applied before step 2 are marked and committed.
- * After a crash the joiner re-delivers its outbox (examples made but not known delivered)
- * and skips re-consumed messages below the positions stored with the state: nothing is lost
- * and nothing is applied twice; only examples delivered in the instant between the end of
- * step 3 and step 4 are delivered a second time (counted in the report: outbox_recovered).
- *
- * Garbage messages are counted, logged with topic/partition/offset (the first 100) and
- * skipped. Progress line on stderr every joiner.progress_interval_ms, metrics on
- * joiner.metrics_listen, a final report on stdout (--report FILE: the same as one JSON
+ * A thin main over mt/joiner_run.h (the consumer-group member, the join core's state in
+ * joiner.state_dir, the exactly-once commit round, the report): flags, configuration,
+ * signals and the metrics server (joiner.metrics_listen). Progress line on stderr every
+ * joiner.progress_interval_ms, a final report on stdout (--report FILE: the same as one JSON
  * object). --drain: at exit, close every window (end of a replayed stream).
  *
  * Exit status: 0 done (SIGTERM/SIGINT, --duration-s), 1 runtime failure (Kafka unusable,
  * state unreadable or unwritable), 2 bad command line or configuration.
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "mt/clock.h"
 #include "mt/config.h"
 #include "mt/config_cli.h"
 #include "mt/http.h"
-#include "mt/joiner.h"
-#include "mt/kafka.h"
+#include "mt/joiner_run.h"
 #include "mt/log.h"
-#include "mt/process.h"
-
-#define WHO         "joiner"
-#define BAD_LOG_MAX 100    /* bad messages logged one by one; then only counted */
-#define POLL_BATCH  1024   /* messages per poll */
-#define OUTBOX_HIGH 20000  /* outbox size that starts a commit round early */
-#define OUTBOX_STOP 200000 /* outbox size at which polling pauses (Kafka down) */
-#define MAX_PARTS   4096   /* partitions tracked for marks */
-
-/* The last applied message of each partition since the previous commit round. */
-typedef struct mark {
-    char topic[256];
-    int32_t partition;
-    int64_t offset;
-} mark_t;
-
-typedef struct daemon {
-    mt_config_t cfg;
-    mt_joiner_t *j;
-    sigset_t sigs;
-    int stop; /* a SIGTERM / SIGINT was taken */
-    double started;
-    const char *report_path;
-    uint64_t bad_logged;
-    const char *task_names[MT_JOINER_MAX_TASKS]; /* joiner.task_actions, in task order */
-    uint32_t ntasks;
-    char tasks[64]; /* "click, conversion" */
-    /* shared with the metrics thread */
-    pthread_mutex_t lock;
-    mt_joiner_stats_t snap;
-    uint64_t delivered, delivery_failures, commits, commit_failures, messages;
-    double wall_now_s; /* Unix time of the snapshot */
-    int64_t kafka_lag; /* messages behind the inputs' high watermarks, -1 unknown */
-    mark_t *marks;
-    size_t nmarks;
-} daemon_t;
 
 static void usage(FILE *f) {
     fprintf(f, "usage: monolith-joiner --config FILE [--set section.key=value]...\n"
@@ -95,425 +41,30 @@ static void usage(FILE *f) {
  * any), so they wait there; a library thread started before main would not block them and
  * would die of them (no handler here): OpenBLAS starts its threads at load, so the joiner
  * must not link it (the ASan build did once, through config: it exited 143 on SIGTERM). */
-static int stop_requested(daemon_t *d) {
-    if (d->stop) return 1;
+static int signalled(void *ud) {
+    const sigset_t *sigs = ud;
     const struct timespec zero = {0, 0};
-    int s = sigtimedwait(&d->sigs, NULL, &zero);
-    if (s == SIGTERM || s == SIGINT) d->stop = 1;
-    return d->stop;
+    int s = sigtimedwait(sigs, NULL, &zero);
+    return s == SIGTERM || s == SIGINT;
 }
-
-static void snapshot(daemon_t *d) {
-    pthread_mutex_lock(&d->lock);
-    mt_joiner_stats(d->j, &d->snap);
-    d->wall_now_s = mt_wall_s();
-    pthread_mutex_unlock(&d->lock);
-}
-
-/* ---------------- metrics ---------------- */
-
-static int render(void *ud, const char *path, char **body, size_t *len) {
-    daemon_t *d = ud;
-    if (strcmp(path, "/metrics") != 0) return 404;
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f) return 500;
-    pthread_mutex_lock(&d->lock);
-    mt_joiner_stats_t s = d->snap;
-    uint64_t delivered = d->delivered, dfail = d->delivery_failures, commits = d->commits,
-             cfail = d->commit_failures, messages = d->messages;
-    double wall = d->wall_now_s;
-    int64_t kafka_lag = d->kafka_lag;
-    pthread_mutex_unlock(&d->lock);
-#define C(name, help, v)                                                             \
-    fprintf(f,                                                                       \
-            "# HELP monolith_joiner_" name " " help "\n# TYPE monolith_joiner_" name \
-            " counter\nmonolith_joiner_" name " %" PRIu64 "\n",                      \
-            (uint64_t)(v))
-#define G(name, help, v)                                                             \
-    fprintf(f,                                                                       \
-            "# HELP monolith_joiner_" name " " help "\n# TYPE monolith_joiner_" name \
-            " gauge\nmonolith_joiner_" name " %.6f\n",                               \
-            (double)(v))
-    C("messages_total", "Messages consumed from both topics.", messages);
-    C("impressions_total", "Impressions applied.", s.impressions);
-    C("actions_total", "Actions applied.", s.actions);
-    C("positives_total", "Positive examples emitted.", s.positives);
-    C("negatives_total", "Negative examples emitted (after sampling).", s.negatives);
-    C("sampled_out_total", "Negatives dropped by negative sampling.", s.sampled_out);
-    C("late_actions_total", "Actions after their window (no label).", s.late_actions);
-    C("late_impressions_total", "Impressions whose window had closed on arrival.",
-      s.late_impressions);
-    C("duplicates_total", "Impressions and actions seen before.",
-      s.duplicate_impressions + s.duplicate_actions);
-    C("early_actions_total", "Actions stored before their impression.", s.early_actions);
-    C("early_expired_total", "Early actions whose impression never came.", s.early_expired);
-    C("early_dropped_total", "Early actions dropped at joiner.max_early_actions.", s.early_dropped);
-    C("ambiguous_actions_total", "item_id 0 actions of a request with several impressions.",
-      s.ambiguous_actions);
-    C("no_task_actions_total", "Actions of a type in no task of joiner.task_actions (ignored).",
-      s.no_task_actions);
-    C("closed_early_total",
-      "Examples emitted before their window closed: every task's action had come.", s.closed_early);
-    fprintf(f, "# HELP monolith_joiner_task_positives_total Examples emitted with the task's "
-               "label 1 (joiner.task_actions).\n"
-               "# TYPE monolith_joiner_task_positives_total counter\n");
-    for (uint32_t t = 0; t < d->ntasks; t++)
-        fprintf(f, "monolith_joiner_task_positives_total{task=\"%s\"} %" PRIu64 "\n",
-                d->task_names[t], s.task_positives[t]);
-    C("bad_messages_total", "Messages skipped as not valid protobufs.", s.bad_messages);
-    C("dropped_messages_total",
-      "Messages that produced nothing: bad, late, duplicate, ambiguous or of no task.",
-      s.bad_messages + s.late_actions + s.duplicate_impressions + s.duplicate_actions +
-          s.ambiguous_actions + s.no_task_actions);
-    C("replayed_total", "Re-consumed messages skipped (already applied).", s.replayed);
-    C("delivered_total", "Examples delivered to the examples topic.", delivered);
-    C("delivery_failures_total", "Commit rounds whose delivery failed (retried).", dfail);
-    C("commits_total", "Offset commits.", commits);
-    C("commit_failures_total", "Offset commits that failed.", cfail);
-    C("memory_misses_total", "Pending impressions read from RocksDB (not in memory).",
-      s.memory_misses);
-    G("join_rate", "Positives / (positives + closed negatives incl. sampled out).",
-      s.positives + s.negatives + s.sampled_out
-          ? (double)s.positives / (double)(s.positives + s.negatives + s.sampled_out)
-          : 0.0);
-    G("pending", "Pending impressions (all, in RocksDB).", s.pending);
-    G("pending_memory", "Pending impressions also held in memory.", s.pending_memory);
-    G("early_pending", "Early actions waiting.", s.early_pending);
-    G("outbox", "Examples made but not yet delivered.", s.outbox);
-    G("watermark_ms", "The joiner's watermark (event time, Unix ms).",
-      s.watermark_ms == INT64_MIN ? 0 : s.watermark_ms);
-    G("event_lag_seconds", "Wall clock minus the largest event time seen.",
-      s.max_event_ms == INT64_MIN ? 0 : wall - (double)s.max_event_ms / 1000.0);
-    G("consumer_lag_messages",
-      "Messages behind the high watermarks of the assigned input partitions (-1: unknown).",
-      kafka_lag);
-    G("uptime_seconds", "Seconds since start.", mt_mono_s() - d->started);
-#undef C
-#undef G
-    char proc[1024];
-    if (mt_process_render_metrics((double)time(NULL) - (mt_mono_s() - d->started), proc,
-                                  sizeof(proc)) > 0)
-        fputs(proc, f);
-    if (fclose(f) != 0) {
-        free(buf);
-        return 500;
-    }
-    *body = buf;
-    *len = n;
-    return 200;
-}
-
-/* ---------------- Kafka ---------------- */
-
-static void remember(daemon_t *d, const mt_kafka_msg_t *m) {
-    for (size_t i = 0; i < d->nmarks; i++) {
-        mark_t *k = &d->marks[i];
-        if (k->partition == m->partition && !strcmp(k->topic, m->topic)) {
-            if (m->offset > k->offset) k->offset = m->offset;
-            return;
-        }
-    }
-    if (d->nmarks == MAX_PARTS) return; /* not marked now: committed by a later round */
-    mark_t *k = &d->marks[d->nmarks++];
-    snprintf(k->topic, sizeof(k->topic), "%s", m->topic);
-    k->partition = m->partition;
-    k->offset = m->offset;
-}
-
-/* Steps 2-5 of the commit round. @returns 0, or 1 on a failure of the state (fatal). */
-static int commit_round(daemon_t *d, mt_kafka_producer_t *p, mt_kafka_consumer_t *kc) {
-    mt_err_t e = mt_joiner_sync(d->j);
-    if (e) {
-        mt_log(MT_LOG_ERROR, WHO, "syncing the state: %s", mt_strerror(e));
-        return 1;
-    }
-    size_t n = mt_joiner_outbox_size(d->j);
-    if (n) {
-        size_t queued = 0;
-        for (; queued < n; queued++) {
-            const mt_joiner_example_t *x = mt_joiner_outbox_get(d->j, queued);
-            e = mt_kafka_produce(p, d->cfg.kafka.examples_topic, -1, x->request_id,
-                                 x->request_id_len, x->value, x->len, 1000);
-            if (e) break;
-        }
-        mt_err_t fe = mt_kafka_producer_flush(p, 10000);
-        if (e || fe) {
-            pthread_mutex_lock(&d->lock);
-            d->delivery_failures++;
-            pthread_mutex_unlock(&d->lock);
-            mt_log(MT_LOG_WARN, WHO,
-                   "delivering %zu examples: %s (kept in the outbox, offsets not committed)", n,
-                   mt_strerror(e ? e : fe));
-            return 0; /* all of them again next round: the outbox stays whole */
-        }
-        if ((e = mt_joiner_outbox_done(d->j, n))) {
-            mt_log(MT_LOG_ERROR, WHO, "removing delivered examples: %s", mt_strerror(e));
-            return 1;
-        }
-        pthread_mutex_lock(&d->lock);
-        d->delivered += n;
-        pthread_mutex_unlock(&d->lock);
-    }
-    if (kc && d->nmarks) {
-        for (size_t i = 0; i < d->nmarks; i++) {
-            mt_kafka_msg_t m = {.topic = d->marks[i].topic,
-                                .partition = d->marks[i].partition,
-                                .offset = d->marks[i].offset};
-            mt_kafka_consumer_mark(kc, &m);
-        }
-        d->nmarks = 0;
-        e = mt_kafka_consumer_commit(kc);
-        pthread_mutex_lock(&d->lock);
-        if (e)
-            d->commit_failures++;
-        else
-            d->commits++;
-        pthread_mutex_unlock(&d->lock);
-        if (e)
-            mt_log(MT_LOG_WARN, WHO, "offset commit: %s (positions kept for the next one)",
-                   mt_strerror(e));
-    }
-    return 0;
-}
-
-static void json_u64(FILE *f, const char *k, uint64_t v, int last) {
-    fprintf(f, "\"%s\": %" PRIu64 "%s", k, v, last ? "" : ", ");
-}
-
-static int write_report(daemon_t *d, double seconds) {
-    mt_joiner_stats_t s;
-    mt_joiner_stats(d->j, &s);
-    printf("== monolith-joiner report ==\n");
-    printf("impressions        %" PRIu64 "\n", s.impressions);
-    printf("actions            %" PRIu64 "\n", s.actions);
-    printf("positives          %" PRIu64 "\n", s.positives);
-    printf("negatives          %" PRIu64 "   (sampled out %" PRIu64 ")\n", s.negatives,
-           s.sampled_out);
-    printf("late actions       %" PRIu64 "   late impressions %" PRIu64 "\n", s.late_actions,
-           s.late_impressions);
-    printf("duplicates         %" PRIu64 "\n", s.duplicate_impressions + s.duplicate_actions);
-    printf("early actions      %" PRIu64 "   (joined %" PRIu64 ", expired %" PRIu64
-           ", dropped %" PRIu64 ")\n",
-           s.early_actions, s.early_joined, s.early_expired, s.early_dropped);
-    printf("ambiguous actions  %" PRIu64 "\n", s.ambiguous_actions);
-    printf("tasks             ");
-    for (uint32_t t = 0; t < d->ntasks; t++)
-        printf(" %s %" PRIu64, d->task_names[t], s.task_positives[t]);
-    printf("   (closed early %" PRIu64 ", no-task actions %" PRIu64 ")\n", s.closed_early,
-           s.no_task_actions);
-    printf("bad messages       %" PRIu64 "\n", s.bad_messages);
-    printf("replayed (skipped) %" PRIu64 "   outbox recovered %" PRIu64 "\n", s.replayed,
-           s.outbox_recovered);
-    printf("pending            %" PRIu64 "   early waiting %" PRIu64 "\n", s.pending,
-           s.early_pending);
-    printf("delivered          %" PRIu64 "   in %.1f s\n", d->delivered, seconds);
-    fflush(stdout);
-    if (!d->report_path) return 0;
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", d->report_path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        mt_log(MT_LOG_ERROR, WHO, "%s: %s", tmp, strerror(errno));
-        return 1;
-    }
-    fputc('{', f);
-    json_u64(f, "impressions", s.impressions, 0);
-    json_u64(f, "actions", s.actions, 0);
-    json_u64(f, "positives", s.positives, 0);
-    json_u64(f, "negatives", s.negatives, 0);
-    json_u64(f, "sampled_out", s.sampled_out, 0);
-    json_u64(f, "late_actions", s.late_actions, 0);
-    json_u64(f, "late_impressions", s.late_impressions, 0);
-    json_u64(f, "duplicates", s.duplicate_impressions + s.duplicate_actions, 0);
-    json_u64(f, "duplicate_impressions", s.duplicate_impressions, 0);
-    json_u64(f, "duplicate_actions", s.duplicate_actions, 0);
-    json_u64(f, "early_actions", s.early_actions, 0);
-    json_u64(f, "early_joined", s.early_joined, 0);
-    json_u64(f, "early_expired", s.early_expired, 0);
-    json_u64(f, "early_dropped", s.early_dropped, 0);
-    json_u64(f, "ambiguous_actions", s.ambiguous_actions, 0);
-    json_u64(f, "no_task_actions", s.no_task_actions, 0);
-    json_u64(f, "closed_early", s.closed_early, 0);
-    fputs("\"task_positives\": {", f);
-    for (uint32_t t = 0; t < d->ntasks; t++)
-        json_u64(f, d->task_names[t], s.task_positives[t], t + 1 == d->ntasks);
-    fputs("}, ", f);
-    json_u64(f, "bad_messages", s.bad_messages, 0);
-    json_u64(f, "replayed", s.replayed, 0);
-    json_u64(f, "outbox_recovered", s.outbox_recovered, 0);
-    json_u64(f, "pending", s.pending, 0);
-    json_u64(f, "early_pending", s.early_pending, 0);
-    json_u64(f, "delivered", d->delivered, 0);
-    json_u64(f, "commits", d->commits, 0);
-    fprintf(f, "\"seconds\": %.3f}\n", seconds);
-    if (fclose(f) != 0 || rename(tmp, d->report_path) != 0) {
-        mt_log(MT_LOG_ERROR, WHO, "%s: %s", d->report_path, strerror(errno));
-        return 1;
-    }
-    return 0;
-}
-
-static int run(daemon_t *d, double duration_s, int drain) {
-    char bootstrap[8192], err[512] = "", session[64];
-    if (mt_config_kafka_bootstrap(&d->cfg, bootstrap, sizeof(bootstrap), err, sizeof(err))) {
-        mt_log(MT_LOG_ERROR, WHO, "%s", err);
-        return 1;
-    }
-    snprintf(session, sizeof(session), "session.timeout.ms=%u", d->cfg.kafka.session_timeout_ms);
-    const char *cconf[] = {session, NULL};
-    /* lz4: the examples of one request share their user-side fids; it also stretches what a
-     * mock partition retains (~5 MiB each) */
-    const char *pconf[] = {"linger.ms=1", "compression.codec=lz4", NULL};
-    const char *topics[] = {d->cfg.kafka.features_topic, d->cfg.kafka.actions_topic};
-    mt_kafka_producer_t *p = NULL;
-    mt_kafka_consumer_t *kc = NULL;
-    mt_kafka_msg_t *msgs = calloc(POLL_BATCH, sizeof(*msgs));
-    int rc = 1;
-    if (!msgs || !(d->marks = calloc(MAX_PARTS, sizeof(*d->marks)))) goto out;
-    if (mt_kafka_producer_create(bootstrap, pconf, &p, err, sizeof(err))) {
-        mt_log(MT_LOG_ERROR, WHO, "Kafka producer on %s: %s", bootstrap, err);
-        goto out;
-    }
-    /* examples left undelivered by the previous run go first */
-    if (mt_joiner_outbox_size(d->j)) {
-        mt_log(MT_LOG_INFO, WHO, "delivering %zu examples left by the previous run",
-               mt_joiner_outbox_size(d->j));
-        if (commit_round(d, p, NULL)) goto out;
-    }
-    if (mt_kafka_consumer_create(bootstrap, d->cfg.joiner.group, topics, 2, cconf, &kc, err,
-                                 sizeof(err))) {
-        mt_log(MT_LOG_ERROR, WHO, "Kafka consumer on %s: %s", bootstrap, err);
-        goto out;
-    }
-    mt_log(MT_LOG_INFO, WHO, "joining %s + %s -> %s on %s as group %s (window %u s, tasks %s)",
-           d->cfg.kafka.features_topic, d->cfg.kafka.actions_topic, d->cfg.kafka.examples_topic,
-           bootstrap, d->cfg.joiner.group, d->cfg.joiner.window_s, d->tasks);
-    const mt_config_joiner_t *jc = &d->cfg.joiner;
-    double t0 = mt_mono_s(), next_commit = t0 + jc->commit_interval_ms / 1000.0;
-    double next_progress = t0 + 1.0, last_t = t0, next_lag = t0;
-    uint64_t last_msgs = 0, msgs_total = 0;
-    while (!stop_requested(d)) {
-        if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
-        if (mt_mono_s() >= next_lag) { /* a few librdkafka calls: once a second is plenty */
-            int64_t lag = mt_kafka_consumer_lag(kc);
-            pthread_mutex_lock(&d->lock);
-            d->kafka_lag = lag;
-            pthread_mutex_unlock(&d->lock);
-            next_lag = mt_mono_s() + 1.0;
-        }
-        size_t n = 0;
-        if (mt_joiner_outbox_size(d->j) < OUTBOX_STOP)
-            n = mt_kafka_consumer_poll(kc, msgs, POLL_BATCH, 100);
-        else
-            usleep(100000);
-        for (size_t i = 0; i < n; i++) {
-            const mt_kafka_msg_t *m = &msgs[i];
-            mt_joiner_stream_t stream = strcmp(m->topic, d->cfg.kafka.features_topic) == 0
-                                            ? MT_JOINER_IMPRESSIONS
-                                            : MT_JOINER_ACTIONS;
-            mt_joiner_outcome_t oc;
-            char why[256];
-            mt_err_t e = mt_joiner_add(d->j, stream, m->topic, m->partition, m->offset, m->value,
-                                       m->len, &oc, why, sizeof(why));
-            if (e) {
-                mt_log(MT_LOG_ERROR, WHO, "%s/%d@%" PRId64 ": applying to the state: %s", m->topic,
-                       (int)m->partition, m->offset, mt_strerror(e));
-                goto out;
-            }
-            if (oc == MT_JOINER_BAD && d->bad_logged++ < BAD_LOG_MAX)
-                mt_log(MT_LOG_WARN, WHO, "%s/%d@%" PRId64 ": bad message skipped: %s", m->topic,
-                       (int)m->partition, m->offset, why);
-            remember(d, m);
-        }
-        msgs_total += n;
-        /* waiting for partitions is not idleness: keep the watermark from following the clock */
-        size_t assigned = mt_kafka_consumer_assigned(kc);
-        if (!n && assigned == 0) mt_joiner_hold(d->j);
-        mt_joiner_set_partitions(d->j, assigned);
-        uint64_t closed = 0;
-        mt_err_t e = mt_joiner_tick(d->j, &closed);
-        if (e) {
-            mt_log(MT_LOG_ERROR, WHO, "closing windows: %s", mt_strerror(e));
-            goto out;
-        }
-        pthread_mutex_lock(&d->lock);
-        d->messages = msgs_total;
-        pthread_mutex_unlock(&d->lock);
-        double now = mt_mono_s();
-        if (now >= next_commit || mt_joiner_outbox_size(d->j) >= OUTBOX_HIGH) {
-            next_commit = now + jc->commit_interval_ms / 1000.0;
-            if (commit_round(d, p, kc)) goto out;
-        }
-        if (now >= next_progress) { /* also refreshes what /metrics shows */
-            snapshot(d);
-            if (jc->progress_interval_ms) {
-                next_progress = now + jc->progress_interval_ms / 1000.0;
-                mt_joiner_stats_t s = d->snap;
-                fprintf(stderr,
-                        "joiner  %" PRIu64 " msg  %.0f msg/s  imp %" PRIu64 "  act %" PRIu64
-                        "  pos %" PRIu64 "  neg %" PRIu64 "  pending %" PRIu64 "  late %" PRIu64
-                        "  dup %" PRIu64 "  bad %" PRIu64 "  partitions %zu\n",
-                        msgs_total, (double)(msgs_total - last_msgs) / (now - last_t),
-                        s.impressions, s.actions, s.positives, s.negatives, s.pending,
-                        s.late_actions, s.duplicate_impressions + s.duplicate_actions,
-                        s.bad_messages, mt_kafka_consumer_assigned(kc));
-                last_msgs = msgs_total;
-                last_t = now;
-            } else {
-                next_progress = now + 1.0;
-            }
-        }
-    }
-    if (drain) {
-        uint64_t closed = 0;
-        mt_err_t e = mt_joiner_drain(d->j, &closed);
-        if (e) {
-            mt_log(MT_LOG_ERROR, WHO, "draining: %s", mt_strerror(e));
-            goto out;
-        }
-        mt_log(MT_LOG_INFO, WHO, "drained: %" PRIu64 " windows closed", closed);
-    }
-    if (commit_round(d, p, kc)) goto out;
-    if (mt_joiner_outbox_size(d->j)) {
-        mt_log(MT_LOG_ERROR, WHO, "%zu examples could not be delivered (kept for the next run)",
-               mt_joiner_outbox_size(d->j));
-        goto out;
-    }
-    snapshot(d);
-    rc = write_report(d, mt_mono_s() - t0);
-out:
-    mt_kafka_consumer_destroy(kc);
-    mt_kafka_producer_destroy(p);
-    free(msgs);
-    return rc;
-}
-
-/* ---------------- main ---------------- */
 
 int main(int argc, char **argv) {
-    daemon_t d;
-    memset(&d, 0, sizeof(d));
-    d.kafka_lag = -1;
-    pthread_mutex_init(&d.lock, NULL);
-    d.started = mt_mono_s();
-    int rc = 2, drain = 0;
-    double duration_s = 0;
+    mt_config_t cfg;
+    int rc = MT_JOINER_EXIT_CONFIG, drain = 0;
     char err[512] = "";
+    const char *report_path = NULL, *duration_s_s = NULL;
+    double duration_s = 0;
     mt_http_t *http = NULL;
-    if (mt_config_init(&d.cfg) != MT_OK) return 1;
-    const char *duration_s_s = NULL;
+    mt_joiner_run_t *run = NULL;
+    if (mt_config_init(&cfg) != MT_OK) return MT_JOINER_EXIT_FAILED;
     const mt_config_cli_opt_t opts[] = {
         {"--drain", &drain, NULL, NULL},
-        {"--report", NULL, &d.report_path, NULL},
+        {"--report", NULL, &report_path, NULL},
         {"--duration-s", NULL, &duration_s_s, NULL},
     };
     mt_config_cli_t cli = {"monolith-joiner", usage, opts, sizeof(opts) / sizeof(opts[0]), NULL, 0};
-    if ((rc = mt_config_cli(&cli, &d.cfg, argc, argv)) != MT_CONFIG_CLI_OK) goto out;
-    rc = 2;
-    const char *config = cli.config;
-    int check_only = cli.check;
+    if ((rc = mt_config_cli(&cli, &cfg, argc, argv)) != MT_CONFIG_CLI_OK) goto out;
+    rc = MT_JOINER_EXIT_CONFIG;
     if (duration_s_s) {
         char *end = NULL;
         duration_s = strtod(duration_s_s, &end);
@@ -522,86 +73,49 @@ int main(int argc, char **argv) {
             goto out;
         }
     }
-    /* The joiner needs no [slot.N]: mt_config_validate() (which requires one) runs only on a
-     * file that has slots (a shared cluster file); every value was bounds-checked as read. */
-    if (d.cfg.nslots && mt_config_validate(&d.cfg, err, sizeof(err)) != MT_OK) {
-        fprintf(stderr, "monolith-joiner: %s: %s\n", config, err);
-        goto out;
-    }
     mt_joiner_config_t jc;
-    mt_joiner_config_init(&jc);
-    jc.window_ms = (int64_t)d.cfg.joiner.window_s * 1000;
-    jc.allowed_lateness_ms = (int64_t)d.cfg.joiner.allowed_lateness_s * 1000;
-    jc.idle_advance_ms = d.cfg.joiner.idle_advance_ms;
-    jc.negative_rate = d.cfg.joiner.negative_rate;
-    jc.seed = d.cfg.joiner.seed;
-    jc.max_pending_memory = d.cfg.joiner.max_pending_memory;
-    jc.max_early_actions = d.cfg.joiner.max_early_actions;
-    jc.sync = d.cfg.joiner.sync;
-    jc.write_buffer_mb = d.cfg.joiner.rocksdb_write_buffer_mb;
-    jc.block_cache_mb = d.cfg.joiner.rocksdb_block_cache_mb;
-    _Static_assert(MT_CONFIG_MAX_TASK_ACTIONS == MT_JOINER_MAX_TASKS, "task limits differ");
-    size_t ntasks = 0;
-    if (mt_config_joiner_task_actions(&d.cfg, jc.task_actions, &ntasks, err, sizeof(err)) !=
-        MT_OK) {
-        fprintf(stderr, "monolith-joiner: %s: %s\n", config, err);
+    if (mt_joiner_run_check(&cfg, &jc, err, sizeof(err)) != MT_OK) {
+        fprintf(stderr, "monolith-joiner: %s: %s\n", cli.config, err);
         goto out;
     }
-    jc.ntasks = (uint32_t)ntasks;
-    if (mt_joiner_config_validate(&jc, err, sizeof(err)) != MT_OK) {
-        fprintf(stderr, "monolith-joiner: %s: joiner.%s\n", config, err);
-        goto out;
-    }
-    if (!strcmp(d.cfg.kafka.features_topic, d.cfg.kafka.actions_topic)) {
-        fprintf(stderr, "monolith-joiner: %s: kafka.features_topic and actions_topic are equal\n",
-                config);
-        goto out;
-    }
-    d.ntasks = jc.ntasks;
-    for (uint32_t t = 0, off = 0; t < jc.ntasks; t++) {
-        d.task_names[t] = mt_joiner_action_name(jc.task_actions[t]);
-        off += (uint32_t)snprintf(d.tasks + off, sizeof(d.tasks) - off, "%s%s", t ? ", " : "",
-                                  d.task_names[t]);
-    }
-    if (check_only) {
+    if (cli.check) {
+        char tasks[64];
+        mt_joiner_run_tasks(&jc, tasks, sizeof(tasks));
         printf("%s: ok (window %u s, lateness %u s, negative rate %g, tasks %s, state %s)\n",
-               config, d.cfg.joiner.window_s, d.cfg.joiner.allowed_lateness_s,
-               d.cfg.joiner.negative_rate, d.tasks, d.cfg.joiner.state_dir);
-        rc = 0;
+               cli.config, cfg.joiner.window_s, cfg.joiner.allowed_lateness_s,
+               cfg.joiner.negative_rate, tasks, cfg.joiner.state_dir);
+        rc = MT_JOINER_EXIT_OK;
         goto out;
     }
 
-    sigemptyset(&d.sigs);
-    sigaddset(&d.sigs, SIGTERM);
-    sigaddset(&d.sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &d.sigs, NULL);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    rc = 1;
-    mt_err_t e = mt_joiner_open(d.cfg.joiner.state_dir, &jc, NULL, NULL, &d.j, err, sizeof(err));
-    if (e) {
-        mt_log(MT_LOG_ERROR, WHO, "state %s: %s", d.cfg.joiner.state_dir, err);
-        goto out;
-    }
-    snapshot(&d);
-    mt_log(MT_LOG_INFO, WHO,
-           "state %s: %" PRIu64 " pending impressions, %" PRIu64 " early actions, %" PRIu64
-           " undelivered examples",
-           d.cfg.joiner.state_dir, d.snap.pending, d.snap.early_pending, d.snap.outbox);
-    if (*d.cfg.joiner.metrics_listen) {
+    const mt_joiner_run_config_t rcfg = {.cfg = &cfg,
+                                         .report_path = report_path,
+                                         .duration_s = duration_s,
+                                         .drain = drain,
+                                         .stop = signalled,
+                                         .stop_ud = &sigs};
+    if ((rc = mt_joiner_run_create(&rcfg, &run)) != MT_JOINER_EXIT_OK) goto out;
+    rc = MT_JOINER_EXIT_FAILED;
+    if (*cfg.joiner.metrics_listen) {
         int port = 0;
-        if (mt_http_start(d.cfg.joiner.metrics_listen, render, &d, &port, &http) != MT_OK) {
-            mt_log(MT_LOG_ERROR, WHO, "cannot serve metrics on %s", d.cfg.joiner.metrics_listen);
+        if (mt_http_start(cfg.joiner.metrics_listen, mt_joiner_run_render, run, &port, &http) !=
+            MT_OK) {
+            mt_log(MT_LOG_ERROR, "joiner", "cannot serve metrics on %s", cfg.joiner.metrics_listen);
             goto out;
         }
-        mt_log(MT_LOG_INFO, WHO, "metrics on port %d", port);
+        mt_log(MT_LOG_INFO, "joiner", "metrics on port %d", port);
     }
-    rc = run(&d, duration_s, drain);
+    rc = mt_joiner_run(run);
 out:
-    mt_http_stop(http);
-    mt_joiner_close(d.j);
-    free(d.marks);
-    mt_config_free(&d.cfg);
-    pthread_mutex_destroy(&d.lock);
+    mt_http_stop(http); /* before the run goes: the server's thread renders it */
+    mt_joiner_run_destroy(run);
+    mt_config_free(&cfg);
     return rc;
 }
