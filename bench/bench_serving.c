@@ -4,27 +4,9 @@
 #include <stdlib.h>
 
 #include "bench_serving.h"
-#include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/serving.pb-c.h"
 
 #define LOOKUP "/monolith.v1.Serving/Lookup"
-#define HEALTH "/grpc.health.v1.Health/Check"
-
-int mt_bench_serving_healthy(mt_rpc_channel_t *ch) {
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    mt_rpc_status_t st;
-    int ok = 0;
-    if (mt_rpc_call(ch, HEALTH, NULL, 0, 1000, &resp, &rlen, &st) == MT_OK &&
-        st.code == MT_RPC_OK) {
-        Grpc__Health__V1__HealthCheckResponse *h =
-            grpc__health__v1__health_check_response__unpack(NULL, rlen, resp);
-        ok = h && h->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-        if (h) grpc__health__v1__health_check_response__free_unpacked(h, NULL);
-    }
-    free(resp);
-    return ok;
-}
 
 int mt_bench_serving_served(mt_rpc_channel_t *ch, uint64_t fid) {
     Monolith__V1__LookupRequest q = MONOLITH__V1__LOOKUP_REQUEST__INIT;

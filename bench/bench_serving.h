@@ -9,9 +9,6 @@
 
 #include "mt/rpc.h"
 
-/** 1 if the replica behind @p ch answers Health SERVING within 1 s, else 0. */
-int mt_bench_serving_healthy(mt_rpc_channel_t *ch);
-
 /** 1 if the replica behind @p ch has a row for @p fid (Lookup), 0 if not, -1 on error. */
 int mt_bench_serving_served(mt_rpc_channel_t *ch, uint64_t fid);
 

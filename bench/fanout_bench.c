@@ -143,7 +143,7 @@ static int fleet_start(fleet_t *f, int n, const char *conf, const char *cluster,
     }
     double t0 = mt_mono_s();
     for (int k = 0; k < n; k++)
-        while (!mt_bench_serving_healthy(f->ch[k])) {
+        while (!mt_rpc_serving(f->ch[k], 1000)) {
             if (mt_mono_s() - t0 > 120) {
                 fprintf(stderr, "fanout_bench: a %s replica not ready after 120 s\n", source);
                 return -1;

@@ -183,7 +183,7 @@ static void *load_main(void *arg) {
  * says so, naming it @p what). */
 static int wait_healthy(mt_rpc_channel_t *ch, const char *what) {
     double t0 = mt_mono_s();
-    while (!mt_bench_serving_healthy(ch)) {
+    while (!mt_rpc_serving(ch, 1000)) {
         if (mt_mono_s() - t0 > 60) {
             fprintf(stderr, "serving_bench: %s not ready after 60 s\n", what);
             return -1;
@@ -418,7 +418,7 @@ int main(int argc, char **argv) {
     if (!el) return 1;
     for (size_t i = 0; i < ne + 50; i++) {
         double c0 = mt_mono_s();
-        if (!mt_bench_serving_healthy(E.serving)) return 1;
+        if (!mt_rpc_serving(E.serving, 1000)) return 1;
         if (i >= 50) el[i - 50] = (mt_mono_s() - c0) * 1000;
     }
     double e50 = mt_bench_pct(el, ne, 0.5), e99 = mt_bench_pct(el, ne, 0.99);

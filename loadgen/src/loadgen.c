@@ -59,7 +59,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "grpc/health/v1/health.pb-c.h"
 #include "monolith/v1/example.pb-c.h"
 #include "monolith/v1/serving.pb-c.h"
 #include "mt/clock.h"
@@ -71,7 +70,6 @@
 
 #define MAX_TARGETS MT_LOADGEN_MAX_TARGETS
 #define PREDICT     "/monolith.v1.Serving/Predict"
-#define HEALTH      "/grpc.health.v1.Health/Check"
 #define LAT_RING    (1u << 20)
 #define TRUTH       MAX_TARGETS /* series index of the true probabilities */
 
@@ -226,25 +224,6 @@ static int cmp_float(const void *a, const void *b) {
 
 /* ---------------- targets ---------------- */
 
-/* Health/Check: 1 SERVING, 0 otherwise. */
-static int healthy(mt_rpc_channel_t *ch) {
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    mt_rpc_status_t st;
-    int ok = 0;
-    if (mt_rpc_call(ch, HEALTH, NULL, 0, 1000, &resp, &rlen, &st) == MT_OK &&
-        st.code == MT_RPC_OK) {
-        Grpc__Health__V1__HealthCheckResponse *h =
-            grpc__health__v1__health_check_response__unpack(NULL, rlen, resp);
-        if (h) {
-            ok = h->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-            grpc__health__v1__health_check_response__free_unpacked(h, NULL);
-        }
-    }
-    free(resp);
-    return ok;
-}
-
 /* Activates targets that became reachable (main thread). */
 static void poll_targets(mt_loadgen_t *L) {
     for (uint32_t i = 0; i < L->ntargets; i++) {
@@ -271,7 +250,7 @@ static void poll_targets(mt_loadgen_t *L) {
             cc.tls = L->o.tls;
             if (mt_rpc_channel_create(t->addr, &cc, &t->ch) != MT_OK) continue;
         }
-        if (healthy(t->ch)) {
+        if (mt_rpc_serving(t->ch, 1000)) {
             atomic_store(&t->since_ms, wall_ms());
             atomic_store(&t->active, 1);
             mt_log(MT_LOG_INFO, "loadgen", "target %s (%s) is serving", t->name, t->addr);

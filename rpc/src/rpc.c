@@ -1209,6 +1209,60 @@ mt_err_t mt_rpc_call(mt_rpc_channel_t *ch, const char *path, const uint8_t *req,
     return err ? err : status_err(st);
 }
 
+/* A protobuf varint at *p (< end): @returns its value and moves *p past it; *ok = 0 when it
+ * runs past end or over 10 bytes. */
+static uint64_t read_varint(const uint8_t **p, const uint8_t *end, int *ok) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (*p >= end) break;
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) return v;
+    }
+    *ok = 0;
+    return 0;
+}
+
+int mt_rpc_serving(mt_rpc_channel_t *ch, int64_t deadline_ms) {
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    mt_rpc_status_t st;
+    if (mt_rpc_call(ch, MT__HEALTH_PATH, NULL, 0, deadline_ms, &resp, &rlen, &st) != MT_OK ||
+        st.code != MT_RPC_OK) {
+        free(resp);
+        return 0;
+    }
+    /* HealthCheckResponse: status = field 1, a varint (SERVING = 1); an absent field is
+     * UNKNOWN (0); other fields are skipped, as a protobuf reader does. */
+    uint64_t status = 0;
+    int ok = 1;
+    const uint8_t *p = resp, *end = resp + rlen;
+    while (ok && p < end) {
+        uint64_t key = read_varint(&p, end, &ok);
+        if (!ok) break;
+        if ((key & 7) == 0) {
+            uint64_t v = read_varint(&p, end, &ok);
+            if (key >> 3 == 1) status = v;
+        } else if ((key & 7) == 2) {
+            uint64_t n = read_varint(&p, end, &ok);
+            if (n > (uint64_t)(end - p))
+                ok = 0;
+            else
+                p += n;
+        } else if ((key & 7) == 1 || (key & 7) == 5) { /* 64- or 32-bit: skipped */
+            size_t n = (key & 7) == 1 ? 8 : 4;
+            if (n > (size_t)(end - p))
+                ok = 0;
+            else
+                p += n;
+        } else {
+            ok = 0; /* groups (3, 4) and unknown wire types */
+        }
+    }
+    free(resp);
+    return ok && status == 1;
+}
+
 mt_err_t mt_rpc_call_many(mt_rpc_batch_call_t *calls, size_t n, int64_t deadline_ms) {
     return mt_rpc_call_many_overlap(calls, n, deadline_ms, NULL, NULL);
 }

@@ -251,6 +251,14 @@ void mt_rpc_channel_destroy(mt_rpc_channel_t *ch);
 mt_err_t mt_rpc_call(mt_rpc_channel_t *ch, const char *path, const uint8_t *req, size_t len,
                      int64_t deadline_ms, uint8_t **resp, size_t *resp_len, mt_rpc_status_t *st);
 
+/**
+ * grpc.health.v1.Health/Check of the whole server (service ""), as load balancers ask it.
+ * @returns 1 when it answers SERVING; 0 otherwise: NOT_SERVING or another status, a call
+ *          that fails or does not complete within @p deadline_ms, a reply that is not a
+ *          HealthCheckResponse. Retries on UNAVAILABLE as mt_rpc_call() does.
+ */
+int mt_rpc_serving(mt_rpc_channel_t *ch, int64_t deadline_ms);
+
 /** One call of a batch (mt_rpc_call_many). Inputs borrowed; outputs as for mt_rpc_call. */
 typedef struct mt_rpc_batch_call {
     mt_rpc_channel_t *ch;

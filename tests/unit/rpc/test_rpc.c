@@ -1158,6 +1158,24 @@ Test(rpc, health_check_serving_and_not_serving) {
     mt_rpc_server_destroy(s);
 }
 
+/* The client's check (mt_rpc_serving): what load balancers and our tools wait for. */
+Test(rpc, serving_check) {
+    int port;
+    mt_rpc_server_t *s = start_server(&port);
+    mt_rpc_channel_t *ch = open_channel(port, -1, 0);
+    cr_assert_eq(mt_rpc_serving(ch, 5000), 1);
+    mt_rpc_server_set_serving(s, 0);
+    cr_assert_eq(mt_rpc_serving(ch, 5000), 0);
+    mt_rpc_server_set_serving(s, 1);
+    cr_assert_eq(mt_rpc_serving(ch, 5000), 1);
+    mt_rpc_channel_destroy(ch);
+    mt_rpc_server_destroy(s);
+    /* nobody listening: 0 within the deadline */
+    mt_rpc_channel_t *dead = retrying_channel(dead_port(), 3, 20, 100);
+    cr_assert_eq(mt_rpc_serving(dead, 2000), 0);
+    mt_rpc_channel_destroy(dead);
+}
+
 static int health_for(mt_rpc_channel_t *ch, const char *service, uint8_t *out) {
     Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
     req.service = (char *)service;
