@@ -3,16 +3,17 @@
  * (kafka.actions_topic) into labelled examples (kafka.examples_topic). docs/joiner.md.
  *
  *   monolith-joiner --config FILE [--set section.key=value]... [--log-level LEVEL]
- *                   [--duration-s S] [--drain] [--report FILE]
+ *                   [--duration-s S] [--until-caught-up] [--drain] [--report FILE]
  *   monolith-joiner --config FILE --check
  *
  * A thin main over mt/joiner_run.h (the consumer-group member, the join core's state in
  * joiner.state_dir, the exactly-once commit round, the report): flags, configuration,
  * signals and the metrics server (joiner.metrics_listen). Progress line on stderr every
  * joiner.progress_interval_ms, a final report on stdout (--report FILE: the same as one JSON
- * object). --drain: at exit, close every window (end of a replayed stream).
+ * object). --until-caught-up: exit once every assigned input partition is read to its end
+ * (a backfill). --drain: at exit, close every window (end of a replayed stream).
  *
- * Exit status: 0 done (SIGTERM/SIGINT, --duration-s), 1 runtime failure (Kafka unusable,
+ * Exit status: 0 done (SIGTERM/SIGINT, --duration-s, caught up), 1 runtime failure (Kafka unusable,
  * state unreadable or unwritable), 2 bad command line or configuration.
  */
 #include <pthread.h>
@@ -31,7 +32,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: monolith-joiner --config FILE [--set section.key=value]...\n"
                "                       [--log-level debug|info|warn|error] [--duration-s S]\n"
-               "                       [--drain] [--report FILE]\n"
+               "                       [--until-caught-up] [--drain] [--report FILE]\n"
                "       monolith-joiner --config FILE --check\n"
                "       monolith-joiner --config-reference\n");
 }
@@ -50,7 +51,7 @@ static int signalled(void *ud) {
 
 int main(int argc, char **argv) {
     mt_config_t cfg;
-    int rc = MT_JOINER_EXIT_CONFIG, drain = 0;
+    int rc = MT_JOINER_EXIT_CONFIG, drain = 0, until_caught_up = 0;
     char err[512] = "";
     const char *report_path = NULL, *duration_s_s = NULL;
     double duration_s = 0;
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     if (mt_config_init(&cfg) != MT_OK) return MT_JOINER_EXIT_FAILED;
     const mt_config_cli_opt_t opts[] = {
         {"--drain", &drain, NULL, NULL},
+        {"--until-caught-up", &until_caught_up, NULL, NULL},
         {"--report", NULL, &report_path, NULL},
         {"--duration-s", NULL, &duration_s_s, NULL},
     };
@@ -99,6 +101,7 @@ int main(int argc, char **argv) {
                                          .report_path = report_path,
                                          .duration_s = duration_s,
                                          .drain = drain,
+                                         .until_caught_up = until_caught_up,
                                          .stop = signalled,
                                          .stop_ud = &sigs};
     if ((rc = mt_joiner_run_create(&rcfg, &run)) != MT_JOINER_EXIT_OK) goto out;

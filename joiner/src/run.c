@@ -38,6 +38,7 @@ struct mt_joiner_run {
     const char *report_path;
     double duration_s;
     int drain;
+    int until_caught_up;
     int (*stop)(void *ud);
     void *stop_ud;
     int stopped; /* the stop callback said so */
@@ -358,12 +359,19 @@ int mt_joiner_run(mt_joiner_run_t *d) {
     uint64_t last_msgs = 0, msgs_total = 0;
     while (!stop_requested(d)) {
         if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
-        if (mt_mono_s() >= next_lag) { /* a few librdkafka calls: once a second is plenty */
+        /* a few librdkafka calls: once a second is plenty for /metrics; more often when the
+         * lag ends the run. Every message polled so far is applied: lag 0 is the end. */
+        if (mt_mono_s() >= next_lag) {
             int64_t lag = mt_kafka_consumer_lag(kc);
             pthread_mutex_lock(&d->lock);
             d->kafka_lag = lag;
             pthread_mutex_unlock(&d->lock);
-            next_lag = mt_mono_s() + 1.0;
+            next_lag = mt_mono_s() + (d->until_caught_up ? 0.2 : 1.0);
+            if (d->until_caught_up && lag == 0) {
+                mt_log(MT_LOG_INFO, WHO,
+                       "caught up: every assigned input partition read to its end");
+                break;
+            }
         }
         size_t n = 0;
         if (mt_joiner_outbox_size(d->j) < OUTBOX_STOP)
@@ -519,6 +527,7 @@ int mt_joiner_run_create(const mt_joiner_run_config_t *rc, mt_joiner_run_t **out
     d->report_path = rc->report_path;
     d->duration_s = rc->duration_s;
     d->drain = rc->drain;
+    d->until_caught_up = rc->until_caught_up;
     d->stop = rc->stop;
     d->stop_ud = rc->stop_ud;
     d->kafka_lag = -1;

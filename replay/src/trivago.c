@@ -81,8 +81,8 @@ typedef struct tv_state {
     uint64_t *pool; /* user-side fids */
     size_t npool, cap_pool;
     uint64_t *hotels;
-    double *prices;
-    size_t nitems, cap_items;
+    double *prices; /* parallel to hotels, when the file has prices */
+    size_t nitems, cap_items, cap_prices;
     char *names;
     size_t nnames, cap_names;
     bool has_prices;
@@ -258,12 +258,9 @@ static mt_err_t read_row(mt_replay_t *r, tv_state_t *st, tv_session_t *sess, con
     }
     mt_err_t err = mt_grow((void **)&st->hotels, &st->cap_items, st->nitems + (size_t)nshown,
                            sizeof(uint64_t), 1024);
-    if (!err && st->has_prices) {
-        size_t cap = st->cap_items; /* prices follow hotels' capacity */
-        double *p = realloc(st->prices, cap * sizeof(double));
-        if (!p) return MT_NOMEM;
-        st->prices = p;
-    }
+    if (!err && st->has_prices)
+        err = mt_grow((void **)&st->prices, &st->cap_prices, st->nitems + (size_t)nshown,
+                      sizeof(double), 1024);
     if (err) return err;
     int32_t clicked = -1;
     for (int i = 0; i < nshown; i++) {

@@ -7,7 +7,8 @@
 #     impression comes out exactly once with its right label (counted by a consumer of
 #     `examples`); the garbage is logged with topic/partition/offset and skipped once.
 #  2. a restart with nothing new emits nothing; 1,000 more requests then come out exactly
-#     (--drain closes the last windows; --report writes the counts).
+#     (--until-caught-up ends the run once both topics are read to their ends, --drain
+#     closes the last windows; --report writes the counts).
 # Needs MT_JOINER_BIN, MT_KAFKA_BIN, MT_JOINER_TOOL; kcat.
 set -euo pipefail
 : "${MT_JOINER_BIN:?}" "${MT_KAFKA_BIN:?}" "${MT_JOINER_TOOL:?}"
@@ -81,8 +82,9 @@ echo "== 2. restart with nothing new, then 1,000 more requests"
 [ "$(json "$tmp/r3.json" positives)" = 0 ] && [ "$(json "$tmp/r3.json" negatives)" = 0 ] \
   || fail "restart emitted: $(cat "$tmp/r3.json")"
 "$MT_JOINER_TOOL" produce "$bs" 6000 1000 > "$tmp/p3.out" || fail "produce 3"
-"$MT_JOINER_BIN" "${common[@]}" --duration-s 8 --drain --report "$tmp/r4.json" \
-  > "$tmp/j4.out" 2> "$tmp/j4.err" || fail "joiner 4"
+"$MT_JOINER_BIN" "${common[@]}" --until-caught-up --duration-s "$E2E_GUARD_S" --drain \
+  --report "$tmp/r4.json" > "$tmp/j4.out" 2> "$tmp/j4.err" || fail "joiner 4"
+grep -q "caught up" "$tmp/j4.err" || fail "joiner 4: not caught up in $E2E_GUARD_S s"
 cat "$tmp/j4.out"
 "$MT_JOINER_TOOL" count "$bs" c2 0 7000 30 > "$tmp/c2.json" || fail "count 2"
 cat "$tmp/c2.json"

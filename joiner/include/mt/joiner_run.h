@@ -48,6 +48,9 @@ typedef struct mt_joiner_run_config {
     const char *report_path; /* optional: the final report as one JSON object */
     double duration_s;       /* > 0: end the run after this long; 0: no limit */
     int drain;               /* at the end, close every window (end of a replayed stream) */
+    /* End the run once this member has read every assigned input partition to its end
+     * (consumer lag 0, checked every 200 ms): a backfill of a stream that has ended. */
+    int until_caught_up;
     /* Polled once per poll of Kafka (at most every 100 ms): non-zero ends the run as
      * SIGTERM does (a last commit round, the report). NULL: never. */
     int (*stop)(void *ud);
@@ -69,7 +72,7 @@ void mt_joiner_run_tasks(const mt_joiner_config_t *jc, char *buf, size_t len);
  *  configuration does not pass mt_joiner_run_check()). */
 int mt_joiner_run_create(const mt_joiner_run_config_t *rc, mt_joiner_run_t **out);
 
-/** Runs until stop, duration_s, or a failure; then (drain) closes every window, makes a
+/** Runs until stop, duration_s, caught up (until_caught_up), or a failure; then (drain) closes every window, makes a
  *  last commit round and writes the report (stdout, and report_path). @returns 0; 1 when
  *  Kafka is unusable, the state cannot be read or written, or examples are left
  *  undelivered at the end (kept in the state for the next run). Once per run. */

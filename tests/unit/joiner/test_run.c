@@ -293,3 +293,54 @@ Test(joiner_run, kafka_down_keeps_outbox, .timeout = 180) {
     cr_assert(strstr(rep, "\"outbox_recovered\": 10,"), "%s", rep);
     fixture_fini(&f);
 }
+
+/* A hang guard for runs that must end by themselves: fires after 60 s and says so. */
+static int guard(void *ud) {
+    int64_t *deadline_ms = ud;
+    if (now_ms() < *deadline_ms) return 0;
+    *deadline_ms = 0;
+    return 1;
+}
+
+/* until_caught_up ends a run by itself once its partitions are read to their ends: 30
+ * requests, then (the second run, from the committed offsets) 10 more, ten minutes of event
+ * time later (the first run's drain closed every window: older events would be late); each
+ * run consumes exactly what is new and the topic holds every example once. */
+Test(joiner_run, until_caught_up, .timeout = 180) {
+    fixture_t f;
+    fixture_init(&f);
+    int64_t t = now_ms();
+    int first = 0;
+    for (int round = 0; round < 2; round++) {
+        int n = round == 0 ? 30 : 10;
+        for (int r = first; r < first + n; r++)
+            request(&f, r, r % 2 == 0, t + round * 600000 + r);
+        cr_assert_eq(mt_kafka_producer_flush(f.prod, 10000), MT_OK);
+        first += n;
+        int64_t deadline_ms = now_ms() + 60000;
+        mt_joiner_run_config_t rc = {.cfg = &f.cfg,
+                                     .report_path = f.report,
+                                     .drain = 1,
+                                     .until_caught_up = 1,
+                                     .stop = guard,
+                                     .stop_ud = &deadline_ms};
+        mt_joiner_run_t *r = NULL;
+        cr_assert_eq(mt_joiner_run_create(&rc, &r), MT_JOINER_EXIT_OK);
+        cr_assert_eq(mt_joiner_run(r), MT_JOINER_EXIT_OK);
+        cr_assert_neq(deadline_ms, 0, "round %d: the run did not end by itself in 60 s", round);
+        /* every new request: an impression, and an action for the even ones */
+        double want = n + (n + 1) / 2;
+        cr_assert_eq(metric(r, "monolith_joiner_messages_total"), want, "round %d: %g of %g", round,
+                     metric(r, "monolith_joiner_messages_total"), want);
+        const char *rep = slurp(f.report);
+        cr_assert(strstr(rep, "\"late_impressions\": 0,"), "round %d: %s", round, rep);
+        cr_assert(strstr(rep, "\"late_actions\": 0,"), "round %d: %s", round, rep);
+        cr_assert(strstr(rep, "\"pending\": 0,"), "round %d: %s", round, rep);
+        mt_joiner_run_destroy(r);
+    }
+    got_t g = read_examples(&f, 40);
+    cr_assert_eq(g.n, 40);
+    cr_assert_eq(g.positives, 20);
+    cr_assert_eq(g.dup, 0);
+    fixture_fini(&f);
+}
