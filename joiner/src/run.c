@@ -16,7 +16,7 @@
 #include "mt/joiner_run.h"
 #include "mt/kafka.h"
 #include "mt/log.h"
-#include "mt/process.h"
+#include "mt/metrics.h"
 
 #define WHO         "joiner"
 #define BAD_LOG_MAX 100    /* bad messages logged one by one; then only counted */
@@ -75,10 +75,9 @@ static void snapshot(mt_joiner_run_t *d) {
 int mt_joiner_run_render(void *ud, const char *path, char **body, size_t *len) {
     mt_joiner_run_t *d = ud;
     if (strcmp(path, "/metrics") != 0) return 404;
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f) return 500;
+    mt_metrics_page_t pg;
+    if (mt_metrics_page_open(&pg, "monolith_joiner_") != MT_OK) return 500;
+    FILE *f = mt_metrics_page_file(&pg);
     pthread_mutex_lock(&d->lock);
     mt_joiner_stats_t s = d->snap;
     uint64_t delivered = d->delivered, dfail = d->delivery_failures, commits = d->commits,
@@ -86,16 +85,8 @@ int mt_joiner_run_render(void *ud, const char *path, char **body, size_t *len) {
     double wall = d->wall_now_s;
     int64_t kafka_lag = d->kafka_lag;
     pthread_mutex_unlock(&d->lock);
-#define C(name, help, v)                                                             \
-    fprintf(f,                                                                       \
-            "# HELP monolith_joiner_" name " " help "\n# TYPE monolith_joiner_" name \
-            " counter\nmonolith_joiner_" name " %" PRIu64 "\n",                      \
-            (uint64_t)(v))
-#define G(name, help, v)                                                             \
-    fprintf(f,                                                                       \
-            "# HELP monolith_joiner_" name " " help "\n# TYPE monolith_joiner_" name \
-            " gauge\nmonolith_joiner_" name " %.6f\n",                               \
-            (double)(v))
+#define C(name, help, v) mt_metrics_counter(&pg, name, help, (uint64_t)(v))
+#define G(name, help, v) mt_metrics_gauge(&pg, name, help, (double)(v))
     C("messages_total", "Messages consumed from both topics.", messages);
     C("impressions_total", "Impressions applied.", s.impressions);
     C("actions_total", "Actions applied.", s.actions);
@@ -152,17 +143,7 @@ int mt_joiner_run_render(void *ud, const char *path, char **body, size_t *len) {
     G("uptime_seconds", "Seconds since start.", mt_mono_s() - d->started);
 #undef C
 #undef G
-    char proc[1024];
-    if (mt_process_render_metrics((double)time(NULL) - (mt_mono_s() - d->started), proc,
-                                  sizeof(proc)) > 0)
-        fputs(proc, f);
-    if (fclose(f) != 0) {
-        free(buf);
-        return 500;
-    }
-    *body = buf;
-    *len = n;
-    return 200;
+    return mt_metrics_page_close(&pg, (double)time(NULL) - (mt_mono_s() - d->started), body, len);
 }
 
 /* ---------------- Kafka ---------------- */

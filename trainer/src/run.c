@@ -20,7 +20,7 @@
 #include "mt/config_rpc.h"
 #include "mt/example_pb.h"
 #include "mt/log.h"
-#include "mt/process.h"
+#include "mt/metrics.h"
 #include "mt/readers.h"
 #include "run_int.h"
 
@@ -46,21 +46,12 @@ static double load_double(_Atomic uint64_t *a) {
 int mt_trainer_run_render(void *ud, const char *path, char **body, size_t *len) {
     mt_trainer_run_t *d = ud;
     if (strcmp(path, "/metrics") != 0) return 404;
-    char *buf = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&buf, &n);
-    if (!f) return 500;
+    mt_metrics_page_t pg;
+    if (mt_metrics_page_open(&pg, "monolith_trainer_") != MT_OK) return 500;
+    FILE *f = mt_metrics_page_file(&pg);
     mt__trainer_counters_t *c = &d->ctr;
-#define C(name, help, v)                                                               \
-    fprintf(f,                                                                         \
-            "# HELP monolith_trainer_" name " " help "\n# TYPE monolith_trainer_" name \
-            " counter\nmonolith_trainer_" name " %" PRIu64 "\n",                       \
-            (uint64_t)(v))
-#define G(name, help, v)                                                               \
-    fprintf(f,                                                                         \
-            "# HELP monolith_trainer_" name " " help "\n# TYPE monolith_trainer_" name \
-            " gauge\nmonolith_trainer_" name " %.6f\n",                                \
-            (double)(v))
+#define C(name, help, v) mt_metrics_counter(&pg, name, help, (uint64_t)(v))
+#define G(name, help, v) mt_metrics_gauge(&pg, name, help, (double)(v))
     C("examples_total", "Examples trained on.", atomic_load(&c->examples));
     C("batches_total", "Training steps.", atomic_load(&c->batches));
     C("bad_lines_total", "Input lines skipped as bad.", atomic_load(&c->bad_lines));
@@ -116,17 +107,7 @@ int mt_trainer_run_render(void *ud, const char *path, char **body, size_t *len) 
     G("uptime_seconds", "Seconds since start.", mt_mono_s() - d->started);
 #undef C
 #undef G
-    char proc[1024];
-    if (mt_process_render_metrics((double)time(NULL) - (mt_mono_s() - d->started), proc,
-                                  sizeof(proc)) > 0)
-        fputs(proc, f);
-    if (fclose(f) != 0) {
-        free(buf);
-        return 500;
-    }
-    *body = buf;
-    *len = n;
-    return 200;
+    return mt_metrics_page_close(&pg, (double)time(NULL) - (mt_mono_s() - d->started), body, len);
 }
 
 /* ---------------- the model ---------------- */
