@@ -338,17 +338,19 @@ int mt_joiner_run(mt_joiner_run_t *d) {
     double t0 = mt_mono_s(), next_commit = t0 + jc->commit_interval_ms / 1000.0;
     double next_progress = t0 + 1.0, last_t = t0, next_lag = t0;
     uint64_t last_msgs = 0, msgs_total = 0;
+    size_t last_n = 1; /* messages of the last poll (none yet: not caught up) */
     while (!stop_requested(d)) {
         if (duration_s > 0 && mt_mono_s() - t0 >= duration_s) break;
         /* a few librdkafka calls: once a second is plenty for /metrics; more often when the
-         * lag ends the run. Every message polled so far is applied: lag 0 is the end. */
+         * lag ends the run. Caught up: an empty poll, and every assigned partition at its
+         * high watermark (each message polled is applied by then). */
         if (mt_mono_s() >= next_lag) {
             int64_t lag = mt_kafka_consumer_lag(kc);
             pthread_mutex_lock(&d->lock);
             d->kafka_lag = lag;
             pthread_mutex_unlock(&d->lock);
             next_lag = mt_mono_s() + (d->until_caught_up ? 0.2 : 1.0);
-            if (d->until_caught_up && lag == 0) {
+            if (d->until_caught_up && !last_n && lag == 0) {
                 mt_log(MT_LOG_INFO, WHO,
                        "caught up: every assigned input partition read to its end");
                 break;
@@ -359,6 +361,7 @@ int mt_joiner_run(mt_joiner_run_t *d) {
             n = mt_kafka_consumer_poll(kc, msgs, POLL_BATCH, 100);
         else
             usleep(100000);
+        last_n = n;
         for (size_t i = 0; i < n; i++) {
             const mt_kafka_msg_t *m = &msgs[i];
             mt_joiner_stream_t stream = strcmp(m->topic, d->cfg->kafka.features_topic) == 0
