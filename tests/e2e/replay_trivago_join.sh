@@ -27,7 +27,8 @@ fi
 E2E_KILL=TERM # the daemons stop cleanly at the end
 e2e_init replay-join
 # Under the sanitizers (MT_E2E_ROWS, set by tests/cmake/replay.cmake) the first rows of the
-# sample only: the same checks on a smaller file (the whole one takes 4 minutes under ASan).
+# sample only: the same checks on a smaller file (the whole one: 90 s under ASan, 25 s these
+# rows; 35 s in release).
 min_clickouts=10000
 if [ -n "${MT_E2E_ROWS:-}" ]; then
   gzip -dc "$data" | head -n "$((MT_E2E_ROWS + 1))" | gzip -1 > "$tmp/sample.csv.gz" || true
