@@ -49,7 +49,9 @@ typedef struct mt_joiner_run_config {
     double duration_s;       /* > 0: end the run after this long; 0: no limit */
     int drain;               /* at the end, close every window (end of a replayed stream) */
     /* End the run once this member has read every assigned input partition to its end
-     * (consumer lag 0, checked every 200 ms): a backfill of a stream that has ended. */
+     * (an empty poll, then consumer lag 0; checked every 200 ms): a backfill of a stream
+     * that has ended. While the lag is unknown (nothing assigned, Kafka down) it goes on:
+     * duration_s bounds it. */
     int until_caught_up;
     /* Polled once per poll of Kafka (at most every 100 ms): non-zero ends the run as
      * SIGTERM does (a last commit round, the report). NULL: never. */
