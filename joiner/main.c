@@ -13,8 +13,8 @@
  * object). --until-caught-up: exit once every assigned input partition is read to its end
  * (a backfill). --drain: at exit, close every window (end of a replayed stream).
  *
- * Exit status: 0 done (SIGTERM/SIGINT, --duration-s, caught up), 1 runtime failure (Kafka unusable,
- * state unreadable or unwritable), 2 bad command line or configuration.
+ * Exit status: 0 done (SIGTERM/SIGINT, --duration-s, caught up), 1 runtime failure (Kafka
+ * unusable, state unreadable or unwritable), 2 bad command line or configuration.
  */
 #include <pthread.h>
 #include <signal.h>

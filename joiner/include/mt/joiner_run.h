@@ -74,10 +74,11 @@ void mt_joiner_run_tasks(const mt_joiner_config_t *jc, char *buf, size_t len);
  *  configuration does not pass mt_joiner_run_check()). */
 int mt_joiner_run_create(const mt_joiner_run_config_t *rc, mt_joiner_run_t **out);
 
-/** Runs until stop, duration_s, caught up (until_caught_up), or a failure; then (drain) closes every window, makes a
- *  last commit round and writes the report (stdout, and report_path). @returns 0; 1 when
- *  Kafka is unusable, the state cannot be read or written, or examples are left
- *  undelivered at the end (kept in the state for the next run). Once per run. */
+/** Runs until stop, duration_s, caught up (until_caught_up), or a failure; then (drain)
+ *  closes every window, makes a last commit round and writes the report (stdout, and
+ *  report_path). @returns 0; 1 when Kafka is unusable, the state cannot be read or
+ *  written, or examples are left undelivered at the end (kept in the state for the next
+ *  run). Once per run. */
 int mt_joiner_run(mt_joiner_run_t *r);
 
 /** The /metrics page of the run (Prometheus text), as mt/http.h's handler: @p ud is the
