@@ -35,7 +35,8 @@ typedef struct opts {
     uint32_t batch;
     uint64_t ops; /* lookups per measurement per thread */
     uint64_t gather_bytes;
-    int reps; /* each figure is the median of this many runs (min and max printed too) */
+    int reps;       /* each figure is the median of this many runs (min and max printed too) */
+    uint32_t parts; /* the table's (order_batches()) */
 } opts_t;
 
 /* Resident memory of this process, bytes (Linux /proc/self/statm). */
@@ -160,6 +161,37 @@ static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows) {
         exit(1);
     }
     return t;
+}
+
+/* out[i]: query stream in[i] with each batch's ids grouped by their part of @p t (a stable
+ * counting sort per batch); sets o->parts. */
+static void order_batches(const mt_table_t *t, uint64_t *const in[2], uint64_t *out[2], opts_t *o) {
+    o->parts = mt_table_parts_of(t, NULL, 0, NULL);
+    uint32_t *part = malloc(o->batch * sizeof(uint32_t));
+    uint32_t *cnt = malloc((o->parts + 1) * sizeof(uint32_t));
+    if (!part || !cnt) {
+        fprintf(stderr, "order_batches: out of memory\n");
+        exit(1);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (!(out[k] = malloc(o->ops * sizeof(uint64_t)))) {
+            fprintf(stderr, "order_batches: out of memory\n");
+            exit(1);
+        }
+        for (uint64_t i = 0; i < o->ops; i += o->batch) {
+            size_t m = o->ops - i < o->batch ? (size_t)(o->ops - i) : o->batch;
+            mt_table_parts_of(t, in[k] + i, m, part);
+            memset(cnt, 0, (o->parts + 1) * sizeof(uint32_t));
+            for (size_t j = 0; j < m; j++)
+                cnt[part[j] + 1]++;
+            for (uint32_t p = 0; p < o->parts; p++)
+                cnt[p + 1] += cnt[p];
+            for (size_t j = 0; j < m; j++)
+                out[k][i + cnt[part[j]]++] = in[k][i + j];
+        }
+    }
+    free(part);
+    free(cnt);
 }
 
 static void usage(void) {
@@ -317,11 +349,17 @@ int main(int argc, char **argv) {
 
     mt_bench_cond_emit("table", "lookup", &cond);
 
-    /* The training step's calls on rows that exist: training lookups, then applies. */
+    /* The training step's calls on rows that exist: training lookups, then applies; also the
+     * uniform stream with each batch's ids grouped by part, as a trainer sends its own table
+     * (a lock taken once a run of ids, one part's memory at a time), against arrival order. */
+    uint64_t *oq[2];
+    order_batches(t, uq, oq, &o);
     mt_bench_cond_start(&cond);
     const char *wnames[2] = {"train_lookup_rate", "apply_rate"};
+    const char *wkeys[3] = {"uniform", "zipf1.05", "uniform, each batch in part order"};
     for (int kind = 0; kind < 2; kind++) {
-        for (int d = 0; d < 2; d++) {
+        double arrival[2] = {0, 0};
+        for (int d = 0; d < 3; d++) {
             for (int nt = 1; nt <= 2; nt++) {
                 mt_bench_rates_t r = {.n = 0};
                 uint64_t nq = o.ops / 2;
@@ -330,14 +368,22 @@ int main(int argc, char **argv) {
                         jobs[i] = (job_t){.o = &o,
                                           .t = t,
                                           .kind = kind ? JOB_APPLY : JOB_TRAIN,
-                                          .queries = d ? zq[i] : uq[i],
+                                          .queries = d == 2 ? oq[i]
+                                                     : d    ? zq[i]
+                                                            : uq[i],
                                           .nqueries = nq};
                     r.v[r.n++] = (double)nq * nt / run_threads(jobs, nt);
                 }
                 double med = mt_bench_rates_median(&r);
-                snprintf(extra, sizeof(extra),
-                         "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u", nt,
-                         names[d], (unsigned long long)o.rows, o.dim, o.batch);
+                if (d == 0) arrival[nt - 1] = med;
+                int len =
+                    snprintf(extra, sizeof(extra),
+                             "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u,"
+                             "\"parts\":%u",
+                             nt, wkeys[d], (unsigned long long)o.rows, o.dim, o.batch, o.parts);
+                if (d == 2 && len > 0 && (size_t)len < sizeof(extra))
+                    snprintf(extra + len, sizeof(extra) - (size_t)len, ",\"vs_arrival_order\":%.3f",
+                             med / arrival[nt - 1]);
                 mt_bench_rates_append(&r, extra, sizeof(extra));
                 emit(wnames[kind], med, "ids/s", extra);
             }
@@ -407,6 +453,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         free(uq[i]);
         free(zq[i]);
+        free(oq[i]);
     }
     return 0;
 }

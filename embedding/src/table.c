@@ -261,6 +261,11 @@ static inline uint32_t part_index(const mt_table_t *t, uint64_t h1) {
 uint32_t mt__part_of(const mt_table_t *t, uint64_t fid) {
     return part_index(t, XXH3_64bits_withSeed(&fid, sizeof(fid), t->seed1));
 }
+uint32_t mt_table_parts_of(const mt_table_t *t, const uint64_t *fids, size_t n, uint32_t *parts) {
+    for (size_t i = 0; i < n; i++)
+        parts[i] = mt__part_of(t, fids[i]);
+    return t->nparts;
+}
 
 static inline void bucket_pair(uint64_t mask, hpair_t h, uint64_t *b1, uint64_t *b2) {
     *b1 = h.h1 & mask;
@@ -1439,16 +1444,31 @@ static inline void *hint_row(const mt_table_hint_t *hint, const mt__part_t *p, u
     return (void *)(uintptr_t)hint->opaque[0];
 }
 
-/* Training lookup of one id under its part's lock; @p hint (optional) gets its row. */
+/* Makes @p p the part a batch's writer holds (*held: the one it holds, or NULL): a run of ids
+ * of one part takes its lock once. */
+static inline void part_hold(mt__part_t **held, mt__part_t *p) {
+    if (*held == p) return;
+    if (*held) mt__part_unlock(*held);
+    mt__part_lock(p);
+    *held = p;
+}
+
+static inline void part_release(mt__part_t **held) {
+    if (*held) mt__part_unlock(*held);
+    *held = NULL;
+}
+
+/* Training lookup of one id under its part's lock (held through *held, released when a grow
+ * retired a bucket array); @p hint (optional) gets its row. */
 static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fid, hpair_t h,
                                  float *out, uint32_t now_s, int *found, mt_table_hint_t *hint,
-                                 mt_table_op_stats_t *st) {
+                                 mt__part_t **held, mt_table_op_stats_t *st) {
     mt__part_t *p = &t->parts[part_index(t, h.h1)];
     mt__barray_t *retired = NULL;
     mt_err_t err = MT_OK;
     uint64_t b;
     int slot;
-    mt__part_lock(p);
+    part_hold(held, p);
     mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
     void *row = arr_find(a, h, fid, &b, &slot);
     *found = 0;
@@ -1484,8 +1504,10 @@ static mt_err_t lookup_train_one(mt_table_t *t, const mt__slot_t *s, uint64_t fi
     if (hint) hint_set(hint, p, fid, nrow);
     if (st) st->admitted++;
 out:
-    mt__part_unlock(p);
-    mt__retire(t, retired);
+    if (retired) {
+        part_release(held);
+        mt__retire(t, retired);
+    }
     return err;
 }
 
@@ -1496,19 +1518,21 @@ static mt_err_t lookup_train(mt_table_t *t, const uint64_t *fids, size_t n, floa
                              mt_table_op_stats_t *st) {
     size_t off = 0;
     wpipe_t wp;
+    mt__part_t *held = NULL;
     wpipe_start(t, &wp, fids, n, 0);
     for (size_t i = 0; i < n; i++) {
         const mt__slot_t *s = mt__slot_of(t, fids[i]);
         int ok = 0;
         hpair_t h = wpipe_next(t, &wp, i);
-        mt_err_t err =
-            lookup_train_one(t, s, fids[i], h, out + off, now_s, &ok, hints ? &hints[i] : NULL, st);
+        mt_err_t err = lookup_train_one(t, s, fids[i], h, out + off, now_s, &ok,
+                                        hints ? &hints[i] : NULL, &held, st);
         if (found) found[i] = (uint8_t)ok;
         if (st) {
             st->found += ok;
             st->missing += !ok;
         }
         if (err) {
+            part_release(&held);
             /* Zero what is left so the caller never reads garbage; no hints past it. */
             memset(out + off, 0, (need - off) * sizeof(float));
             if (found) memset(found + i, 0, n - i);
@@ -1517,6 +1541,7 @@ static mt_err_t lookup_train(mt_table_t *t, const uint64_t *fids, size_t n, floa
         }
         off += s->cfg.dim;
     }
+    part_release(&held);
     return MT_OK;
 }
 
@@ -1591,6 +1616,7 @@ static mt_err_t apply_batch(mt_table_t *t, const uint64_t *fids, const mt_table_
     if (grads_len != need) return MT_TOO_SMALL;
     size_t off = 0;
     uint64_t nfound = 0;
+    mt__part_t *held = NULL;
     wpipe_t wp;
     if (hints) {
         for (size_t i = 0; i < n && i < MT__HINT_AHEAD; i++)
@@ -1612,7 +1638,7 @@ static mt_err_t apply_batch(mt_table_t *t, const uint64_t *fids, const mt_table_
             h = wpipe_next(t, &wp, i);
             p = &t->parts[part_index(t, h.h1)];
         }
-        mt__part_lock(p);
+        part_hold(&held, p);
         void *row = hints ? hint_row(&hints[i], p, fid) : NULL;
         assert(!row || row == mt__part_find(t, p, fid)); /* a hint that counts is the truth */
         if (!row && hints) {
@@ -1626,8 +1652,8 @@ static mt_err_t apply_batch(mt_table_t *t, const uint64_t *fids, const mt_table_
             apply_row(t, p, s, fid, row, g, now_s);
             nfound++;
         }
-        mt__part_unlock(p);
     }
+    part_release(&held);
     if (st) {
         st->found += nfound;
         st->missing += n - nfound;
@@ -1653,6 +1679,7 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
     if (err) return err;
     if (values_len != need) return MT_TOO_SMALL;
     size_t off = 0;
+    mt__part_t *held = NULL;
     for (size_t i = 0; i < n; i++) {
         uint64_t fid = fids[i];
         const mt__slot_t *s = mt__slot_of(t, fid);
@@ -1663,7 +1690,7 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
         mt__barray_t *retired = NULL;
         uint64_t b;
         int slot;
-        mt__part_lock(p);
+        part_hold(&held, p);
         mt__barray_t *a = atomic_load_explicit(&p->arr, memory_order_relaxed);
         void *row = arr_find(a, h, fid, &b, &slot);
         uint64_t v = mt__part_version(t, p);
@@ -1685,10 +1712,11 @@ mt_err_t mt_table_assign(mt_table_t *t, const uint64_t *fids, size_t n, const fl
                 if (st) st->admitted++;
             }
         }
-        mt__part_unlock(p);
+        if (retired || err) part_release(&held);
         mt__retire(t, retired);
         if (err) return err;
     }
+    part_release(&held);
     return MT_OK;
 }
 

@@ -107,6 +107,12 @@ struct mt_trainer {
     float *E, *W1, *dE, *dW1, *probs; /* probs: [n x ntasks] */
     uint32_t ntasks;                  /* the model's tasks: labels and scores per example */
     uint32_t *map;                    /* unique index + 1 (the calling thread's only) */
+    /* the own table's: its parts, ids per part + 1 ([nparts + 1]) and, the calling thread's
+     * only, the unique ids (and model slots) in part order ([cap_sort]) */
+    uint32_t nparts, *pcount;
+    uint64_t *sfid;
+    uint16_t *sslot;
+    size_t cap_sort;
     /* the model's feature layout (model.h): each slot's table ids, pooling, dims and cells;
      * mixed: the slots' dims differ, rows are packed at uoff[] (else id u's row is at
      * u * (dim + 1)) */
@@ -171,6 +177,9 @@ void mt_trainer_destroy(mt_trainer_t *tr) {
     free(tr->dW1);
     free(tr->probs);
     free(tr->map);
+    free(tr->pcount);
+    free(tr->sfid);
+    free(tr->sslot);
     free(tr);
 }
 
@@ -295,6 +304,11 @@ mt_err_t mt_trainer_create(const mt_trainer_config_t *cfg, mt_trainer_t **out) {
         err = mt_table_create(&tc, &tr->table);
         free(sc);
         if (err) goto fail;
+        tr->nparts = mt_table_parts_of(tr->table, NULL, 0, NULL);
+        if (!(tr->pcount = calloc(tr->nparts + 1, sizeof(uint32_t)))) {
+            err = MT_NOMEM;
+            goto fail;
+        }
         tr->backend =
             (mt_trainer_backend_t){.ud = tr->table, .lookup = local_lookup, .apply = local_apply};
     }
@@ -396,11 +410,43 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
         tr->map = m;
         tr->cap_map = want;
     }
+    if (tr->table && occ > tr->cap_sort) {
+        size_t c = grown(tr->cap_sort, occ, 1024);
+        if (resize((void **)&tr->sfid, c * sizeof(uint64_t)) ||
+            (tr->mixed && resize((void **)&tr->sslot, c * sizeof(uint16_t))))
+            return MT_NOMEM;
+        tr->cap_sort = c;
+    }
     return MT_OK;
 }
 
-/* Maps the batch's occurrences to unique ids in @p ids (ufid[0..U)); sets and @returns U.
- * The map must hold 2 * b->nfids (reserve()). */
+/* Orders an id set's U unique ids by the part of the trainer's own table they are in
+ * (mt_table_parts_of()), a stable counting sort, and maps the occurrences to their new
+ * places: the table's writers then take each part's lock once for its run of ids and stay in
+ * one part's buckets and rows (a few MB of memory where the whole table spans a GB) at a
+ * time. The map (its probing done) holds each id's part, then its new place. */
+static void order_by_part(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
+    const size_t nu = ids->nu;
+    uint32_t *part = tr->map, *to = tr->map + nu, *cnt = tr->pcount;
+    mt_table_parts_of(tr->table, ids->ufid, nu, part);
+    memset(cnt, 0, (tr->nparts + 1) * sizeof(uint32_t));
+    for (size_t u = 0; u < nu; u++)
+        cnt[part[u] + 1]++;
+    for (uint32_t i = 0; i < tr->nparts; i++)
+        cnt[i + 1] += cnt[i];
+    for (size_t u = 0; u < nu; u++) {
+        to[u] = cnt[part[u]]++;
+        tr->sfid[to[u]] = ids->ufid[u];
+        if (tr->mixed) tr->sslot[to[u]] = ids->uslot[u];
+    }
+    memcpy(ids->ufid, tr->sfid, nu * sizeof(uint64_t));
+    if (tr->mixed) memcpy(ids->uslot, tr->sslot, nu * sizeof(uint16_t));
+    for (size_t k = 0; k < b->nfids; k++)
+        if (ids->uidx[k] != UINT32_MAX) ids->uidx[k] = to[ids->uidx[k]];
+}
+
+/* Maps the batch's occurrences to unique ids in @p ids (ufid[0..U)), with the own table in
+ * its parts' order; sets and @returns U. The map must hold 2 * b->nfids (reserve()). */
 static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
     size_t sz = 16, nu = 0;
     while (sz < 2 * b->nfids)
@@ -440,6 +486,7 @@ static size_t unique_ids(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
         ids->uidx[k] = tr->map[h] - 1;
     }
     ids->nu = nu;
+    if (tr->table && tr->nparts > 1) order_by_part(tr, ids, b);
     if (tr->mixed) { /* packed rows: each id's offset */
         size_t off = 0;
         for (size_t u = 0; u < nu; u++) {

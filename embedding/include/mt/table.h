@@ -28,7 +28,8 @@
  *
  * Thread safety: all functions taking an mt_table_t are thread-safe and may run concurrently
  * with one another, except mt_table_destroy(), which needs exclusive access. Lookups without
- * MT_TABLE_TRAIN take no lock. Writers lock only the part of each id, one id at a time.
+ * MT_TABLE_TRAIN take no lock. Writers lock only the part of each id, one part at a time (a
+ * run of a batch's consecutive ids in one part under one lock).
  * Each row read is consistent (never torn); a batch is not a snapshot of the whole table.
  *
  * Time: every function that needs time takes it from the caller as now_s (seconds, any
@@ -198,7 +199,8 @@ mt_err_t mt_table_batch_floats(const mt_table_t *t, const uint64_t *fids, size_t
  * @param[out] st       optional counters, added to (not reset)
  * @returns MT_OK, MT_UNKNOWN_SLOT (nothing done), MT_TOO_SMALL (nothing done) or
  *          MT_NOMEM (rows up to the failing one were admitted).
- * Thread safety: lock-free without MT_TABLE_TRAIN; with it, locks one part per id.
+ * Thread safety: lock-free without MT_TABLE_TRAIN; with it, locks the part of each run of
+ * consecutive ids in one part (one lock held at a time).
  */
 mt_err_t mt_table_lookup(mt_table_t *t, const uint64_t *fids, size_t n, float *out, size_t out_len,
                          uint8_t *found, unsigned flags, uint32_t now_s, mt_table_op_stats_t *st);
@@ -262,6 +264,14 @@ mt_err_t mt_table_expire(mt_table_t *t, uint32_t now_s, size_t max_buckets, uint
 
 /** Buckets in the whole table: mt_table_expire() with this budget sweeps it once. */
 uint64_t mt_table_buckets(mt_table_t *t);
+
+/**
+ * The table's number of parts (2^shards_log2) and, when @p n > 0, the part of each id:
+ * parts[i] for fids[i]. A writer's batch (training lookup, apply, assign) whose ids come
+ * grouped by part takes each part's lock once for a run of its ids and reads one part's
+ * buckets and rows at a time (a trainer orders its unique ids so). Lock-free, thread-safe.
+ */
+uint32_t mt_table_parts_of(const mt_table_t *t, const uint64_t *fids, size_t n, uint32_t *parts);
 
 /**
  * Full row export for tests and tools: the embedding (as fp32), the optimizer state and the

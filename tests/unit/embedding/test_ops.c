@@ -917,3 +917,106 @@ Test(ops, hints_of_another_table_do_not_count) {
     for (int k = 0; k < 2; k++)
         mt_table_destroy(t[k]);
 }
+
+/* ============================== batches in part order ============================== */
+
+/* A stable counting sort of fids[0..n) by part into out (what a trainer does to its ids). */
+static void order_by_part(const mt_table_t *t, const uint64_t *fids, size_t n, uint64_t *out) {
+    uint32_t *part = malloc(n * sizeof(uint32_t));
+    cr_assert_not_null(part);
+    uint32_t np = mt_table_parts_of(t, fids, n, part), cnt[65] = {0};
+    cr_assert_leq(np, 64u);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_lt(part[i], np);
+        cnt[part[i] + 1]++;
+    }
+    for (uint32_t p = 0; p < np; p++)
+        cnt[p + 1] += cnt[p];
+    for (size_t i = 0; i < n; i++)
+        out[cnt[part[i]]++] = fids[i];
+    free(part);
+}
+
+/* The same batches in arrival order in one table and grouped by part in another (a writer
+ * then keeps a part's lock across a run of ids, and lets it go when a grow retires a bucket
+ * array mid-run): training lookups with hints, applies with and without them and assigns,
+ * on tables that grow from empty, leave every row, its state and its metadata the same. */
+Test(ops, batches_in_part_order_change_nothing) {
+    mt_table_slot_config_t sc[2];
+    mt_table_slot_config_init(&sc[0], 1, 4);
+    mt_table_slot_config_init(&sc[1], 2, 3);
+    sc[0].opt = sc[1].opt = MT_OPT_ADAGRAD;
+    mt_table_config_t cfg;
+    mt_table_config_init(&cfg);
+    cfg.slots = sc;
+    cfg.nslots = 2;
+    cfg.shards_log2 = 3;
+    cfg.filter_bytes = 0;
+    mt_table_t *t[2];
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(mt_table_create(&cfg, &t[k]), MT_OK);
+    cr_assert_eq(mt_table_parts_of(t[0], NULL, 0, NULL), 8u);
+    enum { N = 3000, ROUNDS = 6, W = 4 };
+    uint64_t *fids = malloc(N * sizeof(uint64_t)), *sorted = malloc(N * sizeof(uint64_t));
+    float *out = malloc(N * W * sizeof(float)), *g = malloc(N * W * sizeof(float));
+    mt_table_hint_t *hints = malloc(N * sizeof(mt_table_hint_t));
+    cr_assert(fids && sorted && out && g && hints);
+    uint64_t x = 7;
+    size_t nf = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        /* new ids each round (the parts grow during the runs), and repeats of old ones */
+        for (size_t i = 0; i < N; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t v = (x >> 33) % (uint64_t)(N * (r + 1));
+            fids[i] = MT_FID_MAKE(1 + (v & 1), v);
+        }
+        for (int k = 0; k < 2; k++) {
+            const uint64_t *b = fids;
+            if (k) {
+                order_by_part(t[1], fids, N, sorted);
+                b = sorted;
+            }
+            cr_assert_eq(mt_table_batch_floats(t[k], b, N, &nf), MT_OK);
+            /* an id's gradient is its own (the sort moves it with the id) */
+            for (size_t i = 0, j = 0; i < N; i++)
+                for (uint32_t c = 0; c < (MT_FID_SLOT(b[i]) == 1 ? 4u : 3u); c++, j++)
+                    g[j] = 0.125f * (float)((b[i] + c + (uint64_t)r) % 5) - 0.25f;
+            uint32_t now = 10 + (uint32_t)r;
+            cr_assert_eq(mt_table_lookup_rows(t[k], b, N, out, nf, now, hints, NULL), MT_OK);
+            cr_assert_eq(mt_table_apply_rows(t[k], b, hints, N, g, nf, now, NULL), MT_OK);
+            cr_assert_eq(mt_table_apply(t[k], b, N, g, nf, now, NULL), MT_OK);
+            if (r == ROUNDS - 1) /* assigns of new ids too: they insert */
+                cr_assert_eq(mt_table_assign(t[k], b, N, g, nf, now, NULL), MT_OK);
+        }
+    }
+    mt_table_stats_t st[2];
+    for (int k = 0; k < 2; k++)
+        mt_table_stats(t[k], &st[k]);
+    cr_assert_eq(st[0].rows, st[1].rows);
+    cr_assert_gt(st[1].grows, 8u, "the parts grew %llu times", (unsigned long long)st[1].grows);
+    uint64_t compared = 0;
+    for (uint64_t v = 0; v < (uint64_t)N * ROUNDS; v++) {
+        uint64_t fid = MT_FID_MAKE(1 + (v & 1), v);
+        float e[2][W], s[2][W];
+        uint32_t touch[2], count[2];
+        mt_err_t err[2];
+        for (int k = 0; k < 2; k++)
+            err[k] = mt_table_get_row(t[k], fid, e[k], s[k], W, &touch[k], &count[k], NULL);
+        cr_assert_eq(err[0], err[1], "id %llu", (unsigned long long)v);
+        if (err[0] != MT_OK) continue;
+        uint32_t d = (v & 1) ? 3 : 4;
+        cr_assert_eq(memcmp(e[0], e[1], d * sizeof(float)), 0, "id %llu", (unsigned long long)v);
+        cr_assert_eq(memcmp(s[0], s[1], d * sizeof(float)), 0, "id %llu", (unsigned long long)v);
+        cr_assert_eq(touch[0], touch[1]);
+        cr_assert_eq(count[0], count[1]);
+        compared++;
+    }
+    cr_assert_eq(compared, st[0].rows);
+    free(fids);
+    free(sorted);
+    free(out);
+    free(g);
+    free(hints);
+    for (int k = 0; k < 2; k++)
+        mt_table_destroy(t[k]);
+}
