@@ -145,7 +145,8 @@ static double run_threads(job_t *jobs, int nthreads) {
     return mt_mono_s() - t0;
 }
 
-static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows) {
+/* A table of one slot of o->dim Adagrad floats; shards_log2 0: the default parts. */
+static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows, uint32_t shards_log2) {
     mt_table_slot_config_t s;
     mt_table_slot_config_init(&s, 1, o->dim);
     s.opt = MT_OPT_ADAGRAD;
@@ -154,6 +155,7 @@ static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows) {
     c.slots = &s;
     c.nslots = 1;
     c.initial_rows = initial_rows;
+    if (shards_log2) c.shards_log2 = shards_log2;
     mt_table_t *t;
     mt_err_t err = mt_table_create(&c, &t);
     if (err) {
@@ -293,7 +295,7 @@ int main(int argc, char **argv) {
      * allocator sits partly on 4 KiB pages and reads slower (its TLB misses). */
     mt_bench_cond_start(&cond);
     double rss0 = rss_bytes();
-    mt_table_t *t = new_table(&o, 0);
+    mt_table_t *t = new_table(&o, 0, 0);
     jobs[0] = (job_t){.o = &o, .t = t, .kind = JOB_INSERT, .queries = keys, .nqueries = o.rows};
     run_threads(jobs, 1);
     mt_table_stats_t st;
@@ -349,39 +351,45 @@ int main(int argc, char **argv) {
 
     mt_bench_cond_emit("table", "lookup", &cond);
 
-    /* The training step's calls on rows that exist: training lookups, then applies; also the
-     * uniform stream with each batch's ids grouped by part, as a trainer sends its own table
-     * (a lock taken once a run of ids, one part's memory at a time), against arrival order. */
+    /* The training step's calls on rows that exist: training lookups, then applies. Then the
+     * same uniform stream on a table of 64 parts (a trainer's own: a batch holds many ids of
+     * each part) in arrival order, and with each batch's ids grouped by part, as a trainer
+     * sends them (a lock taken once a run of ids, one part's memory at a time). */
+    mt_table_t *t64 = new_table(&o, 0, 6);
+    jobs[0] = (job_t){.o = &o, .t = t64, .kind = JOB_INSERT, .queries = keys, .nqueries = o.rows};
+    run_threads(jobs, 1);
     uint64_t *oq[2];
-    order_batches(t, uq, oq, &o);
+    order_batches(t64, uq, oq, &o);
     mt_bench_cond_start(&cond);
     const char *wnames[2] = {"train_lookup_rate", "apply_rate"};
-    const char *wkeys[3] = {"uniform", "zipf1.05", "uniform, each batch in part order"};
+    const char *wkeys[4] = {"uniform", "zipf1.05", "uniform", "uniform, each batch in part order"};
+    const uint32_t wparts[4] = {mt_table_parts_of(t, NULL, 0, NULL),
+                                mt_table_parts_of(t, NULL, 0, NULL), o.parts, o.parts};
     for (int kind = 0; kind < 2; kind++) {
         double arrival[2] = {0, 0};
-        for (int d = 0; d < 3; d++) {
+        for (int d = 0; d < 4; d++) {
             for (int nt = 1; nt <= 2; nt++) {
                 mt_bench_rates_t r = {.n = 0};
                 uint64_t nq = o.ops / 2;
                 for (int rep = 0; rep < o.reps; rep++) {
                     for (int i = 0; i < nt; i++)
                         jobs[i] = (job_t){.o = &o,
-                                          .t = t,
+                                          .t = d >= 2 ? t64 : t,
                                           .kind = kind ? JOB_APPLY : JOB_TRAIN,
-                                          .queries = d == 2 ? oq[i]
-                                                     : d    ? zq[i]
-                                                            : uq[i],
+                                          .queries = d == 3   ? oq[i]
+                                                     : d == 1 ? zq[i]
+                                                              : uq[i],
                                           .nqueries = nq};
                     r.v[r.n++] = (double)nq * nt / run_threads(jobs, nt);
                 }
                 double med = mt_bench_rates_median(&r);
-                if (d == 0) arrival[nt - 1] = med;
+                if (d == 2) arrival[nt - 1] = med;
                 int len =
                     snprintf(extra, sizeof(extra),
                              "\"threads\":%d,\"keys\":\"%s\",\"rows\":%llu,\"dim\":%u,\"batch\":%u,"
                              "\"parts\":%u",
-                             nt, wkeys[d], (unsigned long long)o.rows, o.dim, o.batch, o.parts);
-                if (d == 2 && len > 0 && (size_t)len < sizeof(extra))
+                             nt, wkeys[d], (unsigned long long)o.rows, o.dim, o.batch, wparts[d]);
+                if (d == 3 && len > 0 && (size_t)len < sizeof(extra))
                     snprintf(extra + len, sizeof(extra) - (size_t)len, ",\"vs_arrival_order\":%.3f",
                              med / arrival[nt - 1]);
                 mt_bench_rates_append(&r, extra, sizeof(extra));
@@ -391,6 +399,7 @@ int main(int argc, char **argv) {
     }
 
     mt_bench_cond_emit("table", "train_apply", &cond);
+    mt_table_destroy(t64);
 
     /* 90% lookup / 10% update. */
     mt_bench_cond_start(&cond);
@@ -429,7 +438,7 @@ int main(int argc, char **argv) {
         mt_bench_rates_t r = {.n = 0};
         for (int rep = 0; rep < o.reps; rep++) {
             mt_table_destroy(t);
-            t = new_table(&o, presized ? o.rows : 0);
+            t = new_table(&o, presized ? o.rows : 0, 0);
             uint64_t per = o.rows / (uint64_t)nt;
             for (int i = 0; i < nt; i++)
                 jobs[i] = (job_t){.o = &o,
