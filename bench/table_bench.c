@@ -35,8 +35,7 @@ typedef struct opts {
     uint32_t batch;
     uint64_t ops; /* lookups per measurement per thread */
     uint64_t gather_bytes;
-    int reps;       /* each figure is the median of this many runs (min and max printed too) */
-    uint32_t parts; /* the table's (order_batches()) */
+    int reps; /* each figure is the median of this many runs (min and max printed too) */
 } opts_t;
 
 /* Resident memory of this process, bytes (Linux /proc/self/statm). */
@@ -166,11 +165,12 @@ static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows, uint32_t sh
 }
 
 /* out[i]: query stream in[i] with each batch's ids grouped by their part of @p t (a stable
- * counting sort per batch); sets o->parts. */
-static void order_batches(const mt_table_t *t, uint64_t *const in[2], uint64_t *out[2], opts_t *o) {
-    o->parts = mt_table_parts_of(t, NULL, 0, NULL);
+ * counting sort per batch). */
+static void order_batches(const mt_table_t *t, uint64_t *const in[2], uint64_t *out[2],
+                          const opts_t *o) {
+    const uint32_t nparts = mt_table_parts_of(t, NULL, 0, NULL);
     uint32_t *part = malloc(o->batch * sizeof(uint32_t));
-    uint32_t *cnt = malloc((o->parts + 1) * sizeof(uint32_t));
+    uint32_t *cnt = malloc((nparts + 1) * sizeof(uint32_t));
     if (!part || !cnt) {
         fprintf(stderr, "order_batches: out of memory\n");
         exit(1);
@@ -183,10 +183,10 @@ static void order_batches(const mt_table_t *t, uint64_t *const in[2], uint64_t *
         for (uint64_t i = 0; i < o->ops; i += o->batch) {
             size_t m = o->ops - i < o->batch ? (size_t)(o->ops - i) : o->batch;
             mt_table_parts_of(t, in[k] + i, m, part);
-            memset(cnt, 0, (o->parts + 1) * sizeof(uint32_t));
+            memset(cnt, 0, (nparts + 1) * sizeof(uint32_t));
             for (size_t j = 0; j < m; j++)
                 cnt[part[j] + 1]++;
-            for (uint32_t p = 0; p < o->parts; p++)
+            for (uint32_t p = 0; p < nparts; p++)
                 cnt[p + 1] += cnt[p];
             for (size_t j = 0; j < m; j++)
                 out[k][i + cnt[part[j]]++] = in[k][i + j];
@@ -363,8 +363,9 @@ int main(int argc, char **argv) {
     mt_bench_cond_start(&cond);
     const char *wnames[2] = {"train_lookup_rate", "apply_rate"};
     const char *wkeys[4] = {"uniform", "zipf1.05", "uniform", "uniform, each batch in part order"};
-    const uint32_t wparts[4] = {mt_table_parts_of(t, NULL, 0, NULL),
-                                mt_table_parts_of(t, NULL, 0, NULL), o.parts, o.parts};
+    const uint32_t pt = mt_table_parts_of(t, NULL, 0, NULL),
+                   p64 = mt_table_parts_of(t64, NULL, 0, NULL);
+    const uint32_t wparts[4] = {pt, pt, p64, p64};
     for (int kind = 0; kind < 2; kind++) {
         double arrival[2] = {0, 0};
         for (int d = 0; d < 4; d++) {
