@@ -164,14 +164,12 @@ static mt_table_t *new_table(const opts_t *o, uint64_t initial_rows, uint32_t sh
     return t;
 }
 
-/* out[i]: query stream in[i] with each batch's ids grouped by their part of @p t (a stable
- * counting sort per batch). */
+/* out[i]: query stream in[i] with each batch's ids grouped by their part of @p t
+ * (mt_table_part_order(), per batch). */
 static void order_batches(const mt_table_t *t, uint64_t *const in[2], uint64_t *out[2],
                           const opts_t *o) {
-    const uint32_t nparts = mt_table_parts_of(t, NULL, 0, NULL);
-    uint32_t *part = malloc(o->batch * sizeof(uint32_t));
-    uint32_t *cnt = malloc((nparts + 1) * sizeof(uint32_t));
-    if (!part || !cnt) {
+    uint32_t *to = malloc(o->batch * sizeof(uint32_t));
+    if (!to) {
         fprintf(stderr, "order_batches: out of memory\n");
         exit(1);
     }
@@ -182,18 +180,16 @@ static void order_batches(const mt_table_t *t, uint64_t *const in[2], uint64_t *
         }
         for (uint64_t i = 0; i < o->ops; i += o->batch) {
             size_t m = o->ops - i < o->batch ? (size_t)(o->ops - i) : o->batch;
-            mt_table_parts_of(t, in[k] + i, m, part);
-            memset(cnt, 0, (nparts + 1) * sizeof(uint32_t));
+            mt_err_t err = mt_table_part_order(t, in[k] + i, m, to, NULL);
+            if (err) {
+                fprintf(stderr, "order_batches: %s\n", mt_strerror(err));
+                exit(1);
+            }
             for (size_t j = 0; j < m; j++)
-                cnt[part[j] + 1]++;
-            for (uint32_t p = 0; p < nparts; p++)
-                cnt[p + 1] += cnt[p];
-            for (size_t j = 0; j < m; j++)
-                out[k][i + cnt[part[j]]++] = in[k][i + j];
+                out[k][i + to[j]] = in[k][i + j];
         }
     }
-    free(part);
-    free(cnt);
+    free(to);
 }
 
 static void usage(void) {

@@ -267,6 +267,33 @@ uint32_t mt_table_parts_of(const mt_table_t *t, const uint64_t *fids, size_t n, 
     return t->nparts;
 }
 
+/* Parts whose counts mt_table_part_order() keeps on its stack when the caller gives none. */
+#define MT__ORDER_STACK_PARTS 1024
+
+mt_err_t mt_table_part_order(const mt_table_t *t, const uint64_t *fids, size_t n, uint32_t *to,
+                             uint32_t *count) {
+    if (n > UINT32_MAX) return MT_INVALID;
+    uint32_t on_stack[MT__ORDER_STACK_PARTS + 1], *cnt = count;
+    if (!cnt && t->nparts > MT__ORDER_STACK_PARTS) {
+        if (!(cnt = malloc((t->nparts + 1) * sizeof(uint32_t)))) return MT_NOMEM;
+    } else if (!cnt) {
+        cnt = on_stack;
+    }
+    /* counts at cnt[part + 1], then their prefix sums: cnt[part] is where the part's run
+     * begins; to[] holds each id's part until it gets its place */
+    memset(cnt, 0, (t->nparts + 1) * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++) {
+        to[i] = mt__part_of(t, fids[i]);
+        cnt[to[i] + 1]++;
+    }
+    for (uint32_t p = 0; p < t->nparts; p++)
+        cnt[p + 1] += cnt[p];
+    for (size_t i = 0; i < n; i++)
+        to[i] = cnt[to[i]]++;
+    if (cnt != count && cnt != on_stack) free(cnt);
+    return MT_OK;
+}
+
 static inline void bucket_pair(uint64_t mask, hpair_t h, uint64_t *b1, uint64_t *b2) {
     *b1 = h.h1 & mask;
     *b2 = h.h2 & mask;

@@ -421,21 +421,16 @@ static mt_err_t reserve(mt_trainer_t *tr, size_t n, size_t occ) {
 }
 
 /* Orders an id set's U unique ids by the part of the trainer's own table they are in
- * (mt_table_parts_of()), a stable counting sort, and maps the occurrences to their new
- * places: the table's writers then take each part's lock once for its run of ids and stay in
- * one part's buckets and rows (a few MB of memory where the whole table spans a GB) at a
- * time. The map (its probing done) holds each id's part, then its new place. */
+ * (mt_table_part_order()) and maps the occurrences to their new places: the table's writers
+ * then take each part's lock once for its run of ids and stay in one part's buckets and rows
+ * (a few MB of memory where the whole table spans a GB) at a time. The map (its probing
+ * done) holds each id's new place. */
 static void order_by_part(mt_trainer_t *tr, idset_t *ids, const mt_batch_t *b) {
     const size_t nu = ids->nu;
-    uint32_t *part = tr->map, *to = tr->map + nu, *cnt = tr->pcount;
-    mt_table_parts_of(tr->table, ids->ufid, nu, part);
-    memset(cnt, 0, (tr->nparts + 1) * sizeof(uint32_t));
-    for (size_t u = 0; u < nu; u++)
-        cnt[part[u] + 1]++;
-    for (uint32_t i = 0; i < tr->nparts; i++)
-        cnt[i + 1] += cnt[i];
+    uint32_t *to = tr->map;
+    /* it fails on no more than a batch of over 2^32 ids (the count is the trainer's) */
+    if (mt_table_part_order(tr->table, ids->ufid, nu, to, tr->pcount) != MT_OK) return;
     for (size_t u = 0; u < nu; u++) {
-        to[u] = cnt[part[u]]++;
         tr->sfid[to[u]] = ids->ufid[u];
         if (tr->mixed) tr->sslot[to[u]] = ids->uslot[u];
     }

@@ -274,6 +274,18 @@ uint64_t mt_table_buckets(mt_table_t *t);
 uint32_t mt_table_parts_of(const mt_table_t *t, const uint64_t *fids, size_t n, uint32_t *parts);
 
 /**
+ * Where each id of a batch goes when the batch is grouped by part: to[i] is the place of
+ * fids[i] with the parts in ascending order and the ids of one part in their order in @p fids
+ * (a stable counting sort: an id given twice keeps its two places' order, so a batch in this
+ * order applies the same updates as in its own). A writer's batch in that order takes each
+ * part's lock once for a run of its ids (mt_table_parts_of()). @p count: scratch of parts + 1
+ * entries, or NULL (the stack up to 1,024 parts, the heap beyond). @returns MT_OK, MT_INVALID
+ * (@p n over UINT32_MAX) or MT_NOMEM. Lock-free, thread-safe.
+ */
+mt_err_t mt_table_part_order(const mt_table_t *t, const uint64_t *fids, size_t n, uint32_t *to,
+                             uint32_t *count);
+
+/**
  * Full row export for tests and tools: the embedding (as fp32), the optimizer state and the
  * metadata of one id. @p emb and @p state take the slot's dim and optimizer state floats
  * (pass NULL to skip). @returns MT_OK, MT_NOT_FOUND or MT_UNKNOWN_SLOT.

@@ -920,21 +920,71 @@ Test(ops, hints_of_another_table_do_not_count) {
 
 /* ============================== batches in part order ============================== */
 
-/* A stable counting sort of fids[0..n) by part into out (what a trainer does to its ids). */
-static void order_by_part(const mt_table_t *t, const uint64_t *fids, size_t n, uint64_t *out) {
-    uint32_t *part = malloc(n * sizeof(uint32_t));
-    cr_assert_not_null(part);
-    uint32_t np = mt_table_parts_of(t, fids, n, part), cnt[65] = {0};
-    cr_assert_leq(np, 64u);
+/* fids[0..n) grouped by part into out by mt_table_part_order() (what a trainer does to its
+ * ids; @p count as it passes it, or NULL), checked against mt_table_parts_of(): a permutation,
+ * the parts in ascending order, each part's ids in their order in fids. */
+static void order_by_part(const mt_table_t *t, const uint64_t *fids, size_t n, uint64_t *out,
+                          uint32_t *count) {
+    uint32_t *to = malloc(n * sizeof(uint32_t)), *part = malloc(n * sizeof(uint32_t));
+    size_t *from = malloc(n * sizeof(size_t));
+    cr_assert(to && part && from);
+    for (size_t j = 0; j < n; j++)
+        from[j] = SIZE_MAX;
+    cr_assert_eq(mt_table_part_order(t, fids, n, to, count), MT_OK);
+    uint32_t np = mt_table_parts_of(t, fids, n, part);
     for (size_t i = 0; i < n; i++) {
         cr_assert_lt(part[i], np);
-        cnt[part[i] + 1]++;
+        cr_assert_lt(to[i], n, "id %zu placed at %u of %zu", i, to[i], n);
+        cr_assert_eq(from[to[i]], SIZE_MAX, "place %u given twice", to[i]);
+        from[to[i]] = i;
+        out[to[i]] = fids[i];
     }
-    for (uint32_t p = 0; p < np; p++)
-        cnt[p + 1] += cnt[p];
-    for (size_t i = 0; i < n; i++)
-        out[cnt[part[i]]++] = fids[i];
+    for (size_t j = 1; j < n; j++) {
+        size_t a = from[j - 1], b = from[j];
+        cr_assert(part[a] < part[b] || (part[a] == part[b] && a < b),
+                  "places %zu, %zu: ids %zu (part %u), %zu (part %u)", j - 1, j, a, part[a], b,
+                  part[b]);
+    }
+    free(to);
     free(part);
+    free(from);
+}
+
+/* The order by part is a stable sort by part, with 1 part (the batch's own order), 8, and
+ * 2,048 (over the 1,024 whose counts it keeps on its stack), with and without a caller's
+ * count; an id given twice keeps its two places' order. */
+Test(ops, part_order_is_a_stable_sort_by_part) {
+    mt_table_slot_config_t sc;
+    mt_table_slot_config_init(&sc, 1, 4);
+    enum { N = 5000 };
+    uint64_t *fids = malloc(N * sizeof(uint64_t)), *sorted = malloc(N * sizeof(uint64_t));
+    uint32_t *count = malloc((2048 + 1) * sizeof(uint32_t));
+    cr_assert(fids && sorted && count);
+    uint64_t x = 11;
+    for (size_t i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        fids[i] = MT_FID_MAKE(1, (x >> 33) % (N / 2)); /* repeats */
+    }
+    const uint32_t logs[] = {0, 3, 11};
+    for (size_t l = 0; l < sizeof(logs) / sizeof(logs[0]); l++) {
+        mt_table_config_t cfg;
+        mt_table_config_init(&cfg);
+        cfg.slots = &sc;
+        cfg.nslots = 1;
+        cfg.shards_log2 = logs[l];
+        cfg.filter_bytes = 0;
+        mt_table_t *t;
+        cr_assert_eq(mt_table_create(&cfg, &t), MT_OK);
+        cr_assert_eq(mt_table_parts_of(t, NULL, 0, NULL), 1u << logs[l]);
+        order_by_part(t, fids, N, sorted, NULL);
+        if (logs[l] == 0) cr_assert_arr_eq(sorted, fids, N * sizeof(uint64_t));
+        order_by_part(t, fids, N, sorted, count);
+        order_by_part(t, fids, 0, sorted, NULL); /* an empty batch */
+        mt_table_destroy(t);
+    }
+    free(fids);
+    free(sorted);
+    free(count);
 }
 
 /* The same batches in arrival order in one table and grouped by part in another (a writer
@@ -973,7 +1023,7 @@ Test(ops, batches_in_part_order_change_nothing) {
         for (int k = 0; k < 2; k++) {
             const uint64_t *b = fids;
             if (k) {
-                order_by_part(t[1], fids, N, sorted);
+                order_by_part(t[1], fids, N, sorted, NULL);
                 b = sorted;
             }
             cr_assert_eq(mt_table_batch_floats(t[k], b, N, &nf), MT_OK);
