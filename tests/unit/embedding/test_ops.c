@@ -925,8 +925,9 @@ Test(ops, hints_of_another_table_do_not_count) {
  * the parts in ascending order, each part's ids in their order in fids. */
 static void order_by_part(const mt_table_t *t, const uint64_t *fids, size_t n, uint64_t *out,
                           uint32_t *count) {
-    uint32_t *to = malloc(n * sizeof(uint32_t)), *part = malloc(n * sizeof(uint32_t));
-    size_t *from = malloc(n * sizeof(size_t));
+    const size_t m = n ? n : 1; /* (an empty batch still gets buffers) */
+    uint32_t *to = malloc(m * sizeof(uint32_t)), *part = malloc(m * sizeof(uint32_t));
+    size_t *from = malloc(m * sizeof(size_t));
     cr_assert(to && part && from);
     for (size_t j = 0; j < n; j++)
         from[j] = SIZE_MAX;
