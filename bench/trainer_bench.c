@@ -219,14 +219,20 @@ typedef struct worker {
     const batches_t *bs;
     float *probs;
     double sec, cpu_sec;
+    double phase_s[MT_TRAINER_NPHASES]; /* the steps' time in each phase (mt_trainer_step_t) */
     int err;
 } worker_t;
 
 static void *worker_run(void *arg) {
     worker_t *w = arg;
     double t0 = mt_mono_s(), c0 = thread_cpu_s();
-    for (size_t i = 0; i < w->bs->n && !w->err; i++)
-        w->err = mt_trainer_train(w->tr, &w->bs->b[i], 2, w->probs, NULL) != MT_OK;
+    memset(w->phase_s, 0, sizeof(w->phase_s));
+    for (size_t i = 0; i < w->bs->n && !w->err; i++) {
+        mt_trainer_step_t st;
+        w->err = mt_trainer_train(w->tr, &w->bs->b[i], 2, w->probs, &st) != MT_OK;
+        for (int p = 0; p < MT_TRAINER_NPHASES && !w->err; p++)
+            w->phase_s[p] += st.seconds[p];
+    }
     w->sec = mt_mono_s() - t0;
     w->cpu_sec = thread_cpu_s() - c0;
     return NULL;
@@ -237,6 +243,8 @@ typedef struct run_result {
     double new_row_share; /* rows created per table lookup of an id during the run */
     double rows;          /* rows of the table at the end */
     double cpu_rate;      /* examples per CPU second of a training thread (mean of threads) */
+    double phase_us[MT_TRAINER_NPHASES]; /* microseconds an example in each phase of the step
+                                            (the first thread's) */
 } run_result_t;
 
 /* One measurement: nt trainers (1: its own local table; 2: one shared table through a
@@ -295,6 +303,8 @@ static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t n
     res->cpu_rate = 0;
     for (int i = 0; i < nt; i++)
         res->cpu_rate += (double)nbatches * (double)batch / w[i].cpu_sec / nt;
+    for (int p = 0; p < MT_TRAINER_NPHASES; p++)
+        res->phase_us[p] = w[0].phase_s[p] * 1e6 / ((double)nbatches * (double)batch);
     rc = 0;
 out:
     for (int i = 0; i < 2; i++) {
@@ -314,20 +324,24 @@ typedef int (*between_fn)(void *ud, double rate, double cpu_rate);
 /* @p reps warm one-thread runs of a trainer of @p tc (the pre-sized and the other model
  * families' figures): their rates
  * in r[] (r[0] and r[reps - 1] the extremes once the median is taken), the medians of the
- * rates and of the CPU-time rates; @p between (optional) runs after each. @returns 0, or -1
+ * rates and of the CPU-time rates, and (@p phase_us, optional) the mean over the runs of each
+ * phase's microseconds an example; @p between (optional) runs after each. @returns 0, or -1
  * (a run failed, said on stderr). */
 static int warm_reps(const mt_trainer_config_t *tc, const char *name, int reps, size_t nbatches,
-                     size_t batch, double *r, double *med, double *med_cpu, between_fn between,
-                     void *ud) {
+                     size_t batch, double *r, double *med, double *med_cpu, double *phase_us,
+                     between_fn between, void *ud) {
     double rc[15];
+    if (phase_us) memset(phase_us, 0, MT_TRAINER_NPHASES * sizeof(double));
     for (int k = 0; k < reps; k++) {
-        run_result_t res = {0, 0, 0, 0};
+        run_result_t res = {0};
         if (run_local(tc, PHASE_WARM, 1, nbatches, nbatches, batch, 1 + (uint64_t)k, &res)) {
             fprintf(stderr, "trainer_bench: %s run failed\n", name);
             return -1;
         }
         r[k] = res.rate;
         rc[k] = res.cpu_rate;
+        for (int p = 0; p < MT_TRAINER_NPHASES && phase_us; p++)
+            phase_us[p] += res.phase_us[p] / reps;
         if (between && between(ud, res.rate, res.cpu_rate)) between = NULL;
     }
     *med = mt_bench_median(r, (size_t)reps);
@@ -597,7 +611,7 @@ int main(int argc, char **argv) {
         for (int nt = 1; nt <= max_threads; nt++) {
             double r[15], rc[15], share = 0, rows = 0;
             for (int k = 0; k < reps; k++) {
-                run_result_t res = {0, 0, 0, 0};
+                run_result_t res = {0};
                 if (run_local(&tc, phase, nt, nbatches, nbatches, batch, 1 + (uint64_t)k, &res)) {
                     fprintf(stderr, "trainer_bench: local run failed\n");
                     return 1;
@@ -641,8 +655,8 @@ int main(int argc, char **argv) {
          * and the rows' memory taken at create (mt_trainer_config_t table_initial_rows) */
         mt_trainer_config_t pc = tc;
         pc.table_initial_rows = (uint64_t)(warm_rows * 1.25);
-        double r[15], med, med_cpu;
-        if (warm_reps(&pc, "pre-sized", reps, nbatches, batch, r, &med, &med_cpu,
+        double r[15], med, med_cpu, ph[MT_TRAINER_NPHASES];
+        if (warm_reps(&pc, "pre-sized", reps, nbatches, batch, r, &med, &med_cpu, ph,
                       with_torch ? torch_pair : NULL, &tp))
             return 1;
         presized = med;
@@ -656,6 +670,23 @@ int main(int argc, char **argv) {
                  med_cpu, med_cpu / floor_cpu, local_warm > 0 ? med / local_warm : 0, reps, NSLOTS,
                  DIM, batch);
         emit("train_examples_per_s", med, "examples/s", extra);
+        /* where those steps' time went: the model phase against the compute floor, the table's
+         * in lookup and apply */
+        double step_us = 0;
+        for (int p = 0; p < MT_TRAINER_NPHASES; p++)
+            step_us += ph[p];
+        size_t o = (size_t)snprintf(extra, sizeof(extra),
+                                    "\"phase\":\"warm\",\"threads\":1,"
+                                    "\"backend\":\"local table, pre-sized\"");
+        for (int p = 0; p < MT_TRAINER_NPHASES && o < sizeof(extra); p++)
+            o += (size_t)snprintf(extra + o, sizeof(extra) - o, ",\"%s_us\":%.3f,\"%s_share\":%.3f",
+                                  mt_trainer_phase_name((mt_trainer_phase_t)p), ph[p],
+                                  mt_trainer_phase_name((mt_trainer_phase_t)p),
+                                  step_us > 0 ? ph[p] / step_us : 0);
+        if (o < sizeof(extra))
+            snprintf(extra + o, sizeof(extra) - o, ",\"floor_us\":%.3f,\"reps\":%d",
+                     1e6 / floor_rate, reps);
+        emit("step_us_per_example", step_us, "us/example", extra);
     }
     /* The other model families (model.h), warm, one thread: each against its own floor (the
      * MLP's FLOPs and its cross layers': full rank 2 D^2 per layer and example forward, low
@@ -672,7 +703,7 @@ int main(int argc, char **argv) {
             double dfwd = fwd + fam[f].ncross * per_layer;
             double dfloor = gf * 1e9 / (3 * dfwd);
             double r[15], med, med_cpu;
-            if (warm_reps(&dc, "dcnv2", reps, nbatches, batch, r, &med, &med_cpu, NULL, NULL))
+            if (warm_reps(&dc, "dcnv2", reps, nbatches, batch, r, &med, &med_cpu, NULL, NULL, NULL))
                 return 1;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"model\":\"dcnv2\",\"cross_layers\":%u,"
@@ -714,7 +745,7 @@ int main(int argc, char **argv) {
             }
             double mfloor = gf * 1e9 / (3 * mfwd);
             double r[15], med, med_cpu;
-            if (warm_reps(&mc, name, reps, nbatches, batch, r, &med, &med_cpu, NULL, NULL))
+            if (warm_reps(&mc, name, reps, nbatches, batch, r, &med, &med_cpu, NULL, NULL, NULL))
                 return 1;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"model\":\"%s\",\"shape\":\"%s\","

@@ -183,7 +183,7 @@ static int covered_step_pipelined(mt_trainer_run_t *d, mt_cover_t *cv, mt_batch_
     int in_flight = e == MT_OK; /* this step's apply */
     if (!e) e = mt__trainer_dense_step(d, r, nr, err, sizeof(err));
     if (!e) {
-        mt__trainer_count_step(d, b, probs, st.loss, loss_sum);
+        mt__trainer_count_step(d, b, probs, &st, loss_sum);
         if (st.previous && st.skipped_shards == mt_psc_num_shards(d->psc))
             atomic_fetch_add(&d->ctr.steps_skipped, 1);
         if (fl->busy) mt__trainer_inflight_mark(fl, kc); /* confirmed by this step */
@@ -257,7 +257,7 @@ static int covered_step(mt_trainer_run_t *d, mt_cover_t *cv, mt_batch_t *b, floa
             }
         }
         if (!e) {
-            if (b->n) mt__trainer_count_step(d, b, probs, st.loss, loss_sum);
+            if (b->n) mt__trainer_count_step(d, b, probs, &st, loss_sum);
             if (st.skipped_shards == mt_psc_num_shards(d->psc))
                 atomic_fetch_add(&d->ctr.steps_skipped, 1);
             mt_cover_commit(cv);

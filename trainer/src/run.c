@@ -104,6 +104,14 @@ int mt_trainer_run_render(void *ud, const char *path, char **body, size_t *len) 
     G("consumer_lag_messages",
       "Online: examples behind the high watermarks of the assigned partitions (-1: unknown).",
       atomic_load(&c->kafka_lag));
+    fprintf(f, "# HELP monolith_trainer_step_seconds_total Wall-clock seconds of the training "
+               "steps in each phase (ids: dedup; lookup; model: forward, backward, scatter; apply: "
+               "the sparse update; dense: Adam or the dense store's rounds with the PS).\n"
+               "# TYPE monolith_trainer_step_seconds_total counter\n");
+    for (int p = 0; p < MT_TRAINER_NPHASES; p++)
+        fprintf(f, "monolith_trainer_step_seconds_total{phase=\"%s\"} %.6f\n",
+                mt_trainer_phase_name((mt_trainer_phase_t)p),
+                (double)atomic_load(&c->phase_ns[p]) * 1e-9);
     G("uptime_seconds", "Seconds since start.", mt_mono_s() - d->started);
 #undef C
 #undef G
@@ -226,16 +234,20 @@ mt_err_t mt__trainer_dense_step(mt_trainer_run_t *d, const mt_psc_range_t *cover
     if (!d->dense) return MT_OK;
     if (ncover) mt_trainer_dense_sync_set_cover(d->dense, cover, ncover);
     int synced = 0;
+    double t = mt_mono_s();
     mt_err_t e = mt_trainer_dense_sync_step(d->dense, &synced, errbuf, errlen);
+    atomic_fetch_add(&d->ctr.phase_ns[MT_TRAINER_PHASE_DENSE], (uint64_t)((mt_mono_s() - t) * 1e9));
     if (!e && synced) atomic_fetch_add(&d->ctr.dense_syncs, 1);
     return e;
 }
 
 void mt__trainer_count_step(mt_trainer_run_t *d, const mt_batch_t *b, const float *probs,
-                            float loss, double *loss_sum) {
+                            const mt_trainer_step_t *st, double *loss_sum) {
     for (uint32_t k = 0; k < d->ntasks; k++)
         mt_eval_add_task(d->eval[k], probs, b->labels, b->n, d->ntasks, k);
-    *loss_sum += (double)loss * (double)b->n;
+    *loss_sum += (double)st->loss * (double)b->n;
+    for (int p = 0; p < MT_TRAINER_NPHASES; p++)
+        atomic_fetch_add(&d->ctr.phase_ns[p], (uint64_t)(st->seconds[p] * 1e9));
     atomic_fetch_add(&d->ctr.examples, b->n);
     atomic_fetch_add(&d->ctr.batches, 1);
 }
@@ -292,7 +304,7 @@ int mt__trainer_train_step(mt_trainer_run_t *d, const mt_batch_t *b, float *prob
         char err[512] = "";
         if (!e) e = mt__trainer_dense_step(d, NULL, 0, err, sizeof(err));
         if (!e) {
-            mt__trainer_count_step(d, b, probs, st.loss, loss_sum);
+            mt__trainer_count_step(d, b, probs, &st, loss_sum);
             return 0;
         }
         atomic_fetch_add(&d->ctr.ps_errors, 1);

@@ -33,6 +33,9 @@ typedef struct mt__trainer_counters {
     _Atomic uint64_t window_auc_bits, window_loss_bits; /* doubles */
     _Atomic uint64_t task_auc_bits[MT_BATCH_MAX_TASKS]; /* doubles: each task's window AUC */
     _Atomic int64_t kafka_lag;                          /* online: -1 unknown */
+    /* nanoseconds of the steps that went through in each phase (mt_trainer_phase_t); the
+     * dense one also of every dense sync round with the PS */
+    _Atomic uint64_t phase_ns[MT_TRAINER_NPHASES];
 } mt__trainer_counters_t;
 
 struct mt_trainer_run {
@@ -78,9 +81,10 @@ int mt__trainer_train_step(mt_trainer_run_t *d, const mt_batch_t *b, float *prob
 mt_err_t mt__trainer_dense_step(mt_trainer_run_t *d, const mt_psc_range_t *cover, size_t ncover,
                                 char *errbuf, size_t errlen);
 
-/* A step that went through: its scores to the evaluator, its loss and the counters. */
+/* A step that went through: its scores to the evaluator, its loss, its phases' times and the
+ * counters. */
 void mt__trainer_count_step(mt_trainer_run_t *d, const mt_batch_t *b, const float *probs,
-                            float loss, double *loss_sum);
+                            const mt_trainer_step_t *st, double *loss_sum);
 
 /* Adds the Example in Kafka message @p m to @p b; garbage is counted, logged (the first
  * MT__TRAINER_BAD_LOG_MAX) and skipped, slots the model lacks are counted. @returns MT_OK

@@ -26,6 +26,7 @@
 
 #include <xxhash.h>
 
+#include "mt/clock.h"
 #include "mt/psclient.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -843,10 +844,23 @@ void mt_trainer_set_cover(mt_trainer_t *tr, const mt_psc_range_t *cover, size_t 
     tr->ncover = n;
 }
 
+const char *mt_trainer_phase_name(mt_trainer_phase_t p) {
+    static const char *names[MT_TRAINER_NPHASES] = {"ids", "lookup", "model", "apply", "dense"};
+    return (unsigned)p < MT_TRAINER_NPHASES ? names[p] : "?";
+}
+
+/* Adds the time since *t to phase @p p of @p sec and moves *t to now. */
+static inline void phase_end(double *sec, mt_trainer_phase_t p, double *t) {
+    double now = mt_mono_s();
+    sec[p] += now - *t;
+    *t = now;
+}
+
 /* The step's lookup, pooling and forward/backward into the trainer's scratch; *ids: the id
- * set used (a prefetched one, or a free one looked up here), IDS_STEP when the pipeline runs. */
+ * set used (a prefetched one, or a free one looked up here), IDS_STEP when the pipeline runs.
+ * Their times are added to @p sec from *t (moved to the end). */
 static mt_err_t compute(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, float *probs,
-                        float *loss, idset_t **ids) {
+                        float *loss, idset_t **ids, double *sec, double *t) {
     mt_err_t err = reserve(tr, b->n, b->nfids);
     if (err) return err;
     if (*ids) {
@@ -856,11 +870,16 @@ static mt_err_t compute(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, f
         set_state(tr, s, IDS_STEP);
         if ((err = reserve_ids(tr, s, b->nfids)) != MT_OK) return err;
         unique_ids(tr, s, b);
-        if ((err = look_up(tr, s, 1, now_s)) != MT_OK) return err;
+        phase_end(sec, MT_TRAINER_PHASE_IDS, t);
+        err = look_up(tr, s, 1, now_s);
+        phase_end(sec, MT_TRAINER_PHASE_LOOKUP, t);
+        if (err) return err;
     }
     pool(tr, b, *ids);
-    return mt_model_forward_backward(tr->model, tr->E, tr->W1, b->labels, NULL, b->n,
-                                     probs ? probs : tr->probs, loss, tr->dE, tr->dW1);
+    err = mt_model_forward_backward(tr->model, tr->E, tr->W1, b->labels, NULL, b->n,
+                                    probs ? probs : tr->probs, loss, tr->dE, tr->dW1);
+    phase_end(sec, MT_TRAINER_PHASE_MODEL, t);
+    return err;
 }
 
 mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s, float *probs,
@@ -870,19 +889,22 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     size_t ncover = tr->ncover;
     tr->cover = NULL;
     tr->ncover = 0;
+    double sec[MT_TRAINER_NPHASES] = {0}, t = mt_mono_s();
     /* this batch's prefetch, if the caller made one (an empty batch leaves them alone) */
     idset_t *ids = tr->pipe.on && b->n ? take_prefetched(tr, b) : NULL;
+    phase_end(sec, MT_TRAINER_PHASE_LOOKUP, &t);
     mt_err_t err = check_slots(tr, b);
     for (size_t i = 0; i < b->n * b->ntasks && !err; i++)
         if (!(b->labels[i] >= 0.0f && b->labels[i] <= 1.0f)) err = MT_INVALID;
     size_t S = tr->cfg.nslots;
     float loss = 0;
     /* pipelined: the previous step's apply may be in flight meanwhile */
-    if (!err && b->n) err = compute(tr, b, now_s, probs, &loss, &ids);
+    if (!err && b->n) err = compute(tr, b, now_s, probs, &loss, &ids, sec, &t);
     mt_trainer_step_t prev = {0};
     if (tr->pipe.on) { /* the previous step's apply first: one in flight, in order */
         mt_err_t perr = mt_trainer_wait(tr, &prev);
         if (!err) err = perr;
+        phase_end(sec, MT_TRAINER_PHASE_APPLY, &t);
     }
     if (st) { /* an error leaves st as it was, but for whether the previous step landed */
         if (!err) memset(st, 0, sizeof(*st));
@@ -923,6 +945,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
                                  tr->cfg.cowclip_zeta);
             }
         }
+        phase_end(sec, MT_TRAINER_PHASE_MODEL, &t);
         /* one apply of the rows, with the step's examples */
         uint32_t skipped = 0;
         if (tr->pipe.on) {
@@ -935,6 +958,7 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
             err = do_apply(tr, ids->ufid, ids->uhint, nu, tr->ug, len, now_s, b->n, cover, ncover,
                            &skipped);
         }
+        phase_end(sec, MT_TRAINER_PHASE_APPLY, &t);
         if (!err && st) {
             st->loss = loss;
             st->examples = b->n;
@@ -952,6 +976,8 @@ mt_err_t mt_trainer_train(mt_trainer_t *tr, const mt_batch_t *b, uint32_t now_s,
     if (b->n) {
         tr->steps++;
         if (!tr->dense_remote) adam_step(tr);
+        phase_end(sec, MT_TRAINER_PHASE_DENSE, &t);
     }
+    if (st) memcpy(st->seconds, sec, sizeof(sec));
     return MT_OK;
 }

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "mt/batch.h"
+#include "mt/clock.h"
 #include "mt/psclient.h"
 #include "mt/trainer.h"
 
@@ -195,8 +196,18 @@ Test(pipeline, a_failed_apply_comes_back_from_the_next_step) {
     for (int i = 0; i < 3; i++) {
         mt_batch_t b;
         batch_of(&b, i);
+        double t0 = mt_mono_s();
         cr_assert_eq(mt_trainer_train(tr, &b, 1, probs, &st), MT_OK, "step %d", i);
+        double wall = mt_mono_s() - t0, sum = 0;
         cr_assert_eq(st.previous, i > 0);
+        /* its phases: the apply's is handing it over and the wait for the one in flight; the
+         * dense one local Adam */
+        for (int k = 0; k < MT_TRAINER_NPHASES; k++) {
+            cr_assert(st.seconds[k] > 0, "step %d, phase %s: %g s", i, mt_trainer_phase_name(k),
+                      st.seconds[k]);
+            sum += st.seconds[k];
+        }
+        cr_assert_leq(sum, wall);
         mt_batch_free(&b);
     }
     mt_batch_t b;

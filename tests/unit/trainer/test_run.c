@@ -14,6 +14,7 @@
 #include "mt/config.h"
 #include "mt/log.h"
 #include "mt/trainer_run.h"
+#include "mt/trainer.h"
 
 #define ROWS 3000
 
@@ -157,6 +158,18 @@ Test(run, batch_run_trains_every_epoch_reports_and_counts) {
     cr_assert_eq(metric(page, "monolith_trainer_examples_total"), 2.0 * ROWS, "%s", page);
     cr_assert_eq(metric(page, "monolith_trainer_batches_total"), 2.0 * ((ROWS + 63) / 64));
     cr_assert_eq(metric(page, "monolith_trainer_bad_lines_total"), 0);
+    /* where the steps' time went: each phase some (dense: the dense store's rounds with the
+     * PS, or Adam), all within the run's time */
+    double phases = 0;
+    for (int p = 0; p < MT_TRAINER_NPHASES; p++) {
+        char name[128];
+        snprintf(name, sizeof(name), "monolith_trainer_step_seconds_total{phase=\"%s\"}",
+                 mt_trainer_phase_name((mt_trainer_phase_t)p));
+        double v = metric(page, name);
+        cr_assert(v > 0, "%s: %g in\n%s", name, v, page);
+        phases += v;
+    }
+    cr_assert_leq(phases, metric(page, "monolith_trainer_uptime_seconds"));
     free(page);
     cr_assert_null(render(r, "/other", &code));
     cr_assert_eq(code, 404);

@@ -7,7 +7,9 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "mt/clock.h"
 #include "mt/gen.h"
 #include "mt/trainer.h"
 
@@ -140,6 +142,63 @@ Test(trainer, bad_input) {
     cr_assert_eq(mt_trainer_train(tr, &b, 1, p, NULL), MT_OK);
     mt_table_stats(mt_trainer_table(tr), &st);
     cr_assert_eq(st.rows, 2, "one row per id: its embedding and its first-order weight");
+    mt_batch_free(&b);
+    mt_trainer_destroy(tr);
+}
+
+/* A step says where its time went: every phase it ran took some time, none is negative, and
+ * together they are no more than the call's time; a failed step leaves them as they were, and
+ * a step without examples spends none in the ids, model, apply or dense phases. */
+Test(trainer, a_step_reports_its_phases_times) {
+    mt_trainer_config_t tc;
+    mt_trainer_config_init(&tc);
+    tc.nslots = 2;
+    tc.slot_ids[0] = 1;
+    tc.slot_ids[1] = 2;
+    mt_trainer_t *tr = NULL;
+    cr_assert_eq(mt_trainer_create(&tc, &tr), MT_OK);
+    uint16_t mine[2] = {1, 2};
+    mt_batch_t b;
+    cr_assert_eq(mt_batch_init(&b, mine, 2), MT_OK);
+    for (int i = 0; i < 64; i++) {
+        uint64_t f0 = mt_fid_of_int(1, (uint64_t)i % 7), f1 = mt_fid_of_int(2, (uint64_t)i);
+        const uint64_t *f[2] = {&f0, &f1};
+        uint32_t c[2] = {1, 1};
+        cr_assert_eq(mt_batch_add(&b, (float)(i & 1), 0, 1, f, c), MT_OK);
+    }
+    float p[64];
+    for (int step = 0; step < 3; step++) {
+        mt_trainer_step_t st;
+        memset(&st, 0xff, sizeof(st)); /* (garbage: the step sets every field) */
+        double t0 = mt_mono_s();
+        cr_assert_eq(mt_trainer_train(tr, &b, 1, p, &st), MT_OK);
+        double wall = mt_mono_s() - t0, sum = 0;
+        for (int k = 0; k < MT_TRAINER_NPHASES; k++) {
+            cr_assert(st.seconds[k] > 0, "phase %s: %g s", mt_trainer_phase_name(k), st.seconds[k]);
+            sum += st.seconds[k];
+        }
+        cr_assert_leq(sum, wall, "phases %g s in a call of %g s", sum, wall);
+        cr_assert_eq(st.examples, 64u);
+        cr_assert_eq(st.unique_ids, 7u + 64u);
+    }
+    cr_assert_str_eq(mt_trainer_phase_name(MT_TRAINER_PHASE_LOOKUP), "lookup");
+    cr_assert_str_eq(mt_trainer_phase_name(MT_TRAINER_NPHASES), "?");
+    /* a failed step: st as it was */
+    mt_trainer_step_t st;
+    memset(&st, 0, sizeof(st));
+    st.seconds[MT_TRAINER_PHASE_MODEL] = 42;
+    b.labels[0] = 2.0f;
+    cr_assert_eq(mt_trainer_train(tr, &b, 1, p, &st), MT_INVALID);
+    cr_assert_eq(st.seconds[MT_TRAINER_PHASE_MODEL], 42);
+    /* no examples: no phase of the model ran */
+    mt_batch_t empty;
+    cr_assert_eq(mt_batch_init(&empty, mine, 2), MT_OK);
+    cr_assert_eq(mt_trainer_train(tr, &empty, 1, p, &st), MT_OK);
+    for (int k = 0; k < MT_TRAINER_NPHASES; k++)
+        if (k != MT_TRAINER_PHASE_LOOKUP)
+            cr_assert_eq(st.seconds[k], 0, "phase %s of an empty batch: %g s",
+                         mt_trainer_phase_name(k), st.seconds[k]);
+    mt_batch_free(&empty);
     mt_batch_free(&b);
     mt_trainer_destroy(tr);
 }

@@ -107,15 +107,32 @@ typedef struct mt_trainer_config {
     const mt_trainer_backend_t *backend; /* NULL: a local table; else copied at create */
 } mt_trainer_config_t;
 
+/** The phases of a step, whose wall-clock time in the calling thread mt_trainer_step_t gives. */
+typedef enum mt_trainer_phase {
+    MT_TRAINER_PHASE_IDS,    /* the batch's ids made unique (and put in the own table's part
+                                order) */
+    MT_TRAINER_PHASE_LOOKUP, /* their lookup, the own table's or the PS's (prefetched: the wait
+                                for it) */
+    MT_TRAINER_PHASE_MODEL,  /* pooling, forward, backward and the gradients' scatter */
+    MT_TRAINER_PHASE_APPLY,  /* the sparse apply (pipelined: handing it over, and the wait for
+                                the previous step's) */
+    MT_TRAINER_PHASE_DENSE,  /* the local dense update (Adam; none with a remote dense store) */
+    MT_TRAINER_NPHASES
+} mt_trainer_phase_t;
+
+/** A phase's name, as the metrics label it ("ids", "lookup", "model", "apply", "dense"). */
+const char *mt_trainer_phase_name(mt_trainer_phase_t p);
+
 /** What one step did. */
 typedef struct mt_trainer_step {
     float loss; /* mean log loss of the batch, before the update */
     size_t examples, ids, unique_ids;
-    uint32_t skipped_shards; /* with a cover: the shards that had applied the step before
+    uint32_t skipped_shards;            /* with a cover: the shards that had applied the step before
                                 (pipelined: of the previous step, whose apply this one waited
                                 for; mt_trainer_wait() gives the last one's) */
-    int previous;            /* pipelined: 1 if a previous step's apply was in flight and
+    int previous;                       /* pipelined: 1 if a previous step's apply was in flight and
                                 this step confirmed it (it is applied: mark its messages) */
+    double seconds[MT_TRAINER_NPHASES]; /* where the step's time went (mt_trainer_phase_t) */
 } mt_trainer_step_t;
 
 void mt_trainer_config_init(mt_trainer_config_t *cfg);
