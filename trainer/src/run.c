@@ -563,6 +563,11 @@ int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__tr
             printf("   eval AUC %.4f   logloss %.4f", ev->task_ev[k].auc, ev->task_ev[k].logloss);
         printf("\n");
     }
+    printf("step seconds      ");
+    for (int p = 0; p < MT_TRAINER_NPHASES; p++)
+        printf(" %s %.3f", mt_trainer_phase_name((mt_trainer_phase_t)p),
+               (double)atomic_load(&d->ctr.phase_ns[p]) * 1e-9);
+    printf("\n");
     printf("bad lines          %" PRIu64 "\n", atomic_load(&d->ctr.bad_lines));
     printf("bad messages       %" PRIu64 "\n", atomic_load(&d->ctr.bad_messages));
     fflush(stdout);
@@ -590,6 +595,11 @@ int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__tr
         json_tasks(f, "task_progressive_auc", tr, d->ntasks);
         if (have_eval) json_tasks(f, "task_eval_auc", ev, d->ntasks);
     }
+    fprintf(f, "\"step_seconds\": {"); /* the run's steps by phase (mt_trainer_phase_t) */
+    for (int p = 0; p < MT_TRAINER_NPHASES; p++)
+        fprintf(f, "%s\"%s\": %.6f", p ? ", " : "", mt_trainer_phase_name((mt_trainer_phase_t)p),
+                (double)atomic_load(&d->ctr.phase_ns[p]) * 1e-9);
+    fprintf(f, "}, ");
     fprintf(f,
             "\"bad_lines\": %" PRIu64 ", \"bad_messages\": %" PRIu64 ", \"batches\": %" PRIu64
             ", \"dense_syncs\": %" PRIu64 ", \"commits\": %" PRIu64 ", \"checkpoints\": %" PRIu64

@@ -181,6 +181,10 @@ Test(run, batch_run_trains_every_epoch_reports_and_counts) {
     fclose(in);
     cr_assert(strstr(buf, "\"mode\": \"batch\""), "%s", buf);
     cr_assert(strstr(buf, "\"examples\": 3000, \"epochs\": 2"), "%s", buf);
+    const char *ph = strstr(buf, "\"step_seconds\": {\"ids\": ");
+    cr_assert_not_null(ph, "%s", buf);
+    const char *model = strstr(ph, "\"model\": ");
+    cr_assert(model && strtod(model + strlen("\"model\": "), NULL) > 0, "%s", buf);
     /* the pattern is learnable: the eval pass after two epochs is far from random */
     const char *a = strstr(buf, "\"eval_auc\": ");
     cr_assert_not_null(a, "%s", buf);
