@@ -127,12 +127,13 @@ const char *mt_trainer_phase_name(mt_trainer_phase_t p);
 typedef struct mt_trainer_step {
     float loss; /* mean log loss of the batch, before the update */
     size_t examples, ids, unique_ids;
-    uint32_t skipped_shards;            /* with a cover: the shards that had applied the step before
+    uint32_t skipped_shards; /* with a cover: the shards that had applied the step before
                                 (pipelined: of the previous step, whose apply this one waited
                                 for; mt_trainer_wait() gives the last one's) */
-    int previous;                       /* pipelined: 1 if a previous step's apply was in flight and
+    int previous;            /* pipelined: 1 if a previous step's apply was in flight and
                                 this step confirmed it (it is applied: mark its messages) */
-    double seconds[MT_TRAINER_NPHASES]; /* where the step's time went (mt_trainer_phase_t) */
+    /* where the step's time went, by phase (mt_trainer_phase_t) */
+    double seconds[MT_TRAINER_NPHASES];
 } mt_trainer_step_t;
 
 void mt_trainer_config_init(mt_trainer_config_t *cfg);
