@@ -17,7 +17,10 @@
  *   - the warm one-thread step again with the table pre-sized (backend "local table,
  *     pre-sized": bucket arrays and rows' memory taken at create for the rows the grown run
  *     ended with and a quarter more, as PyTorch's table is made whole before it trains;
- *     vs_grown), unless --initial-rows pre-sized every run;
+ *     vs_grown), unless --initial-rows pre-sized every run; then the same pipelined
+ *     (threads 2, pipelined and prefetch true: the trainer's pipeline thread looks the next
+ *     batch up and applies this step's gradients while the step computes, one step stale,
+ *     as trainer.pipelined does; vs_unpipelined);
  *   - model "dcnv2" (3 cross layers, full rank and rank 64; --quick: rank 64 only), "mmoe" (2
  *     tasks, 4 experts of 64, towers 256-128; labels of two tasks) and "din" (a 27th slot of
  *     20 behaviours, Zipf ids of the item slot 2, attended by slot 2 with width 32), warm,
@@ -220,6 +223,8 @@ typedef struct worker {
     float *probs;
     double sec, cpu_sec;
     double phase_s[MT_TRAINER_NPHASES]; /* the steps' time in each phase (mt_trainer_step_t) */
+    int pipelined; /* the trainer's pipeline: the next batch's lookup and this step's apply
+                      beside the step (mt_trainer_set_pipelined, mt_trainer_prefetch) */
     int err;
 } worker_t;
 
@@ -227,12 +232,19 @@ static void *worker_run(void *arg) {
     worker_t *w = arg;
     double t0 = mt_mono_s(), c0 = thread_cpu_s();
     memset(w->phase_s, 0, sizeof(w->phase_s));
+    if (w->pipelined && mt_trainer_set_pipelined(w->tr, 1) != MT_OK) w->err = 1;
     for (size_t i = 0; i < w->bs->n && !w->err; i++) {
         mt_trainer_step_t st;
-        w->err = mt_trainer_train(w->tr, &w->bs->b[i], 2, w->probs, &st) != MT_OK;
+        if (w->pipelined && i + 1 < w->bs->n &&
+            mt_trainer_prefetch(w->tr, &w->bs->b[i + 1], 2) != MT_OK)
+            w->err = 1;
+        if (!w->err) w->err = mt_trainer_train(w->tr, &w->bs->b[i], 2, w->probs, &st) != MT_OK;
         for (int p = 0; p < MT_TRAINER_NPHASES && !w->err; p++)
             w->phase_s[p] += st.seconds[p];
     }
+    if (w->pipelined &&
+        (mt_trainer_wait(w->tr, NULL) != MT_OK || mt_trainer_set_pipelined(w->tr, 0) != MT_OK))
+        w->err = 1;
     w->sec = mt_mono_s() - t0;
     w->cpu_sec = thread_cpu_s() - c0;
     return NULL;
@@ -248,9 +260,11 @@ typedef struct run_result {
 } run_result_t;
 
 /* One measurement: nt trainers (1: its own local table; 2: one shared table through a
- * backend) on phase's stream; a warm phase first trains `warm_batches` untimed. */
+ * backend) on phase's stream; a warm phase first trains `warm_batches` untimed. @p pipelined:
+ * the timed pass's steps pipelined (one trainer). */
 static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t nbatches,
-                     size_t warm_batches, size_t batch, uint64_t seed, run_result_t *res) {
+                     size_t warm_batches, size_t batch, uint64_t seed, int pipelined,
+                     run_result_t *res) {
     mt_trainer_config_t tc = *tc0;
     mt_trainer_t *tr[2] = {NULL, NULL};
     mt_table_t *shared = NULL;
@@ -283,6 +297,7 @@ static int run_local(const mt_trainer_config_t *tc0, int phase, int nt, size_t n
         if (batches_make(&bs[i], nbatches, batch, &si)) goto out;
         w[i].tr = tr[i];
         w[i].bs = &bs[i];
+        w[i].pipelined = pipelined && nt == 1;
     }
     mt_table_stats_t s0, s1;
     mt_table_stats(t, &s0);
@@ -328,13 +343,14 @@ typedef int (*between_fn)(void *ud, double rate, double cpu_rate);
  * phase's microseconds an example; @p between (optional) runs after each. @returns 0, or -1
  * (a run failed, said on stderr). */
 static int warm_reps(const mt_trainer_config_t *tc, const char *name, int reps, size_t nbatches,
-                     size_t batch, double *r, double *med, double *med_cpu, double *phase_us,
-                     between_fn between, void *ud) {
+                     size_t batch, int pipelined, double *r, double *med, double *med_cpu,
+                     double *phase_us, between_fn between, void *ud) {
     double rc[15];
     if (phase_us) memset(phase_us, 0, MT_TRAINER_NPHASES * sizeof(double));
     for (int k = 0; k < reps; k++) {
         run_result_t res = {0};
-        if (run_local(tc, PHASE_WARM, 1, nbatches, nbatches, batch, 1 + (uint64_t)k, &res)) {
+        if (run_local(tc, PHASE_WARM, 1, nbatches, nbatches, batch, 1 + (uint64_t)k, pipelined,
+                      &res)) {
             fprintf(stderr, "trainer_bench: %s run failed\n", name);
             return -1;
         }
@@ -612,7 +628,8 @@ int main(int argc, char **argv) {
             double r[15], rc[15], share = 0, rows = 0;
             for (int k = 0; k < reps; k++) {
                 run_result_t res = {0};
-                if (run_local(&tc, phase, nt, nbatches, nbatches, batch, 1 + (uint64_t)k, &res)) {
+                if (run_local(&tc, phase, nt, nbatches, nbatches, batch, 1 + (uint64_t)k, 0,
+                              &res)) {
                     fprintf(stderr, "trainer_bench: local run failed\n");
                     return 1;
                 }
@@ -656,7 +673,7 @@ int main(int argc, char **argv) {
         mt_trainer_config_t pc = tc;
         pc.table_initial_rows = (uint64_t)(warm_rows * 1.25);
         double r[15], med, med_cpu, ph[MT_TRAINER_NPHASES];
-        if (warm_reps(&pc, "pre-sized", reps, nbatches, batch, r, &med, &med_cpu, ph,
+        if (warm_reps(&pc, "pre-sized", reps, nbatches, batch, 0, r, &med, &med_cpu, ph,
                       with_torch ? torch_pair : NULL, &tp))
             return 1;
         presized = med;
@@ -687,6 +704,22 @@ int main(int argc, char **argv) {
             snprintf(extra + o, sizeof(extra) - o, ",\"floor_us\":%.3f,\"reps\":%d",
                      1e6 / floor_rate, reps);
         emit("step_us_per_example", step_us, "us/example", extra);
+        /* The same pre-sized steps pipelined (trainer.pipelined): the next batch's lookup and
+         * this step's apply on the trainer's pipeline thread while the step computes, one
+         * step stale; two threads, so not the one-thread comparison above. */
+        double pmed, pmed_cpu;
+        if (warm_reps(&pc, "pipelined", reps, nbatches, batch, 1, r, &pmed, &pmed_cpu, NULL, NULL,
+                      NULL))
+            return 1;
+        snprintf(extra, sizeof(extra),
+                 "\"phase\":\"warm\",\"threads\":2,\"pipelined\":true,\"prefetch\":true,"
+                 "\"vs_unpipelined\":%.3f,\"vs_compute_floor\":%.3f,\"min\":%.6g,\"max\":%.6g,"
+                 "\"reps\":%d,\"slots\":%d,\"dim\":%d,\"mlp\":\"256-128\",\"batch\":%zu,"
+                 "\"backend\":\"local table, pre-sized; the trainer's pipeline thread beside the "
+                 "step's\"",
+                 med > 0 ? pmed / med : 0, pmed / floor_rate, r[0], r[reps - 1], reps, NSLOTS, DIM,
+                 batch);
+        emit("train_examples_per_s", pmed, "examples/s", extra);
     }
     /* The other model families (model.h), warm, one thread: each against its own floor (the
      * MLP's FLOPs and its cross layers': full rank 2 D^2 per layer and example forward, low
@@ -703,7 +736,8 @@ int main(int argc, char **argv) {
             double dfwd = fwd + fam[f].ncross * per_layer;
             double dfloor = gf * 1e9 / (3 * dfwd);
             double r[15], med, med_cpu;
-            if (warm_reps(&dc, "dcnv2", reps, nbatches, batch, r, &med, &med_cpu, NULL, NULL, NULL))
+            if (warm_reps(&dc, "dcnv2", reps, nbatches, batch, 0, r, &med, &med_cpu, NULL, NULL,
+                          NULL))
                 return 1;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"model\":\"dcnv2\",\"cross_layers\":%u,"
@@ -745,7 +779,7 @@ int main(int argc, char **argv) {
             }
             double mfloor = gf * 1e9 / (3 * mfwd);
             double r[15], med, med_cpu;
-            if (warm_reps(&mc, name, reps, nbatches, batch, r, &med, &med_cpu, NULL, NULL, NULL))
+            if (warm_reps(&mc, name, reps, nbatches, batch, 0, r, &med, &med_cpu, NULL, NULL, NULL))
                 return 1;
             snprintf(extra, sizeof(extra),
                      "\"phase\":\"warm\",\"threads\":1,\"model\":\"%s\",\"shape\":\"%s\","

@@ -351,10 +351,12 @@ static const prop_t props[] = {
             "marks, saved in its own snapshots (docs/checkpoint.md, \"Many trainers\"); needs "
             "`dense_sync_batches` = 1 and `checkpoint_interval_s` = 0"},
     {KEY("trainer", "pipelined"), CFG(trainer.pipelined), ENUM(bool_enum), .def = "false",
-     .doc = "online with PS shards: a step's apply is in flight while the next step looks up "
-            "and computes (one step of staleness; its messages are marked once it is "
+     .doc = "a step's apply is in flight while the next step looks up and computes (one step "
+            "of staleness). Online (PS shards only): its messages are marked once it is "
             "confirmed; with `idempotent` a failure drops both steps and re-reads the shards' "
-            "marks: docs/trainer.md, \"The pipelined step\")"},
+            "marks. Batch (the PS or the trainer's own table): the next batch's lookup runs "
+            "beside this step too; after a failure the pass goes on one step at a time: "
+            "docs/trainer.md, \"The pipelined step\""},
     {KEY("trainer", "recovery_timeout_s"), CFG(trainer.recovery_timeout_s), UINT(1, 86400),
      .def = "300",
      .doc = "with checkpoints: how long a recovery waits for every shard to answer and "

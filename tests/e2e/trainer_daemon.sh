@@ -9,6 +9,10 @@
 #     --tasks 2`, input.task_labels), which reports an eval AUC per task; so does din on the
 #     stream with the users' recent clicks (`monolith gen --sequence 10`, a multi-valued
 #     column read as a sequence, looked up in the item slot's rows on the PS too);
+#  2p. trainer.pipelined, locally and on the PS: every example and bad line as before, every
+#     step but a pass's first overlapped with the previous one's apply, values one step stale
+#     (an eval log loss of their own, the AUC above 0.6 all the same), and again the same
+#     figures on the PS as locally;
 #  3. real data from ../shared/data: MovieLens 100k with its side files (progressive AUC
 #     above 0.75 over two epochs) and the Criteo sample (above 0.6 in one pass);
 #  4. bad command lines and configurations exit 2 with a message naming the culprit, an
@@ -71,6 +75,27 @@ on_ps local "$tmp/train.tsv" "$tmp/eval.tsv"
 grep -q "parameters on the PS" "$tmp/local-ps.err" || fail "did not use the PS"
 same_on_ps local examples progressive_auc progressive_logloss eval_auc eval_logloss
 [ "$(json "$tmp/local-ps.json" dense_syncs)" -gt 100 ] || fail "dense syncs: $(cat "$tmp/local-ps.json")"
+
+echo "== 2p. pipelined steps (trainer.pipelined), the trainer's own table and the PS"
+pipe=(--set trainer.pipelined=true)
+"$MT_TRAINER_BIN" --config "$conf" "${small[@]}" "${pipe[@]}" --train "$tmp/train.tsv" \
+  --eval "$tmp/eval.tsv" --epochs 2 --report "$tmp/pipe.json" > /dev/null 2> "$tmp/pipe.err" \
+  || { cat "$tmp/pipe.err" >&2; fail "pipelined run exited $?"; }
+on_ps pipe "$tmp/train.tsv" "$tmp/eval.tsv" "${pipe[@]}"
+for r in pipe pipe-ps; do
+  f="$tmp/$r.json"
+  for k in examples bad_lines batches; do
+    [ "$(json "$f" "$k")" = "$(json "$tmp/local.json" "$k")" ] || fail "$r: $k: $(cat "$f")"
+  done
+  [ "$(json "$f" pipelined_steps)" = $(( $(json "$f" batches) - 2 )) ] \
+    || fail "$r: pipelined steps (all but each epoch's first): $(cat "$f")"
+  [ "$(json "$f" eval_logloss)" != "$(json "$tmp/local.json" eval_logloss)" ] \
+    || fail "$r: the unpipelined run's eval log loss: nothing was one step stale"
+  awk -v a="$(json "$f" eval_auc)" 'BEGIN { exit !(a > 0.6) }' || fail "$r: eval AUC $(cat "$f")"
+done
+[ "$(json "$tmp/local.json" pipelined_steps)" = 0 ] || fail "unpipelined: $(cat "$tmp/local.json")"
+# each lookup ordered on the pipeline thread (one step stale exactly): the PS run is the local one
+same_on_ps pipe examples progressive_auc progressive_logloss eval_auc eval_logloss
 
 echo "== 2b. dcnv2 (model.type): learns as deepfm does (eval AUC 0.6035 against 0.6031 here), and the same figures against a PS shard"
 # with per-slot dims (trainer.slot_dims: slot 1 of dim 16, slot 3 of dim 4; the PS derives its
@@ -189,6 +214,6 @@ expect 2 "trainer.idempotent needs" --config "$conf" --set trainer.idempotent=tr
 expect 2 "trainer.idempotent needs" --config "$conf" --set trainer.idempotent=true \
   --set cluster.ps=127.0.0.1:1 --set trainer.dense_sync_batches=1 \
   --set trainer.checkpoint_interval_s=5 --online
-# pipelined steps need the PS (covered steps pipeline too: many_trainers_e2e.sh)
-expect 2 "trainer.pipelined needs" --config "$conf" --set trainer.pipelined=true --check
+# online, pipelined steps need the PS (covered steps pipeline too: many_trainers_e2e.sh)
+expect 2 "trainer.pipelined needs" --config "$conf" --set trainer.pipelined=true --online
 echo "trainer daemon: all good"

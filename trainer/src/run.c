@@ -54,6 +54,9 @@ int mt_trainer_run_render(void *ud, const char *path, char **body, size_t *len) 
 #define G(name, help, v) mt_metrics_gauge(&pg, name, help, (double)(v))
     C("examples_total", "Examples trained on.", atomic_load(&c->examples));
     C("batches_total", "Training steps.", atomic_load(&c->batches));
+    C("pipelined_steps_total",
+      "Training steps that ran while the previous step's apply was in flight (trainer.pipelined).",
+      atomic_load(&c->overlapped));
     C("bad_lines_total", "Input lines skipped as bad.", atomic_load(&c->bad_lines));
     C("bad_messages_total", "Kafka messages skipped as not a valid Example.",
       atomic_load(&c->bad_messages));
@@ -250,6 +253,7 @@ void mt__trainer_count_step(mt_trainer_run_t *d, const mt_batch_t *b, const floa
         atomic_fetch_add(&d->ctr.phase_ns[p], (uint64_t)(st->seconds[p] * 1e9));
     atomic_fetch_add(&d->ctr.examples, b->n);
     atomic_fetch_add(&d->ctr.batches, 1);
+    if (st->previous) atomic_fetch_add(&d->ctr.overlapped, 1);
 }
 
 mt_err_t mt__trainer_decode(mt_trainer_run_t *d, const mt_kafka_msg_t *m, mt_batch_t *b) {
@@ -407,6 +411,40 @@ static void fmt_eta(double s, char *out, size_t len) {
     snprintf(out, len, "%02u:%02u:%02u", t / 3600, t / 60 % 60, t % 60);
 }
 
+/* A pipelined batch pass (trainer.pipelined): the next batch's lookup and this step's apply
+ * run on the trainer's pipeline thread while the next step computes (one step stale:
+ * docs/trainer.md, "The pipelined step"). @returns 1 if the pipeline is on. */
+static int pipeline_on(mt_trainer_run_t *d) {
+    if (mt_trainer_set_pipelined(d->tr, 1) == MT_OK) return 1;
+    mt_log(MT_LOG_WARN, WHO, "pipelined steps: no pipeline thread: steps one after another");
+    return 0;
+}
+
+/* Ends a pipelined pass: the apply in flight lands; @returns 1 if it failed. */
+static int pipeline_off(mt_trainer_run_t *d) {
+    mt_err_t e = mt_trainer_wait(d->tr, NULL);
+    mt_trainer_set_pipelined(d->tr, 0);
+    if (!e) return 0;
+    atomic_fetch_add(&d->ctr.ps_errors, 1);
+    mt_log(MT_LOG_ERROR, WHO, "pipelined steps: the last step's apply: %s", mt_strerror(e));
+    return 1;
+}
+
+/* One step of a pipelined pass. A failure of the step or of the previous step's apply (which
+ * comes back from this step) turns the pipeline off (*pipe = 0): the previous step's update
+ * is lost, as an unpipelined step's would be on an error that is not retried, and this batch
+ * is trained again one step at a time with the usual retries. @returns 0, or 1 (the run
+ * fails: the retries failed too, or the error is not one a retry mends). */
+static int pipelined_step(mt_trainer_run_t *d, const mt_batch_t *b, float *probs, double *loss_sum,
+                          int *pipe) {
+    int previous = 0, t = mt__trainer_train_step(d, b, probs, loss_sum, &previous);
+    if (t != 3) return t ? 1 : 0;       /* 3: a retryable error of a pipelined step */
+    mt_trainer_set_pipelined(d->tr, 0); /* drops the next batch's prefetch */
+    *pipe = 0;
+    mt_log(MT_LOG_WARN, WHO, "pipelined steps: off for the rest of the pass after that error");
+    return mt__trainer_train_batch(d, b, probs, loss_sum) ? 1 : 0;
+}
+
 /* One pass over @p path: training (progressive) or scoring only. @returns 0, 1, 2. */
 static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t epoch,
                     uint32_t epochs, mt__trainer_pass_t *res) {
@@ -438,17 +476,19 @@ static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t e
         for (uint32_t k = 0; k < T; k++)
             mt_eval_reset(ev[k]);
     }
-    mt_batch_t b = {0};
+    /* two batches, each the step's or the next one (read ahead by a pipelined pass: a
+     * prefetch belongs to its batch's address, so the batches take turns, never copied) */
+    mt_batch_t bt[2] = {{0}, {0}}, *b = &bt[0], *nb = &bt[1];
     float *probs = NULL;
-    if (rc || mt_reader_batch_init(r, &b)) {
+    if (rc || mt_reader_batch_init(r, b) || mt_reader_batch_init(r, nb)) {
         rc = 1;
         goto done;
     }
-    if (b.ntasks != T) { /* one label per task: the model's and the input's must agree */
+    if (b->ntasks != T) { /* one label per task: the model's and the input's must agree */
         fprintf(stderr,
                 "monolith-trainer: %s: the input gives %u label%s per example (input.label, "
                 "input.task_labels) but the model has %u task%s (model.type, model.tasks)\n",
-                path, b.ntasks, b.ntasks == 1 ? "" : "s", T, T == 1 ? "" : "s");
+                path, b->ntasks, b->ntasks == 1 ? "" : "s", T, T == 1 ? "" : "s");
         rc = 2;
         goto done;
     }
@@ -459,20 +499,30 @@ static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t e
         goto done;
     }
     double t0 = mt_mono_s(), next_progress = t0 + d->cfg->trainer.progress_interval_ms / 1000.0;
-    mt_err_t e;
-    while ((e = mt_reader_next(r, &b, bs)) == MT_OK) {
+    int pipe = train && d->cfg->trainer.pipelined && pipeline_on(d);
+    mt_err_t e = mt_reader_next(r, b, bs);
+    while (e == MT_OK) {
+        int ahead = pipe; /* nb holds the next batch (read before this step), ne its result */
+        mt_err_t ne = MT_OK;
+        if (ahead) { /* hand its lookup over before this step (failed: its step looks up) */
+            mt_batch_clear(nb);
+            if ((ne = mt_reader_next(r, nb, bs)) == MT_OK)
+                (void)mt_trainer_prefetch(d->tr, nb, (uint32_t)time(NULL));
+        }
         if (train) {
-            if (mt__trainer_train_batch(d, &b, probs, &res->loss_sum)) {
+            int t = pipe ? pipelined_step(d, b, probs, &res->loss_sum, &pipe)
+                         : mt__trainer_train_batch(d, b, probs, &res->loss_sum);
+            if (t) {
                 rc = 1;
                 break;
             }
         } else {
-            if ((e = mt_trainer_predict(d->tr, &b, probs))) break;
+            if ((e = mt_trainer_predict(d->tr, b, probs))) break;
             for (uint32_t k = 0; k < T; k++)
-                mt_eval_add_task(ev[k], probs, b.labels, b.n, T, k);
+                mt_eval_add_task(ev[k], probs, b->labels, b->n, T, k);
         }
-        res->examples += b.n;
-        mt_batch_clear(&b);
+        res->examples += b->n;
+        mt_batch_clear(b);
         if (mt__trainer_stopping(d)) {
             mt_log(MT_LOG_WARN, WHO, "stopping as asked (a signal) after %" PRIu64 " examples",
                    res->examples);
@@ -497,17 +547,27 @@ static int run_pass(mt_trainer_run_t *d, const char *path, int train, uint32_t e
                     train ? "epoch" : "eval", epoch, epochs, res->examples, rate, er.window_logloss,
                     er.window_auc, size > 0 ? 100.0 * pos / size : 0.0, etas);
         }
+        if (ahead) { /* the next batch becomes this one */
+            mt_batch_t *tmp = b;
+            b = nb;
+            nb = tmp;
+            e = ne;
+        } else {
+            e = mt_reader_next(r, b, bs);
+        }
     }
     if (e != MT_OK && e != MT_NOT_FOUND && !rc) {
         mt_log(MT_LOG_ERROR, WHO, "%s: %s", path, mt_strerror(e));
         rc = 1;
     }
+    if (pipe && pipeline_off(d) && !rc) rc = 1; /* the last step's apply lands (or fails) */
     res->seconds = mt_mono_s() - t0;
     mt__trainer_eval_results(d, ev, res);
     if (!train) res->loss_sum = res->task_ev[0].logloss * (double)res->task_ev[0].n;
 done:
     free(probs);
-    mt_batch_free(&b);
+    mt_batch_free(&bt[0]);
+    mt_batch_free(&bt[1]);
     for (uint32_t k = 0; k < T; k++)
         mt_eval_destroy(own[k]);
 out:
@@ -602,12 +662,14 @@ int mt__trainer_write_report(mt_trainer_run_t *d, const char *mode, const mt__tr
     fprintf(f, "}, ");
     fprintf(f,
             "\"bad_lines\": %" PRIu64 ", \"bad_messages\": %" PRIu64 ", \"batches\": %" PRIu64
-            ", \"dense_syncs\": %" PRIu64 ", \"commits\": %" PRIu64 ", \"checkpoints\": %" PRIu64
-            ", \"recoveries\": %" PRIu64 ", \"last_checkpoint\": %" PRIu64 "}\n",
+            ", \"pipelined_steps\": %" PRIu64 ", \"dense_syncs\": %" PRIu64
+            ", \"commits\": %" PRIu64 ", \"checkpoints\": %" PRIu64 ", \"recoveries\": %" PRIu64
+            ", \"last_checkpoint\": %" PRIu64 "}\n",
             atomic_load(&d->ctr.bad_lines), atomic_load(&d->ctr.bad_messages),
-            atomic_load(&d->ctr.batches), atomic_load(&d->ctr.dense_syncs),
-            atomic_load(&d->ctr.commits), atomic_load(&d->ctr.checkpoints),
-            atomic_load(&d->ctr.recoveries), atomic_load(&d->ctr.last_checkpoint));
+            atomic_load(&d->ctr.batches), atomic_load(&d->ctr.overlapped),
+            atomic_load(&d->ctr.dense_syncs), atomic_load(&d->ctr.commits),
+            atomic_load(&d->ctr.checkpoints), atomic_load(&d->ctr.recoveries),
+            atomic_load(&d->ctr.last_checkpoint));
     if (fclose(f) != 0 || rename(tmp, d->report_path) != 0) {
         mt_log(MT_LOG_ERROR, WHO, "%s: %s", d->report_path, strerror(errno));
         return 1;
@@ -645,8 +707,10 @@ int mt_trainer_run_batch(mt_trainer_run_t *d, const char *train, const char *eva
 /* ---------------- creation and checks ---------------- */
 
 mt_err_t mt_trainer_run_check(const mt_config_t *cfg, int online, char *errbuf, size_t errlen) {
-    if (cfg->trainer.pipelined && !cfg->cluster.nps) {
-        snprintf(errbuf, errlen, "trainer.pipelined needs the PS shards (cluster.ps)");
+    if (cfg->trainer.pipelined && online && !cfg->cluster.nps) {
+        snprintf(errbuf, errlen,
+                 "trainer.pipelined needs the PS shards (cluster.ps) online (a batch run "
+                 "pipelines its own table too)");
         return MT_CONFIG;
     }
     if (cfg->trainer.idempotent && (!cfg->cluster.nps || cfg->trainer.dense_sync_batches != 1 ||

@@ -24,6 +24,7 @@
 typedef struct mt__trainer_counters {
     _Atomic uint64_t examples, batches, bad_lines, bad_messages, ignored_slots, ps_errors, commits,
         commit_failures, dense_syncs;
+    _Atomic uint64_t overlapped; /* steps that confirmed a previous step's apply in flight */
     /* exactly-once mode (trainer.checkpoint_interval_s) */
     _Atomic uint64_t checkpoints, checkpoint_failures, recoveries, last_checkpoint;
     /* many trainers (trainer.idempotent) */

@@ -3,7 +3,8 @@
  * thin main over this: flags, configuration, signals):
  *   - batch: trains on a file ([input] says how) for some epochs, scoring each batch before
  *     training on it (progressive validation), scores an eval file after each epoch, and
- *     reports (stdout, and as JSON to report_path);
+ *     reports (stdout, and as JSON to report_path); with trainer.pipelined the next batch's
+ *     lookup and this step's apply run on the trainer's pipeline thread beside the step;
  *   - online: one member of the consumer group kafka.group on kafka.examples_topic, in one of
  *     three modes (docs/checkpoint.md): at least once (offsets committed after the PS applied
  *     the updates), exactly once with cluster checkpoints (trainer.checkpoint_interval_s > 0,
