@@ -227,10 +227,10 @@ static char *batch_run(fixture_t *f, int pipelined, double *logloss, double *auc
 
 /* trainer.pipelined in a batch run over the trainer's own table: every batch of both epochs
  * trained, each but a pass's first while the previous step's apply was in flight, and its
- * lookup prefetched beside the previous step, ordered after the apply before and before the
- * previous step's own: exactly one step stale, so two pipelined runs agree to the last digit
- * (a lookup racing the apply in flight would not) and differ from the unpipelined run; the
- * model learns the pattern all the same. */
+ * lookup prefetched beside the previous step, on the pipeline thread after the apply of the
+ * step before that and before the previous step's own: exactly one step stale, so two
+ * pipelined runs agree to the last digit (a lookup racing the apply in flight would not) and
+ * differ from the unpipelined run; the model learns the pattern all the same. */
 Test(run, a_pipelined_batch_run_trains_every_batch_one_step_stale) {
     fixture_t f;
     fixture_init(&f);
