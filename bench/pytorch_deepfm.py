@@ -10,8 +10,9 @@ initial accumulator 0.1, eps 1e-8, as the trainer's slots), Adam on the dense pa
 (lr 0.001), mean log loss. New rows start U(-0.01, 0.01), their first-order weight 0.
 
 As trainer_bench: batches are made before the clock starts, an untimed warm-up pass of as
-many batches first, then the timed pass; one thread (torch.set_num_threads(1)). Prints one
-JSON object: examples_per_s (wall clock, median of --reps), cpu_examples_per_s (by the
+many batches first, then the timed pass; one thread (torch.set_num_threads(1)), or with
+--threads N that many intra-op threads (the BLAS stays at one: see below). Prints one JSON
+object: examples_per_s (wall clock, median of --reps), cpu_examples_per_s (by the
 process's CPU time), min, max and the versions. Exit status 3 when torch is missing (the
 message on stderr), 2 for bad arguments.
 """
@@ -20,12 +21,6 @@ import json
 import os
 import sys
 import time
-
-# One thread, as the trainer's step: torch.set_num_threads() alone leaves the BLAS that
-# Debian's torch links (OpenBLAS) starting a thread per core, measured: twice the CPU time
-# of the wall time. These must be set before torch loads.
-for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_v] = "1"
 
 SLOTS, DIM, IDS_PER_SLOT = 26, 16, 1000000
 
@@ -36,9 +31,19 @@ def main():
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="PyTorch's intra-op threads")
     a = ap.parse_args()
-    if a.batch < 1 or a.examples < a.batch or not 1 <= a.reps <= 15:
-        ap.error("need 1 <= batch <= examples and 1 <= reps <= 15")
+    if a.batch < 1 or a.examples < a.batch or not 1 <= a.reps <= 15 or not 1 <= a.threads <= 64:
+        ap.error("need 1 <= batch <= examples, 1 <= reps <= 15 and 1 <= threads <= 64")
+    # Set before numpy and torch load. torch.set_num_threads() alone leaves the BLAS that
+    # Debian's torch links (OpenBLAS) starting a thread per core: with one thread asked for,
+    # measured twice the CPU time of the wall time. With two (this 2-core machine, 300k
+    # examples): intra-op threads 2 and the BLAS at 1 made 45.6k/s, the BLAS at 2 and
+    # intra-op 1 34.0k/s, both at 2 (PyTorch's default here) 19.7k/s, where one thread made
+    # 46.8k/s; so --threads sets the intra-op threads and keeps the BLAS at one.
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    for v in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[v] = "1"
     try:
         import numpy as np
         import torch
@@ -46,7 +51,7 @@ def main():
     except ImportError as e:
         print(f"pytorch_deepfm: {e} (Debian: apt-get install python3-torch)", file=sys.stderr)
         return 3
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
 
