@@ -883,6 +883,9 @@ int main(int argc, char **argv) {
                          pipelined_rate, t2, mt_bench_median(q2, (size_t)reps),
                          mt_bench_median(best, (size_t)reps), qb[0], qb[reps - 1]);
                 emit("vs_pytorch", vb, "x", extra);
+            } else if (tp2.failed) {
+                snprintf(extra, sizeof(extra), "\"threads\":2,\"skipped\":\"%s\"", tp2.why);
+                emit("pytorch_examples_per_s", 0, "examples/s", extra);
             }
         } else {
             snprintf(extra, sizeof(extra), "\"skipped\":\"%s\"", tp.why);
